@@ -1,0 +1,46 @@
+"""Engine adapters: each maps one engine's metric names onto SeriesSnapshots.
+
+An adapter module defines NAME, MARKER (a name prefix that only this engine emits),
+FAMILIES (what to parse) and `to_series(samples)`. Adding an engine is adding a file
+and one line in ADAPTERS.
+"""
+
+from __future__ import annotations
+
+from types import ModuleType
+
+from exporter import promtext
+from exporter.engines import inhouse, sglang, tgi, triton, vllm
+from exporter.snapshot import SeriesSnapshot
+
+ADAPTERS: dict[str, ModuleType] = {m.NAME: m for m in (vllm, inhouse, sglang, tgi, triton)}
+
+
+class UnrecognisedPayload(ValueError):
+    """The payload holds none of the metrics the chosen engine(s) expose."""
+
+
+def detect(text: str) -> list[str]:
+    """Engines whose metrics appear in the payload (a server may hold several)."""
+    return [name for name, adapter in ADAPTERS.items() if adapter.MARKER in text]
+
+
+def read_series(text: str, engine: str = "auto") -> tuple[SeriesSnapshot, ...]:
+    """Parse a /metrics payload into series with the named engine's adapter (or all found).
+
+    Raises promtext.ParseError on a malformed line of a family it reads and
+    UnrecognisedPayload when no engine's metrics are there.
+    """
+    names = detect(text) if engine == "auto" else [engine]
+    if not names:
+        raise UnrecognisedPayload(
+            "no known engine's metrics in the payload (looked for "
+            + ", ".join(f"{a.MARKER}*" for a in ADAPTERS.values())
+            + ")"
+        )
+    families = [f for name in names for f in ADAPTERS[name].FAMILIES]
+    samples = promtext.parse(text, families)
+    series = tuple(s for name in names for s in ADAPTERS[name].to_series(samples))
+    if not series:
+        raise UnrecognisedPayload(f"no {'/'.join(names)} series in the payload")
+    return series

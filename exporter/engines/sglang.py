@@ -1,0 +1,47 @@
+"""SGLang (0.4-era schema, label model_name)."""
+
+from __future__ import annotations
+
+from exporter.promtext import Sample
+from exporter.samples import histograms_by_key, values_by_key
+from exporter.snapshot import SeriesSnapshot
+
+NAME = "sglang"
+MARKER = "sglang:"
+KEY_LABELS = ("model_name",)
+
+RUNNING = "sglang:num_running_reqs"
+WAITING = "sglang:num_queue_reqs"
+TOKEN_USAGE = "sglang:token_usage"
+GENERATION_TOKENS = "sglang:generation_tokens"
+LATENCY_FAMILIES = {
+    "e2e": "sglang:e2e_request_latency_seconds",
+    "ttft": "sglang:time_to_first_token_seconds",
+}
+FAMILIES = (RUNNING, WAITING, TOKEN_USAGE, GENERATION_TOKENS, *LATENCY_FAMILIES.values())
+
+
+def to_series(samples: list[Sample]) -> list[SeriesSnapshot]:
+    """One SeriesSnapshot per model_name; token_usage is SGLang's KV cache usage (0..1)."""
+    running = values_by_key(samples, RUNNING, KEY_LABELS)
+    waiting = values_by_key(samples, WAITING, KEY_LABELS)
+    usage = values_by_key(samples, TOKEN_USAGE, KEY_LABELS)
+    tokens = values_by_key(samples, GENERATION_TOKENS + "_total", KEY_LABELS)
+    latency = {
+        kind: histograms_by_key(samples, family, KEY_LABELS)
+        for kind, family in LATENCY_FAMILIES.items()
+    }
+    finished = {key: h.count for key, h in latency["e2e"].items()}
+    return [
+        SeriesSnapshot(
+            key=key,
+            engine=NAME,
+            running=running.get(key),
+            waiting=waiting.get(key),
+            kv_usage=usage.get(key),
+            requests_total=finished.get(key),
+            generation_tokens_total=tokens.get(key),
+            latency={kind: h[key] for kind, h in latency.items() if key in h},
+        )
+        for key in sorted(set(running) | set(waiting))
+    ]

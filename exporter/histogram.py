@@ -1,0 +1,96 @@
+"""Cumulative Prometheus histograms: deltas over a window and quantiles.
+
+Pure functions over plain data. A histogram here is what one scrape shows for one
+series: cumulative bucket counts by upper bound (`le`), plus `_sum` and `_count`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Histogram:
+    """One cumulative histogram series as scraped.
+
+    `bounds` are the `le` upper bounds in ascending order, the last one `+Inf`;
+    `counts[i]` is the cumulative count of observations <= `bounds[i]`.
+    """
+
+    bounds: tuple[float, ...]
+    counts: tuple[float, ...]
+    sum: float
+    count: float
+
+    @classmethod
+    def from_buckets(
+        cls, buckets: dict[float, float], total_sum: float, count: float | None
+    ) -> Histogram:
+        """Build from a `{le: cumulative count}` mapping; `count` defaults to the +Inf bucket."""
+        bounds = tuple(sorted(buckets))
+        counts = tuple(buckets[b] for b in bounds)
+        if count is None:
+            count = counts[-1] if counts else 0.0
+        return cls(bounds, counts, total_sum, count)
+
+    def bucket_counts(self) -> list[float]:
+        """Per-bucket (non-cumulative) counts, one per bound."""
+        out = []
+        previous = 0.0
+        for c in self.counts:
+            out.append(c - previous)
+            previous = c
+        return out
+
+
+def histogram_delta(newer: Histogram, older: Histogram | None) -> Histogram | None:
+    """The observations made between two scrapes of the same series.
+
+    A counter reset (the server restarted, so some cumulative count went down) means
+    the older scrape says nothing about the newer one: the newer histogram is the delta
+    since the restart. Different bucket layouts cannot be subtracted: None.
+    """
+    if older is None:
+        return newer
+    if older.bounds != newer.bounds:
+        return None
+    if newer.count < older.count or any(
+        n < o for n, o in zip(newer.counts, older.counts, strict=True)
+    ):
+        return newer
+    return Histogram(
+        newer.bounds,
+        tuple(n - o for n, o in zip(newer.counts, older.counts, strict=True)),
+        newer.sum - older.sum,
+        newer.count - older.count,
+    )
+
+
+def histogram_quantile(q: float, hist: Histogram) -> float | None:
+    """The q-quantile by linear interpolation inside the bucket, as PromQL's histogram_quantile.
+
+    None when the histogram holds no observations. When the quantile falls in the +Inf
+    bucket, the result is the largest finite bound (PromQL's convention).
+    """
+    if not 0.0 <= q <= 1.0:
+        raise ValueError(f"quantile must be in [0, 1], got {q}")
+    if not hist.bounds or hist.counts[-1] <= 0:
+        return None
+    total = hist.counts[-1]
+    rank = q * total
+    lower_bound = 0.0
+    lower_count = 0.0
+    for bound, count in zip(hist.bounds, hist.counts, strict=True):
+        if count >= rank and count > lower_count:
+            if math.isinf(bound):
+                return lower_bound if len(hist.bounds) > 1 else None
+            if bound <= 0:
+                return bound
+            return lower_bound + (bound - lower_bound) * (rank - lower_count) / (
+                count - lower_count
+            )
+        if not math.isinf(bound):
+            lower_bound = bound
+        lower_count = count
+    return lower_bound

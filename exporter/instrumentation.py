@@ -1,0 +1,155 @@
+"""Counters for an in-house batcher, exposed with prometheus-client.
+
+Any Python batcher imports this module, makes one `BatcherMetrics` per batcher and
+calls it at the few points that matter (enqueue, batch fired, request done). The
+exporter's `inhouse` engine adapter reads the same names back; `docs/metrics.md`
+documents them. Every series carries the label `batcher` (the batcher's name).
+"""
+
+from __future__ import annotations
+
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram, Summary
+
+PREFIX = "batchscope_batcher_"
+
+QUEUE_DEPTH = PREFIX + "queue_depth"
+BATCH_SIZE = PREFIX + "batch_size"
+QUEUE_WAIT = PREFIX + "queue_wait_seconds"
+REQUEST_LATENCY = PREFIX + "request_latency_seconds"
+EXECUTION = PREFIX + "execution_seconds"
+BATCH_EXECUTION_BY_SIZE = PREFIX + "batch_execution_seconds"
+REQUESTS = PREFIX + "requests"
+BATCHES = PREFIX + "batches"
+MAX_BATCH_SIZE = PREFIX + "max_batch_size"
+MAX_WAIT = PREFIX + "max_wait_seconds"
+LATENCY_BUDGET = PREFIX + "latency_budget_seconds"
+
+OUTCOMES = ("ok", "error", "rejected", "cancelled")
+TRIGGERS = ("full", "timeout", "budget")
+
+BATCH_SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
+LATENCY_BUCKETS = (
+    0.001, 0.0025, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.04, 0.05, 0.075,
+    0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 2.5, 5.0, 10.0,
+)  # fmt: skip
+
+
+class BatcherMetrics:
+    """The metrics of one batcher, registered in `registry` (the default one unless given)."""
+
+    def __init__(
+        self,
+        batcher: str,
+        *,
+        max_batch_size: int,
+        max_wait_seconds: float | None = None,
+        latency_budget_seconds: float | None = None,
+        registry: CollectorRegistry = REGISTRY,
+    ) -> None:
+        self.batcher = batcher
+        label = ["batcher"]
+        self._queue_depth = Gauge(
+            QUEUE_DEPTH, "Requests waiting to join a batch.", label, registry=registry
+        )
+        self._batch_size = Histogram(
+            BATCH_SIZE,
+            "Items per fired batch.",
+            label,
+            buckets=BATCH_SIZE_BUCKETS,
+            registry=registry,
+        )
+        self._queue_wait = Histogram(
+            QUEUE_WAIT,
+            "Time a request waited in the queue before its batch fired.",
+            label,
+            buckets=LATENCY_BUCKETS,
+            registry=registry,
+        )
+        self._latency = Histogram(
+            REQUEST_LATENCY,
+            "Time from a request's arrival to its answer (queue wait plus execution).",
+            label,
+            buckets=LATENCY_BUCKETS,
+            registry=registry,
+        )
+        self._execution = Histogram(
+            EXECUTION,
+            "Execution time of one batch.",
+            label,
+            buckets=LATENCY_BUCKETS,
+            registry=registry,
+        )
+        self._execution_by_size = Summary(
+            BATCH_EXECUTION_BY_SIZE,
+            "Execution time of batches by their size (for throughput gain vs batch size 1).",
+            ["batcher", "batch_size"],
+            registry=registry,
+        )
+        self._requests = Counter(
+            REQUESTS, "Requests by outcome: ok, error, rejected, cancelled.",
+            ["batcher", "outcome"], registry=registry,
+        )  # fmt: skip
+        self._batches = Counter(
+            BATCHES, "Batches fired, by trigger: full, timeout, budget.",
+            ["batcher", "trigger"], registry=registry,
+        )  # fmt: skip
+        self._max_batch_size = Gauge(
+            MAX_BATCH_SIZE, "Configured maximum batch size.", label, registry=registry
+        )
+        self._max_wait = Gauge(
+            MAX_WAIT, "Configured maximum wait before a batch fires.", label, registry=registry
+        )
+        self._budget = Gauge(LATENCY_BUDGET, "Configured latency budget.", label, registry=registry)
+        for outcome in OUTCOMES:
+            self._requests.labels(batcher, outcome)
+        for trigger in TRIGGERS:
+            self._batches.labels(batcher, trigger)
+        self._queue_depth.labels(batcher).set(0)
+        self.set_config(
+            max_batch_size=max_batch_size,
+            max_wait_seconds=max_wait_seconds,
+            latency_budget_seconds=latency_budget_seconds,
+        )
+
+    def set_config(
+        self,
+        *,
+        max_batch_size: int | None = None,
+        max_wait_seconds: float | None = None,
+        latency_budget_seconds: float | None = None,
+    ) -> None:
+        """Publish the batcher's configuration; None leaves a setting as it is."""
+        if max_batch_size is not None:
+            self._max_batch_size.labels(self.batcher).set(max_batch_size)
+        if max_wait_seconds is not None:
+            self._max_wait.labels(self.batcher).set(max_wait_seconds)
+        if latency_budget_seconds is not None:
+            self._budget.labels(self.batcher).set(latency_budget_seconds)
+
+    def set_queue_depth(self, depth: int) -> None:
+        self._queue_depth.labels(self.batcher).set(depth)
+
+    def observe_batch(self, size: int, trigger: str, execution_seconds: float) -> None:
+        """Record one fired batch: its size, what fired it, and how long it ran."""
+        if trigger not in TRIGGERS:
+            raise ValueError(f"trigger must be one of {TRIGGERS}, got {trigger!r}")
+        self._batch_size.labels(self.batcher).observe(size)
+        self._batches.labels(self.batcher, trigger).inc()
+        self._execution.labels(self.batcher).observe(execution_seconds)
+        self._execution_by_size.labels(self.batcher, str(size)).observe(execution_seconds)
+
+    def observe_request(
+        self,
+        outcome: str,
+        *,
+        queue_wait_seconds: float | None = None,
+        latency_seconds: float | None = None,
+    ) -> None:
+        """Record one finished request and, when it ran, its queue wait and latency."""
+        if outcome not in OUTCOMES:
+            raise ValueError(f"outcome must be one of {OUTCOMES}, got {outcome!r}")
+        self._requests.labels(self.batcher, outcome).inc()
+        if queue_wait_seconds is not None:
+            self._queue_wait.labels(self.batcher).observe(queue_wait_seconds)
+        if latency_seconds is not None:
+            self._latency.labels(self.batcher).observe(latency_seconds)

@@ -1,0 +1,142 @@
+"""A fast, selective parser for the Prometheus text exposition format.
+
+The exporter reads a few families out of payloads of hundreds of samples, every few
+seconds, for up to thousands of targets, so it skips every line whose name it does
+not want before doing any work on it. It accepts what `prometheus_client.parser`
+accepts on real payloads: HELP/TYPE lines with no samples, escaped label values
+(`\\\\`, `\\"`, `\\n`), `NaN` and `+Inf`, timestamps (milliseconds, returned as
+seconds), and `_created` series. Sample names are returned as they are on the wire.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from typing import NamedTuple
+
+# Suffixes a family's samples may carry on the wire (histograms, summaries, counters).
+FAMILY_SUFFIXES = ("", "_bucket", "_sum", "_count", "_total", "_created", "_info")
+
+_LABEL_RE = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*(,|$)')
+_ESCAPE_RE = re.compile(r"\\(.)")
+_ESCAPES = {"\\": "\\", "n": "\n", '"': '"'}
+
+# Label sets repeat across scrapes of the same server; parsing each distinct one once
+# keeps the steady-state cost of a scrape low. Bounded so a churning target cannot grow it.
+_LABEL_CACHE: dict[str, dict[str, str]] = {}
+_LABEL_CACHE_MAX = 200_000
+
+
+class Sample(NamedTuple):
+    """One sample line. `labels` is shared between equal label sets: do not mutate it."""
+
+    name: str
+    labels: dict[str, str]
+    value: float
+    timestamp: float | None
+
+
+class ParseError(ValueError):
+    """A line that is not valid exposition format, with its 1-based line number."""
+
+    def __init__(self, line_number: int, line: str, reason: str) -> None:
+        shown = line if len(line) <= 120 else line[:117] + "..."
+        super().__init__(f"line {line_number}: {reason}: {shown!r}")
+        self.line_number = line_number
+
+
+def _unescape(value: str) -> str:
+    return _ESCAPE_RE.sub(lambda m: _ESCAPES.get(m.group(1), "\\" + m.group(1)), value)
+
+
+def parse_labels(section: str) -> dict[str, str]:
+    """Parse the text between `{` and `}`; raises ValueError when it is malformed."""
+    cached = _LABEL_CACHE.get(section)
+    if cached is not None:
+        return cached
+    labels: dict[str, str] = {}
+    pos = 0
+    end = len(section)
+    while pos < end:
+        m = _LABEL_RE.match(section, pos)
+        if m is None:
+            if section[pos:].strip() == "":
+                break
+            raise ValueError(f"malformed label at offset {pos}")
+        value = m.group(2)
+        labels[m.group(1)] = _unescape(value) if "\\" in value else value
+        pos = m.end()
+        if m.group(3) == "" and pos < end:
+            raise ValueError(f"missing comma at offset {pos}")
+    if len(_LABEL_CACHE) >= _LABEL_CACHE_MAX:
+        _LABEL_CACHE.clear()
+    _LABEL_CACHE[section] = labels
+    return labels
+
+
+def _parse_number(text: str) -> float:
+    if "_" in text:  # float() accepts 1_000; the exposition format does not
+        raise ValueError(f"invalid number {text!r}")
+    return float(text)
+
+
+def _parse_line(line: str) -> Sample:
+    brace = line.find("{")
+    if brace == -1:
+        parts = line.split()
+        name = parts[0]
+        labels: dict[str, str] = {}
+        rest = parts[1:]
+    else:
+        close = line.rfind("}")
+        if close < brace:
+            raise ValueError("unclosed label set")
+        name = line[:brace].strip()
+        labels = parse_labels(line[brace + 1 : close])
+        rest = line[close + 1 :].split()
+    if not name:
+        raise ValueError("missing metric name")
+    if not rest or len(rest) > 2:
+        raise ValueError("expected a value and an optional timestamp")
+    value = _parse_number(rest[0])
+    timestamp = _parse_number(rest[1]) / 1000 if len(rest) == 2 else None
+    return Sample(name, labels, value, timestamp)
+
+
+def wanted_names(families: Iterable[str]) -> frozenset[str]:
+    """Every sample name that belongs to the given families."""
+    return frozenset(f + suffix for f in families for suffix in FAMILY_SUFFIXES)
+
+
+def parse(text: str, families: Iterable[str] | None = None) -> list[Sample]:
+    """The samples of `text`, in order; only those of `families` when given.
+
+    A family name matches its samples with any of FAMILY_SUFFIXES, so asking for
+    `vllm:e2e_request_latency_seconds` returns its `_bucket`, `_sum`, `_count` and
+    `_created` samples. Raises ParseError on a malformed line of a wanted family;
+    lines of other families are skipped without being checked.
+    """
+    names = prefixes = None
+    if families is not None:
+        family_tuple = tuple(families)
+        if not family_tuple:
+            return []
+        prefixes = family_tuple
+        names = wanted_names(family_tuple)
+    samples: list[Sample] = []
+    for number, line in enumerate(text.split("\n"), 1):
+        if not line or line[0] == "#":
+            continue
+        if line[0] in " \t\r" or line[-1] in " \t\r":
+            line = line.strip()
+            if not line or line[0] == "#":
+                continue
+        if prefixes is not None and not line.startswith(prefixes):
+            continue
+        try:
+            sample = _parse_line(line)
+        except (ValueError, IndexError) as err:
+            raise ParseError(number, line, str(err)) from None
+        if names is None or sample.name in names:
+            samples.append(sample)
+    return samples
