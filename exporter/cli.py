@@ -1,0 +1,86 @@
+"""`batchscope-exporter`: scrape model servers, derive batching signals, serve them."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+
+from aiohttp import web
+
+from exporter.config import ConfigError, Settings, add_arguments, settings_from_args
+from exporter.runtime import Exporter
+from exporter.server import create_app
+
+log = logging.getLogger("batchscope.exporter")
+
+EPILOG = """examples:
+  batchscope-exporter --target http://127.0.0.1:8000/metrics --name llm --engine vllm \\
+      --cap 256 --budget-seconds 0.1
+  batchscope-exporter --config fleet.yaml --listen 127.0.0.1:9500
+
+Serves /metrics (Prometheus) and /api/v1/signals, /api/v1/history (JSON) on --listen."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="batchscope-exporter",
+        description="Scrape vLLM, peer engines and in-house batchers; export batching signals.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_arguments(parser)
+    parser.add_argument(
+        "--log-level", default="info", choices=["debug", "info", "warning", "error"],
+        help="log verbosity (default: info)",
+    )  # fmt: skip
+    return parser
+
+
+async def serve(settings: Settings) -> int:
+    """Run until SIGINT/SIGTERM; returns the exit code."""
+    exporter = Exporter(settings)
+    host, port = settings.listen_host_port()
+    runner = web.AppRunner(create_app(exporter), access_log=None)
+    await runner.setup()
+    try:
+        await web.TCPSite(runner, host, port).start()
+    except OSError as err:
+        await runner.cleanup()
+        print(f"batchscope-exporter: error: cannot listen on {host}:{port}: {err}", file=sys.stderr)
+        return 1
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    log.info(
+        "scraping %d target(s) every %g s; serving http://%s:%d/metrics and /api/v1/signals",
+        len(exporter.states), settings.interval_seconds, host, port,
+    )  # fmt: skip
+    try:
+        await exporter.run_forever(stop)
+    finally:
+        await runner.cleanup()
+    log.info("stopped")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    try:
+        settings = settings_from_args(args)
+    except ConfigError as err:
+        parser.exit(2, f"batchscope-exporter: error: {err}\n")
+    return asyncio.run(serve(settings))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,106 @@
+"""HTTP edge of the exporter: /metrics for Prometheus and a JSON API for the dashboard.
+
+Targets come from configuration only: the API selects a configured target by name and
+never fetches a URL it is given.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+
+from exporter.collector import SignalsCollector
+from exporter.runtime import Exporter
+
+INDEX = """<!doctype html><title>batchscope exporter</title>
+<h1>batchscope exporter</h1>
+<ul><li><a href="/metrics">/metrics</a> (Prometheus)</li>
+<li><a href="/api/v1/signals">/api/v1/signals</a> (current signals, JSON)</li>
+<li><a href="/api/v1/history">/api/v1/history</a> (?target=NAME, bounded history, JSON)</li>
+<li><a href="/api/v1/targets">/api/v1/targets</a> (configured targets)</li></ul>
+"""
+
+
+def finite(value: Any) -> Any:
+    """The value with NaN and infinities replaced by None, so the JSON stays valid."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [finite(v) for v in value]
+    return value
+
+
+def _json(data: Any, status: int = 200) -> web.Response:
+    return web.Response(
+        text=json.dumps(finite(data), allow_nan=False),
+        status=status,
+        content_type="application/json",
+    )
+
+
+def create_app(exporter: Exporter) -> web.Application:
+    """The exporter's web application over a running Exporter."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(SignalsCollector(exporter.current))
+
+    async def metrics(_: web.Request) -> web.Response:
+        body = generate_latest(registry)
+        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    async def signals(_: web.Request) -> web.Response:
+        return _json(
+            {
+                "generated_at": exporter.clock(),
+                "targets": [t.to_dict() for t in exporter.current()],
+            }
+        )
+
+    async def history(request: web.Request) -> web.Response:
+        name = request.query.get("target")
+        if name is None:
+            return _json({"targets": {n: exporter.history(n) for n in exporter.states}})
+        points = exporter.history(name)
+        if points is None:
+            return _json({"error": f"no configured target named {name!r}"}, status=404)
+        return _json({"target": name, "points": points})
+
+    async def targets(_: web.Request) -> web.Response:
+        return _json(
+            {
+                "targets": [
+                    {
+                        "name": s.target.name,
+                        "url": s.target.url,
+                        "engine": s.target.engine,
+                        "cap": s.target.cap,
+                        "budget_seconds": s.target.budget_seconds,
+                        "quantile": s.target.quantile,
+                        "histogram": s.target.histogram,
+                    }
+                    for s in exporter.states.values()
+                ],
+                "interval_seconds": exporter.settings.interval_seconds,
+                "window_seconds": exporter.settings.window_seconds,
+            }
+        )
+
+    async def index(_: web.Request) -> web.Response:
+        return web.Response(text=INDEX, content_type="text/html")
+
+    async def health(_: web.Request) -> web.Response:
+        return web.Response(text="ok\n")
+
+    app = web.Application()
+    app.router.add_get("/", index)
+    app.router.add_get("/health", health)
+    app.router.add_get("/metrics", metrics)
+    app.router.add_get("/api/v1/signals", signals)
+    app.router.add_get("/api/v1/history", history)
+    app.router.add_get("/api/v1/targets", targets)
+    return app

@@ -1,0 +1,191 @@
+"""The pure signal math: rates through restarts, quantiles, saturation, diagnosis."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from exporter.histogram import Histogram, histogram_delta, histogram_quantile
+from exporter.signals import (
+    SaturationState,
+    SignalSettings,
+    batch_size_distribution,
+    budget_utilization,
+    counter_increase,
+    diagnose,
+    execution_increase,
+    histogram_increase,
+    per_second,
+    running_vs_cap,
+    series_signals,
+    step_saturation,
+    throughput_gain,
+    total_series,
+)
+from exporter.snapshot import SeriesSnapshot
+
+INF = math.inf
+
+
+def hist(counts, bounds=(0.1, 0.5, 1.0, INF), total=None):
+    return Histogram(tuple(bounds), tuple(float(c) for c in counts), total or 0.0, counts[-1])
+
+
+def test_running_vs_cap_is_absent_without_a_cap() -> None:
+    assert running_vs_cap(8, 8) == 1.0
+    assert running_vs_cap(3, 8) == 0.375
+    assert running_vs_cap(3, None) is None
+    assert running_vs_cap(None, 8) is None
+
+
+def test_counter_reset_gives_no_negative_rate() -> None:
+    # 10 -> 15 (+5), restart to 3 (+3 since the restart), 3 -> 8 (+5)
+    assert counter_increase([10, 15, 3, 8]) == 13
+    assert per_second(counter_increase([10, 15, 3, 8]), 15.0) == pytest.approx(13 / 15)
+    assert counter_increase([7]) is None
+    assert counter_increase([None, 4, None]) is None
+
+
+def test_histogram_increase_counts_through_a_restart() -> None:
+    before = [hist([1, 2, 3, 3]), hist([2, 4, 6, 6])]
+    after_restart = [hist([0, 1, 1, 1]), hist([1, 2, 3, 4])]
+    inc = histogram_increase(before + after_restart)
+    # 3 observations before the restart, 4 after it (counted from zero)
+    assert inc.counts == (1 + 1, 2 + 2, 3 + 3, 3 + 4)
+    assert inc.count == 7
+
+
+def test_histogram_delta_and_quantile_match_promql_interpolation() -> None:
+    older = hist([10, 20, 30, 30])
+    newer = hist([10, 60, 100, 100])
+    delta = histogram_delta(newer, older)
+    assert delta.counts == (0, 40, 70, 70)
+    # rank 0.5*70 = 35 falls in (0.1, 0.5]: 0.1 + 0.4 * 35/40
+    assert histogram_quantile(0.5, delta) == pytest.approx(0.45)
+    # rank 0.99*70 = 69.3 falls in (0.5, 1.0]: 0.5 + 0.5 * (69.3-40)/30
+    assert histogram_quantile(0.99, delta) == pytest.approx(0.98833333)
+    # in the +Inf bucket: the largest finite bound, as PromQL
+    assert histogram_quantile(0.99, hist([0, 0, 1, 10])) == 1.0
+    assert histogram_quantile(0.99, hist([0, 0, 0, 0])) is None
+
+
+def test_budget_utilization() -> None:
+    assert budget_utilization(0.095, 0.1) == pytest.approx(0.95)
+    assert budget_utilization(None, 0.1) is None
+    assert budget_utilization(0.05, None) is None
+
+
+def _run(utilizations, start=0.0, step=5.0, **kw):
+    params = {"threshold": 0.95, "hold_seconds": 60.0, "release_margin": 0.05} | kw
+    state = SaturationState()
+    out = []
+    for i, u in enumerate(utilizations):
+        state = step_saturation(state, u, start + i * step, **params)
+        out.append(state.saturated)
+    return out
+
+
+def test_saturation_needs_the_hold_time_continuously() -> None:
+    # at >= 0.95 from t=0: saturated when t - 0 >= 60, i.e. the 13th evaluation (t=60)
+    flags = _run([0.96] * 14)
+    assert flags.index(True) == 12
+    # a dip below the threshold restarts the clock
+    flags = _run([0.96] * 10 + [0.5] + [0.96] * 13)
+    assert flags.index(True) == 11 + 12
+
+
+def test_saturation_hysteresis_does_not_flap_around_the_threshold() -> None:
+    flags = _run([0.96] * 13 + [0.93, 0.96, 0.92, 0.94, 0.91])
+    assert flags[12:] == [True] * 6  # 0.91..0.94 stay inside the band (> 0.90)
+    flags = _run([0.96] * 13 + [0.89])
+    assert flags[-1] is False
+
+
+def test_saturation_seconds_count_the_episode() -> None:
+    state = SaturationState()
+    for t in (0, 5, 10):
+        state = step_saturation(state, 1.2, t, threshold=0.95, hold_seconds=60,
+                                release_margin=0.05)  # fmt: skip
+    assert state.above_since == 0 and not state.saturated
+    assert step_saturation(state, None, 15, threshold=0.95, hold_seconds=60,
+                           release_margin=0.05) == SaturationState()  # fmt: skip
+
+
+def test_throughput_gain_against_batch_size_one() -> None:
+    # batch 1 costs 10 ms: 100 items/s; batches of 32 cost 20 ms: 1600 items/s
+    window = {32: (10.0, 0.2)}
+    cumulative = {1: (5.0, 0.05), 32: (10.0, 0.2)}
+    assert throughput_gain(window, cumulative) == pytest.approx(16.0)
+    assert throughput_gain(window, {32: (10.0, 0.2)}) is None
+    assert execution_increase({8: (4, 1.0)}, {8: (10, 2.5), 16: (1, 0.5)}) == {
+        8: (6, 1.5),
+        16: (1, 0.5),
+    }
+
+
+def test_batch_size_distribution_from_samples_and_from_a_histogram() -> None:
+    assert batch_size_distribution([8, 8, 3, 8], None) == [(3, 0.25), (8, 0.75)]
+    h = Histogram((1, 2, 4, INF), (2, 2, 8, 8), 30.0, 8)
+    assert batch_size_distribution([], h) == [(1, 0.25), (4, 0.75)]
+
+
+DIAG = dict(up=True, error=None, running=8, waiting=0, cap=8, kv_usage=0.1,
+            preemptions_per_second=0.0, budget_saturated=False, budget_utilization=0.3)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("changes", "state", "phrase"),
+    [
+        ({"up": False, "error": "timed out after 2 s"}, "down", "timed out after 2 s"),
+        ({"running": 0, "waiting": 0}, "idle", "no request"),
+        ({"budget_saturated": True, "budget_utilization": 1.1}, "budget_saturated", "110%"),
+        ({"running": 3, "waiting": 18, "kv_usage": 1.0, "preemptions_per_second": 2.5},
+         "memory_bound", "running 3 of cap 8 while 18 wait, KV cache 100% full and 2.50"),
+        ({"running": 8, "preemptions_per_second": 0.4}, "preempting", "0.40 preemptions/s"),
+        ({"running": 8, "waiting": 32}, "healthy", "running 8 of cap 8 with 32 waiting"),
+        ({"running": 3, "waiting": 5}, "batch_limited", "something else limits the batch"),
+        ({"running": 3, "waiting": 5, "cap": None}, "queueing", "configure the cap"),
+        ({"running": 2, "waiting": 0}, "underloaded", "little traffic"),
+    ],
+)  # fmt: skip
+def test_diagnosis_states(changes, state, phrase) -> None:
+    d = diagnose(**(DIAG | changes))
+    assert d.state == state
+    assert phrase in d.reason
+
+
+def _vllm(t_running, preempt, e2e_counts, tokens=None):
+    return SeriesSnapshot(
+        key=(("model_name", "m"),), engine="vllm", running=t_running[0],
+        waiting=t_running[1], preemptions_total=preempt, kv_usage=t_running[2],
+        requests_total=e2e_counts[-1],
+        latency={"e2e": hist(e2e_counts)}, output_tokens=tokens,
+    )  # fmt: skip
+
+
+def test_series_signals_over_a_window() -> None:
+    points = [
+        (100.0, _vllm((3, 10, 0.98), 10, [0, 0, 0, 0])),
+        (105.0, _vllm((3, 15, 0.99), 20, [0, 5, 10, 10])),
+        (110.0, _vllm((3, 18, 1.00), 40, [0, 10, 20, 20])),
+    ]
+    settings = SignalSettings(cap=8, budget_seconds=1.0)
+    signals, state = series_signals(points, settings, SaturationState(), 110.0)
+    assert signals.cap == 8 and signals.running_vs_cap == 0.375
+    assert signals.preemptions_per_second == pytest.approx(30 / 10)
+    assert signals.requests_per_second == pytest.approx(20 / 10)
+    # 20 observations: rank 19.8 in (0.5, 1.0] -> 0.5 + 0.5*(19.8-10)/10
+    assert signals.latency_seconds == pytest.approx(0.99)
+    assert signals.budget_utilization == pytest.approx(0.99)
+    assert state.above_since == 110.0 and not signals.budget_saturated
+    assert signals.diagnosis.state == "memory_bound"
+
+
+def test_total_adds_series_and_takes_the_fullest_kv_cache() -> None:
+    a = _vllm((8, 2, 0.5), 1, [1, 2, 3, 3])
+    b = _vllm((4, 0, 0.9), 2, [0, 1, 1, 1])
+    total = total_series([a, b], default_cap=8)
+    assert (total.running, total.waiting, total.preemptions_total, total.cap) == (12, 2, 3, 16)
+    assert total.kv_usage == 0.9
+    assert total.latency["e2e"].counts == (1, 3, 4, 4)
