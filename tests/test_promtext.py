@@ -25,8 +25,10 @@ def _reference(text: str, families: set[str] | None = None) -> list[tuple]:
     for family in text_string_to_metric_families(text):
         for s in family.samples:
             name = s.name
-            if family.type == "counter" and name == family.name + "_total" and (
-                f"\n{family.name}{{" in text or f"\n{family.name} " in text
+            if (
+                family.type == "counter"
+                and name == family.name + "_total"
+                and (f"\n{family.name}{{" in text or f"\n{family.name} " in text)
             ):
                 name = family.name
             out.append((name, s.labels, s.value, s.timestamp))
@@ -111,7 +113,7 @@ def test_edge_case_values_are_decoded() -> None:
     ("line", "reason"),
     [
         ('bad{a="x" 1', "unclosed label set"),
-        ('bad{a=x} 1', "malformed label"),
+        ("bad{a=x} 1", "malformed label"),
         ("bad 1 2 3", "expected a value"),
         ("bad one", "could not convert"),
         ("bad 1_000", "invalid number"),
@@ -125,7 +127,7 @@ def test_malformed_wanted_line_raises_with_its_line_number(line: str, reason: st
 
 
 def test_malformed_line_of_an_unwanted_family_is_skipped() -> None:
-    assert [s.value for s in promtext.parse('good 1\nbad{a=x} 1\n', ["good"])] == [1.0]
+    assert [s.value for s in promtext.parse("good 1\nbad{a=x} 1\n", ["good"])] == [1.0]
 
 
 def test_html_error_page_yields_no_samples_of_wanted_families() -> None:

@@ -1,0 +1,81 @@
+"""Synthetic vLLM 0.32-format /metrics payloads for scripted scenarios.
+
+Names, types, labels and bucket layouts are those of the real payload in
+tests/fixtures/vllm-0.32.0-cpu-load.txt; only the numbers are chosen by the test.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+E2E_BOUNDS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0,
+              60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0)  # fmt: skip
+TOKEN_BOUNDS = (1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0)
+LABELS = 'engine="0",model_name="tiny"'
+
+
+@dataclass
+class VllmState:
+    """Cumulative counters of a simulated vLLM server; the test advances them."""
+
+    running: float = 0.0
+    waiting: float = 0.0
+    kv_usage: float = 0.0
+    preemptions: float = 0.0
+    e2e: dict[float, float] = field(default_factory=dict)  # non-cumulative count per bound
+    e2e_sum: float = 0.0
+    tokens: dict[float, float] = field(default_factory=dict)
+    tokens_sum: float = 0.0
+
+    @property
+    def finished(self) -> float:
+        return sum(self.e2e.values())
+
+    def finish(self, n: int, latency: float, output_tokens: int) -> None:
+        """Record n requests finishing with this latency and output length."""
+        bound = next((b for b in E2E_BOUNDS if latency <= b), float("inf"))
+        self.e2e[bound] = self.e2e.get(bound, 0.0) + n
+        self.e2e_sum += n * latency
+        tbound = next((b for b in TOKEN_BOUNDS if output_tokens <= b), float("inf"))
+        self.tokens[tbound] = self.tokens.get(tbound, 0.0) + n
+        self.tokens_sum += n * output_tokens
+
+
+def _histogram(name: str, bounds: tuple[float, ...], counts: dict[float, float], total: float,
+               help_text: str) -> list[str]:  # fmt: skip
+    lines = [f"# HELP {name} {help_text}", f"# TYPE {name} histogram"]
+    cumulative = 0.0
+    for b in (*bounds, float("inf")):
+        cumulative += counts.get(b, 0.0)
+        le = "+Inf" if b == float("inf") else repr(b)
+        lines.append(f'{name}_bucket{{engine="0",le="{le}",model_name="tiny"}} {cumulative}')
+    lines.append(f"{name}_count{{{LABELS}}} {cumulative}")
+    lines.append(f"{name}_sum{{{LABELS}}} {total}")
+    return lines
+
+
+def render(s: VllmState) -> str:
+    """The payload a vLLM 0.32 server in this state would serve."""
+    lines = [
+        "# HELP vllm:num_requests_running Number of requests in model execution batches.",
+        "# TYPE vllm:num_requests_running gauge",
+        f"vllm:num_requests_running{{{LABELS}}} {s.running}",
+        "# HELP vllm:num_requests_waiting Number of requests waiting to be processed.",
+        "# TYPE vllm:num_requests_waiting gauge",
+        f"vllm:num_requests_waiting{{{LABELS}}} {s.waiting}",
+        "# HELP vllm:kv_cache_usage_perc KV-cache usage. 1 means 100 percent usage.",
+        "# TYPE vllm:kv_cache_usage_perc gauge",
+        f"vllm:kv_cache_usage_perc{{{LABELS}}} {s.kv_usage}",
+        "# HELP vllm:num_preemptions_total Cumulative number of preemption from the engine.",
+        "# TYPE vllm:num_preemptions_total counter",
+        f"vllm:num_preemptions_total{{{LABELS}}} {s.preemptions}",
+        "# HELP vllm:request_success_total Count of successfully processed requests.",
+        "# TYPE vllm:request_success_total counter",
+        f'vllm:request_success_total{{engine="0",finished_reason="length",model_name="tiny"}} '
+        f"{s.finished}",
+    ]
+    lines += _histogram("vllm:e2e_request_latency_seconds", E2E_BOUNDS, s.e2e, s.e2e_sum,
+                        "Histogram of e2e request latency in seconds.")  # fmt: skip
+    lines += _histogram("vllm:request_generation_tokens", TOKEN_BOUNDS, s.tokens, s.tokens_sum,
+                        "Number of generation tokens processed.")  # fmt: skip
+    return "\n".join(lines) + "\n"
