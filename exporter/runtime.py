@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import glob
 import logging
 import time
 from collections import deque
@@ -16,7 +15,7 @@ from dataclasses import dataclass, field
 
 import aiohttp
 
-from exporter.config import ConfigError, Settings, Target, load_file_sd
+from exporter.config import ConfigError, Settings, Target, expand_file_sd, load_file_sd
 from exporter.engines import UnrecognisedPayload, read_series
 from exporter.promtext import ParseError
 from exporter.scrape import scrape
@@ -103,14 +102,16 @@ class Exporter:
     # -- target set -------------------------------------------------------------
 
     def _reload_file_sd(self) -> None:
-        for pattern in self.settings.file_sd:
-            for path in sorted(glob.glob(pattern)) or [pattern]:
-                try:
-                    self._file_sd_targets[path] = load_file_sd(path)
-                except ConfigError as err:
-                    # Keep the last good targets of this file: a half-written file must not
-                    # drop a fleet from monitoring.
-                    log.warning("file_sd %s not reloaded: %s", path, err)
+        current = {str(p) for p in expand_file_sd(self.settings.file_sd)}
+        for gone in set(self._file_sd_targets) - current:
+            del self._file_sd_targets[gone]  # a deleted file takes its targets with it
+        for path in sorted(current):
+            try:
+                self._file_sd_targets[path] = load_file_sd(path)
+            except ConfigError as err:
+                # Keep the last good targets of this file: a half-written file must not
+                # drop a fleet from monitoring.
+                log.warning("file_sd %s not reloaded: %s", path, err)
 
     def targets(self) -> list[Target]:
         found = list(self.settings.targets)

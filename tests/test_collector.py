@@ -1,0 +1,96 @@
+"""The exporter's /metrics exposition over signals computed from real payloads."""
+
+from __future__ import annotations
+
+import pytest
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from exporter.collector import SignalsCollector
+from exporter.engines import read_series
+from exporter.signals import DIAGNOSIS_STATES, SignalSettings
+from exporter.snapshot import Snapshot
+from exporter.target import evaluate_target
+from tests.conftest import fixture_text
+
+
+def exposition(settings: SignalSettings, payloads: list[str], up: bool = True) -> dict:
+    """Samples by (name, frozenset(labels)) after evaluating the payloads 5 s apart."""
+    snapshots, states, signals = [], {}, None
+    for i, name in enumerate(payloads):
+        t = 100.0 + 5 * i
+        if up:
+            snap = Snapshot("llm", t, True, read_series(fixture_text(name)))
+        else:
+            snap = Snapshot("llm", t, False, error="timed out after 4 s")
+        snapshots.append(snap)
+        signals, states = evaluate_target("llm", "http://x", snapshots, settings, states, t)
+    registry = CollectorRegistry()
+    registry.register(SignalsCollector(lambda: [signals]))
+    text = generate_latest(registry).decode()
+    return {
+        (s.name, frozenset(s.labels.items())): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+
+SERIES = {"target": "llm", "model_name": "/tmp/tinyllama", "engine": "0"}
+TOTAL = {"target": "llm"}
+
+
+def sample(samples: dict, name: str, **labels):
+    return samples.get((name, frozenset(labels.items())))
+
+
+PAYLOADS = ["vllm-0.32.0-cpu-idle.txt", "vllm-0.32.0-cpu-load.txt", "vllm-0.32.0-cpu-after.txt"]
+
+
+def test_exposition_of_a_loaded_vllm_with_cap_and_budget() -> None:
+    s = exposition(SignalSettings(cap=8, budget_seconds=2.0), PAYLOADS[:2])
+    for labels in (SERIES, TOTAL):
+        assert sample(s, "batchscope_running_requests", **labels) == 8.0
+        assert sample(s, "batchscope_waiting_requests", **labels) == 32.0
+        assert sample(s, "batchscope_batch_cap", **labels) == 8.0
+        assert sample(s, "batchscope_running_vs_cap_ratio", **labels) == 1.0
+        assert sample(s, "batchscope_preemptions_per_second", **labels) == 0.0
+        assert sample(s, "batchscope_budget_saturated", **labels) == 0.0
+        # 20 requests finished between idle and load, p99 from the e2e histogram delta
+        latency = sample(
+            s, "batchscope_latency_seconds", quantile="0.99", histogram="e2e", **labels
+        )
+        # 18 of 20 in (0, 0.3], 2 in (0.3, 0.5]: rank 19.8 -> 0.3 + 0.2 * (19.8 - 18) / 2
+        assert latency == pytest.approx(0.48)
+        assert sample(s, "batchscope_budget_utilization_ratio", **labels) == pytest.approx(0.24)
+        states = {
+            st: sample(s, "batchscope_diagnosis", state=st, **labels) for st in DIAGNOSIS_STATES
+        }
+        assert states.pop("healthy") == 1.0 and set(states.values()) == {0.0}
+        for bound in ("estimate", "lower", "upper"):
+            assert 0 < sample(s, "batchscope_static_utilization_ratio", bound=bound, **labels) <= 1
+    assert sample(s, "batchscope_target_up", target="llm") == 1.0
+
+
+def test_unknowable_values_are_absent_not_made_up() -> None:
+    # no cap, no budget, and no finished request between two identical idle scrapes
+    s = exposition(SignalSettings(), ["vllm-0.32.0-cpu-idle.txt"] * 2)
+    names = {name for name, _ in s}
+    for absent in (
+        "batchscope_batch_cap",
+        "batchscope_running_vs_cap_ratio",
+        "batchscope_latency_seconds",
+        "batchscope_budget_utilization_ratio",
+        "batchscope_static_utilization_ratio",
+        "batchscope_continuous_batching_gain_ratio",
+        "batchscope_throughput_gain_ratio",
+    ):
+        assert absent not in names, absent
+    assert sample(s, "batchscope_running_requests", **SERIES) == 0.0
+    assert sample(s, "batchscope_diagnosis", state="idle", **TOTAL) == 1.0
+
+
+def test_a_down_target_exports_up_0_and_the_down_state_only() -> None:
+    s = exposition(SignalSettings(cap=8), ["vllm-0.32.0-cpu-idle.txt"], up=False)
+    assert sample(s, "batchscope_target_up", target="llm") == 0.0
+    assert sample(s, "batchscope_diagnosis", state="down", **TOTAL) == 1.0
+    assert sample(s, "batchscope_running_requests", **TOTAL) is None
