@@ -383,7 +383,9 @@ def series_signals(
     t_last, last = points[-1]
     span = t_last - t_first
     cap = last.cap if last.cap is not None else settings.cap
-    budget = settings.budget_seconds if settings.budget_seconds is not None else last.budget_seconds
+    # An engine's own published setting (an in-house batcher's cap or budget) wins;
+    # configuration fills in what the engine does not say.
+    budget = last.budget_seconds if last.budget_seconds is not None else settings.budget_seconds
 
     items = counter_increase([p.items_total for _, p in points])
     batches = counter_increase([p.batches_total for _, p in points])

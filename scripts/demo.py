@@ -1,0 +1,146 @@
+"""`make demo`: the bundled demo server under varying load, the exporter, live signals.
+
+Starts `batchscope-demo-server` (continuous batching, a small KV cache so memory
+pressure shows), `batchscope-exporter` pointed at it, and load generators that cycle
+through light, heavy and overload phases; prints the exporter's signals every few
+seconds until Ctrl-C or --duration. Everything binds 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+BIN = Path(sys.executable).parent
+
+# (name, seconds, completions per second, max_tokens drawn from, embeddings per second)
+PHASES = (
+    ("light", 30, 1, "16,64", 5),
+    ("heavy", 60, 12, "32,128,256", 200),
+    ("overload", 60, 30, "64,256,400", 600),
+)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_http(url: str, seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(url, timeout=2):
+                return
+        except (urllib.error.URLError, OSError):
+            time.sleep(0.5)
+    raise SystemExit(f"demo: {url} did not come up within {seconds:.0f} s")
+
+
+def fmt(value, spec: str = ".2f") -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def show(signals: dict) -> None:
+    """One line per series: what an operator reads first."""
+    for target in signals["targets"]:
+        if not target["up"]:
+            print(f"  {target['target']}: DOWN ({target['error']})")
+            continue
+        for s in target["series"]:
+            name = s["labels"].get("batcher") or s["labels"].get("model_name", "total")
+            print(
+                f"  {name:>12} | {s['diagnosis']['state']:<16} | running {fmt(s['running'], '.0f')}"
+                f"/{fmt(s['cap'], '.0f')} (ratio {fmt(s['running_vs_cap'])}) "
+                f"waiting {fmt(s['waiting'], '.0f')} | p99 {fmt(s['latency_seconds'], '.3f')} s "
+                f"budget {fmt(s['budget_utilization'])} | preempt/s "
+                f"{fmt(s['preemptions_per_second'])} | kv {fmt(s['kv_cache_usage'])}"
+            )
+            print(f"  {'':>12}   {s['diagnosis']['reason']}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="cpu", help="demo server device: cpu or sim:h200")
+    parser.add_argument("--duration", type=float, default=0, help="stop after N s (0: Ctrl-C)")
+    parser.add_argument("--exporter-port", type=int, default=9500)
+    args = parser.parse_args(argv)
+
+    server_port = free_port()
+    server = f"http://127.0.0.1:{server_port}"
+    exporter = f"http://127.0.0.1:{args.exporter_port}"
+    procs: list[subprocess.Popen] = []
+
+    def start(*cmd: str) -> subprocess.Popen:
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        procs.append(proc)
+        return proc
+
+    def stop_all(*_: object) -> None:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        for proc in procs:
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    try:
+        print(f"demo: starting the demo server on {server} (device {args.device})")
+        start(str(BIN / "batchscope-demo-server"), "--port", str(server_port),
+              "--batching", "continuous", "--max-num-seqs", "8", "--kv-cache-tokens", "2048",
+              "--embed-batching", "adaptive", "--latency-budget-ms", "50",
+              "--device", args.device)  # fmt: skip
+        wait_http(f"{server}/health", 120)
+        print(f"demo: starting the exporter on {exporter}")
+        start(str(BIN / "batchscope-exporter"), "--target", f"{server}/metrics",
+              "--name", "demo", "--cap", "8", "--budget-seconds", "10",
+              "--listen", f"127.0.0.1:{args.exporter_port}", "--interval", "2",
+              "--window-seconds", "20", "--hold-seconds", "20")  # fmt: skip
+        wait_http(f"{exporter}/health", 30)
+        print(f"demo: signals at {exporter}/api/v1/signals, Prometheus text at {exporter}/metrics")
+        print("demo: Ctrl-C stops everything\n")
+        started = time.monotonic()
+        phase_index = 0
+        while not args.duration or time.monotonic() - started < args.duration:
+            name, seconds, rate, max_tokens, embed_rate = PHASES[phase_index % len(PHASES)]
+            phase_index += 1
+            print(f"demo: phase {name}: {rate} completions/s of {max_tokens} tokens, "
+                  f"{embed_rate} embeddings/s, {seconds} s")  # fmt: skip
+            load = [
+                start(str(BIN / "batchscope-loadgen"), "--url", server, "--endpoint",
+                      "completions", "--rates", str(rate), "--duration", str(seconds),
+                      "--max-tokens", max_tokens, "--seed", str(phase_index)),
+                start(str(BIN / "batchscope-loadgen"), "--url", server, "--endpoint",
+                      "embeddings", "--rates", str(embed_rate), "--duration", str(seconds),
+                      "--seed", str(phase_index)),
+            ]  # fmt: skip
+            while any(p.poll() is None for p in load):
+                time.sleep(5)
+                try:
+                    with urllib.request.urlopen(f"{exporter}/api/v1/signals", timeout=5) as r:
+                        show(json.load(r))
+                except (urllib.error.URLError, OSError) as err:
+                    print(f"  exporter unreachable: {err}")
+                if args.duration and time.monotonic() - started >= args.duration:
+                    break
+    except KeyboardInterrupt:
+        print("\ndemo: stopping")
+    finally:
+        stop_all()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
