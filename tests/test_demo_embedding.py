@@ -1,0 +1,737 @@
+"""The demo server's embedding batchers (fixed and adaptive) and the load generator.
+
+Batcher tests run in-process, without HTTP. Where timing matters the model is a fake
+whose cost is a sleep we choose; one group runs the real seeded encoder.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import random
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+import pytest
+import torch
+from aiohttp import web
+from prometheus_client import CollectorRegistry
+
+from demo_server import loadgen
+from demo_server.devices import select_device
+from demo_server.embedding import (
+    BUDGET_HEADROOM,
+    FAIL_MARKER,
+    ArrivalRate,
+    Batcher,
+    CostCurve,
+    EmbeddingService,
+    Encoder,
+    ItemError,
+    QueueFull,
+    ServiceStopping,
+    adaptive_decision,
+    fixed_decision,
+    run_isolating_failures,
+)
+from exporter.instrumentation import BatcherMetrics
+
+pytestmark = pytest.mark.timeout(60)
+
+NAME = "embeddings"
+
+
+# --- helpers -------------------------------------------------------------------------
+
+
+def sample(registry: CollectorRegistry, name: str, **labels: str) -> float:
+    """A sample's value, 0 when the series does not exist yet."""
+    value = registry.get_sample_value(name, {"batcher": NAME, **labels})
+    return 0.0 if value is None else value
+
+
+def outcomes(registry: CollectorRegistry) -> dict[str, float]:
+    return {
+        outcome: sample(registry, "batchscope_batcher_requests_total", outcome=outcome)
+        for outcome in ("ok", "error", "rejected", "cancelled")
+    }
+
+
+def triggers(registry: CollectorRegistry) -> dict[str, float]:
+    return {
+        trigger: sample(registry, "batchscope_batcher_batches_total", trigger=trigger)
+        for trigger in ("full", "timeout", "budget")
+    }
+
+
+def make_batcher(
+    run: Callable[[list[str]], list[list[float]]],
+    registry: CollectorRegistry,
+    *,
+    mode: str = "fixed",
+    max_batch_size: int = 8,
+    max_wait_ms: float = 5.0,
+    latency_budget_ms: float = 50.0,
+    max_queue: int = 1000,
+    cost_prior: dict[int, float] | None = None,
+) -> Batcher:
+    metrics = BatcherMetrics(NAME, max_batch_size=max_batch_size, registry=registry)
+    return Batcher(
+        run,
+        mode=mode,
+        max_batch_size=max_batch_size,
+        max_wait_ms=max_wait_ms,
+        latency_budget_ms=latency_budget_ms,
+        max_queue=max_queue,
+        metrics=metrics,
+        cost_prior=cost_prior,
+    )
+
+
+class FakeModel:
+    """Records each batch it sees, sleeps `cost_s(batch size)`, returns [len(text)]."""
+
+    def __init__(self, cost_s: Callable[[int], float] = lambda size: 0.0) -> None:
+        self.cost_s = cost_s
+        self.batches: list[list[str]] = []
+
+    def __call__(self, texts: list[str]) -> list[list[float]]:
+        self.batches.append(list(texts))
+        time.sleep(self.cost_s(len(texts)))
+        return [[float(len(text))] for text in texts]
+
+
+class GatedModel(FakeModel):
+    """A fake model that holds every batch until `gate` is set: the next batch queues."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = threading.Event()
+
+    def __call__(self, texts: list[str]) -> list[list[float]]:
+        self.batches.append(list(texts))
+        self.gate.wait(10)
+        return [[float(len(text))] for text in texts]
+
+
+async def until(condition: Callable[[], bool], timeout_s: float = 5.0) -> None:
+    deadline = time.perf_counter() + timeout_s
+    while not condition():
+        assert time.perf_counter() < deadline, "condition not met in time"
+        await asyncio.sleep(0.001)
+
+
+async def poisson_load(
+    batcher: Batcher, rate_per_s: float, duration_s: float, seed: int
+) -> list[float]:
+    """Open-loop arrivals of one-text requests; each request's latency in seconds."""
+    rng = random.Random(seed)
+    latencies: list[float] = []
+
+    async def one(scheduled_at: float) -> None:
+        await batcher.submit(["x" * 20])
+        latencies.append(time.perf_counter() - scheduled_at)
+
+    tasks = []
+    start = time.perf_counter()
+    for offset in loadgen.arrival_times(rate_per_s, duration_s, rng):
+        delay = start + offset - time.perf_counter()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        tasks.append(asyncio.create_task(one(start + offset)))
+    await asyncio.gather(*tasks)
+    return latencies
+
+
+@pytest.fixture
+def one_torch_thread() -> Iterator[None]:
+    """The real encoder on one thread: two threads on a shared 2-core box thrash."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
+
+
+# --- pure decisions and estimates ------------------------------------------------------
+
+
+def flat_2ms(size: int) -> float:
+    """A GPU-like cost: the same for any batch size."""
+    return 0.002
+
+
+def linear(size: int) -> float:
+    """A CPU-like cost: 1 ms plus 0.5 ms per item."""
+    return 0.001 + 0.0005 * size
+
+
+def test_fixed_decision_fires_full_at_max_size_and_timeout_at_max_wait() -> None:
+    assert fixed_decision(0, 0.0, 8, 0.005).fire is False
+    assert fixed_decision(8, 0.0, 8, 0.005) == fixed_decision(9, 0.0, 8, 0.005)
+    assert fixed_decision(8, 0.0, 8, 0.005).trigger == "full"
+    assert fixed_decision(3, 0.005, 8, 0.005).trigger == "timeout"
+    waiting = fixed_decision(3, 0.002, 8, 0.005)
+    assert not waiting.fire
+    assert waiting.wait_s == pytest.approx(0.003)
+    assert waiting.target_size == 8
+
+
+def test_adaptive_decision_fires_at_once_when_the_next_item_would_arrive_too_late() -> None:
+    # At 5 items/s the next one is 200 ms away; the budget is 50 ms.
+    decision = adaptive_decision(1, 0.0, 5.0, flat_2ms, 0.050, 128)
+    assert decision.fire and decision.trigger == "budget"
+    # Nothing is arriving (or the service is draining): waiting cannot help.
+    assert adaptive_decision(3, 0.0, 0.0, flat_2ms, 0.050, 128).trigger == "budget"
+
+
+def test_adaptive_decision_waits_for_the_largest_batch_that_fits_the_budget() -> None:
+    usable = 0.050 * (1 - BUDGET_HEADROOM)  # 45 ms
+    # 2000 items/s: k items form in (k-1)/2000 s; (k-1)/2000 + 2 ms <= 45 ms -> k = 87.
+    decision = adaptive_decision(1, 0.0, 2000.0, flat_2ms, 0.050, 128)
+    assert not decision.fire
+    assert decision.target_size == 87
+    assert decision.wait_s == pytest.approx(86 / 2000)
+    assert (decision.target_size - 1) / 2000 + 0.002 <= usable
+    # A cost that grows with size (a CPU): (k-1)/1000 + 1 ms + 0.5 ms*k <= 45 ms -> k = 30.
+    assert adaptive_decision(1, 0.0, 1000.0, linear, 0.050, 128).target_size == 30
+    # The same traffic 30 ms later: less budget left, a smaller batch: k = 10.
+    assert adaptive_decision(1, 0.030, 1000.0, linear, 0.050, 128).target_size == 10
+    # 44 ms waited: no batch can form and finish in the last 1 ms, so fire.
+    assert adaptive_decision(10, 0.044, 1000.0, linear, 0.050, 128).trigger == "budget"
+    # Max size reached: fire full, whatever the budget says.
+    assert adaptive_decision(128, 0.0, 2000.0, flat_2ms, 0.050, 128).trigger == "full"
+    # The plan never exceeds max_batch_size.
+    assert adaptive_decision(1, 0.0, 1e6, flat_2ms, 0.050, 16).target_size == 16
+
+
+def test_arrival_rate_settles_on_a_steady_rate_and_decays_when_traffic_stops() -> None:
+    rate = ArrivalRate(window_s=1.0)
+    assert rate.rate(0.0) == 0.0
+    for i in range(500):  # 100 items/s for 5 s
+        rate.record(i / 100.0)
+    assert rate.rate(4.99) == pytest.approx(100.0, rel=0.02)
+    assert rate.rate(5.99) == pytest.approx(100.0 / math.e, rel=0.02)
+    rate.record(6.0, count=10)  # a burst of 10 adds 10 / window
+    assert rate.rate(6.0) == pytest.approx(100.0 * math.exp(-1.01) + 10.0, rel=0.02)
+
+
+def test_cost_curve_interpolates_between_measured_sizes_and_learns_by_ewma() -> None:
+    curve = CostCurve()
+    assert curve.estimate(8) == 0.0
+    curve.observe(1, 0.002)
+    curve.observe(16, 0.004)
+    assert curve.estimate(1) == 0.002
+    assert curve.estimate(8) == pytest.approx(0.002 + 7 / 15 * 0.002)
+    assert curve.estimate(32) == pytest.approx(0.008)  # no gain assumed past 16
+    curve.observe(16, 0.014)  # one slow batch moves the estimate by the smoothing share
+    assert curve.estimate(16) == pytest.approx(0.004 + 0.2 * 0.010)
+    assert curve.points() == {1: 0.002, 16: pytest.approx(0.006)}
+
+
+def test_a_failure_without_an_index_is_found_by_splitting_the_batch() -> None:
+    calls: list[int] = []
+
+    def run(texts: list[str]) -> list[str]:
+        calls.append(len(texts))
+        if "bad" in texts:
+            raise RuntimeError("boom")
+        return [text.upper() for text in texts]
+
+    results = run_isolating_failures(run, ["a", "b", "c", "bad", "d", "e", "f", "g"])
+    assert [r for r in results if not isinstance(r, ItemError)] == list("ABCDEFG")
+    assert isinstance(results[3], ItemError)
+    assert "RuntimeError: boom" in str(results[3])
+    assert calls == [8, 4, 2, 2, 1, 1, 4]  # halves down to the bad one; the rest in one go
+
+
+# --- the batcher with a fake model -----------------------------------------------------
+
+
+def test_fixed_batcher_fires_full_at_max_batch_size() -> None:
+    async def scenario() -> None:
+        registry = CollectorRegistry()
+        model = FakeModel()
+        batcher = make_batcher(model, registry, max_batch_size=4, max_wait_ms=10_000)
+        await batcher.start()
+        started = time.perf_counter()
+        results = await asyncio.gather(*(batcher.submit([f"t{i}"]) for i in range(4)))
+        assert time.perf_counter() - started < 1.0  # did not wait for the 10 s timer
+        assert results == [[[2.0]]] * 4
+        assert [len(b) for b in model.batches] == [4]
+        assert triggers(registry) == {"full": 1, "timeout": 0, "budget": 0}
+        assert sample(registry, "batchscope_batcher_batch_size_sum") == 4
+        assert outcomes(registry)["ok"] == 4
+        await batcher.stop()
+
+    asyncio.run(scenario())
+
+
+def test_fixed_batcher_fires_on_timeout_after_max_wait() -> None:
+    async def scenario() -> None:
+        registry = CollectorRegistry()
+        batcher = make_batcher(FakeModel(), registry, max_batch_size=8, max_wait_ms=50)
+        await batcher.start()
+        await batcher.submit(["alone"])
+        await batcher.stop()
+        assert triggers(registry) == {"full": 0, "timeout": 1, "budget": 0}
+        waited = sample(registry, "batchscope_batcher_queue_wait_seconds_sum")
+        assert 0.050 <= waited < 0.090
+        assert sample(registry, "batchscope_batcher_max_wait_seconds") == 0.050
+
+    asyncio.run(scenario())
+
+
+def test_adaptive_batcher_fires_at_once_under_light_traffic() -> None:
+    async def scenario() -> None:
+        registry = CollectorRegistry()
+        model = FakeModel(lambda size: 0.002)
+        batcher = make_batcher(
+            model,
+            registry,
+            mode="adaptive",
+            max_batch_size=64,
+            latency_budget_ms=50,
+            cost_prior={1: 0.002},
+        )
+        await batcher.start()
+        for _ in range(10):  # about 12 requests/s: the next one is 80 ms away
+            await batcher.submit(["light"])
+            await asyncio.sleep(0.080)
+        await batcher.stop()
+        assert [len(b) for b in model.batches] == [1] * 10
+        assert triggers(registry) == {"full": 0, "timeout": 0, "budget": 10}
+        mean_wait = sample(registry, "batchscope_batcher_queue_wait_seconds_sum") / 10
+        assert mean_wait < 0.005  # budget 50 ms, no waiting for company
+        assert sample(registry, "batchscope_batcher_latency_budget_seconds") == 0.050
+        # The adaptive policy does not use max_wait, so it does not claim one.
+        assert (
+            registry.get_sample_value("batchscope_batcher_max_wait_seconds", {"batcher": NAME})
+            is None
+        )
+
+    asyncio.run(scenario())
+
+
+def test_adaptive_batcher_grows_batches_under_heavy_traffic_within_the_budget() -> None:
+    budget_s = 0.100
+
+    def gpu_like(size: int) -> float:  # 2 ms at batch 1, ~3.3 ms at 64: batching is cheap
+        return 0.002 + 0.00002 * size
+
+    async def scenario() -> None:
+        registry = CollectorRegistry()
+        model = FakeModel(gpu_like)
+        batcher = make_batcher(
+            model,
+            registry,
+            mode="adaptive",
+            max_batch_size=64,
+            latency_budget_ms=budget_s * 1000,
+            cost_prior={1: gpu_like(1), 64: gpu_like(64)},
+        )
+        await batcher.start()
+        light = await poisson_load(batcher, rate_per_s=5, duration_s=1.0, seed=1)
+        light_batches = len(model.batches)
+        heavy = await poisson_load(batcher, rate_per_s=600, duration_s=1.5, seed=2)
+        await batcher.stop()
+        light_sizes = [len(b) for b in model.batches[:light_batches]]
+        heavy_sizes = [len(b) for b in model.batches[light_batches:]]
+        assert max(light_sizes) <= 2
+        assert loadgen.percentile(light, 50) < 0.010
+        # 600 items/s against a 100 ms budget: batches of tens, fired by the budget.
+        assert len(heavy) > 800
+        assert sum(heavy_sizes) / len(heavy_sizes) > 20
+        assert triggers(registry)["budget"] > 0
+        # p99 within budget, as the batcher's own latency histogram shows it.
+        within = sample(registry, "batchscope_batcher_request_latency_seconds_bucket", le="0.1")
+        total = sample(registry, "batchscope_batcher_request_latency_seconds_count")
+        assert total == len(light) + len(heavy)
+        assert within / total >= 0.99
+
+    asyncio.run(scenario())
+
+
+def test_queue_full_rejects_and_counts_without_queueing() -> None:
+    async def scenario() -> None:
+        registry = CollectorRegistry()
+        model = GatedModel()
+        batcher = make_batcher(model, registry, max_batch_size=1, max_wait_ms=0, max_queue=4)
+        await batcher.start()
+        running = asyncio.create_task(batcher.submit(["first"]))
+        await until(lambda: len(model.batches) == 1)
+        queued = [asyncio.create_task(batcher.submit([f"q{i}"])) for i in range(4)]
+        await until(lambda: batcher.snapshot()["queue_depth"] == 4)
+        with pytest.raises(QueueFull) as raised:
+            await batcher.submit(["one", "too many"])
+        assert raised.value.retry_after_s >= 1
+        assert sample(registry, "batchscope_batcher_queue_depth") == 4
+        assert outcomes(registry)["rejected"] == 2
+        model.gate.set()
+        await asyncio.gather(running, *queued)
+        await batcher.stop()
+        assert outcomes(registry) == {"ok": 5, "error": 0, "rejected": 2, "cancelled": 0}
+
+    asyncio.run(scenario())
+
+
+def test_a_cancelled_caller_leaves_the_queue_and_its_slot_goes_to_the_next_item() -> None:
+    async def scenario() -> None:
+        registry = CollectorRegistry()
+        model = GatedModel()
+        batcher = make_batcher(model, registry, max_batch_size=2, max_wait_ms=0)
+        await batcher.start()
+        first = asyncio.create_task(batcher.submit(["A"]))
+        await until(lambda: len(model.batches) == 1)
+        b, c, d = (asyncio.create_task(batcher.submit([t])) for t in "BCD")
+        await until(lambda: batcher.snapshot()["queue_depth"] == 3)
+        c.cancel()
+        await asyncio.wait([c])
+        assert batcher.snapshot()["queue_depth"] == 2
+        assert outcomes(registry)["cancelled"] == 1
+        model.gate.set()
+        await asyncio.gather(first, b, d)
+        await batcher.stop()
+        assert model.batches == [["A"], ["B", "D"]]  # C never ran, its slot went to D
+        assert outcomes(registry) == {"ok": 3, "error": 0, "rejected": 0, "cancelled": 1}
+
+    asyncio.run(scenario())
+
+
+def test_a_caller_cancelled_while_its_batch_runs_counts_cancelled_not_ok() -> None:
+    async def scenario() -> None:
+        registry = CollectorRegistry()
+        model = GatedModel()
+        batcher = make_batcher(model, registry, max_batch_size=2, max_wait_ms=0)
+        await batcher.start()
+        gone = asyncio.create_task(batcher.submit(["A"]))
+        await until(lambda: len(model.batches) == 1)
+        gone.cancel()
+        model.gate.set()
+        await batcher.stop()
+        assert outcomes(registry) == {"ok": 0, "error": 0, "rejected": 0, "cancelled": 1}
+
+    asyncio.run(scenario())
+
+
+def test_configure_changes_the_next_batch_without_a_restart() -> None:
+    async def scenario() -> None:
+        registry = CollectorRegistry()
+        model = GatedModel()
+        batcher = make_batcher(model, registry, max_batch_size=8, max_wait_ms=0)
+        await batcher.start()
+        first = asyncio.create_task(batcher.submit(["A"]))
+        await until(lambda: len(model.batches) == 1)
+        rest = [asyncio.create_task(batcher.submit([f"r{i}"])) for i in range(6)]
+        await until(lambda: batcher.snapshot()["queue_depth"] == 6)
+        batcher.configure(max_batch_size=3, max_wait_ms=20)
+        model.gate.set()
+        await asyncio.gather(first, *rest)
+        await batcher.stop()
+        assert [len(b) for b in model.batches] == [1, 3, 3]
+        assert sample(registry, "batchscope_batcher_max_batch_size") == 3
+        assert sample(registry, "batchscope_batcher_max_wait_seconds") == 0.020
+        assert batcher.snapshot()["config"]["max_batch_size"] == 3
+        with pytest.raises(ValueError, match="max_batch_size"):
+            batcher.configure(max_batch_size=0)
+        with pytest.raises(ValueError, match="latency_budget_ms"):
+            batcher.configure(latency_budget_ms=0)
+
+    asyncio.run(scenario())
+
+
+def test_stop_with_drain_finishes_queued_items_and_then_refuses_new_ones() -> None:
+    async def scenario() -> None:
+        registry = CollectorRegistry()
+        model = GatedModel()
+        batcher = make_batcher(model, registry, max_batch_size=2, max_wait_ms=0)
+        await batcher.start()
+        callers = [asyncio.create_task(batcher.submit([f"d{i}"])) for i in range(5)]
+        await until(lambda: len(model.batches) == 1)
+        stopping = asyncio.create_task(batcher.stop(drain=True))
+        await asyncio.sleep(0.01)
+        with pytest.raises(ServiceStopping):
+            await batcher.submit(["late"])
+        model.gate.set()
+        await stopping
+        assert [len(r) for r in await asyncio.gather(*callers)] == [1] * 5
+        assert outcomes(registry)["ok"] == 5
+
+    asyncio.run(scenario())
+
+
+def test_stop_without_drain_rejects_queued_items() -> None:
+    async def scenario() -> None:
+        registry = CollectorRegistry()
+        model = GatedModel()
+        batcher = make_batcher(model, registry, max_batch_size=1, max_wait_ms=0)
+        await batcher.start()
+        callers = [asyncio.create_task(batcher.submit([f"d{i}"])) for i in range(3)]
+        await until(lambda: len(model.batches) == 1)
+        stopping = asyncio.create_task(batcher.stop(drain=False))
+        await asyncio.sleep(0.01)
+        model.gate.set()
+        await stopping
+        answers = await asyncio.gather(*callers, return_exceptions=True)
+        assert answers[0] == [[2.0]]
+        assert all(isinstance(a, ServiceStopping) for a in answers[1:])
+        assert outcomes(registry) == {"ok": 1, "error": 0, "rejected": 2, "cancelled": 0}
+
+    asyncio.run(scenario())
+
+
+# --- the service with the real encoder -------------------------------------------------
+
+
+def make_service(
+    registry: CollectorRegistry,
+    *,
+    mode: str = "fixed",
+    max_batch_size: int = 8,
+    max_wait_ms: float = 10_000,
+    device: str = "cpu",
+) -> EmbeddingService:
+    return EmbeddingService(
+        mode=mode,
+        max_batch_size=max_batch_size,
+        max_wait_ms=max_wait_ms,
+        latency_budget_ms=200,
+        device=select_device(device),
+        registry=registry,
+        max_queue=256,
+        seed=7,
+    )
+
+
+def test_one_failing_item_in_a_batch_of_8_fails_alone(one_torch_thread: None) -> None:
+    async def scenario() -> None:
+        registry = CollectorRegistry()
+        service = make_service(registry)
+        await service.start()
+        texts = [f"text number {i}" for i in range(8)]
+        texts[5] = "poisoned" + FAIL_MARKER
+        answers = await asyncio.gather(*(service.embed([t]) for t in texts), return_exceptions=True)
+        await service.stop()
+        failed = [i for i, a in enumerate(answers) if isinstance(a, ItemError)]
+        assert failed == [5]
+        assert triggers(registry)["full"] == 1  # one batch of 8, retried without item 5
+        assert sample(registry, "batchscope_batcher_batch_size_sum") == 8
+        assert outcomes(registry) == {"ok": 7, "error": 1, "rejected": 0, "cancelled": 0}
+
+    asyncio.run(scenario())
+
+
+def test_real_encoder_gives_seeded_unit_vectors_independent_of_batching(
+    one_torch_thread: None,
+) -> None:
+    async def scenario() -> dict[str, object]:
+        registry = CollectorRegistry()
+        service = make_service(registry, mode="adaptive", max_batch_size=32)
+        await service.start()
+        alone = await service.embed(["hello batching"])
+        many = await asyncio.gather(*(service.embed([f"request {i}"]) for i in range(64)))
+        together = await service.embed(["hello batching", "and a friend"])
+        snapshot = service.snapshot()
+        await service.stop()
+        assert len(alone[0]) == 64
+        assert math.isclose(sum(x * x for x in alone[0]), 1.0, rel_tol=1e-5)
+        assert together[0] == pytest.approx(alone[0], abs=1e-5)
+        assert len(many) == 64
+        batches = sample(registry, "batchscope_batcher_batch_size_count")
+        assert batches < 64 + 2  # the burst of 64 shared batches
+        return snapshot
+
+    snapshot = asyncio.run(scenario())
+    assert snapshot["mode"] == "adaptive"
+    assert snapshot["device"] == "cpu" and snapshot["simulated"] is False
+    assert set(snapshot["cost_ms_by_batch_size"]) >= {1, 2, 4, 8, 16, 32}
+
+
+def test_simulated_h200_paces_each_batch_to_the_measured_curve(one_torch_thread: None) -> None:
+    async def scenario() -> dict[str, object]:
+        registry = CollectorRegistry()
+        service = make_service(registry, max_wait_ms=0, device="sim:h200")
+        await service.start()
+        await service.embed(["one"])
+        snapshot = service.snapshot()
+        await service.stop()
+        executed = sample(registry, "batchscope_batcher_execution_seconds_sum")
+        assert executed >= 0.00167  # the H200 encoder's 1.67 ms at batch 1
+        return snapshot
+
+    snapshot = asyncio.run(scenario())
+    assert snapshot["device"] == "sim:h200" and snapshot["simulated"] is True
+
+
+def test_encoder_weights_follow_the_seed(one_torch_thread: None) -> None:
+    texts = ["same text", "another one"]
+    assert Encoder(7).embed(texts) == Encoder(7).embed(texts)
+    assert Encoder(8).embed(texts) != Encoder(7).embed(texts)
+
+
+# --- load generator ------------------------------------------------------------------
+
+
+def test_percentile_interpolates_between_ranks() -> None:
+    assert loadgen.percentile([], 50) is None
+    assert loadgen.percentile([7.0], 99) == 7.0
+    values = [float(v) for v in range(1, 101)]  # 1..100
+    assert loadgen.percentile(values, 50) == pytest.approx(50.5)
+    assert loadgen.percentile(values, 99) == pytest.approx(99.01)
+    assert loadgen.percentile(values, 0) == 1.0
+    assert loadgen.percentile(values, 100) == 100.0
+    assert loadgen.percentile([3.0, 1.0, 2.0], 50) == 2.0
+    with pytest.raises(ValueError):
+        loadgen.percentile(values, 101)
+
+
+def test_arrival_times_are_seeded_poisson_within_the_duration() -> None:
+    times = loadgen.arrival_times(200.0, 10.0, random.Random(3))
+    assert times == loadgen.arrival_times(200.0, 10.0, random.Random(3))
+    assert times == sorted(times) and times[0] > 0 and times[-1] < 10.0
+    assert abs(len(times) - 2000) < 4 * math.sqrt(2000)
+    gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
+    assert sum(gaps) / len(gaps) == pytest.approx(1 / 200, rel=0.05)
+
+
+def test_parse_setting_reads_a_sweep() -> None:
+    assert loadgen.parse_setting("max_wait_ms=5,10,2.5") == ("max_wait_ms", [5, 10, 2.5])
+    with pytest.raises(ValueError):
+        loadgen.parse_setting("max_wait_ms")
+
+
+@dataclass
+class EchoServer:
+    url: str = ""
+    requests: int = 0
+    admin: list[dict[str, object]] = field(default_factory=list)
+
+
+@pytest.fixture
+def echo_server() -> Iterator[EchoServer]:
+    """A tiny aiohttp server on 127.0.0.1 in a thread: answers embeddings (every 4th
+    request with 429) and records what /admin/config receives."""
+    server = EchoServer()
+
+    async def embeddings(request: web.Request) -> web.Response:
+        body = await request.json()
+        server.requests += 1
+        if server.requests % 4 == 0:
+            return web.json_response({"error": "busy"}, status=429, headers={"Retry-After": "1"})
+        await asyncio.sleep(0.002)
+        return web.json_response({"data": [{"embedding": [0.0], "input": body["input"]}]})
+
+    async def admin(request: web.Request) -> web.Response:
+        server.admin.append(await request.json())
+        return web.json_response({"ok": True})
+
+    ready = threading.Event()
+    loop = asyncio.new_event_loop()
+    app = web.Application()
+    app.router.add_post("/v1/embeddings", embeddings)
+    app.router.add_post("/admin/config", admin)
+    runner = web.AppRunner(app)
+
+    def serve() -> None:
+        asyncio.set_event_loop(loop)
+        loop.run_until_complete(runner.setup())
+        loop.run_until_complete(web.TCPSite(runner, "127.0.0.1", 0).start())
+        host, port = runner.addresses[0][:2]
+        server.url = f"http://{host}:{port}"
+        ready.set()
+        loop.run_forever()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    assert ready.wait(10)
+    yield server
+    asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(10)
+    loop.call_soon_threadsafe(loop.stop)
+    thread.join(10)
+
+
+def test_loadgen_sweeps_settings_and_rates_and_reports_json(
+    echo_server: EchoServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = loadgen.main(
+        [
+            "--url",
+            echo_server.url,
+            "--endpoint",
+            "embeddings",
+            "--rates",
+            "40,80",
+            "--duration",
+            "0.5",
+            "--set",
+            "max_wait_ms=5,10",
+            "--json",
+            "--seed",
+            "1",
+        ]
+    )
+    assert code == 0
+    captured = capsys.readouterr()
+    rows = json.loads(captured.out)
+    assert echo_server.admin == [{"max_wait_ms": 5}, {"max_wait_ms": 10}]
+    assert [(r["setting"], r["rate_per_s"]) for r in rows] == [
+        ({"max_wait_ms": 5}, 40.0),
+        ({"max_wait_ms": 5}, 80.0),
+        ({"max_wait_ms": 10}, 40.0),
+        ({"max_wait_ms": 10}, 80.0),
+    ]
+    for row in rows:
+        assert row["sent"] == row["ok"] + row["errors"] + row["rejected_429"]
+        assert row["errors"] == 0 and row["rejected_429"] > 0
+        assert 0 < row["p50_ms"] <= row["p99_ms"] < 1000
+    assert sum(r["sent"] for r in rows) == echo_server.requests
+    assert "[4/4] max_wait_ms=10 rate=80/s" in captured.err
+
+
+def test_loadgen_table_has_one_row_per_run() -> None:
+    result = loadgen.RunResult(
+        {"max_wait_ms": 5},
+        50.0,
+        1.0,
+        sent=50,
+        ok=49,
+        errors=1,
+        throughput_per_s=49.0,
+        p50_ms=3.3,
+        p99_ms=9.5,
+    )
+    lines = loadgen.format_table([result]).splitlines()
+    assert lines[0].split()[:2] == ["setting", "rate/s"]
+    assert lines[1].split() == [
+        "max_wait_ms=5",
+        "50",
+        "50",
+        "49",
+        "1",
+        "0",
+        "0",
+        "49.0",
+        "3.3",
+        "9.5",
+    ]
+
+
+def test_loadgen_drops_arrivals_beyond_the_concurrency_limit(echo_server: EchoServer) -> None:
+    results = asyncio.run(
+        loadgen.sweep(echo_server.url, "embeddings", [1000.0], 0.3, seed=4, concurrency_limit=1)
+    )
+    offered = len(loadgen.arrival_times(1000.0, 0.3, random.Random(4)))
+    assert results[0].dropped > 0
+    assert (
+        results[0].sent + results[0].dropped == offered == echo_server.requests + results[0].dropped
+    )
+
+
+def test_completion_payloads_ask_for_the_chosen_lengths() -> None:
+    rng = random.Random(0)
+    payloads = [loadgen.make_payload("completions", rng, [4, 64]) for _ in range(50)]
+    assert {p["max_tokens"] for p in payloads} == {4, 64}
+    assert all(p["ignore_eos"] is True and p["prompt"] for p in payloads)
+    assert set(loadgen.make_payload("embeddings", rng, [4])) == {"model", "input"}
