@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.batchscope-installed
 
-.PHONY: install vllm-env test test-fast demo bench lint format clean
+.PHONY: install vllm-env test test-fast test-e2e demo bench lint format clean
 
 install: $(STAMP)
 
@@ -27,6 +27,10 @@ test: install vllm-env
 test-fast: install
 	$(BIN)/pytest -ra -m "not slow"
 
+# The end-to-end tests alone, with the tiny model kept so vLLM's compile cache hits.
+test-e2e: install vllm-env
+	BATCHSCOPE_E2E_MODEL_DIR=$(CURDIR)/.cache/e2e/tiny-llama $(BIN)/pytest -ra -s -m slow tests/e2e
+
 demo: install
 	$(BIN)/python scripts/demo.py
 
@@ -42,4 +46,4 @@ format: install
 	$(BIN)/ruff check --fix .
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) .venv-vllm .cache .pytest_cache .ruff_cache .hypothesis

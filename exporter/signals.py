@@ -28,6 +28,10 @@ DIAGNOSIS_STATES = (
 )
 
 
+# Scrapes whose peak running batch the diagnosis reads.
+RECENT_SCRAPES = 3
+
+
 @dataclass(frozen=True, slots=True)
 class SignalSettings:
     """How signals are computed for one target (from config)."""
@@ -425,10 +429,13 @@ def series_signals(
     batch_hist = histogram_increase([p.batch_size for _, p in points])
     running_samples = [p.running for _, p in points if p.running is not None]
     kv = last.kv_usage
+    # A scrape can catch the batch between a finish and the next admission (7 of 8):
+    # the diagnosis reads the recent peak, the exported ratio stays the instant's.
+    recent = [p.running for _, p in points[-RECENT_SCRAPES:] if p.running is not None]
     diagnosis = diagnose(
         up=True,
         error=None,
-        running=batch,
+        running=max(recent) if recent else batch,
         waiting=last.waiting,
         cap=cap,
         kv_usage=kv,

@@ -189,3 +189,17 @@ def test_total_adds_series_and_takes_the_fullest_kv_cache() -> None:
     assert (total.running, total.waiting, total.preemptions_total, total.cap) == (12, 2, 3, 16)
     assert total.kv_usage == 0.9
     assert total.latency["e2e"].counts == (1, 3, 4, 4)
+
+
+def test_diagnosis_reads_the_recent_peak_so_a_finish_between_admissions_is_not_a_limit() -> None:
+    def at(running):
+        return SeriesSnapshot(key=(), engine="vllm", running=running, waiting=140)
+
+    points = [(0.0, at(8)), (1.0, at(8)), (2.0, at(7))]
+    signals, _ = series_signals(points, SignalSettings(cap=8), SaturationState(), 2.0)
+    assert signals.running_vs_cap == 0.875  # the instant, as scraped
+    assert signals.diagnosis.state == "healthy"
+    assert "running 8 of cap 8" in signals.diagnosis.reason
+    points = [(0.0, at(7)), (1.0, at(6)), (2.0, at(7)), (3.0, at(7))]
+    signals, _ = series_signals(points, SignalSettings(cap=8), SaturationState(), 3.0)
+    assert signals.diagnosis.state == "batch_limited"
