@@ -17,6 +17,7 @@ from typing import NamedTuple
 # Suffixes a family's samples may carry on the wire (histograms, summaries, counters).
 FAMILY_SUFFIXES = ("", "_bucket", "_sum", "_count", "_total", "_created", "_info")
 
+_SIMPLE_LABEL_RE = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="([^"\\]*)"')
 _LABEL_RE = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*(,|$)')
 _ESCAPE_RE = re.compile(r"\\(.)")
 _ESCAPES = {"\\": "\\", "n": "\n", '"': '"'}
@@ -54,6 +55,29 @@ def parse_labels(section: str) -> dict[str, str]:
     cached = _LABEL_CACHE.get(section)
     if cached is not None:
         return cached
+    labels = _parse_simple_labels(section)
+    if labels is None:
+        labels = _parse_labels_strictly(section)
+    if len(_LABEL_CACHE) >= _LABEL_CACHE_MAX:
+        _LABEL_CACHE.clear()
+    _LABEL_CACHE[section] = labels
+    return labels
+
+
+def _parse_simple_labels(section: str) -> dict[str, str] | None:
+    """The common case, `a="x",b="y"` with no escapes or spaces, in one regex pass;
+    None when the section is anything else (the pairs found must cover it exactly)."""
+    if "\\" in section:
+        return None
+    pairs = _SIMPLE_LABEL_RE.findall(section)
+    covered = sum(len(k) + len(v) + 3 for k, v in pairs) + len(pairs) - 1
+    end = len(section)
+    if pairs and (covered == end or (covered + 1 == end and section[-1] == ",")):
+        return dict(pairs)
+    return None
+
+
+def _parse_labels_strictly(section: str) -> dict[str, str]:
     labels: dict[str, str] = {}
     pos = 0
     end = len(section)
@@ -68,9 +92,6 @@ def parse_labels(section: str) -> dict[str, str]:
         pos = m.end()
         if m.group(3) == "" and pos < end:
             raise ValueError(f"missing comma at offset {pos}")
-    if len(_LABEL_CACHE) >= _LABEL_CACHE_MAX:
-        _LABEL_CACHE.clear()
-    _LABEL_CACHE[section] = labels
     return labels
 
 
@@ -83,24 +104,26 @@ def _parse_number(text: str) -> float:
 def _parse_line(line: str) -> Sample:
     brace = line.find("{")
     if brace == -1:
-        parts = line.split()
-        name = parts[0]
+        name, _, rest = line.replace("\t", " ").partition(" ")
         labels: dict[str, str] = {}
-        rest = parts[1:]
     else:
         close = line.rfind("}")
         if close < brace:
             raise ValueError("unclosed label set")
-        name = line[:brace].strip()
+        name = line[:brace].rstrip()
         labels = parse_labels(line[brace + 1 : close])
-        rest = line[close + 1 :].split()
+        rest = line[close + 1 :]
     if not name:
         raise ValueError("missing metric name")
-    if not rest or len(rest) > 2:
-        raise ValueError("expected a value and an optional timestamp")
-    value = _parse_number(rest[0])
-    timestamp = _parse_number(rest[1]) / 1000 if len(rest) == 2 else None
-    return Sample(name, labels, value, timestamp)
+    parts = rest.split()
+    if len(parts) == 1:
+        value = parts[0]
+        if "_" in value:  # inline _parse_number: this is the hot path
+            raise ValueError(f"invalid number {value!r}")
+        return Sample(name, labels, float(value), None)
+    if len(parts) == 2:
+        return Sample(name, labels, _parse_number(parts[0]), _parse_number(parts[1]) / 1000)
+    raise ValueError("expected a value and an optional timestamp")
 
 
 def wanted_names(families: Iterable[str]) -> frozenset[str]:

@@ -87,6 +87,7 @@ special{kind="neg"} -Inf
 stamped{a="b"} 3.5 1700000000123
   indented 7
 no_labels 1e-3
+tabbed	5
 spaced { a = "x" , b="y" , } 2
 """
 
@@ -105,6 +106,7 @@ def test_edge_case_values_are_decoded() -> None:
     assert math.isnan(values[0]) and values[1] == math.inf and values[2] == -math.inf
     assert by_name["stamped"][0].timestamp == pytest.approx(1_700_000_000.123)
     assert by_name["indented"][0].value == 7.0
+    assert by_name["tabbed"][0].value == 5.0
     assert by_name["spaced"][0].labels == {"a": "x", "b": "y"}
     assert "empty_family" not in by_name
 
