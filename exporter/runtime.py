@@ -97,6 +97,8 @@ class Exporter:
         self.clock = clock
         self.states: dict[str, TargetState] = {}
         self._file_sd_targets: dict[str, list[Target]] = {}
+        # Bumped after every round: readers cache what they render per generation.
+        self.generation = 0
         self._sync_targets()
 
     # -- target set -------------------------------------------------------------
@@ -180,6 +182,7 @@ class Exporter:
         await asyncio.gather(
             *(self._scrape_one(session, gate, s) for s in list(self.states.values()))
         )
+        self.generation += 1
 
     async def run_forever(self, stop: asyncio.Event) -> None:
         """Run a round every interval until `stop` is set."""
