@@ -1,0 +1,148 @@
+"""`make bench`: run batchscope's benchmarks and write docs/benchmarks.md.
+
+Benchmarks: `parser` (promtext vs prometheus_client on a real vLLM payload,
+bench_parser.py), `fleet` (the exporter process scraping 1000 simulated vLLM targets,
+bench_fleet.py + fleet_sim.py) and `batching` (static vs continuous batching on the
+demo server's scheduler, bench_batching.py, run as a subprocess when it is there).
+The report names the machine, the command and the date: numbers from a shared 2-core
+machine only mean something next to those.
+
+    .venv/bin/python scripts/bench.py                  # everything, ~3 minutes
+    .venv/bin/python scripts/bench.py --quick --only parser --output /tmp/b.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import importlib.metadata
+import os
+import platform
+import shlex
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import bench_fleet
+import bench_parser
+
+ROOT = Path(__file__).resolve().parent.parent
+BATCHING_SCRIPT = ROOT / "scripts/bench_batching.py"
+# bench_batching.py's flags for a smoke run: fewer requests, one repetition.
+BATCHING_QUICK_ARGS = ("--requests", "64", "--repeat", "1")
+PACKAGES = ("batchscope", "aiohttp", "prometheus-client", "psutil", "PyYAML", "torch")
+BENCHMARKS = ("parser", "fleet", "batching")
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def _memory() -> str:
+    try:
+        with open("/proc/meminfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("MemTotal:"):
+                    return f"{int(line.split()[1]) / 2**20:.1f} GiB"
+    except OSError:
+        pass
+    return "unknown"
+
+
+def _version(package: str) -> str:
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def machine_section(command: str) -> str:
+    """The header: what ran, where and when."""
+    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    return "\n".join(
+        [
+            "# Benchmarks",
+            "",
+            f"Command: `{command}`. Date: {now}.",
+            "",
+            "| machine | |",
+            "|---|---|",
+            f"| CPUs (nproc) | {usable} |",
+            f"| CPU model | {_cpu_model()} |",
+            f"| memory | {_memory()} |",
+            f"| OS | {platform.system()} {platform.release()} |",
+            f"| Python | {platform.python_version()} ({platform.python_implementation()}) |",
+            "| packages | " + ", ".join(f"{p} {_version(p)}" for p in PACKAGES) + " |",
+            "",
+            "The machine is shared and noisy: parser timings are medians of interleaved "
+            "repetitions in one process, compared as ratios; fleet CPU is CPU time (not wall "
+            "time) of the exporter process.",
+            "",
+        ]
+    )
+
+
+def batching_section(quick: bool) -> str:
+    """Run bench_batching.py in its own process and take its report as a section."""
+    if not BATCHING_SCRIPT.exists():
+        return "## Batching\n\nSkipped: `scripts/bench_batching.py` is not there.\n"
+    with tempfile.TemporaryDirectory() as tmp:
+        report = Path(tmp) / "batching.md"
+        args = [sys.executable, str(BATCHING_SCRIPT), "--output", str(report)]
+        if quick:
+            args += BATCHING_QUICK_ARGS
+        # Its stdout is its progress; the report it writes is what goes into ours.
+        done = subprocess.run(args, cwd=ROOT, stdout=sys.stderr, check=False)
+        text = report.read_text(encoding="utf-8") if report.exists() else ""
+    if not text:
+        return f"## Batching\n\n`bench_batching.py` failed (exit code {done.returncode}).\n"
+    # One level down: its title becomes a section of this report.
+    body = "\n".join("#" + line if line.startswith("#") else line for line in text.splitlines())
+    note = "" if done.returncode == 0 else f"\n`bench_batching.py` exit code: {done.returncode}.\n"
+    return body + "\n" + note
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--only", choices=BENCHMARKS, help="run one benchmark")
+    parser.add_argument(
+        "--quick", action="store_true", help="small counts: a smoke run, not a measurement"
+    )
+    parser.add_argument(
+        "--output", type=Path, default=ROOT / "docs/benchmarks.md", help="report path"
+    )
+    args = parser.parse_args(argv)
+    selected = (args.only,) if args.only else BENCHMARKS
+    given = sys.argv[1:] if argv is None else argv
+    # `make bench` runs the script without flags.
+    command = (
+        shlex.join([".venv/bin/python", "scripts/bench.py", *given]) if given else "make bench"
+    )
+    sections = [machine_section(command)]
+    if args.quick:
+        sections.append("**Quick run (`--quick`): small counts, a smoke test only.**\n")
+    if "parser" in selected:
+        sections.append(bench_parser.markdown(*bench_parser.run(args.quick)))
+    if "fleet" in selected:
+        sections.append(bench_fleet.markdown(bench_fleet.run(args.quick)))
+    if "batching" in selected:
+        print("batching: running scripts/bench_batching.py", file=sys.stderr, flush=True)
+        sections.append(batching_section(args.quick))
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text("\n".join(sections), encoding="utf-8")
+    print("\n".join(sections[1:]))
+    print(f"wrote {args.output}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

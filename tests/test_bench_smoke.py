@@ -1,0 +1,33 @@
+"""`make bench` smoke test: the parser benchmark runs and reports a checked comparison.
+
+Timings on a shared machine say nothing in a test, so only the report's shape and the
+identical-samples check are asserted, never a speed.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_quick_parser_bench_reports_identical_samples_and_ratios(tmp_path: Path) -> None:
+    report = tmp_path / "benchmarks.md"
+    done = subprocess.run(
+        [sys.executable, "scripts/bench.py", "--quick", "--only", "parser",
+         "--output", str(report)],
+        cwd=ROOT, capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    text = report.read_text(encoding="utf-8")
+    assert "Identical samples in every variant: True." in text
+    rows = [line for line in text.splitlines() if line.startswith("| (")]
+    assert [row[:5] for row in rows] == ["| (a)", "| (b)", "| (c)", "| (d)", "| (e)"]
+    for row in rows:
+        ratio = re.search(r"\| (\d+\.\d)x \| yes \|", row)
+        assert ratio is not None, row
+        assert float(ratio.group(1)) > 0
+    assert "Command: `.venv/bin/python scripts/bench.py --quick --only parser" in text
