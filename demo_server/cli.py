@@ -1,0 +1,185 @@
+"""`batchscope-demo-server`: a torch model server whose batching behaviour is known."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+from collections.abc import Sequence
+from types import FrameType
+
+import torch
+import uvicorn
+
+from demo_server.app import MAX_NUM_SEQS_LIMIT, ServerConfig, create_app
+from demo_server.devices import DEVICE_CHOICES
+from demo_server.generation import BATCHING_MODES
+
+DESCRIPTION = """\
+A model server for checking batching signals against the truth. Tiny torch models with
+seeded random weights (nothing is downloaded) behind OpenAI-style endpoints:
+POST /v1/completions (generation, static or continuous batching), POST /v1/embeddings
+(fixed or adaptive dynamic batching), GET /health, GET /metrics (vLLM's metric names plus
+batchscope_demo_* truth series), GET|POST /admin/config (127.0.0.1 only: change the
+batch cap and the embedding batch settings without a restart).
+"""
+
+EPILOG = """\
+examples:
+  batchscope-demo-server --batching static --max-num-seqs 8
+  batchscope-demo-server --device sim:h200 --embed-batching adaptive --latency-budget-ms 20
+  curl -s localhost:8000/v1/completions -H 'content-type: application/json' \\
+       -d '{"prompt": "hi", "max_tokens": 32, "ignore_eos": true}'
+
+--device sim:h200 runs the models on the CPU and pads every forward to the cost measured
+on an NVIDIA H200 for its batch size; /health, /metrics and the logs say it is simulated.
+SIGTERM (or Ctrl-C) stops admitting, finishes in-flight requests, and exits 0.
+"""
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def _non_negative_float(text: str) -> float:
+    value = float(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command line of batchscope-demo-server."""
+    defaults = ServerConfig()
+    parser = argparse.ArgumentParser(
+        prog="batchscope-demo-server",
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    server = parser.add_argument_group("server")
+    server.add_argument("--host", default=defaults.host, help="bind address (default %(default)s)")
+    server.add_argument("--port", type=int, default=defaults.port, help="default %(default)s")
+    server.add_argument(
+        "--device",
+        choices=DEVICE_CHOICES,
+        default=defaults.device,
+        help="auto: CUDA when available, else CPU; sim:h200: simulated H200 (default %(default)s)",
+    )
+    server.add_argument("--model-name", default=defaults.model_name, help="default %(default)s")
+    server.add_argument("--seed", type=int, default=defaults.seed, help="weights and sampling")
+    server.add_argument(
+        "--max-queue",
+        type=_positive_int,
+        default=defaults.max_queue,
+        help="waiting requests (and embedding items) beyond this get 429 (default %(default)s)",
+    )
+    server.add_argument(
+        "--request-log",
+        metavar="PATH",
+        help="append one JSON line per finished generation request (output_tokens, "
+        "queue_time, latency, ...), readable by batchscope-static-util",
+    )
+    server.add_argument(
+        "--torch-threads",
+        type=_positive_int,
+        default=1,
+        help="torch intra-op threads; tiny models run fastest on one (default %(default)s)",
+    )
+    server.add_argument("--log-level", default="info", choices=["debug", "info", "warning"])
+
+    generation = parser.add_argument_group("generation (/v1/completions)")
+    generation.add_argument(
+        "--batching",
+        choices=BATCHING_MODES,
+        default=defaults.batching,
+        help="static: a group runs until its longest request ends; continuous: finished "
+        "requests leave and waiting ones join every step (default %(default)s)",
+    )
+    generation.add_argument(
+        "--max-num-seqs",
+        type=_positive_int,
+        default=defaults.max_num_seqs,
+        help=f"batch slots, at most {MAX_NUM_SEQS_LIMIT} (default %(default)s)",
+    )
+    generation.add_argument(
+        "--kv-cache-tokens",
+        type=_positive_int,
+        default=defaults.kv_cache_tokens,
+        help="KV cache capacity in tokens; when full, requests are preempted (default %(default)s)",
+    )
+
+    embedding = parser.add_argument_group("embeddings (/v1/embeddings)")
+    embedding.add_argument(
+        "--embed-batching",
+        choices=("fixed", "adaptive"),
+        default=defaults.embed_batching,
+        help="fixed: fire at --max-batch-size or --max-wait-ms; adaptive: largest batch "
+        "that fits --latency-budget-ms (default %(default)s)",
+    )
+    embedding.add_argument(
+        "--max-batch-size", type=_positive_int, default=defaults.max_batch_size,
+        help="default %(default)s",
+    )  # fmt: skip
+    embedding.add_argument(
+        "--max-wait-ms", type=_non_negative_float, default=defaults.max_wait_ms,
+        help="fixed mode (default %(default)s)",
+    )  # fmt: skip
+    embedding.add_argument(
+        "--latency-budget-ms", type=_non_negative_float, default=defaults.latency_budget_ms,
+        help="adaptive mode (default %(default)s)",
+    )  # fmt: skip
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Parse the command line, serve until SIGTERM/SIGINT, return the exit status."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.max_num_seqs > MAX_NUM_SEQS_LIMIT:
+        parser.error(f"--max-num-seqs must be at most {MAX_NUM_SEQS_LIMIT}")
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    torch.set_num_threads(args.torch_threads)
+    config = ServerConfig(
+        host=args.host,
+        port=args.port,
+        batching=args.batching,
+        max_num_seqs=args.max_num_seqs,
+        kv_cache_tokens=args.kv_cache_tokens,
+        max_queue=args.max_queue,
+        device=args.device,
+        embed_batching=args.embed_batching,
+        max_batch_size=args.max_batch_size,
+        max_wait_ms=args.max_wait_ms,
+        latency_budget_ms=args.latency_budget_ms,
+        request_log=args.request_log,
+        model_name=args.model_name,
+        seed=args.seed,
+    )
+    try:
+        app = create_app(config)
+    except ValueError as error:
+        parser.error(str(error))
+    for stop_signal in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(stop_signal, _exit_cleanly)
+    # While serving, uvicorn takes SIGTERM/SIGINT: it stops accepting, waits for in-flight
+    # requests, runs the lifespan shutdown (draining the scheduler and the batcher), then
+    # re-raises the signal to the handler above.
+    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
+    return 0
+
+
+def _exit_cleanly(signum: int, frame: FrameType | None) -> None:
+    """A stop signal outside uvicorn's serving (before it, or re-raised after its graceful
+    shutdown): nothing is in flight, so exit with status 0."""
+    raise SystemExit(0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,141 @@
+"""Where the demo server's models run: CPU, CUDA, or a simulated H200.
+
+`sim:h200` runs the real tiny models on the CPU (so outputs are real) and pads each
+forward's wall time up to what the same batch costs on an H200, from the curve measured
+in `anchors/h200-batch-cost.json` (numbers copied below so an installed package does not
+need the anchor file). It is a laptop's way to show GPU batching economics, and it says
+it is simulated wherever it is on: `describe()`, the startup log, `/health` and
+`/metrics` all carry `simulated`.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Literal
+
+import torch
+
+log = logging.getLogger(__name__)
+
+Kind = Literal["decode", "encoder"]
+DEVICE_CHOICES = ("auto", "cpu", "cuda", "sim:h200")
+
+# Measured on one NVIDIA H200 (torch 2.11, CUDA 13), anchors/h200-batch-cost.json.
+# Decode: one step of a ~0.95B bf16 decoder replayed as a CUDA graph (`graph_ms`);
+# eager PyTorch is launch-bound (3.5 ms at batch 1), so a real server captures graphs.
+H200_DECODE_GRAPH_MS: tuple[tuple[int, float], ...] = (
+    (1, 0.9354937744140625),
+    (8, 1.0397657775878906),
+    (32, 1.4529997253417968),
+    (64, 1.9633229064941407),
+    (128, 2.944376220703125),
+    (256, 4.963761291503906),
+)
+# Encoder: a 6-layer d=384 transformer (MiniLM-sized), seq 128, fp16, per forward.
+H200_ENCODER_MS: tuple[tuple[int, float], ...] = (
+    (1, 1.6741440296173096),
+    (2, 1.9188159704208374),
+    (4, 1.8659199476242065),
+    (8, 2.0804800987243652),
+    (16, 2.1112959384918213),
+    (32, 1.962623953819275),
+    (64, 2.096735954284668),
+    (128, 1.9457279443740845),
+    (256, 2.6701760292053223),
+    (512, 4.958176136016846),
+)
+
+
+def interpolate_ms(curve: tuple[tuple[int, float], ...], batch_size: float) -> float:
+    """Cost in ms at `batch_size`: linear between measured sizes, the first point below the
+    smallest, and the last segment's slope beyond the largest (cost keeps growing)."""
+    sizes = [b for b, _ in curve]
+    if batch_size <= sizes[0]:
+        return curve[0][1]
+    i = bisect.bisect_left(sizes, batch_size)
+    if i == len(sizes):
+        i -= 1
+    (b0, ms0), (b1, ms1) = curve[i - 1], curve[i]
+    return ms0 + (ms1 - ms0) * (batch_size - b0) / (b1 - b0)
+
+
+SIMULATED_CURVES: dict[str, dict[Kind, tuple[tuple[int, float], ...]]] = {
+    "h200": {"decode": H200_DECODE_GRAPH_MS, "encoder": H200_ENCODER_MS},
+}
+
+
+@dataclass
+class Device:
+    """A place to run forwards. `pace` makes a simulated device cost what the real one would.
+
+    `torch_device` is where tensors live (CPU for a simulated device). `overruns` counts, by
+    kind, forwards whose real CPU compute already exceeded the simulated cost, so the
+    simulation was slower than the device it imitates.
+    """
+
+    name: str
+    torch_device: torch.device
+    simulated: bool = False
+    curves: dict[Kind, tuple[tuple[int, float], ...]] = field(default_factory=dict)
+    overruns: dict[Kind, int] = field(default_factory=lambda: {"decode": 0, "encoder": 0})
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def simulated_ms(self, kind: Kind, batch_size: float) -> float:
+        """The simulated cost of one forward of `batch_size` rows (tokens for decode)."""
+        return interpolate_ms(self.curves[kind], batch_size)
+
+    def pace(self, kind: Kind, batch_size: float, started_at: float) -> None:
+        """On a simulated device, sleep until `started_at` (a `time.perf_counter()` reading)
+        plus the simulated cost; elsewhere return at once. Counts an overrun when the real
+        compute already took longer than the simulated cost."""
+        if not self.simulated:
+            return
+        remaining = started_at + self.simulated_ms(kind, batch_size) / 1000 - time.perf_counter()
+        if remaining > 0:
+            time.sleep(remaining)
+        else:
+            with self._lock:
+                self.overruns[kind] += 1
+
+    def describe(self) -> dict[str, object]:
+        """Plain-data description for /health and logs."""
+        return {
+            "device": self.name,
+            "simulated": self.simulated,
+            "torch_device": str(self.torch_device),
+            "simulated_overruns": dict(self.overruns),
+        }
+
+
+def select_device(spec: str) -> Device:
+    """The device named by `--device`: auto (CUDA when available, else CPU), cpu, cuda, or
+    sim:h200. Raises ValueError for an unknown name or for cuda without a GPU."""
+    if spec == "auto":
+        spec = "cuda" if torch.cuda.is_available() else "cpu"
+    if spec == "cpu":
+        device = Device("cpu", torch.device("cpu"))
+    elif spec == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(
+                "--device cuda: torch sees no CUDA device (this torch build is CPU-only?)"
+            )
+        device = Device("cuda", torch.device("cuda"))
+    elif spec.startswith("sim:") and spec[4:] in SIMULATED_CURVES:
+        device = Device(
+            spec, torch.device("cpu"), simulated=True, curves=SIMULATED_CURVES[spec[4:]]
+        )
+    else:
+        raise ValueError(f"--device must be one of {', '.join(DEVICE_CHOICES)}, got {spec!r}")
+    if device.simulated:
+        log.warning(
+            "device %s is SIMULATED: models run on the CPU, each forward is padded to the "
+            "measured H200 cost for its batch size",
+            device.name,
+        )
+    else:
+        log.info("device %s", device.name)
+    return device

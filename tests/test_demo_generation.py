@@ -1,0 +1,295 @@
+"""The demo server's generation scheduler, in-process: slot arithmetic, preemption, EOS,
+cancellation, the bounded queue, the request log, and the simulated device."""
+
+from __future__ import annotations
+
+import io
+import json
+import random
+import subprocess
+import sys
+import time
+from contextlib import redirect_stdout
+from pathlib import Path
+
+import pytest
+import torch
+
+from demo_server.devices import H200_DECODE_GRAPH_MS, interpolate_ms, select_device
+from demo_server.generation import (
+    EOS,
+    CompletionResult,
+    InvalidRequest,
+    KVCache,
+    QueueFull,
+    RequestLog,
+    Scheduler,
+    SchedulerConfig,
+    TinyDecoder,
+    encode_prompt,
+)
+from exporter import static_util_cli
+from exporter.static_util import exact_static_utilization, static_utilization
+
+SEED_TRACE = [3, 5, 8, 11, 4, 14, 6, 16]  # seed 003: 67 of 128 slot-steps
+PROMPT = encode_prompt("hello")
+
+
+def make_scheduler(**config: object) -> Scheduler:
+    return Scheduler(TinyDecoder(seed=0), select_device("cpu"), SchedulerConfig(**config), seed=0)
+
+
+def run_trace(scheduler: Scheduler, lengths: list[int]) -> list[CompletionResult]:
+    """Submit every request before the loop starts (all arrive at t=0), run them all."""
+    handles = [scheduler.submit(PROMPT, n, ignore_eos=True) for n in lengths]
+    scheduler.start()
+    try:
+        return [h.future.result(timeout=60) for h in handles]
+    finally:
+        scheduler.stop()
+
+
+@pytest.mark.parametrize(
+    ("lengths", "expected"), [(SEED_TRACE, 0.5234375), ([1, 1, 2, 2, 3, 3, 4, 16], 0.25)]
+)
+def test_static_slot_utilization_equals_seed_formula(lengths: list[int], expected: float) -> None:
+    scheduler = make_scheduler(batching="static", max_num_seqs=8)
+    results = run_trace(scheduler, lengths)
+    assert [r.output_tokens for r in results] == lengths
+    stats = scheduler.stats()
+    assert stats.steps == max(lengths)
+    assert stats.useful_slot_steps == sum(lengths)
+    assert stats.slot_utilization == expected == static_utilization(lengths)
+
+
+def test_static_groups_consecutive_requests_like_the_exact_formula() -> None:
+    rng = random.Random(7)
+    lengths = [rng.randint(1, 40) for _ in range(27)]  # three full groups and a partial one
+    scheduler = make_scheduler(batching="static", max_num_seqs=8)
+    run_trace(scheduler, lengths)
+    stats = scheduler.stats()
+    exact = exact_static_utilization(lengths, 8)
+    assert stats.useful_slot_steps == exact.useful_slot_steps == sum(lengths)
+    assert stats.slot_steps == exact.total_slot_steps
+    assert stats.slot_utilization == exact.static_utilization
+    assert stats.idle_slot_steps_while_waiting > 0  # finished requests held slots others wanted
+
+
+def test_continuous_keeps_every_slot_busy_while_requests_wait() -> None:
+    rng = random.Random(3)
+    lengths = [rng.randint(1, 40) for _ in range(40)]
+    continuous = make_scheduler(batching="continuous", max_num_seqs=8)
+    results = run_trace(continuous, lengths)
+    assert [r.output_tokens for r in results] == lengths
+    stats = continuous.stats()
+    assert stats.idle_slot_steps_while_waiting == 0
+    assert stats.useful_slot_steps == sum(lengths)
+    # Full slots until the queue ran dry: at least sum/8 steps, and the tail no longer
+    # than the longest request.
+    assert sum(lengths) / 8 <= stats.steps < sum(lengths) / 8 + max(lengths)
+    static = make_scheduler(batching="static", max_num_seqs=8)
+    run_trace(static, lengths)
+    assert static.stats().steps == exact_static_utilization(lengths, 8).total_slot_steps // 8
+    assert stats.steps < static.stats().steps
+
+
+def test_full_kv_cache_preempts_and_every_request_still_completes() -> None:
+    prompt_tokens = len(PROMPT)
+    # Eight requests of 100 tokens need 8 * (6 + 100) tokens; the cache holds 200.
+    scheduler = make_scheduler(batching="continuous", max_num_seqs=8, kv_cache_tokens=200)
+    results = run_trace(scheduler, [100] * 8)
+    stats = scheduler.stats()
+    assert stats.preemptions > 0
+    assert sum(r.preemptions for r in results) == stats.preemptions
+    assert [r.output_tokens for r in results] == [100] * 8
+    assert all(r.finish_reason == "length" for r in results)
+    assert stats.generation_tokens == 800  # recompute re-reads, it does not re-generate
+    assert stats.prompt_tokens_computed > 8 * (prompt_tokens + 1)  # ... but recomputes
+    assert stats.kv_tokens_used == 0
+    assert stats.idle_slot_steps_while_waiting > 0  # the cache, not the cap, limited the batch
+
+
+def test_ignore_eos_runs_exactly_max_tokens_and_eos_may_stop_early() -> None:
+    scheduler = make_scheduler()
+    with_eos = [scheduler.submit(PROMPT, 300) for _ in range(8)]
+    ignoring = [scheduler.submit(PROMPT, 300, ignore_eos=True) for _ in range(8)]
+    scheduler.start()
+    try:
+        stopped = [h.future.result(timeout=60) for h in with_eos]
+        exact = [h.future.result(timeout=60) for h in ignoring]
+    finally:
+        scheduler.stop()
+    assert [r.output_tokens for r in exact] == [300] * 8
+    early = [r for r in stopped if r.finish_reason == "stop"]
+    assert early, "seeded sampling draws EOS within 300 tokens for some request"
+    for r in early:
+        assert r.output[-1] == EOS
+        assert r.output_tokens < 300
+    assert all(r.output_tokens == 300 for r in stopped if r.finish_reason == "length")
+
+
+def test_cancel_frees_the_slot_for_the_next_request() -> None:
+    scheduler = make_scheduler(max_num_seqs=1)
+    scheduler.start()
+    try:
+        long = scheduler.submit(PROMPT, 1000, ignore_eos=True)
+        queued = scheduler.submit(PROMPT, 5, ignore_eos=True)
+        time.sleep(0.05)
+        scheduler.cancel(long.request_id)
+        cancelled = long.future.result(timeout=30)
+        done = queued.future.result(timeout=30)
+    finally:
+        scheduler.stop()
+    assert cancelled.finish_reason == "abort"
+    assert cancelled.output_tokens < 1000
+    assert done.output_tokens == 5
+    assert scheduler.stats().running == 0
+
+
+def test_full_queue_rejects_with_retry_after_and_holds_nothing_more() -> None:
+    scheduler = make_scheduler(max_queue=3)
+    for _ in range(3):
+        scheduler.submit(PROMPT, 4)
+    with pytest.raises(QueueFull) as error:
+        scheduler.submit(PROMPT, 4)
+    assert error.value.retry_after_s >= 1
+    assert scheduler.stats().waiting == 3
+    scheduler.stop(drain=False)
+
+
+@pytest.mark.parametrize(
+    ("prompt", "max_tokens", "kv", "param"),
+    [([], 4, 65536, "prompt"), (PROMPT * 200, 1, 65536, "prompt"), (PROMPT, 0, 65536, "max_tokens"),
+     (PROMPT, 1024, 65536, "max_tokens"), (PROMPT, 100, 50, "max_tokens")],
+)  # fmt: skip
+def test_impossible_request_is_refused_naming_the_field(
+    prompt: list[int], max_tokens: int, kv: int, param: str
+) -> None:
+    scheduler = make_scheduler(kv_cache_tokens=kv)
+    with pytest.raises(InvalidRequest) as error:
+        scheduler.submit(prompt, max_tokens)
+    assert error.value.param == param
+    assert scheduler.stats().waiting == 0
+
+
+def test_max_num_seqs_changes_at_run_time() -> None:
+    scheduler = make_scheduler(max_num_seqs=8)
+    scheduler.configure(max_num_seqs=2)
+    run_trace(scheduler, [10] * 8)
+    stats = scheduler.stats()
+    assert stats.max_num_seqs == 2
+    assert stats.steps == 40  # 8 requests of 10 tokens, two at a time
+    assert stats.slot_utilization == 1.0
+
+
+def test_request_log_is_read_by_batchscope_static_util(tmp_path: Path) -> None:
+    path = tmp_path / "requests.jsonl"
+    log = RequestLog(path)
+    scheduler = Scheduler(
+        TinyDecoder(seed=0),
+        select_device("cpu"),
+        SchedulerConfig(batching="static", max_num_seqs=8),
+        listeners=[log],
+    )
+    run_trace(scheduler, SEED_TRACE)
+    log.close()
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    assert sorted(r["output_tokens"] for r in records) == sorted(SEED_TRACE)
+    for record in records:
+        assert record["prompt_tokens"] == len(PROMPT)
+        assert record["finish_reason"] == "length"
+        assert 0 <= record["queue_time"] <= record["latency"]
+    out = io.StringIO()
+    with redirect_stdout(out):
+        assert static_util_cli.main([str(path), "-b", "8", "--json"]) == 0
+    assert json.loads(out.getvalue())["static_utilization"] == 0.5234375
+
+
+def test_cached_decode_matches_recomputing_the_sequence() -> None:
+    """Prefill plus one decode step gives the logits that decoding every token does,
+    including after a row's cache moved to another slot."""
+    model = TinyDecoder(seed=1).eval()
+    tokens = encode_prompt("batching")
+    with torch.inference_mode():
+        stepwise = KVCache(model.config, 2, torch.device("cpu"))
+        for position, token in enumerate(tokens):
+            logits = model.decode(
+                torch.tensor([0, token]), torch.tensor([0, position]), position + 1, stepwise
+            )
+        cached = KVCache(model.config, 2, torch.device("cpu"))
+        model.prefill(torch.tensor(tokens[:-1]), 1, cached)
+        cached.move(1, 0, len(tokens) - 1)
+        last = len(tokens) - 1
+        moved = model.decode(torch.tensor([tokens[-1]]), torch.tensor([last]), last + 1, cached)
+    assert torch.allclose(logits[1], moved[0], atol=1e-5)
+
+
+def test_simulated_h200_paces_each_step_to_the_measured_curve() -> None:
+    assert interpolate_ms(H200_DECODE_GRAPH_MS, 1) == pytest.approx(0.9355, abs=1e-4)
+    assert interpolate_ms(H200_DECODE_GRAPH_MS, 32) == pytest.approx(1.4530, abs=1e-4)
+    midpoint = (H200_DECODE_GRAPH_MS[1][1] + H200_DECODE_GRAPH_MS[2][1]) / 2
+    assert interpolate_ms(H200_DECODE_GRAPH_MS, 20) == pytest.approx(midpoint)
+    assert interpolate_ms(H200_DECODE_GRAPH_MS, 512) > interpolate_ms(H200_DECODE_GRAPH_MS, 256)
+    device = select_device("sim:h200")
+    assert device.simulated and device.describe()["simulated"] is True
+    started = time.perf_counter()
+    device.pace("decode", 32, started)
+    assert time.perf_counter() - started >= 1.45e-3
+    device.pace("encoder", 1, started - 1.0)  # real compute took a second: an overrun
+    assert device.overruns == {"decode": 0, "encoder": 1}
+    assert not select_device("cpu").simulated
+
+
+def test_longest_request_never_feeds_the_last_cache_position(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """CUDA graphs pad with, and capture over, position max_model_len - 1: no live request
+    may write or read it."""
+    fed: list[int] = []
+    decode = TinyDecoder.decode
+
+    def recording(self, tokens, positions, span, cache):  # type: ignore[no-untyped-def]
+        fed.append(int(positions.max()))
+        return decode(self, tokens, positions, span, cache)
+
+    monkeypatch.setattr(TinyDecoder, "decode", recording)
+    scheduler = make_scheduler()
+    limit = scheduler.max_model_len
+    (result,) = run_trace(scheduler, [limit - len(PROMPT)])
+    assert result.output_tokens == limit - len(PROMPT)
+    assert max(fed) == limit - 2
+
+
+def test_batching_bench_writes_its_report(tmp_path: Path) -> None:
+    """A tiny run of scripts/bench_batching.py: one row per device, prediction from the trace.
+    Speeds on a shared machine are not asserted."""
+    report = tmp_path / "bench.md"
+    done = subprocess.run(
+        [sys.executable, "scripts/bench_batching.py", "--requests", "24", "--repeat", "1",
+         "--devices", "cpu", "sim:h200", "--output", str(report)],
+        cwd=Path(__file__).resolve().parent.parent, capture_output=True, text=True, timeout=120,
+        check=False,
+    )  # fmt: skip
+    assert done.returncode in (0, 1), done.stderr
+    rows = [line for line in report.read_text().splitlines() if line.startswith("| cpu |")]
+    rows += [line for line in report.read_text().splitlines() if line.startswith("| sim:h200 |")]
+    assert len(rows) == 2
+    for row in rows:
+        cells = [c.strip() for c in row.split("|")]
+        assert cells[2] == "8"
+        assert float(cells[4].rstrip("x")) == pytest.approx(1 / float(cells[3]), abs=2e-3)
+
+
+def test_a_failing_token_consumer_ends_only_its_own_request() -> None:
+    def broken(token: int) -> None:
+        raise RuntimeError("event loop is closed")
+
+    scheduler = make_scheduler()
+    failing = scheduler.submit(PROMPT, 50, ignore_eos=True, on_token=broken)
+    healthy = scheduler.submit(PROMPT, 50, ignore_eos=True, on_token=lambda token: None)
+    scheduler.start()
+    try:
+        assert failing.future.result(timeout=30).finish_reason == "abort"
+        assert healthy.future.result(timeout=30).output_tokens == 50
+    finally:
+        scheduler.stop()
