@@ -62,9 +62,17 @@ def counter_increase(values: Sequence[float | None]) -> float | None:
     """How much a counter grew over consecutive scrapes, counting through restarts.
 
     A drop means the server restarted and the counter began again from zero, as in
-    PromQL's increase(): the increase is never negative. None with fewer than two values.
+    PromQL's increase(): the increase is never negative. A counter absent at the first
+    scrape and present later was created since (a labelled child on first use): it
+    counts from zero. None with fewer than two scrapes or no value at all.
     """
+    if len(values) < 2:
+        return None
     points = [v for v in values if v is not None and not math.isnan(v)]
+    if not points:
+        return None
+    if values[0] is None:
+        points.insert(0, 0.0)
     if len(points) < 2:
         return None
     total = 0.0
@@ -108,13 +116,16 @@ def histogram_increase(hists: Sequence[Histogram | None]) -> Histogram | None:
     """The observations made over consecutive scrapes of one histogram, through restarts.
 
     A restart shows as a lower count (or a new bucket layout); the part after it counts
-    from zero. None with fewer than two scrapes, or when layouts cannot be added up.
+    from zero, and so does a histogram absent at the first scrape (created since).
+    None with fewer than two scrapes, or when layouts cannot be added up.
     """
+    if len(hists) < 2:
+        return None
     points = [h for h in hists if h is not None]
-    if len(points) < 2:
+    if not points:
         return None
     total: Histogram | None = None
-    base: Histogram | None = points[0]
+    base: Histogram | None = hists[0]
     previous = points[0]
     for current in points[1:]:
         if current.bounds != previous.bounds or current.count < previous.count:

@@ -22,6 +22,8 @@ def family_names(text: str) -> set[str]:
     for family in text_string_to_metric_families(text):
         if family.name.endswith("_created"):  # prometheus-client's creation timestamps
             continue
+        if family.name.startswith(("process_", "python_")):  # its default collectors
+            continue
         names.add(family.name + "_total" if family.type == "counter" else family.name)
     return names
 

@@ -44,7 +44,10 @@ def test_counter_reset_gives_no_negative_rate() -> None:
     assert counter_increase([10, 15, 3, 8]) == 13
     assert per_second(counter_increase([10, 15, 3, 8]), 15.0) == pytest.approx(13 / 15)
     assert counter_increase([7]) is None
-    assert counter_increase([None, 4, None]) is None
+    assert counter_increase([None, None]) is None
+    # absent at the first scrape: created since, so it counts from zero
+    assert counter_increase([None, 4, None]) == 4
+    assert counter_increase([3, None, 5]) == 2
 
 
 def test_histogram_increase_counts_through_a_restart() -> None:
@@ -54,6 +57,9 @@ def test_histogram_increase_counts_through_a_restart() -> None:
     # 3 observations before the restart, 4 after it (counted from zero)
     assert inc.counts == (1 + 1, 2 + 2, 3 + 3, 3 + 4)
     assert inc.count == 7
+    # a histogram first seen at the second scrape (a labelled child created on first use)
+    assert histogram_increase([None, hist([1, 2, 3, 3])]).count == 3
+    assert histogram_increase([hist([1, 2, 3, 3])]) is None
 
 
 def test_histogram_delta_and_quantile_match_promql_interpolation() -> None:
