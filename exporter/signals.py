@@ -272,6 +272,7 @@ def diagnose(
     budget_utilization: float | None,
     near_cap: float = 0.9,
     kv_high: float = 0.9,
+    engine: str = "",
 ) -> Diagnosis:
     """One state, with a plain-language reason an operator can act on (seed 003's advice)."""
     if not up:
@@ -316,6 +317,13 @@ def diagnose(
             f"running {_fmt(running)} of cap {_fmt(cap)}"
             + (f" with {_fmt(waiting)} waiting" if waits else "")
             + ": continuous batching is doing its job; the next limit is elsewhere",
+        )
+    if waits and ratio is not None and engine == "inhouse":
+        return Diagnosis(
+            "batch_limited",
+            f"batches average {_fmt(running or 0)} of max {_fmt(cap)} while {_fmt(waiting)} "
+            "wait: the batcher fires before batches fill (its max wait or latency budget is "
+            "short for this traffic) or execution cannot keep up",
         )
     if waits and ratio is not None:
         return Diagnosis(
@@ -455,6 +463,7 @@ def series_signals(
         budget_utilization=utilization,
         near_cap=settings.near_cap,
         kv_high=settings.kv_high,
+        engine=last.engine,
     )
     signals = SeriesSignals(
         labels=last.labels,
