@@ -44,6 +44,32 @@ class Histogram:
         return out
 
 
+def histogram_add(a: Histogram | None, b: Histogram) -> Histogram | None:
+    """Two histograms' observations together; None when their bucket layouts differ."""
+    if a is None:
+        return b
+    if a.bounds != b.bounds:
+        return None
+    return Histogram(
+        a.bounds,
+        tuple(x + y for x, y in zip(a.counts, b.counts, strict=True)),
+        a.sum + b.sum,
+        a.count + b.count,
+    )
+
+
+def histogram_sub(newer: Histogram, older: Histogram | None) -> Histogram:
+    """`newer` minus `older` bucket by bucket (same layout, no reset between them)."""
+    if older is None:
+        return newer
+    return Histogram(
+        newer.bounds,
+        tuple(n - o for n, o in zip(newer.counts, older.counts, strict=True)),
+        newer.sum - older.sum,
+        newer.count - older.count,
+    )
+
+
 def histogram_delta(newer: Histogram, older: Histogram | None) -> Histogram | None:
     """The observations made between two scrapes of the same series.
 
@@ -59,12 +85,7 @@ def histogram_delta(newer: Histogram, older: Histogram | None) -> Histogram | No
         n < o for n, o in zip(newer.counts, older.counts, strict=True)
     ):
         return newer
-    return Histogram(
-        newer.bounds,
-        tuple(n - o for n, o in zip(newer.counts, older.counts, strict=True)),
-        newer.sum - older.sum,
-        newer.count - older.count,
-    )
+    return histogram_sub(newer, older)
 
 
 def histogram_quantile(q: float, hist: Histogram) -> float | None:

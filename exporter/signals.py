@@ -10,7 +10,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 
-from exporter.histogram import Histogram, histogram_quantile
+from exporter.histogram import Histogram, histogram_add, histogram_quantile, histogram_sub
 from exporter.snapshot import SeriesSnapshot
 from exporter.static_util import estimate_from_histogram
 
@@ -88,30 +88,6 @@ def per_second(increase: float | None, seconds: float) -> float | None:
     return increase / seconds
 
 
-def _histogram_add(a: Histogram | None, b: Histogram) -> Histogram | None:
-    if a is None:
-        return b
-    if a.bounds != b.bounds:
-        return None
-    return Histogram(
-        a.bounds,
-        tuple(x + y for x, y in zip(a.counts, b.counts, strict=True)),
-        a.sum + b.sum,
-        a.count + b.count,
-    )
-
-
-def _histogram_sub(newer: Histogram, older: Histogram | None) -> Histogram:
-    if older is None:
-        return newer
-    return Histogram(
-        newer.bounds,
-        tuple(n - o for n, o in zip(newer.counts, older.counts, strict=True)),
-        newer.sum - older.sum,
-        newer.count - older.count,
-    )
-
-
 def histogram_increase(hists: Sequence[Histogram | None]) -> Histogram | None:
     """The observations made over consecutive scrapes of one histogram, through restarts.
 
@@ -129,10 +105,10 @@ def histogram_increase(hists: Sequence[Histogram | None]) -> Histogram | None:
     previous = points[0]
     for current in points[1:]:
         if current.bounds != previous.bounds or current.count < previous.count:
-            total = _histogram_add(total, _histogram_sub(previous, base))
+            total = histogram_add(total, histogram_sub(previous, base))
             base = None
         previous = current
-    return _histogram_add(total, _histogram_sub(previous, base))
+    return histogram_add(total, histogram_sub(previous, base))
 
 
 # ---------------------------------------------------------------- latency budget
@@ -554,7 +530,7 @@ def total_series(series: Sequence[SeriesSnapshot], default_cap: float | None) ->
         merged: Histogram | None = None
         for s in series:
             if kind in s.latency:
-                merged = _histogram_add(merged, s.latency[kind])
+                merged = histogram_add(merged, s.latency[kind])
                 if merged is None:
                     break
         if merged is not None:
@@ -562,7 +538,7 @@ def total_series(series: Sequence[SeriesSnapshot], default_cap: float | None) ->
     output_tokens: Histogram | None = None
     for s in series:
         if s.output_tokens is not None:
-            output_tokens = _histogram_add(output_tokens, s.output_tokens)
+            output_tokens = histogram_add(output_tokens, s.output_tokens)
     by_size: dict[int, tuple[float, float]] = {}
     for s in series:
         for size, (n, secs) in s.execution_by_size.items():
