@@ -4,9 +4,11 @@ The model is a byte-level decoder-only transformer with random weights (seeded, 
 downloaded). Its outputs are noise; what matters is that it runs real forwards whose cost
 depends on the batch, so the scheduler's batching behaviour is the real thing.
 
-One scheduler *step* gives every running request one new token. A request admitted in a
-step is prefilled (its KV cache filled with all but its last token) and then joins that
-step's batched decode, so it produces its first token in the step it is admitted. That
+One scheduler *step* gives every running request one new token, in one forward. A
+request admitted in a step is prefilled (its KV cache filled with all but its last token)
+in that same forward, its context's tokens riding along with every row's decode token as
+one flat token batch (chunked-prefill style, as vLLM runs a step), so it produces its
+first token in the step it is admitted. That
 makes the slot accounting exact: a request of n output tokens occupies its slot for n
 steps, and a static group of lengths L runs max(L) steps, as in seed 003.
 
@@ -183,40 +185,110 @@ class TinyDecoder(nn.Module):
 
     def prefill(self, tokens: torch.Tensor, slot: int, cache: KVCache) -> None:
         """Write the keys and values of `tokens` (positions 0..T-1) into `slot`."""
-        length = tokens.shape[0]
-        x = self._embed(tokens, torch.arange(length, device=tokens.device))
+        self.prefill_batch(PrefillBatch.of([tokens.tolist()], [slot], tokens.device), cache)
+
+    def prefill_batch(self, batch: PrefillBatch, cache: KVCache) -> None:
+        """Prefill every context of `batch` in one forward (no decode rows)."""
+        x = self._embed(batch.tokens.reshape(-1), batch.positions.reshape(-1))
         for index, block in enumerate(self.blocks):
-            q, k, v = (t.transpose(0, 1) for t in block.qkv_heads(x))
-            cache.keys[index][slot, :, :length] = k
-            cache.values[index][slot, :, :length] = v
-            attended = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-            x = block.finish(x, attended.transpose(0, 1).reshape(length, -1))
+            q, k, v = block.qkv_heads(x)
+            x = block.finish(x, self._prefill_attention(index, q, k, v, batch, cache))
+
+    def _prefill_attention(
+        self,
+        index: int,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        batch: PrefillBatch,
+        cache: KVCache,
+    ) -> torch.Tensor:
+        """Layer `index`'s causal attention over `batch`'s padded contexts (q, k, v as
+        [contexts * T, heads, head_dim]); writes their keys and values into the cache.
+        Padding sits after each context's tokens, so causal masking keeps it out of every
+        real token's attention; its keys land beyond the context, where the row's decode
+        overwrites or masks them."""
+        contexts, length = batch.tokens.shape
+        q, k, v = (t.view(contexts, length, *t.shape[1:]).transpose(1, 2) for t in (q, k, v))
+        cache.keys[index][batch.slots, :, :length] = k
+        cache.values[index][batch.slots, :, :length] = v
+        attended = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return attended.transpose(1, 2).reshape(contexts * length, -1)
 
     def decode(
-        self, tokens: torch.Tensor, positions: torch.Tensor, span: int, cache: KVCache
+        self,
+        tokens: torch.Tensor,
+        positions: torch.Tensor,
+        span: int,
+        cache: KVCache,
+        prefill: PrefillBatch | None = None,
     ) -> torch.Tensor:
         """One decode step for rows 0..B-1 (row i in slot i): feed `tokens[i]` at
         `positions[i]`, write its key and value, attend over the first `span` positions
         (masked beyond each row's own position). Returns logits [B, vocab].
 
-        Shapes depend on B and `span` only, so a fixed (B, span) can be captured as a CUDA
-        graph."""
+        With `prefill`, the same forward first prefills those contexts (chunked-prefill
+        style: one flat token batch of decode rows and prefill tokens, as vLLM runs a step),
+        so a request admitted this step is prefilled and decoded in one forward.
+
+        Without `prefill`, shapes depend on B and `span` only, so a fixed (B, span) can be
+        captured as a CUDA graph."""
         rows = tokens.shape[0]
         row_index = torch.arange(rows, device=tokens.device)
-        x = self._embed(tokens, positions)
+        if prefill is None:
+            x = self._embed(tokens, positions)
+        else:
+            x = self._embed(
+                torch.cat((tokens, prefill.tokens.reshape(-1))),
+                torch.cat((positions, prefill.positions.reshape(-1))),
+            )
         visible = torch.arange(span, device=tokens.device)[None, :] <= positions[:, None]
         mask = visible[:, None, None, :]
         for index, block in enumerate(self.blocks):
             q, k, v = block.qkv_heads(x)
+            attended_prefill = None
+            if prefill is not None:
+                attended_prefill = self._prefill_attention(
+                    index, q[rows:], k[rows:], v[rows:], prefill, cache
+                )
+                q, k, v = q[:rows], k[:rows], v[:rows]
             keys, values = cache.keys[index], cache.values[index]
             keys[row_index, :, positions] = k
             values[row_index, :, positions] = v
             attended = F.scaled_dot_product_attention(
                 q.unsqueeze(2), keys[:rows, :, :span], values[:rows, :, :span], attn_mask=mask
-            )
-            x = block.finish(x, attended.reshape(rows, -1))
-        x = F.layer_norm(x, (self.config.d_model,), self.ln_f.weight, self.ln_f.bias)
+            ).reshape(rows, -1)
+            if attended_prefill is not None:
+                attended = torch.cat((attended, attended_prefill))
+            x = block.finish(x, attended)
+        x = F.layer_norm(x[:rows], (self.config.d_model,), self.ln_f.weight, self.ln_f.bias)
         return F.linear(x, self.head.weight, self.head.bias)
+
+
+@dataclass(frozen=True)
+class PrefillBatch:
+    """Contexts to prefill in one forward: context i fills positions 0..len-1 of cache slot
+    `slots[i]`. `tokens` and `positions` are [contexts, T], padded to the longest context
+    (padding repeats the last position, so it stays inside the model's length)."""
+
+    tokens: torch.Tensor
+    positions: torch.Tensor
+    slots: torch.Tensor
+    token_count: int  # real tokens, padding excluded
+
+    @classmethod
+    def of(
+        cls, contexts: Sequence[Sequence[int]], slots: Sequence[int], device: torch.device
+    ) -> PrefillBatch:
+        length = max(len(c) for c in contexts)
+        tokens = [[*c, *[0] * (length - len(c))] for c in contexts]
+        positions = [[min(p, len(c) - 1) for p in range(length)] for c in contexts]
+        return cls(
+            tokens=torch.tensor(tokens, device=device),
+            positions=torch.tensor(positions, device=device),
+            slots=torch.tensor(list(slots), device=device),
+            token_count=sum(len(c) for c in contexts),
+        )
 
 
 def sample(logits: torch.Tensor, generator: torch.Generator) -> list[int]:
@@ -791,26 +863,35 @@ class Scheduler:
         started = time.perf_counter()
         prefill_tokens = 0  # tokens before each admitted request's last one
         prompt_tokens = 0  # every token a (re)admitted request brings, the last one included
+        contexts: list[list[int]] = []
+        context_slots: list[int] = []
         for slot, row in enumerate(self._rows):
             if row.needs_prefill:
                 context = (row.prompt + row.output)[:-1]
                 if context:
-                    tokens = torch.tensor(context, device=self.device.torch_device)
-                    self.model.prefill(tokens, slot, self._cache)
+                    contexts.append(context)
+                    context_slots.append(slot)
                 prefill_tokens += len(context)
                 prompt_tokens += len(context) + 1
                 self._kv_used += len(context)
                 row.kv_tokens = len(context)
                 row.needs_prefill = False
-        rows = len(self._rows)
+        torch_device = self.device.torch_device
+        prefill = PrefillBatch.of(contexts, context_slots, torch_device) if contexts else None
         last_tokens = [r.last_token for r in self._rows]
         last_positions = [r.length - 1 for r in self._rows]
-        tokens = torch.tensor(last_tokens, device=self.device.torch_device)
-        positions = torch.tensor(last_positions, device=self.device.torch_device)
+        tokens = torch.tensor(last_tokens, device=torch_device)
+        positions = torch.tensor(last_positions, device=torch_device)
+        rows = len(self._rows)
         if self._graph_decode is not None:
+            # A graph's shapes are fixed: the admitted contexts go in one eager forward first.
+            if prefill is not None:
+                self.model.prefill_batch(prefill, self._cache)
             logits = self._graph_decode(tokens, positions)
         else:
-            logits = self.model.decode(tokens, positions, max(last_positions) + 1, self._cache)
+            # One forward: the admitted contexts and every row's decode token together.
+            span = max(last_positions) + 1
+            logits = self.model.decode(tokens, positions, span, self._cache, prefill=prefill)
         new_tokens = sample(logits, self._generator)
         # One forward over every row plus the prefilled tokens: what a flat token batch costs.
         self.device.pace("decode", rows + prefill_tokens, started)

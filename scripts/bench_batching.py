@@ -35,6 +35,7 @@ from demo_server.devices import Device, select_device
 from demo_server.generation import (
     CompletionResult,
     KVCache,
+    PrefillBatch,
     Scheduler,
     SchedulerConfig,
     TinyDecoder,
@@ -62,10 +63,15 @@ class SpanRecordingDecoder(TinyDecoder):
         self.span_total = 0
 
     def decode(
-        self, tokens: torch.Tensor, positions: torch.Tensor, span: int, cache: KVCache
+        self,
+        tokens: torch.Tensor,
+        positions: torch.Tensor,
+        span: int,
+        cache: KVCache,
+        prefill: PrefillBatch | None = None,
     ) -> torch.Tensor:
         self.span_total += span
-        return super().decode(tokens, positions, span, cache)
+        return super().decode(tokens, positions, span, cache, prefill)
 
 
 class SimulatedClock:
@@ -321,12 +327,18 @@ def main(argv: list[str] | None = None) -> int:
         "more requests shrink the tail). The second is the step cost moving between the "
         "modes, for two reasons the table measures. Prefill: every request is prefilled once "
         "in either mode, so that work does not shrink with continuous batching and dilutes "
-        "its gain; on the simulated clock, where a step's cost depends on its token count only, "
-        "it is what remains beside the tail. Attention "
+        "its gain. The scheduler runs one forward per step, the admitted requests' prompt "
+        "tokens riding along with every row's decode token (chunked-prefill style, as vLLM "
+        "runs a step), so prefill costs its tokens' compute, not a forward of its own per "
+        "request; on the simulated clock, where a step's cost depends on its token count "
+        "only, it is what remains beside the tail. Attention "
         "span: a static group's span restarts short with each group, while a continuous batch "
         "nearly always holds some long-running request, so its decode steps attend further "
         "back; on a CPU that costs time in proportion to rows x span (a paged or ragged "
-        "attention kernel, as vLLM's, reads each row's own length only). A simulated step "
+        "attention kernel, as vLLM's, reads each row's own length only; in plain torch on a "
+        "CPU, gathering each row's own positions, or cutting the batch into runs of rows "
+        "attending to their own longest, cost about what the padding does, so decode "
+        "attention stays padded to the longest row). A simulated step "
         "cannot be cheaper than the real CPU compute under it: overrun steps run at CPU "
         "speed, so where the tiny model's CPU step approaches the H200 cost (large B), the "
         "wall clock follows the CPU rather than the curve. On a shared 2-core machine, step "

@@ -17,10 +17,12 @@ import torch
 
 from demo_server.devices import H200_DECODE_GRAPH_MS, interpolate_ms, select_device
 from demo_server.generation import (
+    BOS,
     EOS,
     CompletionResult,
     InvalidRequest,
     KVCache,
+    PrefillBatch,
     QueueFull,
     RequestLog,
     Scheduler,
@@ -224,6 +226,38 @@ def test_cached_decode_matches_recomputing_the_sequence() -> None:
     assert torch.allclose(logits[1], moved[0], atol=1e-5)
 
 
+def test_prefill_in_the_decode_forward_matches_prefilling_first() -> None:
+    """Contexts of different lengths prefilled in the decode step's own forward (padded to
+    the longest) give the logits and cache that a separate prefill per context does."""
+    model = TinyDecoder(seed=2).eval()
+    sequences = [encode_prompt("a longer running row"), encode_prompt("hi"), [BOS, 7]]
+    sequences += [encode_prompt("another admitted request")]
+    slots = [1, 2, 3]
+    with torch.inference_mode():
+        separate = KVCache(model.config, 4, torch.device("cpu"))
+        fused = KVCache(model.config, 4, torch.device("cpu"))
+        running = sequences[0]
+        for cache in (separate, fused):  # row 0 runs already: its context is cached
+            model.prefill(torch.tensor(running[:-1]), 0, cache)
+        for slot in slots:
+            model.prefill(torch.tensor(sequences[slot][:-1]), slot, separate)
+        tokens = torch.tensor([s[-1] for s in sequences])
+        positions = torch.tensor([len(s) - 1 for s in sequences])
+        span = int(positions.max()) + 1
+        expected = model.decode(tokens, positions, span, separate)
+        batch = PrefillBatch.of([sequences[s][:-1] for s in slots], slots, torch.device("cpu"))
+        assert batch.token_count == sum(len(sequences[s]) - 1 for s in slots)
+        got = model.decode(tokens, positions, span, fused, prefill=batch)
+    assert torch.allclose(got, expected, atol=1e-5)
+    for layer in range(model.config.n_layers):
+        for slot, sequence in enumerate(sequences):
+            written = len(sequence)
+            assert torch.allclose(
+                fused.keys[layer][slot, :, :written], separate.keys[layer][slot, :, :written],
+                atol=1e-5,
+            )  # fmt: skip
+
+
 def test_simulated_h200_paces_each_step_to_the_measured_curve() -> None:
     assert interpolate_ms(H200_DECODE_GRAPH_MS, 1) == pytest.approx(0.9355, abs=1e-4)
     assert interpolate_ms(H200_DECODE_GRAPH_MS, 32) == pytest.approx(1.4530, abs=1e-4)
@@ -248,9 +282,9 @@ def test_longest_request_never_feeds_the_last_cache_position(
     fed: list[int] = []
     decode = TinyDecoder.decode
 
-    def recording(self, tokens, positions, span, cache):  # type: ignore[no-untyped-def]
+    def recording(self, tokens, positions, span, cache, prefill=None):  # type: ignore[no-untyped-def]
         fed.append(int(positions.max()))
-        return decode(self, tokens, positions, span, cache)
+        return decode(self, tokens, positions, span, cache, prefill)
 
     monkeypatch.setattr(TinyDecoder, "decode", recording)
     scheduler = make_scheduler()
