@@ -299,7 +299,7 @@ def test_batching_bench_writes_its_report(tmp_path: Path) -> None:
     Speeds on a shared machine are not asserted."""
     report = tmp_path / "bench.md"
     done = subprocess.run(
-        [sys.executable, "scripts/bench_batching.py", "--requests", "24", "--repeat", "1",
+        [sys.executable, "scripts/bench_batching.py", "--requests", "24", "--repeat", "1", "--slots", "8",
          "--devices", "cpu", "sim:h200", "--output", str(report)],
         cwd=Path(__file__).resolve().parent.parent, capture_output=True, text=True, timeout=120,
         check=False,
