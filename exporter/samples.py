@@ -4,11 +4,21 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Mapping, Sequence
 
 from exporter.histogram import Histogram
 from exporter.promtext import Sample
 from exporter.snapshot import LabelKey
+
+SamplesByName = Mapping[str, list[Sample]]
+
+
+def group_by_name(samples: Sequence[Sample]) -> dict[str, list[Sample]]:
+    """Samples by their name, in order: adapters then read each name without a rescan."""
+    by_name: dict[str, list[Sample]] = defaultdict(list)
+    for s in samples:
+        by_name[s.name].append(s)
+    return dict(by_name)
 
 
 def series_key(labels: dict[str, str], key_labels: Sequence[str]) -> LabelKey:
@@ -17,38 +27,43 @@ def series_key(labels: dict[str, str], key_labels: Sequence[str]) -> LabelKey:
 
 
 def values_by_key(
-    samples: Iterable[Sample], name: str, key_labels: Sequence[str]
+    by_name: SamplesByName,
+    name: str,
+    key_labels: Sequence[str],
+    where: Mapping[str, str] | None = None,
 ) -> dict[LabelKey, float]:
-    """Sample values of one metric name by series key; repeated keys (other labels) add up."""
+    """Sample values of one metric name by series key; repeated keys (other labels) add up.
+
+    `where`: only samples carrying these label values count.
+    """
     out: dict[LabelKey, float] = defaultdict(float)
-    for s in samples:
-        if s.name == name and not math.isnan(s.value):
-            out[series_key(s.labels, key_labels)] += s.value
+    for s in by_name.get(name, ()):
+        if math.isnan(s.value):
+            continue
+        if where and any(s.labels.get(k) != v for k, v in where.items()):
+            continue
+        out[series_key(s.labels, key_labels)] += s.value
     return dict(out)
 
 
 def histograms_by_key(
-    samples: Iterable[Sample], family: str, key_labels: Sequence[str]
+    by_name: SamplesByName, family: str, key_labels: Sequence[str]
 ) -> dict[LabelKey, Histogram]:
     """Assemble `family`'s `_bucket`/`_sum`/`_count` samples into one Histogram per series."""
-    bucket_name, sum_name, count_name = family + "_bucket", family + "_sum", family + "_count"
     buckets: dict[LabelKey, dict[float, float]] = defaultdict(dict)
-    sums: dict[LabelKey, float] = {}
-    counts: dict[LabelKey, float] = {}
-    for s in samples:
-        if s.name == bucket_name:
-            le = s.labels.get("le")
-            if le is None:
-                continue
-            key = series_key(s.labels, key_labels)
-            bound = float(le)
-            buckets[key][bound] = buckets[key].get(bound, 0.0) + s.value
-        elif s.name == sum_name:
-            key = series_key(s.labels, key_labels)
-            sums[key] = sums.get(key, 0.0) + s.value
-        elif s.name == count_name:
-            key = series_key(s.labels, key_labels)
-            counts[key] = counts.get(key, 0.0) + s.value
+    for s in by_name.get(family + "_bucket", ()):
+        le = s.labels.get("le")
+        if le is None:
+            continue
+        key = series_key(s.labels, key_labels)
+        bound = float(le)
+        buckets[key][bound] = buckets[key].get(bound, 0.0) + s.value
+    sums: dict[LabelKey, float] = defaultdict(float)
+    for s in by_name.get(family + "_sum", ()):
+        sums[series_key(s.labels, key_labels)] += s.value
+    counts: dict[LabelKey, float] = defaultdict(float)
+    for s in by_name.get(family + "_count", ()):
+        counts[series_key(s.labels, key_labels)] += s.value
     return {
         key: Histogram.from_buckets(b, sums.get(key, 0.0), counts.get(key))
         for key, b in buckets.items()

@@ -20,6 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from exporter import promtext
 from exporter.engines import read_series, vllm
+from exporter.samples import group_by_name
 
 FIXTURE = Path(__file__).resolve().parent.parent / "tests/fixtures/vllm-0.32.0-cpu-load.txt"
 TARGET_RATIO = 10.0
@@ -119,7 +120,7 @@ def run(quick: bool = False) -> tuple[list[Comparison], dict[str, int]]:
     clear_cache()
     full_same = same_samples(promtext.parse(text), everything)
     # The adapter fed with prometheus_client's samples must build the same snapshots.
-    adapter_same = read_series(text, "vllm") == tuple(vllm.to_series(selected))
+    adapter_same = read_series(text, "vllm") == tuple(vllm.to_series(group_by_name(selected)))
 
     def variant(
         name: str,
@@ -145,7 +146,7 @@ def run(quick: bool = False) -> tuple[list[Comparison], dict[str, int]]:
                 full_same, cold=True),
         variant("(d) read_series(text, 'vllm'), warm", "parse all + filter + vllm.to_series",
                 lambda: read_series(text, "vllm"),
-                lambda: vllm.to_series(reference_selected(text, names)),
+                lambda: vllm.to_series(group_by_name(reference_selected(text, names))),
                 adapter_same, cold=False),
         variant("(e) full parse, warm label cache", "parse all",
                 lambda: promtext.parse(text), lambda: reference_samples(text),

@@ -1,7 +1,8 @@
 """Engine adapters: each maps one engine's metric names onto SeriesSnapshots.
 
 An adapter module defines NAME, MARKER (a name prefix that only this engine emits),
-FAMILIES (what to parse) and `to_series(samples)`. Adding an engine is adding a file
+FAMILIES (what to parse) and `to_series(by_name)` over the parsed samples grouped by
+name. Adding an engine is adding a file
 and one line in ADAPTERS.
 """
 
@@ -11,6 +12,7 @@ from types import ModuleType
 
 from exporter import promtext
 from exporter.engines import inhouse, sglang, tgi, triton, vllm
+from exporter.samples import group_by_name
 from exporter.snapshot import SeriesSnapshot
 
 ADAPTERS: dict[str, ModuleType] = {m.NAME: m for m in (vllm, inhouse, sglang, tgi, triton)}
@@ -39,8 +41,8 @@ def read_series(text: str, engine: str = "auto") -> tuple[SeriesSnapshot, ...]:
             + ")"
         )
     families = [f for name in names for f in ADAPTERS[name].FAMILIES]
-    samples = promtext.parse(text, families)
-    series = tuple(s for name in names for s in ADAPTERS[name].to_series(samples))
+    by_name = group_by_name(promtext.parse(text, families))
+    series = tuple(s for name in names for s in ADAPTERS[name].to_series(by_name))
     if not series:
         raise UnrecognisedPayload(f"no {'/'.join(names)} series in the payload")
     return series

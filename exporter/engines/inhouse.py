@@ -7,9 +7,8 @@ is read as the mean batch size over the window, against its own max-batch-size g
 from __future__ import annotations
 
 from exporter import instrumentation as names
-from exporter.promtext import Sample
-from exporter.samples import histograms_by_key, values_by_key
-from exporter.snapshot import SeriesSnapshot
+from exporter.samples import SamplesByName, histograms_by_key, series_key, values_by_key
+from exporter.snapshot import LabelKey, SeriesSnapshot
 
 NAME = "inhouse"
 MARKER = names.PREFIX
@@ -22,44 +21,34 @@ FAMILIES = (
 )  # fmt: skip
 
 
-def _execution_by_size(samples: list[Sample]) -> dict[tuple, dict[int, tuple[float, float]]]:
-    counts: dict[tuple, dict[int, float]] = {}
-    seconds: dict[tuple, dict[int, float]] = {}
-    for s in samples:
-        if not s.name.startswith(names.BATCH_EXECUTION_BY_SIZE) or "batch_size" not in s.labels:
-            continue
-        target = {"_count": counts, "_sum": seconds}.get(
-            s.name[len(names.BATCH_EXECUTION_BY_SIZE) :]
-        )
-        if target is not None:
-            key = (("batcher", s.labels.get("batcher", "")),)
-            target.setdefault(key, {})[int(s.labels["batch_size"])] = s.value
+def _execution_by_size(by_name: SamplesByName) -> dict[LabelKey, dict[int, tuple[float, float]]]:
+    """Per batcher: batch size -> (batches, execution seconds), from the by-size summary."""
+    counts: dict[LabelKey, dict[int, float]] = {}
+    seconds: dict[LabelKey, dict[int, float]] = {}
+    for suffix, target in (("_count", counts), ("_sum", seconds)):
+        for s in by_name.get(names.BATCH_EXECUTION_BY_SIZE + suffix, ()):
+            if "batch_size" in s.labels:
+                key = series_key(s.labels, KEY_LABELS)
+                target.setdefault(key, {})[int(s.labels["batch_size"])] = s.value
     return {
         key: {size: (n, seconds.get(key, {}).get(size, 0.0)) for size, n in by_size.items()}
         for key, by_size in counts.items()
     }
 
 
-def to_series(samples: list[Sample]) -> list[SeriesSnapshot]:
+def to_series(by_name: SamplesByName) -> list[SeriesSnapshot]:
     """One SeriesSnapshot per batcher."""
-    depth = values_by_key(samples, names.QUEUE_DEPTH, KEY_LABELS)
-    cap = values_by_key(samples, names.MAX_BATCH_SIZE, KEY_LABELS)
-    budget = values_by_key(samples, names.LATENCY_BUDGET, KEY_LABELS)
-    ok = {
-        key: value
-        for key, value in values_by_key(
-            [s for s in samples if s.labels.get("outcome") == "ok"],
-            names.REQUESTS + "_total",
-            KEY_LABELS,
-        ).items()
-    }
-    batch_size = histograms_by_key(samples, names.BATCH_SIZE, KEY_LABELS)
+    depth = values_by_key(by_name, names.QUEUE_DEPTH, KEY_LABELS)
+    cap = values_by_key(by_name, names.MAX_BATCH_SIZE, KEY_LABELS)
+    budget = values_by_key(by_name, names.LATENCY_BUDGET, KEY_LABELS)
+    ok = values_by_key(by_name, names.REQUESTS + "_total", KEY_LABELS, where={"outcome": "ok"})
+    batch_size = histograms_by_key(by_name, names.BATCH_SIZE, KEY_LABELS)
     latency = {
-        "e2e": histograms_by_key(samples, names.REQUEST_LATENCY, KEY_LABELS),
-        "queue": histograms_by_key(samples, names.QUEUE_WAIT, KEY_LABELS),
-        "inference": histograms_by_key(samples, names.EXECUTION, KEY_LABELS),
+        "e2e": histograms_by_key(by_name, names.REQUEST_LATENCY, KEY_LABELS),
+        "queue": histograms_by_key(by_name, names.QUEUE_WAIT, KEY_LABELS),
+        "inference": histograms_by_key(by_name, names.EXECUTION, KEY_LABELS),
     }
-    by_size = _execution_by_size(samples)
+    by_size = _execution_by_size(by_name)
     keys = sorted(set(depth) | set(batch_size))
     return [
         SeriesSnapshot(

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from exporter.promtext import Sample
-from exporter.samples import histograms_by_key, values_by_key
+from exporter.samples import SamplesByName, histograms_by_key, values_by_key
 from exporter.snapshot import SeriesSnapshot
 
 NAME = "sglang"
@@ -21,14 +20,14 @@ LATENCY_FAMILIES = {
 FAMILIES = (RUNNING, WAITING, TOKEN_USAGE, GENERATION_TOKENS, *LATENCY_FAMILIES.values())
 
 
-def to_series(samples: list[Sample]) -> list[SeriesSnapshot]:
+def to_series(by_name: SamplesByName) -> list[SeriesSnapshot]:
     """One SeriesSnapshot per model_name; token_usage is SGLang's KV cache usage (0..1)."""
-    running = values_by_key(samples, RUNNING, KEY_LABELS)
-    waiting = values_by_key(samples, WAITING, KEY_LABELS)
-    usage = values_by_key(samples, TOKEN_USAGE, KEY_LABELS)
-    tokens = values_by_key(samples, GENERATION_TOKENS + "_total", KEY_LABELS)
+    running = values_by_key(by_name, RUNNING, KEY_LABELS)
+    waiting = values_by_key(by_name, WAITING, KEY_LABELS)
+    usage = values_by_key(by_name, TOKEN_USAGE, KEY_LABELS)
+    tokens = values_by_key(by_name, GENERATION_TOKENS + "_total", KEY_LABELS)
     latency = {
-        kind: histograms_by_key(samples, family, KEY_LABELS)
+        kind: histograms_by_key(by_name, family, KEY_LABELS)
         for kind, family in LATENCY_FAMILIES.items()
     }
     finished = {key: h.count for key, h in latency["e2e"].items()}

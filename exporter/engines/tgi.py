@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from exporter.promtext import Sample
-from exporter.samples import histograms_by_key, values_by_key
+from exporter.samples import SamplesByName, histograms_by_key, values_by_key
 from exporter.snapshot import SeriesSnapshot
 
 NAME = "tgi"
@@ -21,13 +20,13 @@ LATENCY_FAMILIES = {
 FAMILIES = (RUNNING, WAITING, OUTPUT_TOKENS, *LATENCY_FAMILIES.values())
 
 
-def to_series(samples: list[Sample]) -> list[SeriesSnapshot]:
+def to_series(by_name: SamplesByName) -> list[SeriesSnapshot]:
     """TGI serves one model: a single series with no identifying labels."""
-    running = values_by_key(samples, RUNNING, KEY_LABELS)
-    waiting = values_by_key(samples, WAITING, KEY_LABELS)
-    output_tokens = histograms_by_key(samples, OUTPUT_TOKENS, KEY_LABELS)
+    running = values_by_key(by_name, RUNNING, KEY_LABELS)
+    waiting = values_by_key(by_name, WAITING, KEY_LABELS)
+    output_tokens = histograms_by_key(by_name, OUTPUT_TOKENS, KEY_LABELS)
     latency = {
-        kind: histograms_by_key(samples, family, KEY_LABELS)
+        kind: histograms_by_key(by_name, family, KEY_LABELS)
         for kind, family in LATENCY_FAMILIES.items()
     }
     key = ()

@@ -6,8 +6,7 @@ window is `nv_inference_count / nv_inference_exec_count` (both counters).
 
 from __future__ import annotations
 
-from exporter.promtext import Sample
-from exporter.samples import values_by_key
+from exporter.samples import SamplesByName, values_by_key
 from exporter.snapshot import SeriesSnapshot
 
 NAME = "triton"
@@ -21,12 +20,12 @@ SUCCESS = "nv_inference_request_success"
 FAMILIES = (INFERENCES, EXECUTIONS, PENDING, SUCCESS)
 
 
-def to_series(samples: list[Sample]) -> list[SeriesSnapshot]:
+def to_series(by_name: SamplesByName) -> list[SeriesSnapshot]:
     """One SeriesSnapshot per (model, version)."""
-    inferences = values_by_key(samples, INFERENCES, KEY_LABELS)
-    executions = values_by_key(samples, EXECUTIONS, KEY_LABELS)
-    pending = values_by_key(samples, PENDING, KEY_LABELS)
-    success = values_by_key(samples, SUCCESS, KEY_LABELS)
+    inferences = values_by_key(by_name, INFERENCES, KEY_LABELS)
+    executions = values_by_key(by_name, EXECUTIONS, KEY_LABELS)
+    pending = values_by_key(by_name, PENDING, KEY_LABELS)
+    success = values_by_key(by_name, SUCCESS, KEY_LABELS)
     return [
         SeriesSnapshot(
             key=key,

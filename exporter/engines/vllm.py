@@ -6,8 +6,7 @@ with `_created` siblings. vLLM does not expose `max_num_seqs`: the cap comes fro
 
 from __future__ import annotations
 
-from exporter.promtext import Sample
-from exporter.samples import histograms_by_key, values_by_key
+from exporter.samples import SamplesByName, histograms_by_key, values_by_key
 from exporter.snapshot import SeriesSnapshot
 
 NAME = "vllm"
@@ -36,20 +35,20 @@ FAMILIES = (
 )  # fmt: skip
 
 
-def to_series(samples: list[Sample]) -> list[SeriesSnapshot]:
+def to_series(by_name: SamplesByName) -> list[SeriesSnapshot]:
     """One SeriesSnapshot per (model_name, engine) that any scheduler metric names."""
-    running = values_by_key(samples, RUNNING, KEY_LABELS)
-    waiting = values_by_key(samples, WAITING, KEY_LABELS)
-    swapped = values_by_key(samples, SWAPPED, KEY_LABELS)
-    preemptions = values_by_key(samples, PREEMPTIONS + "_total", KEY_LABELS)
-    kv = values_by_key(samples, KV_USAGE, KEY_LABELS) or values_by_key(
-        samples, KV_USAGE_OLD, KEY_LABELS
+    running = values_by_key(by_name, RUNNING, KEY_LABELS)
+    waiting = values_by_key(by_name, WAITING, KEY_LABELS)
+    swapped = values_by_key(by_name, SWAPPED, KEY_LABELS)
+    preemptions = values_by_key(by_name, PREEMPTIONS + "_total", KEY_LABELS)
+    kv = values_by_key(by_name, KV_USAGE, KEY_LABELS) or values_by_key(
+        by_name, KV_USAGE_OLD, KEY_LABELS
     )
-    finished = values_by_key(samples, REQUEST_SUCCESS + "_total", KEY_LABELS)
-    tokens = values_by_key(samples, GENERATION_TOKENS + "_total", KEY_LABELS)
-    output_tokens = histograms_by_key(samples, OUTPUT_TOKENS, KEY_LABELS)
+    finished = values_by_key(by_name, REQUEST_SUCCESS + "_total", KEY_LABELS)
+    tokens = values_by_key(by_name, GENERATION_TOKENS + "_total", KEY_LABELS)
+    output_tokens = histograms_by_key(by_name, OUTPUT_TOKENS, KEY_LABELS)
     latency = {
-        kind: histograms_by_key(samples, family, KEY_LABELS)
+        kind: histograms_by_key(by_name, family, KEY_LABELS)
         for kind, family in LATENCY_FAMILIES.items()
     }
     keys = sorted(set(running) | set(waiting) | set(kv) | set(preemptions) | set(finished))
