@@ -38,12 +38,12 @@ def finite(value: Any) -> Any:
     return value
 
 
+def _json_bytes(data: Any) -> bytes:
+    return json.dumps(finite(data), allow_nan=False).encode()
+
+
 def _json(data: Any, status: int = 200) -> web.Response:
-    return web.Response(
-        text=json.dumps(finite(data), allow_nan=False),
-        status=status,
-        content_type="application/json",
-    )
+    return web.Response(body=_json_bytes(data), status=status, content_type="application/json")
 
 
 def _per_round(exporter: Exporter, render: Callable[[], bytes]) -> Callable[[], Awaitable[bytes]]:
@@ -73,15 +73,12 @@ def create_app(exporter: Exporter) -> web.Application:
     metrics_body = _per_round(exporter, lambda: generate_latest(registry))
     signals_body = _per_round(
         exporter,
-        lambda: json.dumps(
-            finite(
-                {
-                    "generated_at": exporter.clock(),
-                    "targets": [t.to_dict() for t in exporter.current()],
-                }
-            ),
-            allow_nan=False,
-        ).encode(),
+        lambda: _json_bytes(
+            {
+                "generated_at": exporter.clock(),
+                "targets": [t.to_dict() for t in exporter.current()],
+            }
+        ),
     )
 
     async def metrics(_: web.Request) -> web.Response:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 
 from exporter.histogram import Histogram, histogram_add, histogram_quantile, histogram_sub
 from exporter.snapshot import SeriesSnapshot
@@ -563,10 +563,3 @@ def total_series(series: Sequence[SeriesSnapshot], default_cap: float | None) ->
         output_tokens=output_tokens,
         execution_by_size=by_size,
     )
-
-
-def with_default_cap(series: SeriesSnapshot, cap: float | None) -> SeriesSnapshot:
-    """The series with the configured cap where the engine does not publish its own."""
-    if series.cap is not None or cap is None:
-        return series
-    return replace(series, cap=cap)

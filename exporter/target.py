@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from exporter.signals import (
     SaturationState,
@@ -12,7 +12,6 @@ from exporter.signals import (
     down_signals,
     series_signals,
     total_series,
-    with_default_cap,
 )
 from exporter.snapshot import LabelKey, SeriesSnapshot, Snapshot
 
@@ -80,13 +79,11 @@ def evaluate_target(
     current_keys = {s.key for s in latest.series}
     by_key = _points(
         snapshots,
-        lambda snap: ((s.key, with_default_cap(s, settings.cap)) for s in snap.series),
+        lambda snap: ((s.key, s) for s in snap.series),
     )
     totals = _points(
         snapshots,
-        lambda snap: [
-            (TOTAL, total_series([with_default_cap(s, settings.cap) for s in snap.series], None))
-        ],
+        lambda snap: [(TOTAL, total_series(snap.series, settings.cap))],
     )
     next_states: dict[LabelKey, SaturationState] = {}
     series = []
@@ -95,9 +92,8 @@ def evaluate_target(
             by_key[key], settings, saturation.get(key, SaturationState()), now
         )
         series.append(signals)
-    total_settings = replace(settings, cap=None)
     total, next_states[TOTAL] = series_signals(
-        totals[TOTAL], total_settings, saturation.get(TOTAL, SaturationState()), now
+        totals[TOTAL], settings, saturation.get(TOTAL, SaturationState()), now
     )
     return (
         TargetSignals(name, url, latest.t, True, None, tuple(series), total, latest.scrape_seconds),
