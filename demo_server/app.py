@@ -45,6 +45,7 @@ from demo_server.devices import select_device
 from demo_server.embedding import EmbeddingService, ItemError
 from demo_server.embedding import QueueFull as EmbeddingQueueFull
 from demo_server.generation import (
+    Attention,
     Batching,
     CompletionResult,
     InvalidRequest,
@@ -74,6 +75,7 @@ class ServerConfig:
     host: str = "127.0.0.1"
     port: int = 8000
     batching: Batching = "continuous"
+    attention: Attention = "auto"
     max_num_seqs: int = 16
     kv_cache_tokens: int = 65536
     max_queue: int = 1024
@@ -199,6 +201,7 @@ class _Server:
                 max_num_seqs=config.max_num_seqs,
                 kv_cache_tokens=config.kv_cache_tokens,
                 max_queue=config.max_queue,
+                attention=config.attention,
             ),
             seed=config.seed,
             listeners=listeners,
@@ -222,10 +225,11 @@ class _Server:
             " (SIMULATED: CPU paced to the measured H200 curve)" if self.device.simulated else ""
         )
         log.info(
-            "serving %s: generation %s, max_num_seqs=%d, kv_cache_tokens=%d; embeddings %s; "
-            "device %s%s",
+            "serving %s: generation %s (%s attention), max_num_seqs=%d, kv_cache_tokens=%d; "
+            "embeddings %s; device %s%s",
             self.config.model_name,
             self.config.batching,
+            self.scheduler.attention,
             self.config.max_num_seqs,
             self.config.kv_cache_tokens,
             self.config.embed_batching,
@@ -379,6 +383,7 @@ def create_app(config: ServerConfig) -> FastAPI:
             "device": server.device.describe(),
             "generation": {
                 **asdict(stats),
+                "attention": server.scheduler.attention,
                 "slot_utilization": stats.slot_utilization,
                 "kv_cache_usage": stats.kv_cache_usage,
             },

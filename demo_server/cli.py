@@ -14,7 +14,7 @@ import uvicorn
 
 from demo_server.app import MAX_NUM_SEQS_LIMIT, ServerConfig, create_app
 from demo_server.devices import DEVICE_CHOICES
-from demo_server.generation import BATCHING_MODES
+from demo_server.generation import ATTENTION_CHOICES, BATCHING_MODES
 
 DESCRIPTION = """\
 A model server for checking batching signals against the truth. Tiny torch models with
@@ -101,6 +101,14 @@ def build_parser() -> argparse.ArgumentParser:
         "requests leave and waiting ones join every step (default %(default)s)",
     )
     generation.add_argument(
+        "--attention",
+        choices=ATTENTION_CHOICES,
+        default=defaults.attention,
+        help="decode attention on the CPU: ragged reads each row's own cache length (a small "
+        "C kernel, built with the machine's cc on first use); padded attends every row as far "
+        "as the longest; auto: ragged when the kernel builds (default %(default)s)",
+    )
+    generation.add_argument(
         "--max-num-seqs",
         type=_positive_int,
         default=defaults.max_num_seqs,
@@ -150,6 +158,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         host=args.host,
         port=args.port,
         batching=args.batching,
+        attention=args.attention,
         max_num_seqs=args.max_num_seqs,
         kv_cache_tokens=args.kv_cache_tokens,
         max_queue=args.max_queue,

@@ -22,6 +22,7 @@ import torch
 log = logging.getLogger(__name__)
 
 Kind = Literal["decode", "encoder"]
+SPIN_S = 0.0005  # the last stretch of a simulated forward is waited out in a yield loop
 DEVICE_CHOICES = ("auto", "cpu", "cuda", "sim:h200")
 
 # Measured on one NVIDIA H200 (torch 2.11, CUDA 13), anchors/h200-batch-cost.json.
@@ -67,6 +68,30 @@ SIMULATED_CURVES: dict[str, dict[Kind, tuple[tuple[int, float], ...]]] = {
     "h200": {"decode": H200_DECODE_GRAPH_MS, "encoder": H200_ENCODER_MS},
 }
 
+# Parameters of the decoder behind H200_DECODE_GRAPH_MS (the anchor's `decoder_params`).
+H200_DECODER_PARAMS = 953_155_584
+
+
+def h200_prefill_ms_per_token() -> float:
+    """What one prefill token of the anchor's decoder costs on an H200, in ms.
+
+    The decode curve's slope is not it: beyond 64 rows each decode row adds about 16 us,
+    the time to read its 512-token KV cache, while a prefill token is compute-bound. The
+    anchors hold one compute-bound measurement: the encoder at batch 512 x seq 128 (65,536
+    tokens of a 6-layer d=384 encoder: 24 d^2 matmul FLOPs per layer and token, plus
+    4 x seq x d for attention) in 4.96 ms, about 296 TFLOP/s. At that rate a prefill token
+    of the decoder, 2 FLOPs per parameter, costs about 6.4 us. A larger model's matmuls run
+    at least as fast, so this errs towards expensive prefill.
+    """
+    d_model, layers, seq, batch = 384, 6, 128, 512
+    flops_per_token = layers * (24 * d_model * d_model + 4 * seq * d_model)
+    batch_ms = interpolate_ms(H200_ENCODER_MS, batch)
+    flops_per_ms = batch * seq * flops_per_token / batch_ms
+    return 2 * H200_DECODER_PARAMS / flops_per_ms
+
+
+SIMULATED_PREFILL_MS_PER_TOKEN: dict[str, float] = {"h200": h200_prefill_ms_per_token()}
+
 
 @dataclass
 class Device:
@@ -81,6 +106,7 @@ class Device:
     torch_device: torch.device
     simulated: bool = False
     curves: dict[Kind, tuple[tuple[int, float], ...]] = field(default_factory=dict)
+    prefill_ms_per_token: float = 0.0
     overruns: dict[Kind, int] = field(default_factory=lambda: {"decode": 0, "encoder": 0})
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -88,18 +114,38 @@ class Device:
         """The simulated cost of one forward of `batch_size` rows (tokens for decode)."""
         return interpolate_ms(self.curves[kind], batch_size)
 
+    def decode_step_ms(self, rows: int, prefill_tokens: int) -> float:
+        """The simulated cost of one generation step: `rows` decode rows on the decode curve,
+        plus `prefill_tokens` prompt tokens riding along at the compute-bound prefill rate."""
+        return self.simulated_ms("decode", rows) + prefill_tokens * self.prefill_ms_per_token
+
     def pace(self, kind: Kind, batch_size: float, started_at: float) -> None:
         """On a simulated device, sleep until `started_at` (a `time.perf_counter()` reading)
-        plus the simulated cost; elsewhere return at once. Counts an overrun when the real
-        compute already took longer than the simulated cost."""
-        if not self.simulated:
-            return
-        remaining = started_at + self.simulated_ms(kind, batch_size) / 1000 - time.perf_counter()
-        if remaining > 0:
-            time.sleep(remaining)
-        else:
+        plus the simulated cost of a `batch_size` forward; elsewhere return at once."""
+        if self.simulated:
+            self.pace_ms(kind, self.simulated_ms(kind, batch_size), started_at)
+
+    def pace_decode(self, rows: int, prefill_tokens: int, started_at: float) -> None:
+        """`pace` for a generation step (see `decode_step_ms`)."""
+        if self.simulated:
+            self.pace_ms("decode", self.decode_step_ms(rows, prefill_tokens), started_at)
+
+    def pace_ms(self, kind: Kind, cost_ms: float, started_at: float) -> None:
+        """Wait until `started_at` plus `cost_ms`. Counts an overrun when the real compute
+        already took longer than the simulated cost.
+
+        time.sleep wakes up to a few hundred microseconds late, a fifth of a simulated
+        step, so it sleeps to SPIN_S before the deadline and yields in a loop from there."""
+        deadline = started_at + cost_ms / 1000
+        remaining = deadline - time.perf_counter()
+        if remaining <= 0:
             with self._lock:
                 self.overruns[kind] += 1
+            return
+        if remaining > SPIN_S:
+            time.sleep(remaining - SPIN_S)
+        while time.perf_counter() < deadline:
+            time.sleep(0)  # gives up the GIL, so the server's other threads run meanwhile
 
     def describe(self) -> dict[str, object]:
         """Plain-data description for /health and logs."""
@@ -126,14 +172,18 @@ def select_device(spec: str) -> Device:
         device = Device("cuda", torch.device("cuda"))
     elif spec.startswith("sim:") and spec[4:] in SIMULATED_CURVES:
         device = Device(
-            spec, torch.device("cpu"), simulated=True, curves=SIMULATED_CURVES[spec[4:]]
+            spec,
+            torch.device("cpu"),
+            simulated=True,
+            curves=SIMULATED_CURVES[spec[4:]],
+            prefill_ms_per_token=SIMULATED_PREFILL_MS_PER_TOKEN[spec[4:]],
         )
     else:
         raise ValueError(f"--device must be one of {', '.join(DEVICE_CHOICES)}, got {spec!r}")
     if device.simulated:
         log.warning(
             "device %s is SIMULATED: models run on the CPU, each forward is padded to the "
-            "measured H200 cost for its batch size",
+            "measured H200 cost for its batch size (prefill tokens at the H200's compute rate)",
             device.name,
         )
     else:

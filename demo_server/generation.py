@@ -46,6 +46,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from demo_server.devices import Device
+from demo_server.ragged import RaggedAttention, try_load
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +55,8 @@ SMOOTHING = 0.05
 
 BATCHING_MODES = ("static", "continuous")
 Batching = Literal["static", "continuous"]
+ATTENTION_CHOICES = ("auto", "ragged", "padded")
+Attention = Literal["auto", "ragged", "padded"]
 FinishReason = Literal["stop", "length", "abort"]
 
 # Byte-level vocabulary: 256 byte values, then BOS and EOS.
@@ -142,19 +145,26 @@ class _Block(nn.Module):
         self.ln2 = nn.LayerNorm(d)
         self.up = nn.Linear(d, 4 * d)
         self.down = nn.Linear(4 * d, d)
+        # The parameters themselves (moving the module swaps their data, not the objects):
+        # Module.__getattr__ on every use would cost a few percent of a step.
+        self.params = tuple(
+            p
+            for layer in (self.ln1, self.qkv, self.proj, self.ln2, self.up, self.down)
+            for p in (layer.weight, layer.bias)
+        )
 
     def qkv_heads(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """q, k, v as [rows, heads, head_dim] from x [rows, d]."""
-        h = F.layer_norm(x, self.shape, self.ln1.weight, self.ln1.bias)
-        return F.linear(h, self.qkv.weight, self.qkv.bias).view(-1, 3, *self.heads).unbind(1)
+        ln1_w, ln1_b, qkv_w, qkv_b = self.params[:4]
+        h = F.layer_norm(x, self.shape, ln1_w, ln1_b)
+        return F.linear(h, qkv_w, qkv_b).view(-1, 3, *self.heads).unbind(1)
 
     def finish(self, x: torch.Tensor, attended: torch.Tensor) -> torch.Tensor:
         """The residual stream after attention output `attended` [rows, d] and the MLP."""
-        x = x + F.linear(attended, self.proj.weight, self.proj.bias)
-        h = F.layer_norm(x, self.shape, self.ln2.weight, self.ln2.bias)
-        return x + F.linear(
-            F.gelu(F.linear(h, self.up.weight, self.up.bias)), self.down.weight, self.down.bias
-        )
+        proj_w, proj_b, ln2_w, ln2_b, up_w, up_b, down_w, down_b = self.params[4:]
+        x = x + F.linear(attended, proj_w, proj_b)
+        h = F.layer_norm(x, self.shape, ln2_w, ln2_b)
+        return x + F.linear(F.gelu(F.linear(h, up_w, up_b)), down_w, down_b)
 
 
 class TinyDecoder(nn.Module):
@@ -179,6 +189,9 @@ class TinyDecoder(nn.Module):
                     param.fill_(1.0)
                 else:
                     param.normal_(0.0, 0.02, generator=generator)
+
+    # The ragged decode attention kernel (`demo_server.ragged`); None: padded attention.
+    ragged: RaggedAttention | None = None
 
     def _embed(self, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         return F.embedding(tokens, self.tok.weight) + F.embedding(positions, self.pos.weight)
@@ -222,17 +235,26 @@ class TinyDecoder(nn.Module):
         span: int,
         cache: KVCache,
         prefill: PrefillBatch | None = None,
+        lengths: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """One decode step for rows 0..B-1 (row i in slot i): feed `tokens[i]` at
-        `positions[i]`, write its key and value, attend over the first `span` positions
-        (masked beyond each row's own position). Returns logits [B, vocab].
+        `positions[i]`, write its key and value, and attend over the row's first
+        `lengths[i]` cache positions (default `positions + 1`; none beyond `span`). Returns
+        logits [B, vocab].
+
+        With `self.ragged` (the C kernel, on the CPU) each row reads its own length only, as
+        a paged attention kernel does; otherwise attention is padded to `span` and masked.
 
         With `prefill`, the same forward first prefills those contexts (chunked-prefill
         style: one flat token batch of decode rows and prefill tokens, as vLLM runs a step),
         so a request admitted this step is prefilled and decoded in one forward.
 
-        Without `prefill`, shapes depend on B and `span` only, so a fixed (B, span) can be
-        captured as a CUDA graph."""
+        Padded and without `prefill`, shapes depend on B and `span` only, so a fixed
+        (B, span) can be captured as a CUDA graph."""
+        if lengths is None:
+            lengths = positions + 1
+        if self.ragged is not None and tokens.device.type == "cpu":
+            return self._decode_ragged(tokens, positions, lengths, cache, prefill)
         rows = tokens.shape[0]
         row_index = torch.arange(rows, device=tokens.device)
         if prefill is None:
@@ -242,7 +264,7 @@ class TinyDecoder(nn.Module):
                 torch.cat((tokens, prefill.tokens.reshape(-1))),
                 torch.cat((positions, prefill.positions.reshape(-1))),
             )
-        visible = torch.arange(span, device=tokens.device)[None, :] <= positions[:, None]
+        visible = torch.arange(span, device=tokens.device)[None, :] < lengths[:, None]
         mask = visible[:, None, None, :]
         for index, block in enumerate(self.blocks):
             q, k, v = block.qkv_heads(x)
@@ -264,17 +286,51 @@ class TinyDecoder(nn.Module):
         x = F.layer_norm(x[:rows], (self.config.d_model,), self.ln_f.weight, self.ln_f.bias)
         return F.linear(x, self.head.weight, self.head.bias)
 
+    def _decode_ragged(
+        self,
+        tokens: torch.Tensor,
+        positions: torch.Tensor,
+        lengths: torch.Tensor,
+        cache: KVCache,
+        prefill: PrefillBatch | None,
+    ) -> torch.Tensor:
+        """`decode` as a paged-attention server runs a step: one flat batch of tokens (each
+        row's decode token, then every prefill token), each with its cache slot and
+        position; every layer writes all their keys and values, then each token attends
+        over its own slot up to itself. No padding anywhere."""
+        rows = tokens.shape[0]
+        slots = torch.arange(rows)
+        if prefill is not None:
+            tokens = torch.cat((tokens, prefill.flat_tokens))
+            positions = torch.cat((positions, prefill.flat_positions))
+            slots = torch.cat((slots, prefill.flat_slots))
+            lengths = torch.cat((lengths, prefill.flat_positions + 1))
+        x = self._embed(tokens, positions)
+        for index, block in enumerate(self.blocks):
+            q, k, v = block.qkv_heads(x)
+            keys, values = cache.keys[index], cache.values[index]
+            keys[slots, :, positions] = k
+            values[slots, :, positions] = v
+            x = block.finish(x, self.ragged(q, keys, values, slots, lengths))
+        x = F.layer_norm(x[:rows], (self.config.d_model,), self.ln_f.weight, self.ln_f.bias)
+        return F.linear(x, self.head.weight, self.head.bias)
+
 
 @dataclass(frozen=True)
 class PrefillBatch:
     """Contexts to prefill in one forward: context i fills positions 0..len-1 of cache slot
     `slots[i]`. `tokens` and `positions` are [contexts, T], padded to the longest context
-    (padding repeats the last position, so it stays inside the model's length)."""
+    (padding repeats the last position, so it stays inside the model's length), for padded
+    attention; the `flat_` tensors list the real tokens only, one entry per token, for
+    ragged attention."""
 
     tokens: torch.Tensor
     positions: torch.Tensor
     slots: torch.Tensor
     token_count: int  # real tokens, padding excluded
+    flat_tokens: torch.Tensor
+    flat_positions: torch.Tensor
+    flat_slots: torch.Tensor
 
     @classmethod
     def of(
@@ -288,18 +344,30 @@ class PrefillBatch:
             positions=torch.tensor(positions, device=device),
             slots=torch.tensor(list(slots), device=device),
             token_count=sum(len(c) for c in contexts),
+            flat_tokens=torch.tensor([t for c in contexts for t in c], device=device),
+            flat_positions=torch.tensor(
+                [p for c in contexts for p in range(len(c))], device=device
+            ),
+            flat_slots=torch.tensor(
+                [slot for c, slot in zip(contexts, slots, strict=True) for _ in c], device=device
+            ),
         )
 
 
 def sample(logits: torch.Tensor, generator: torch.Generator) -> list[int]:
     """One token per row, drawn from softmax(logits) (temperature 1).
 
-    argmax(p / E) with E ~ Exp(1) draws from p (the exponential race). It is the draw
-    torch.multinomial makes for one sample, without its overhead (a third of a step here).
+    Inverse transform: one uniform draw per row, located in the row's cumulative
+    distribution. It needs a random number per row, not per vocabulary entry as the
+    exponential race or torch.multinomial do (those cost a tenth of a decode step here).
     """
-    probs = logits.float().softmax(-1)
-    race = torch.empty_like(probs).exponential_(generator=generator)
-    return (probs / race).argmax(-1).tolist()
+    cumulative = logits.float().softmax(-1).cumsum(-1)
+    draws = (
+        torch.rand((logits.shape[0], 1), generator=generator, device=logits.device)
+        * cumulative[:, -1:]
+    )
+    picked = torch.searchsorted(cumulative, draws, right=True)
+    return picked.clamp_(max=logits.shape[-1] - 1).squeeze(1).tolist()
 
 
 class CudaGraphDecode:
@@ -481,8 +549,8 @@ class RequestHandle:
 class SchedulerListener(Protocol):
     """Observes the scheduler; called on the scheduler thread, so it must be quick."""
 
-    def on_step(self, tokens: int) -> None:
-        """A step ran with `tokens` tokens (prefill plus decode)."""
+    def on_step(self, rows: int, prefill_tokens: int) -> None:
+        """A step ran `rows` decode rows and `prefill_tokens` prompt tokens in one forward."""
 
     def on_finished(self, result: CompletionResult) -> None:
         """A request finished (any reason)."""
@@ -495,7 +563,7 @@ class RequestLog:
         self._file = open(path, "a", encoding="utf-8", buffering=1)  # noqa: SIM115 (closed by close())
         self._lock = threading.Lock()
 
-    def on_step(self, tokens: int) -> None:
+    def on_step(self, rows: int, prefill_tokens: int) -> None:
         """Steps are not logged."""
 
     def on_finished(self, result: CompletionResult) -> None:
@@ -515,10 +583,17 @@ class SchedulerConfig:
     max_num_seqs: int = 16
     kv_cache_tokens: int = 65536
     max_queue: int = 1024
+    # Decode attention: ragged (each row reads its own length, the C kernel, CPU only),
+    # padded (to the batch's longest row), or auto (ragged where it builds, else padded).
+    attention: Attention = "auto"
 
     def __post_init__(self) -> None:
         if self.batching not in BATCHING_MODES:
             raise ValueError(f"batching must be one of {BATCHING_MODES}, got {self.batching!r}")
+        if self.attention not in ATTENTION_CHOICES:
+            raise ValueError(
+                f"attention must be one of {ATTENTION_CHOICES}, got {self.attention!r}"
+            )
         for name in ("max_num_seqs", "kv_cache_tokens", "max_queue"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1")
@@ -587,6 +662,10 @@ class Scheduler:
         self._listeners = list(listeners)
         self._generator = torch.Generator(device=device.torch_device).manual_seed(seed)
         self._use_graphs = device.torch_device.type == "cuda"
+        self.model.ragged = self._ragged_kernel(config.attention)
+        self.attention: Literal["ragged", "padded"] = (
+            "ragged" if self.model.ragged is not None else "padded"
+        )
         self._cache = KVCache(
             model.config, self._physical_slots(config.max_num_seqs), device.torch_device
         )
@@ -740,6 +819,19 @@ class Scheduler:
                 max_waiting_seen=self._max_waiting_seen,
             )
 
+    def step_here(self) -> bool:
+        """Run one scheduler step on the calling thread, if there is work; True when a step
+        ran. For drivers that interleave schedulers step by step (the batching benchmark
+        times two modes side by side this way); never while the scheduler thread runs."""
+        if self._thread is not None:
+            raise RuntimeError("step_here: the scheduler thread is running")
+        with self._lock:
+            if not (self._waiting or self._rows or self._cancelled):
+                return False
+        with torch.inference_mode():
+            self._step()
+        return True
+
     # --- the loop ---------------------------------------------------------------------
 
     def _retry_after_s(self) -> int:
@@ -747,6 +839,22 @@ class Scheduler:
         output lengths; at least 1."""
         steps = len(self._waiting) * self._mean_output_tokens / self._max_num_seqs
         return max(1, math.ceil(steps * self._mean_step_seconds))
+
+    def _ragged_kernel(self, attention: Attention) -> RaggedAttention | None:
+        """The kernel for `attention`, or None for padded attention. Raises ValueError when
+        ragged is asked for and cannot run (on CUDA, or the kernel did not build)."""
+        if attention == "padded":
+            return None
+        if self._use_graphs:  # a CUDA graph's decode is padded to the whole cache
+            if attention == "ragged":
+                raise ValueError("--attention ragged runs on the CPU only (CUDA uses graphs)")
+            return None
+        kernel, why = try_load()
+        if kernel is None:
+            if attention == "ragged":
+                raise ValueError(f"--attention ragged: {why}")
+            log.warning("ragged attention unavailable, decode attention is padded: %s", why)
+        return kernel
 
     def _physical_slots(self, max_num_seqs: int) -> int:
         # CUDA graphs pad the batch, and padding rows need slots of their own.
@@ -891,10 +999,19 @@ class Scheduler:
         else:
             # One forward: the admitted contexts and every row's decode token together.
             span = max(last_positions) + 1
-            logits = self.model.decode(tokens, positions, span, self._cache, prefill=prefill)
+            # A static group's finished row is a padded row: computed over the group's
+            # span and discarded, so the group's steps cost what a padded batch's do.
+            lengths = torch.tensor(
+                [
+                    span if r.finished else p + 1
+                    for r, p in zip(self._rows, last_positions, strict=True)
+                ]
+            )
+            logits = self.model.decode(
+                tokens, positions, span, self._cache, prefill=prefill, lengths=lengths
+            )
         new_tokens = sample(logits, self._generator)
-        # One forward over every row plus the prefilled tokens: what a flat token batch costs.
-        self.device.pace("decode", rows + prefill_tokens, started)
+        self.device.pace_decode(rows, prefill_tokens, started)
         now = time.perf_counter()
 
         produced = 0
@@ -930,7 +1047,7 @@ class Scheduler:
             self._prompt_computed += prompt_tokens
             self._mean_step_seconds += SMOOTHING * (now - started - self._mean_step_seconds)
         for listener in self._listeners:
-            listener.on_step(rows + prefill_tokens)
+            listener.on_step(rows, prefill_tokens)
 
     def _finish(self, seq: _Sequence, reason: FinishReason) -> None:
         seq.finish_reason = reason

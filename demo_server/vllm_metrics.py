@@ -154,9 +154,9 @@ class VllmRequestMetrics:
         )
         self._model_name = model_name
 
-    def on_step(self, tokens: int) -> None:
-        """Observe one step's token count."""
-        self.iteration_tokens.labels(*self._labels).observe(tokens)
+    def on_step(self, rows: int, prefill_tokens: int) -> None:
+        """Observe one step's token count (decode rows plus prompt tokens)."""
+        self.iteration_tokens.labels(*self._labels).observe(rows + prefill_tokens)
 
     def on_finished(self, result: CompletionResult) -> None:
         """Observe one finished request, as vLLM does when a request leaves the engine."""

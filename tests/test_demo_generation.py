@@ -15,7 +15,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from demo_server.devices import H200_DECODE_GRAPH_MS, interpolate_ms, select_device
+from demo_server.devices import (
+    H200_DECODE_GRAPH_MS,
+    h200_prefill_ms_per_token,
+    interpolate_ms,
+    select_device,
+)
 from demo_server.generation import (
     BOS,
     EOS,
@@ -30,6 +35,7 @@ from demo_server.generation import (
     TinyDecoder,
     encode_prompt,
 )
+from demo_server.ragged import try_load
 from exporter import static_util_cli
 from exporter.static_util import exact_static_utilization, static_utilization
 
@@ -207,10 +213,21 @@ def test_request_log_is_read_by_batchscope_static_util(tmp_path: Path) -> None:
     assert json.loads(out.getvalue())["static_utilization"] == 0.5234375
 
 
-def test_cached_decode_matches_recomputing_the_sequence() -> None:
+def decoder(seed: int, attention: str) -> TinyDecoder:
+    """The tiny decoder with ragged (the C kernel) or padded decode attention."""
+    model = TinyDecoder(seed=seed).eval()
+    if attention == "ragged":
+        kernel, why = try_load()
+        assert kernel is not None, why
+        model.ragged = kernel
+    return model
+
+
+@pytest.mark.parametrize("attention", ["ragged", "padded"])
+def test_cached_decode_matches_recomputing_the_sequence(attention: str) -> None:
     """Prefill plus one decode step gives the logits that decoding every token does,
     including after a row's cache moved to another slot."""
-    model = TinyDecoder(seed=1).eval()
+    model = decoder(1, attention)
     tokens = encode_prompt("batching")
     with torch.inference_mode():
         stepwise = KVCache(model.config, 2, torch.device("cpu"))
@@ -226,10 +243,12 @@ def test_cached_decode_matches_recomputing_the_sequence() -> None:
     assert torch.allclose(logits[1], moved[0], atol=1e-5)
 
 
-def test_prefill_in_the_decode_forward_matches_prefilling_first() -> None:
+@pytest.mark.parametrize("attention", ["ragged", "padded"])
+def test_prefill_in_the_decode_forward_matches_prefilling_first(attention: str) -> None:
     """Contexts of different lengths prefilled in the decode step's own forward (padded to
-    the longest) give the logits and cache that a separate prefill per context does."""
-    model = TinyDecoder(seed=2).eval()
+    the longest, or one flat token batch when ragged) give the logits and cache that a
+    separate prefill per context does."""
+    model = decoder(2, attention)
     sequences = [encode_prompt("a longer running row"), encode_prompt("hi"), [BOS, 7]]
     sequences += [encode_prompt("another admitted request")]
     slots = [1, 2, 3]
@@ -258,6 +277,66 @@ def test_prefill_in_the_decode_forward_matches_prefilling_first() -> None:
             )  # fmt: skip
 
 
+def test_ragged_and_padded_attention_give_the_same_logits_with_mixed_lengths() -> None:
+    """Rows at very different positions, one step: the kernel reads each row's own length,
+    padded attention masks to it; the logits agree."""
+    ragged_model, padded_model = decoder(3, "ragged"), decoder(3, "padded")
+    sequences = [encode_prompt("x" * n) for n in (1, 40, 7, 300)]
+    logits = []
+    with torch.inference_mode():
+        for model in (ragged_model, padded_model):
+            cache = KVCache(model.config, 4, torch.device("cpu"))
+            for slot, sequence in enumerate(sequences):
+                model.prefill(torch.tensor(sequence[:-1]), slot, cache)
+            positions = torch.tensor([len(s) - 1 for s in sequences])
+            tokens = torch.tensor([s[-1] for s in sequences])
+            logits.append(model.decode(tokens, positions, int(positions.max()) + 1, cache))
+    assert (logits[0] - logits[1]).abs().max().item() < 1e-4
+
+
+@pytest.mark.parametrize("batching", ["static", "continuous"])
+def test_attention_lengths_static_rows_pad_to_the_group_continuous_rows_read_their_own(
+    monkeypatch: pytest.MonkeyPatch, batching: str
+) -> None:
+    """A static group's finished row stays a padded row: it attends as far as the group's
+    longest, so a group's steps cost what a padded batch's do. Continuous rows read their
+    own length only."""
+    seen: list[tuple[list[int], list[int]]] = []
+    decode = TinyDecoder.decode
+
+    def recording(self, tokens, positions, span, cache, prefill=None, lengths=None):  # type: ignore[no-untyped-def]
+        seen.append((positions.tolist(), lengths.tolist()))
+        return decode(self, tokens, positions, span, cache, prefill, lengths)
+
+    monkeypatch.setattr(TinyDecoder, "decode", recording)
+    scheduler = make_scheduler(batching=batching, max_num_seqs=2)
+    assert scheduler.attention == "ragged"
+    run_trace(scheduler, [2, 5])
+    assert len(seen) == 5  # one group (static) or both rows from step 1 (continuous)
+    for step, (positions, lengths) in enumerate(seen):
+        own = [p + 1 for p in positions]
+        if batching == "static" and step >= 2:  # the 2-token request has finished
+            assert lengths == [max(own), max(own)]
+            if step >= 3:  # its position stopped; it reads past it, as a padded row does
+                assert lengths[0] > own[0]
+        elif batching == "static":
+            assert lengths == own
+        else:
+            assert lengths == own and len(lengths) == (2 if step < 2 else 1)
+
+
+def test_simulated_prefill_tokens_cost_compute_not_a_decode_row() -> None:
+    """A decode row on the anchor curve is mostly its KV-cache read (about 16 us each past
+    64 rows); a prefill token is priced at the compute rate the anchor's encoder reached
+    (about 296 TFLOP/s) times 2 FLOPs per decoder parameter: about 6.4 us."""
+    assert h200_prefill_ms_per_token() == pytest.approx(0.00643, abs=5e-5)
+    device = select_device("sim:h200")
+    assert device.decode_step_ms(32, 0) == pytest.approx(1.4530, abs=1e-4)
+    assert device.decode_step_ms(32, 1000) == pytest.approx(1.4530 + 6.43, abs=0.05)
+    slope_per_row = (H200_DECODE_GRAPH_MS[-1][1] - H200_DECODE_GRAPH_MS[-2][1]) / 128
+    assert 2 * device.prefill_ms_per_token < slope_per_row
+
+
 def test_simulated_h200_paces_each_step_to_the_measured_curve() -> None:
     assert interpolate_ms(H200_DECODE_GRAPH_MS, 1) == pytest.approx(0.9355, abs=1e-4)
     assert interpolate_ms(H200_DECODE_GRAPH_MS, 32) == pytest.approx(1.4530, abs=1e-4)
@@ -266,9 +345,12 @@ def test_simulated_h200_paces_each_step_to_the_measured_curve() -> None:
     assert interpolate_ms(H200_DECODE_GRAPH_MS, 512) > interpolate_ms(H200_DECODE_GRAPH_MS, 256)
     device = select_device("sim:h200")
     assert device.simulated and device.describe()["simulated"] is True
-    started = time.perf_counter()
-    device.pace("decode", 32, started)
-    assert time.perf_counter() - started >= 1.45e-3
+    waits = []
+    for _ in range(20):
+        started = time.perf_counter()
+        device.pace("decode", 32, started)
+        waits.append(time.perf_counter() - started)
+    assert min(waits) >= 1.453e-3
     device.pace("encoder", 1, started - 1.0)  # real compute took a second: an overrun
     assert device.overruns == {"decode": 0, "encoder": 1}
     assert not select_device("cpu").simulated
@@ -282,9 +364,9 @@ def test_longest_request_never_feeds_the_last_cache_position(
     fed: list[int] = []
     decode = TinyDecoder.decode
 
-    def recording(self, tokens, positions, span, cache, prefill=None):  # type: ignore[no-untyped-def]
+    def recording(self, tokens, positions, span, cache, prefill=None, lengths=None):  # type: ignore[no-untyped-def]
         fed.append(int(positions.max()))
-        return decode(self, tokens, positions, span, cache, prefill)
+        return decode(self, tokens, positions, span, cache, prefill, lengths)
 
     monkeypatch.setattr(TinyDecoder, "decode", recording)
     scheduler = make_scheduler()
