@@ -28,6 +28,7 @@ The scheduler runs in its own thread, so torch work never blocks an asyncio loop
 from __future__ import annotations
 
 import collections
+import functools
 import itertools
 import json
 import logging
@@ -283,7 +284,11 @@ class TinyDecoder(nn.Module):
             if attended_prefill is not None:
                 attended = torch.cat((attended, attended_prefill))
             x = block.finish(x, attended)
-        x = F.layer_norm(x[:rows], (self.config.d_model,), self.ln_f.weight, self.ln_f.bias)
+        return self._logits(x[:rows])
+
+    def _logits(self, x: torch.Tensor) -> torch.Tensor:
+        """Logits [rows, vocab] from the residual stream of the decode rows."""
+        x = F.layer_norm(x, (self.config.d_model,), self.ln_f.weight, self.ln_f.bias)
         return F.linear(x, self.head.weight, self.head.bias)
 
     def _decode_ragged(
@@ -312,46 +317,64 @@ class TinyDecoder(nn.Module):
             keys[slots, :, positions] = k
             values[slots, :, positions] = v
             x = block.finish(x, self.ragged(q, keys, values, slots, lengths))
-        x = F.layer_norm(x[:rows], (self.config.d_model,), self.ln_f.weight, self.ln_f.bias)
-        return F.linear(x, self.head.weight, self.head.bias)
+        return self._logits(x[:rows])
 
 
 @dataclass(frozen=True)
 class PrefillBatch:
     """Contexts to prefill in one forward: context i fills positions 0..len-1 of cache slot
-    `slots[i]`. `tokens` and `positions` are [contexts, T], padded to the longest context
-    (padding repeats the last position, so it stays inside the model's length), for padded
-    attention; the `flat_` tensors list the real tokens only, one entry per token, for
-    ragged attention."""
+    `context_slots[i]`. Each attention builds the layout it reads, once, on first use:
+    `tokens`, `positions` and `slots` ([contexts, T], padded to the longest context;
+    padding repeats the last position, so it stays inside the model's length) for padded
+    attention, the `flat_` tensors (the real tokens only, one entry per token) for ragged
+    attention."""
 
-    tokens: torch.Tensor
-    positions: torch.Tensor
-    slots: torch.Tensor
-    token_count: int  # real tokens, padding excluded
-    flat_tokens: torch.Tensor
-    flat_positions: torch.Tensor
-    flat_slots: torch.Tensor
+    contexts: tuple[tuple[int, ...], ...]
+    context_slots: tuple[int, ...]
+    device: torch.device
 
     @classmethod
     def of(
         cls, contexts: Sequence[Sequence[int]], slots: Sequence[int], device: torch.device
     ) -> PrefillBatch:
-        length = max(len(c) for c in contexts)
-        tokens = [[*c, *[0] * (length - len(c))] for c in contexts]
-        positions = [[min(p, len(c) - 1) for p in range(length)] for c in contexts]
-        return cls(
-            tokens=torch.tensor(tokens, device=device),
-            positions=torch.tensor(positions, device=device),
-            slots=torch.tensor(list(slots), device=device),
-            token_count=sum(len(c) for c in contexts),
-            flat_tokens=torch.tensor([t for c in contexts for t in c], device=device),
-            flat_positions=torch.tensor(
-                [p for c in contexts for p in range(len(c))], device=device
-            ),
-            flat_slots=torch.tensor(
-                [slot for c, slot in zip(contexts, slots, strict=True) for _ in c], device=device
-            ),
+        return cls(tuple(tuple(c) for c in contexts), tuple(slots), device)
+
+    @property
+    def token_count(self) -> int:
+        """Real tokens, padding excluded."""
+        return sum(len(c) for c in self.contexts)
+
+    @functools.cached_property
+    def tokens(self) -> torch.Tensor:
+        length = max(len(c) for c in self.contexts)
+        return torch.tensor(
+            [[*c, *[0] * (length - len(c))] for c in self.contexts], device=self.device
         )
+
+    @functools.cached_property
+    def positions(self) -> torch.Tensor:
+        length = max(len(c) for c in self.contexts)
+        return torch.tensor(
+            [[min(p, len(c) - 1) for p in range(length)] for c in self.contexts],
+            device=self.device,
+        )
+
+    @functools.cached_property
+    def slots(self) -> torch.Tensor:
+        return torch.tensor(self.context_slots, device=self.device)
+
+    @functools.cached_property
+    def flat_tokens(self) -> torch.Tensor:
+        return torch.tensor([t for c in self.contexts for t in c], device=self.device)
+
+    @functools.cached_property
+    def flat_positions(self) -> torch.Tensor:
+        return torch.tensor([p for c in self.contexts for p in range(len(c))], device=self.device)
+
+    @functools.cached_property
+    def flat_slots(self) -> torch.Tensor:
+        pairs = zip(self.contexts, self.context_slots, strict=True)
+        return torch.tensor([slot for c, slot in pairs for _ in c], device=self.device)
 
 
 def sample(logits: torch.Tensor, generator: torch.Generator) -> list[int]:
@@ -826,7 +849,7 @@ class Scheduler:
         if self._thread is not None:
             raise RuntimeError("step_here: the scheduler thread is running")
         with self._lock:
-            if not (self._waiting or self._rows or self._cancelled):
+            if not self._has_work_locked():
                 return False
         with torch.inference_mode():
             self._step()
@@ -869,6 +892,10 @@ class Scheduler:
                     log.exception("generation step failed; failing the running requests")
                     self._fail_rows(error)
 
+    def _has_work_locked(self) -> bool:
+        """Requests wait, run or are to be cancelled (call with the lock held)."""
+        return bool(self._waiting or self._rows or self._cancelled)
+
     def _wait_for_work(self) -> bool:
         """Block until there is something to do; False when the loop should end."""
         with self._lock:
@@ -876,8 +903,7 @@ class Scheduler:
                 if self._stop and not self._drain:
                     self._abort_all_locked()
                     return False
-                busy = bool(self._waiting or self._rows or self._cancelled)
-                if busy:
+                if self._has_work_locked():
                     return True
                 if self._stop:
                     return False

@@ -10,14 +10,14 @@ It is compiled with the machine's C compiler (`$CC`, else `cc`) the first time i
 needed, into a cache directory (`$BATCHSCOPE_CACHE_DIR`, else `$XDG_CACHE_HOME/batchscope`,
 else `~/.cache/batchscope`), under a name that hashes the source, the flags, the compiler
 and the CPU, so a changed kernel or another machine builds afresh. Without a compiler,
-`load()` returns None and says why once; the demo server then runs padded attention.
+`try_load()` returns None and why, once per process; the demo server then runs padded
+attention.
 """
 
 from __future__ import annotations
 
 import ctypes
 import hashlib
-import logging
 import os
 import platform
 import shutil
@@ -28,8 +28,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-
-log = logging.getLogger(__name__)
 
 SOURCE = Path(__file__).with_name("csrc") / "ragged_attention.c"
 # -march=native: the kernel is built on the machine that runs it (the cache key holds the
@@ -90,21 +88,24 @@ def build(directory: Path | None = None) -> Path:
         raise KernelUnavailable(f"no C compiler: {compiler!r} is not on PATH (set $CC)")
     directory = directory or cache_dir()
     source = SOURCE.read_bytes()
-    version = _compiler_version(compiler)
+    machine = f"{_compiler_version(compiler)}\0{_cpu_identity()}".encode()
+
+    def target(flags: tuple[str, ...]) -> Path:
+        key = hashlib.sha256(b"\0".join([source, " ".join(flags).encode(), machine]))
+        return directory / f"ragged_attention-{key.hexdigest()[:16]}.so"
+
+    targets = [target(flags) for flags in FLAG_SETS]
+    # A build of any flag set will do: a compiler that refused -march=native once is not
+    # asked again in every process.
+    for built in targets:
+        if built.exists():
+            return built
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise KernelUnavailable(f"cannot create {directory}: {error}") from error
     failures: list[str] = []
-    for flags in FLAG_SETS:
-        key = hashlib.sha256(
-            b"\0".join(
-                [source, " ".join(flags).encode(), version.encode(), _cpu_identity().encode()]
-            )
-        ).hexdigest()[:16]
-        target = directory / f"ragged_attention-{key}.so"
-        if target.exists():
-            return target
-        try:
-            directory.mkdir(parents=True, exist_ok=True)
-        except OSError as error:
-            raise KernelUnavailable(f"cannot create {directory}: {error}") from error
+    for flags, path in zip(FLAG_SETS, targets, strict=True):
         fd, partial = tempfile.mkstemp(dir=directory, suffix=".so.partial")
         os.close(fd)
         try:
@@ -116,8 +117,8 @@ def build(directory: Path | None = None) -> Path:
                 check=False,
             )
             if done.returncode == 0:
-                os.replace(partial, target)  # atomic: a concurrent build loses nothing
-                return target
+                os.replace(partial, path)  # atomic: a concurrent build loses nothing
+                return path
             failures.append(f"{compiler} {' '.join(flags)}: {done.stderr.strip()[-500:]}")
         except (OSError, subprocess.TimeoutExpired) as error:
             failures.append(f"{compiler} {' '.join(flags)}: {error}")
@@ -216,8 +217,7 @@ def try_load() -> tuple[RaggedAttention | None, str]:
         return _outcome
 
 
-if __name__ == "__main__":  # `python -m demo_server.ragged`: build ahead (make install does)
-    logging.basicConfig(level=logging.INFO)
+if __name__ == "__main__":  # `python -m demo_server.ragged`: build ahead of the first use
     kernel, why = try_load()
     print(kernel.path if kernel else f"unavailable: {why}")
     raise SystemExit(0 if kernel else 1)

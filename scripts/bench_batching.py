@@ -4,10 +4,11 @@ The same seeded trace (log-normal output lengths, clipped) goes through the demo
 server's scheduler in static and in continuous mode, in-process (no HTTP, so transport
 overhead does not dilute the step cost), every request submitted at t=0 so the queue is
 never empty until its end. The two modes run side by side, stepped in turns on one
-thread, so the machine's noise falls on both alike. The measured tokens/s ratio continuous/static is held against
-the gain predicted from the trace alone by the exact static-utilisation formula
-(consecutive groups of B; gain = 1 / utilisation, `exporter.static_util`, the same
-numbers `batchscope-static-util` prints). Target: measured >= 0.9 of predicted.
+thread, so the machine's noise falls on both alike. The measured tokens/s ratio
+continuous/static is held against the gain predicted from the trace alone by the exact
+static-utilisation formula (consecutive groups of B; gain = 1 / utilisation,
+`exporter.static_util`, the same numbers `batchscope-static-util` prints). Target:
+measured >= 0.9 of predicted.
 
 The measured ratio decomposes exactly as
     ratio = (static steps / continuous steps) * (static step time / continuous step time)
@@ -132,9 +133,9 @@ def run_side_by_side(
     device: Device, lengths: list[int], slots: int, seed: int, prompt: list[int]
 ) -> dict[str, Run]:
     """Both modes on the same requests (every one submitted at t=0 with ignore_eos, so each
-    makes exactly its length), stepped in turn on this thread: each step goes to the mode
-    least far through its tokens, so both progress together and whatever else the machine
-    does at a moment slows both alike. A mode's time is the sum of its own steps."""
+    makes exactly its length), stepped in turns on this thread: each turn of SLICE_S goes
+    to the mode least far through its tokens, so both progress together and whatever else
+    the machine does at a moment slows both alike. A mode's time is the sum of its turns."""
     schedulers: dict[str, Scheduler] = {}
     handles = {}
     clocks: dict[str, SimulatedClock] = {}
