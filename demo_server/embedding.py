@@ -3,14 +3,14 @@
 Two batching policies share one queue and one worker (`Batcher`):
 
 - `fixed` (seed 000): fire when `max_batch_size` items wait, or when the oldest has
-  waited `max_wait_ms`; triggers `full` and `timeout`.
-- `adaptive` (seed 001): given `latency_budget_ms`, fire the largest batch that can
+  waited `max_wait_seconds`; triggers `full` and `timeout`.
+- `adaptive` (seed 001): given `latency_budget_seconds`, fire the largest batch that can
   form and finish inside the oldest item's remaining budget, from a live arrival rate
   and a cost-by-batch-size curve learned from the batches it ran; triggers `full` and
   `budget`.
 
 The decisions are pure functions (`fixed_decision`, `adaptive_decision`) over plain
-numbers; the worker feeds them the queue and the clock. The model runs on a dedicated
+numbers; the worker feeds them the queue, the clock and its `BatcherSettings`. The model runs on a dedicated
 thread so the event loop keeps accepting requests while a batch executes. An item that
 fails inside a batch fails alone: the rest of the batch is retried without it.
 """
@@ -30,10 +30,11 @@ from typing import Any
 import torch
 from prometheus_client import CollectorRegistry
 
+from demo_server.batcher_settings import BatcherSettings
 from demo_server.devices import Device
+from demo_server.queueing import QueueFull, QueueStopping
 from exporter.instrumentation import BatcherMetrics
 
-MODES = ("fixed", "adaptive")
 BATCHER_NAME = "embeddings"
 
 # A text containing this marker fails inside the model's preprocessing: a runtime
@@ -45,24 +46,12 @@ FAIL_MARKER = "\x00fail"
 BUDGET_HEADROOM = 0.1
 
 # The arrival rate forgets with this time constant ("smoothed over the last second").
-ARRIVAL_WINDOW_S = 1.0
+ARRIVAL_WINDOW_SECONDS = 1.0
 
 # Weight of a new observation in a batch size's running cost estimate.
 COST_SMOOTHING = 0.2
 
 WARMUP_TEXT = "the quick brown fox jumps over the lazy dog"
-
-
-class QueueFull(Exception):
-    """The queue holds `max_queue` items; retry after `retry_after_s` (whole seconds, >= 1)."""
-
-    def __init__(self, message: str, retry_after_s: int = 1) -> None:
-        super().__init__(message)
-        self.retry_after_s = retry_after_s
-
-
-class ServiceStopping(QueueFull):
-    """The service is draining and accepts no new items; like a full queue, retry later."""
 
 
 class ItemError(Exception):
@@ -79,42 +68,44 @@ class ItemError(Exception):
 
 @dataclass(frozen=True, slots=True)
 class Decision:
-    """Fire a batch now (with `trigger`), or wait: up to `wait_s` seconds (None: no
+    """Fire a batch now (with `trigger`), or wait: up to `wait_seconds` seconds (None: no
     limit) or until the queue holds `target_size` items, whichever comes first."""
 
     fire: bool
     trigger: str = ""
-    wait_s: float | None = None
+    wait_seconds: float | None = None
     target_size: int = 1
 
 
 def fixed_decision(
-    queue_len: int, oldest_wait_s: float, max_batch_size: int, max_wait_s: float
+    queue_len: int, oldest_wait_seconds: float, max_batch_size: int, max_wait_seconds: float
 ) -> Decision:
     """Seed 000's rule: fire `full` at `max_batch_size` items, `timeout` once the oldest
-    item has waited `max_wait_s`, otherwise wait for whichever comes first."""
+    item has waited `max_wait_seconds`, otherwise wait for whichever comes first."""
     if queue_len == 0:
         return Decision(fire=False)
     if queue_len >= max_batch_size:
         return Decision(fire=True, trigger="full")
-    if oldest_wait_s >= max_wait_s:
+    if oldest_wait_seconds >= max_wait_seconds:
         return Decision(fire=True, trigger="timeout")
-    return Decision(fire=False, wait_s=max_wait_s - oldest_wait_s, target_size=max_batch_size)
+    return Decision(
+        fire=False, wait_seconds=max_wait_seconds - oldest_wait_seconds, target_size=max_batch_size
+    )
 
 
 def adaptive_decision(
     queue_len: int,
-    oldest_wait_s: float,
+    oldest_wait_seconds: float,
     arrival_rate_per_s: float,
-    cost_s: Callable[[int], float],
-    latency_budget_s: float,
+    cost_seconds: Callable[[int], float],
+    latency_budget_seconds: float,
     max_batch_size: int,
 ) -> Decision:
     """Seed 001's rule: wait for the largest batch that can still form and finish
     inside the oldest item's remaining budget; fire now when no larger batch can.
 
     A batch of k items is expected to form after (k - queue_len) / arrival_rate more
-    seconds and to take `cost_s(k)` to run; it fits when the oldest item's wait plus
+    seconds and to take `cost_seconds(k)` to run; it fits when the oldest item's wait plus
     both stays within the budget less `BUDGET_HEADROOM`. With no larger k fitting the
     batch fires now (`budget`), so under light traffic every item runs at once; with
     `max_batch_size` items waiting it fires `full`. When waiting, the worker decides
@@ -124,12 +115,12 @@ def adaptive_decision(
         return Decision(fire=False)
     if queue_len >= max_batch_size:
         return Decision(fire=True, trigger="full")
-    remaining_s = latency_budget_s * (1.0 - BUDGET_HEADROOM) - oldest_wait_s
+    remaining_seconds = latency_budget_seconds * (1.0 - BUDGET_HEADROOM) - oldest_wait_seconds
     if arrival_rate_per_s > 0.0:
         for size in range(max_batch_size, queue_len, -1):
-            form_s = (size - queue_len) / arrival_rate_per_s
-            if form_s + cost_s(size) <= remaining_s:
-                return Decision(fire=False, wait_s=form_s, target_size=size)
+            form_seconds = (size - queue_len) / arrival_rate_per_s
+            if form_seconds + cost_seconds(size) <= remaining_seconds:
+                return Decision(fire=False, wait_seconds=form_seconds, target_size=size)
     return Decision(fire=True, trigger="budget")
 
 
@@ -137,27 +128,27 @@ def adaptive_decision(
 
 
 class ArrivalRate:
-    """Items per second, smoothed over the last `window_s` seconds by exponential decay.
+    """Items per second, smoothed over the last `window_seconds` seconds by exponential decay.
 
-    Each arrival adds 1 / window_s to a level that decays with time constant window_s,
+    Each arrival adds 1 / window_seconds to a level that decays with time constant window_seconds,
     so under a steady rate r the level settles at r, and it drains to 0 when traffic stops.
     """
 
-    def __init__(self, window_s: float = ARRIVAL_WINDOW_S) -> None:
-        self._window_s = window_s
+    def __init__(self, window_seconds: float = ARRIVAL_WINDOW_SECONDS) -> None:
+        self._window_seconds = window_seconds
         self._level = 0.0
         self._at: float | None = None
 
     def record(self, now: float, count: int = 1) -> None:
         """Count `count` arrivals at time `now` (seconds, monotonic)."""
-        self._level = self.rate(now) + count / self._window_s
+        self._level = self.rate(now) + count / self._window_seconds
         self._at = now
 
     def rate(self, now: float) -> float:
         """The smoothed arrival rate at time `now`, in items per second."""
         if self._at is None:
             return 0.0
-        return self._level * math.exp(-max(0.0, now - self._at) / self._window_s)
+        return self._level * math.exp(-max(0.0, now - self._at) / self._window_seconds)
 
 
 class CostCurve:
@@ -330,20 +321,14 @@ class Batcher:
         self,
         run_batch: Callable[[list[str]], list[Any]],
         *,
-        mode: str,
-        max_batch_size: int,
-        max_wait_ms: float,
-        latency_budget_ms: float,
+        settings: BatcherSettings,
         max_queue: int,
         metrics: BatcherMetrics,
         cost_prior: Mapping[int, float] | None = None,
         clock: Callable[[], float] = time.perf_counter,
     ) -> None:
-        if mode not in MODES:
-            raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
         if max_queue < 1:
             raise ValueError(f"max_queue must be at least 1, got {max_queue}")
-        self.mode = mode
         self.max_queue = max_queue
         self.metrics = metrics
         self.cost_curve = CostCurve(cost_prior)
@@ -357,14 +342,8 @@ class Batcher:
         self._accepting = False
         self._worker: asyncio.Task[None] | None = None
         self._executor: ThreadPoolExecutor | None = None
-        self.max_batch_size = 0
-        self.max_wait_ms = 0.0
-        self.latency_budget_ms = 0.0
-        self.configure(
-            max_batch_size=max_batch_size,
-            max_wait_ms=max_wait_ms,
-            latency_budget_ms=latency_budget_ms,
-        )
+        self.settings = settings
+        self._publish(settings)
 
     async def start(self) -> None:
         """Start the worker; items are accepted from now on."""
@@ -376,13 +355,13 @@ class Batcher:
 
     async def stop(self, drain: bool = True) -> None:
         """Stop accepting items. With `drain`, queued and running items finish first;
-        without, queued items fail with ServiceStopping and only the running batch ends."""
+        without, queued items fail with QueueStopping and only the running batch ends."""
         self._accepting = False
         if not drain:
             while self._queue:
                 item = self._queue.popleft()
                 if not item.future.cancelled():  # else its caller's withdrawal counts it
-                    item.future.set_exception(ServiceStopping("the service stopped"))
+                    item.future.set_exception(QueueStopping("the service stopped"))
                     self.metrics.observe_request("rejected")
             self.metrics.set_queue_depth(0)
         self._wake.set()
@@ -393,50 +372,31 @@ class Batcher:
             self._executor.shutdown(wait=True)
             self._executor = None
 
-    def configure(
-        self,
-        *,
-        max_batch_size: int | None = None,
-        max_wait_ms: float | None = None,
-        latency_budget_ms: float | None = None,
-    ) -> None:
-        """Change settings; the next batch decision uses them. None leaves one as it is.
-        Raises ValueError, naming the setting, for a value out of range."""
-        if max_batch_size is not None and max_batch_size < 1:
-            raise ValueError(f"max_batch_size must be at least 1, got {max_batch_size}")
-        if max_wait_ms is not None and max_wait_ms < 0:
-            raise ValueError(f"max_wait_ms must be at least 0, got {max_wait_ms}")
-        if latency_budget_ms is not None and latency_budget_ms <= 0:
-            raise ValueError(f"latency_budget_ms must be above 0, got {latency_budget_ms}")
-        if max_batch_size is not None:
-            self.max_batch_size = int(max_batch_size)
-        if max_wait_ms is not None:
-            self.max_wait_ms = float(max_wait_ms)
-        if latency_budget_ms is not None:
-            self.latency_budget_ms = float(latency_budget_ms)
+    def configure(self, settings: BatcherSettings) -> None:
+        """Use `settings` from the next batch decision on. Raises ValueError for a change
+        of `mode`, which only a restart makes (its metrics would describe both modes)."""
+        if settings.mode != self.settings.mode:
+            raise ValueError(
+                f"mode is {self.settings.mode!r} until a restart, got {settings.mode!r}"
+            )
+        self.settings = settings
+        self._publish(settings)
+        self._wake.set()
+
+    def _publish(self, settings: BatcherSettings) -> None:
         # Only the fixed policy waits on max_wait; publishing it in adaptive mode would
         # tell an operator about a limit that is not in force.
         self.metrics.set_config(
-            max_batch_size=max_batch_size,
-            max_wait_seconds=(
-                max_wait_ms / 1000.0 if max_wait_ms is not None and self.mode == "fixed" else None
-            ),
-            latency_budget_seconds=(
-                latency_budget_ms / 1000.0 if latency_budget_ms is not None else None
-            ),
+            max_batch_size=settings.max_batch_size,
+            max_wait_seconds=settings.max_wait_seconds if settings.mode == "fixed" else None,
+            latency_budget_seconds=settings.latency_budget_seconds,
         )
-        self._wake.set()
 
     def snapshot(self) -> dict[str, Any]:
         """Mode, settings, queue depth, items running, arrival rate and the cost curve."""
         return {
-            "mode": self.mode,
-            "config": {
-                "max_batch_size": self.max_batch_size,
-                "max_wait_ms": self.max_wait_ms,
-                "latency_budget_ms": self.latency_budget_ms,
-                "max_queue": self.max_queue,
-            },
+            "mode": self.settings.mode,
+            "config": {**self.settings.as_ms(), "max_queue": self.max_queue},
             "queue_depth": len(self._queue),
             "in_flight": self._in_flight,
             "arrival_rate_per_s": round(self._arrivals.rate(self._clock()), 3),
@@ -450,18 +410,18 @@ class Batcher:
         """Queue each text as one item and return their results in order.
 
         Raises QueueFull (nothing queued) when the items do not fit in `max_queue`,
-        ServiceStopping once stopping, and ItemError when an item failed (after all of
+        QueueStopping once stopping, and ItemError when an item failed (after all of
         the request's items are done). A caller cancelled while waiting takes its
         queued items out of the queue, counted `cancelled`.
         """
         if not self._accepting:
-            raise ServiceStopping("the service is stopping")
+            raise QueueStopping("the service is stopping")
         if len(self._queue) + len(texts) > self.max_queue:
             for _ in texts:
                 self.metrics.observe_request("rejected")
             raise QueueFull(
                 f"queue full: {len(self._queue)} of {self.max_queue} items waiting",
-                self._retry_after_s(),
+                self._retry_after_seconds(),
             )
         loop = asyncio.get_running_loop()
         now = self._clock()
@@ -491,26 +451,31 @@ class Batcher:
             self.metrics.observe_request("cancelled")
         self.metrics.set_queue_depth(len(self._queue))
 
-    def _retry_after_s(self) -> int:
+    def _retry_after_seconds(self) -> int:
         """Whole seconds until the current queue is expected to have run, at least 1."""
-        batches = math.ceil(len(self._queue) / self.max_batch_size)
-        return max(1, math.ceil(batches * self.cost_curve.estimate(self.max_batch_size)))
+        max_batch_size = self.settings.max_batch_size
+        batches = math.ceil(len(self._queue) / max_batch_size)
+        return max(1, math.ceil(batches * self.cost_curve.estimate(max_batch_size)))
 
     def _decide(self, now: float) -> Decision:
-        oldest_wait_s = now - self._queue[0].enqueued_at
-        if self.mode == "fixed":
+        settings = self.settings
+        oldest_wait_seconds = now - self._queue[0].enqueued_at
+        if settings.mode == "fixed":
             return fixed_decision(
-                len(self._queue), oldest_wait_s, self.max_batch_size, self.max_wait_ms / 1000.0
+                len(self._queue),
+                oldest_wait_seconds,
+                settings.max_batch_size,
+                settings.max_wait_seconds,
             )
         # Once draining no more items come: waiting for them would only add latency.
         rate = self._arrivals.rate(now) if self._accepting else 0.0
         return adaptive_decision(
             len(self._queue),
-            oldest_wait_s,
+            oldest_wait_seconds,
             rate,
             self.cost_curve.estimate,
-            self.latency_budget_ms / 1000.0,
-            self.max_batch_size,
+            settings.latency_budget_seconds,
+            settings.max_batch_size,
         )
 
     async def _work(self) -> None:
@@ -528,14 +493,14 @@ class Batcher:
                 continue
             self._wake_at_size = decision.target_size
             try:
-                async with asyncio.timeout(decision.wait_s):
+                async with asyncio.timeout(decision.wait_seconds):
                     await self._wake.wait()
             except TimeoutError:
                 pass
 
     async def _fire(self, trigger: str) -> None:
         batch: list[_Item] = []
-        while self._queue and len(batch) < self.max_batch_size:
+        while self._queue and len(batch) < self.settings.max_batch_size:
             item = self._queue.popleft()
             item.taken = True
             # A caller cancelled a moment ago whose items are not withdrawn yet: its slot
@@ -595,10 +560,7 @@ class EmbeddingService:
     def __init__(
         self,
         *,
-        mode: str,
-        max_batch_size: int,
-        max_wait_ms: float,
-        latency_budget_ms: float,
+        settings: BatcherSettings,
         device: Device,
         registry: CollectorRegistry,
         max_queue: int,
@@ -607,13 +569,12 @@ class EmbeddingService:
         self.device = device
         self._encoder = Encoder(seed).to(device.torch_device).eval()
         # The batcher publishes the rest of its configuration as it applies it.
-        metrics = BatcherMetrics(BATCHER_NAME, max_batch_size=max_batch_size, registry=registry)
+        metrics = BatcherMetrics(
+            BATCHER_NAME, max_batch_size=settings.max_batch_size, registry=registry
+        )
         self._batcher = Batcher(
             self._encode,
-            mode=mode,
-            max_batch_size=max_batch_size,
-            max_wait_ms=max_wait_ms,
-            latency_budget_ms=latency_budget_ms,
+            settings=settings,
             max_queue=max_queue,
             metrics=metrics,
         )
@@ -630,22 +591,16 @@ class EmbeddingService:
 
     async def embed(self, texts: list[str]) -> list[list[float]]:
         """One unit vector per text; each text is one item in the batcher. Raises
-        QueueFull (with `retry_after_s`) or ItemError."""
+        QueueFull (with `retry_after_seconds`) or ItemError."""
         return await self._batcher.submit(texts)
 
-    def configure(
-        self,
-        *,
-        max_batch_size: int | None = None,
-        max_wait_ms: float | None = None,
-        latency_budget_ms: float | None = None,
-    ) -> None:
+    @property
+    def settings(self) -> BatcherSettings:
+        return self._batcher.settings
+
+    def configure(self, settings: BatcherSettings) -> None:
         """Change batching settings for the next batch, without a restart."""
-        self._batcher.configure(
-            max_batch_size=max_batch_size,
-            max_wait_ms=max_wait_ms,
-            latency_budget_ms=latency_budget_ms,
-        )
+        self._batcher.configure(settings)
 
     def snapshot(self) -> dict[str, Any]:
         """The batcher's snapshot plus the device's description (and whether it is simulated)."""
@@ -664,6 +619,7 @@ class EmbeddingService:
             started = time.perf_counter()
             self._encode([WARMUP_TEXT] * size)
             self._batcher.cost_curve.observe(size, time.perf_counter() - started)
-            if size >= self._batcher.max_batch_size:
+            max_batch_size = self._batcher.settings.max_batch_size
+            if size >= max_batch_size:
                 return
-            size = min(size * 2, self._batcher.max_batch_size)
+            size = min(size * 2, max_batch_size)
