@@ -41,10 +41,11 @@ from prometheus_client import (
 )
 from pydantic import BaseModel, ConfigDict, Field
 
+from demo_server.batcher import ItemError
 from demo_server.batcher_settings import BatcherSettings
 from demo_server.decoder import TinyDecoder, encode_prompt, token_bytes
 from demo_server.devices import select_device
-from demo_server.embedding import EmbeddingService, ItemError
+from demo_server.embedding import EmbeddingService
 from demo_server.queueing import QueueFull
 from demo_server.scheduler import (
     Attention,

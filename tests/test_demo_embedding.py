@@ -21,21 +21,19 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from demo_server import loadgen
-from demo_server.batcher_settings import BatcherSettings
-from demo_server.devices import select_device
-from demo_server.embedding import (
+from demo_server.batcher import (
     BUDGET_HEADROOM,
-    FAIL_MARKER,
     ArrivalRate,
     Batcher,
     CostCurve,
-    EmbeddingService,
-    Encoder,
     ItemError,
     adaptive_decision,
     fixed_decision,
     run_isolating_failures,
 )
+from demo_server.batcher_settings import BatcherSettings
+from demo_server.devices import select_device
+from demo_server.embedding import FAIL_MARKER, EmbeddingService, Encoder
 from demo_server.queueing import QueueFull, QueueStopping
 from exporter.instrumentation import BatcherMetrics
 
