@@ -297,7 +297,8 @@ class Scheduler:
         self._rows: list[_Sequence] = []  # row i of the batch lives in cache slot i
         self._admissions = 0
         self._kv_used = 0
-        # Updated under the lock; `running` and `kv_tokens_used` at the end of each step.
+        # Updated under the lock: `running` and `kv_tokens_used` at the end of each step,
+        # `waiting` only in the copies `stats` hands out (the queue is its truth).
         self._stats = SchedulerStats(
             batching=config.batching,
             max_num_seqs=config.max_num_seqs,
@@ -408,9 +409,7 @@ class Scheduler:
     def stats(self) -> SchedulerStats:
         """A consistent snapshot of the counters and state."""
         with self._lock:
-            return dataclasses.replace(
-                self._stats, max_num_seqs=self._max_num_seqs, waiting=len(self._waiting)
-            )
+            return dataclasses.replace(self._stats, waiting=len(self._waiting))
 
     def step_here(self) -> bool:
         """Run one scheduler step on the calling thread, if there is work; True when a step
@@ -484,6 +483,7 @@ class Scheduler:
             cancelled, self._cancelled = self._cancelled, set()
             if self._pending_max_num_seqs is not None:
                 self._max_num_seqs, self._pending_max_num_seqs = self._pending_max_num_seqs, None
+                self._stats.max_num_seqs = self._max_num_seqs
             for seq in [s for s in self._waiting if s.request_id in cancelled]:
                 self._waiting.remove(seq)
                 self._finish(seq, "abort")
