@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from exporter.histogram import Histogram, histogram_delta, histogram_quantile
+from exporter.histogram import Histogram, histogram_increase, histogram_quantile
 from exporter.signals import (
     SaturationState,
     SignalSettings,
@@ -15,15 +15,13 @@ from exporter.signals import (
     counter_increase,
     diagnose,
     execution_increase,
-    histogram_increase,
     per_second,
     running_vs_cap,
-    series_signals,
     step_saturation,
     throughput_gain,
-    total_series,
 )
-from exporter.snapshot import SeriesSnapshot
+from exporter.snapshot import SeriesSnapshot, merge_series
+from exporter.target import series_signals
 
 INF = math.inf
 
@@ -65,7 +63,7 @@ def test_histogram_increase_counts_through_a_restart() -> None:
 def test_histogram_delta_and_quantile_match_promql_interpolation() -> None:
     older = hist([10, 20, 30, 30])
     newer = hist([10, 60, 100, 100])
-    delta = histogram_delta(newer, older)
+    delta = histogram_increase([older, newer])
     assert delta.counts == (0, 40, 70, 70)
     # rank 0.5*70 = 35 falls in (0.1, 0.5]: 0.1 + 0.4 * 35/40
     assert histogram_quantile(0.5, delta) == pytest.approx(0.45)
@@ -151,7 +149,7 @@ DIAG = dict(up=True, error=None, running=8, waiting=0, cap=8, kv_usage=0.1,
         ({"running": 8, "preemptions_per_second": 0.4}, "preempting", "0.40 preemptions/s"),
         ({"running": 8, "waiting": 32}, "healthy", "running 8 of cap 8 with 32 waiting"),
         ({"running": 3, "waiting": 5}, "batch_limited", "something else limits the batch"),
-        ({"running": 4.95, "waiting": 20, "cap": 32, "engine": "inhouse"}, "batch_limited",
+        ({"running": 4.95, "waiting": 20, "cap": 32, "fired_batches": True}, "batch_limited",
          "batches average 4.95 of max 32 while 20 wait: the batcher fires before"),
         ({"running": 3, "waiting": 5, "cap": None}, "queueing", "configure the cap"),
         ({"running": 2, "waiting": 0}, "underloaded", "little traffic"),
@@ -193,7 +191,7 @@ def test_series_signals_over_a_window() -> None:
 def test_total_adds_series_and_takes_the_fullest_kv_cache() -> None:
     a = _vllm((8, 2, 0.5), 1, [1, 2, 3, 3])
     b = _vllm((4, 0, 0.9), 2, [0, 1, 1, 1])
-    total = total_series([a, b], default_cap=8)
+    total = merge_series([a, b], default_cap=8)
     assert (total.running, total.waiting, total.preemptions_total, total.cap) == (12, 2, 3, 16)
     assert total.kv_usage == 0.9
     assert total.latency["e2e"].counts == (1, 3, 4, 4)
