@@ -86,8 +86,8 @@ def histogram_increase(hists: Sequence[Histogram | None]) -> Histogram | None:
     As PromQL's increase() on each bucket: a restart (a count went down, or a new bucket
     layout) starts the counting again from zero, so the part after it adds up in full;
     a histogram absent at the first scrape was created since and counts from zero too.
-    None with fewer than two scrapes, no histogram at all, or parts of the window in
-    bucket layouts that cannot be added up.
+    None with fewer than two scrapes, no histogram at all, or observations in two
+    bucket layouts within the window (they cannot be added up).
     """
     if len(hists) < 2:
         return None
@@ -103,8 +103,10 @@ def histogram_increase(hists: Sequence[Histogram | None]) -> Histogram | None:
             base = None
         previous = current
     parts.append(histogram_sub(previous, base))
+    # A part without observations says nothing, whatever its layout.
+    observed = [part for part in parts if part.count > 0] or parts[-1:]
     total: Histogram | None = None
-    for part in parts:
+    for part in observed:
         total = histogram_add(total, part)
         if total is None:
             return None
