@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict
 from typing import Any
@@ -98,7 +99,8 @@ def _compact(series: SeriesSignals) -> dict[str, Any]:
         "throughput_gain": series.throughput_gain,
         "static_utilization": static.estimate if static is not None else None,
         "diagnosis": series.diagnosis.state,
-        "diagnosis_reason": series.diagnosis.reason,
+        # Kept in every point of every history: one copy per distinct reason.
+        "diagnosis_reason": sys.intern(series.diagnosis.reason),
     }
 
 
