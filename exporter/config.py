@@ -28,6 +28,8 @@ from urllib.parse import urlencode, urlsplit, urlunsplit
 import yaml
 from yaml.constructor import SafeConstructor
 
+from exporter.labels import RESERVED_LABELS
+
 ENGINES = ("auto", "vllm", "inhouse", "sglang", "tgi", "triton")
 HISTOGRAMS = ("e2e", "ttft", "queue", "inference")
 DEFAULT_LISTEN_HOST = "127.0.0.1"
@@ -353,8 +355,6 @@ _SETTINGS_FIELDS: dict[str, tuple[Callable[[object], Any], str]] = {
 _AUTH_KEYS = ("type", "token_env", "token_file", "username", "password_env", "password_file")
 # Keys that would put a secret into the file; they get a message saying what to use instead.
 _SECRET_KEYS = ("token", "password", "bearer_token", "credentials")
-# Labels the exporter sets on its own series; a target label must not clash with them.
-_RESERVED_LABELS = ("target", "model_name", "engine", "quantile", "bound", "state")
 
 # A value with where it came from: "fleet.yaml:7: targets[1].cap" or "--cap".
 _Sourced = tuple[object, str]
@@ -585,10 +585,10 @@ def _labels(node: _Node, source: str, path: str) -> dict[str, _Sourced]:
 
 def _reject_reserved_labels(labels: Mapping[str, _Sourced]) -> None:
     for name, (_, origin) in labels.items():
-        if name in _RESERVED_LABELS or name.startswith("__"):
+        if name in RESERVED_LABELS or name.startswith("__"):
             raise ConfigError(
                 f"{origin}: the exporter sets this label itself; reserved are "
-                f"{', '.join(_RESERVED_LABELS)} and names starting with __"
+                f"{', '.join(RESERVED_LABELS)} and names starting with __"
             )
 
 
