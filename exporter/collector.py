@@ -42,6 +42,9 @@ SERIES_GAUGES = (
     ("batchscope_throughput_gain_ratio",
      "Items per execution-second at the observed batch sizes over that at batch size 1.",
      "throughput_gain"),
+    ("batchscope_padding_waste_ratio",
+     "Share of the token positions in fired batches that were padding (in-house batchers).",
+     "padding_waste"),
 )  # fmt: skip
 
 

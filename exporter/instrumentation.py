@@ -19,6 +19,9 @@ REQUEST_LATENCY = PREFIX + "request_latency_seconds"
 EXECUTION = PREFIX + "execution_seconds"
 BATCH_EXECUTION_BY_SIZE = PREFIX + "batch_execution_seconds"
 REQUESTS = PREFIX + "requests"
+REJECTED = PREFIX + "rejected_requests"
+BATCH_TOKENS = PREFIX + "batch_tokens"
+PADDING_AVOIDED = PREFIX + "padding_avoided_tokens"
 BATCHES = PREFIX + "batches"
 MAX_BATCH_SIZE = PREFIX + "max_batch_size"
 MAX_WAIT = PREFIX + "max_wait_seconds"
@@ -26,6 +29,8 @@ LATENCY_BUDGET = PREFIX + "latency_budget_seconds"
 
 OUTCOMES = ("ok", "error", "rejected", "cancelled")
 TRIGGERS = ("full", "timeout", "budget")
+REJECT_REASONS = ("queue_full", "budget", "stopping")
+TOKEN_KINDS = ("real", "padding")
 
 BATCH_SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 LATENCY_BUCKETS = (
@@ -89,6 +94,24 @@ class BatcherMetrics:
             REQUESTS, "Requests by outcome: ok, error, rejected, cancelled.",
             ["batcher", "outcome"], registry=registry,
         )  # fmt: skip
+        self._rejected = Counter(
+            REJECTED, "Rejected requests by reason: queue_full, budget, stopping.",
+            ["batcher", "reason"], registry=registry,
+        )  # fmt: skip
+        self._batch_tokens = Counter(
+            BATCH_TOKENS,
+            "Token positions in fired batches: real tokens, and padding up to each batch's "
+            "longest item.",
+            ["batcher", "kind"],
+            registry=registry,
+        )
+        self._padding_avoided = Counter(
+            PADDING_AVOIDED,
+            "Padding tokens not paid because items of different lengths batched in "
+            "separate groups (against the same number of items in arrival order).",
+            label,
+            registry=registry,
+        )
         self._batches = Counter(
             BATCHES, "Batches fired, by trigger: full, timeout, budget.",
             ["batcher", "trigger"], registry=registry,
@@ -104,6 +127,11 @@ class BatcherMetrics:
             self._requests.labels(batcher, outcome)
         for trigger in TRIGGERS:
             self._batches.labels(batcher, trigger)
+        for reason in REJECT_REASONS:
+            self._rejected.labels(batcher, reason)
+        for kind in TOKEN_KINDS:
+            self._batch_tokens.labels(batcher, kind)
+        self._padding_avoided.labels(batcher)
         self._queue_depth.labels(batcher).set(0)
         self.set_config(
             max_batch_size=max_batch_size,
@@ -138,17 +166,34 @@ class BatcherMetrics:
         self._execution.labels(self.batcher).observe(execution_seconds)
         self._execution_by_size.labels(self.batcher, str(size)).observe(execution_seconds)
 
+    def observe_padding(self, *, tokens: int, padding: int, avoided: int) -> None:
+        """Record one fired batch's real tokens, the padding it carried, and the padding
+        that grouping by length avoided."""
+        self._batch_tokens.labels(self.batcher, "real").inc(tokens)
+        self._batch_tokens.labels(self.batcher, "padding").inc(padding)
+        self._padding_avoided.labels(self.batcher).inc(avoided)
+
     def observe_request(
         self,
         outcome: str,
         *,
+        reason: str | None = None,
         queue_wait_seconds: float | None = None,
         latency_seconds: float | None = None,
     ) -> None:
-        """Record one finished request and, when it ran, its queue wait and latency."""
+        """Record one finished request and, when it ran, its queue wait and latency.
+        A rejected request may name its `reason` (one of REJECT_REASONS), counted by
+        reason too."""
         if outcome not in OUTCOMES:
             raise ValueError(f"outcome must be one of {OUTCOMES}, got {outcome!r}")
+        if reason is not None and (outcome != "rejected" or reason not in REJECT_REASONS):
+            raise ValueError(
+                f"only a rejected request has a reason, one of {REJECT_REASONS}; "
+                f"got outcome {outcome!r} with reason {reason!r}"
+            )
         self._requests.labels(self.batcher, outcome).inc()
+        if reason is not None:
+            self._rejected.labels(self.batcher, reason).inc()
         if queue_wait_seconds is not None:
             self._queue_wait.labels(self.batcher).observe(queue_wait_seconds)
         if latency_seconds is not None:

@@ -184,6 +184,15 @@ def throughput_gain(
     return (items / seconds) / (single_n / single_seconds)
 
 
+def padding_waste(padding_tokens: float | None, batch_tokens: float | None) -> float | None:
+    """Share of the token positions batches carried that were padding: padding over
+    real tokens plus padding, from their increases over the window. None without
+    tokens batched in the window."""
+    if padding_tokens is None or not batch_tokens or batch_tokens <= 0:
+        return None
+    return padding_tokens / batch_tokens
+
+
 def execution_increase(
     first: dict[int, tuple[float, float]], last: dict[int, tuple[float, float]]
 ) -> dict[int, tuple[float, float]]:

@@ -34,6 +34,9 @@ class SeriesSnapshot:
     generation_tokens_total: float | None = None
     items_total: float | None = None
     batches_total: float | None = None
+    # in-house batchers: token positions in fired batches (real + padding), and padding
+    batch_tokens_total: float | None = None
+    padding_tokens_total: float | None = None
     latency: Mapping[str, Histogram] = field(default_factory=dict)
     output_tokens: Histogram | None = None
     batch_size: Histogram | None = None
@@ -101,6 +104,8 @@ def merge_series(series: Sequence[SeriesSnapshot], default_cap: float | None) ->
         generation_tokens_total=_sum_known([s.generation_tokens_total for s in series]),
         items_total=_sum_known([s.items_total for s in series]),
         batches_total=_sum_known([s.batches_total for s in series]),
+        batch_tokens_total=_sum_known([s.batch_tokens_total for s in series]),
+        padding_tokens_total=_sum_known([s.padding_tokens_total for s in series]),
         latency=latency,
         output_tokens=_merge_histograms(
             [s.output_tokens for s in series if s.output_tokens is not None]

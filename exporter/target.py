@@ -19,6 +19,7 @@ from exporter.signals import (
     counter_increase,
     diagnose,
     execution_increase,
+    padding_waste,
     per_second,
     running_vs_cap,
     saturated_seconds,
@@ -61,6 +62,7 @@ class SeriesSignals:
     budget_saturated: bool = False
     budget_saturated_seconds: float = 0.0
     throughput_gain: float | None = None
+    padding_waste: float | None = None
     static_utilization: UtilizationEstimate | None = None
     batch_size_distribution: list[tuple[float, float]] = field(default_factory=list)
     diagnosis: Diagnosis = Diagnosis("idle", "")
@@ -186,6 +188,10 @@ def series_signals(
         budget_saturated=saturation.saturated,
         budget_saturated_seconds=saturated_seconds(saturation, now),
         throughput_gain=gain,
+        padding_waste=padding_waste(
+            counter_increase([p.padding_tokens_total for p in snapshots]),
+            counter_increase([p.batch_tokens_total for p in snapshots]),
+        ),
         static_utilization=static,
         batch_size_distribution=batch_size_distribution(
             running_samples if last.batch_size is None else [], batch_hist

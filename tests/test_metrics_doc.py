@@ -42,5 +42,5 @@ def test_every_instrumentation_metric_is_documented() -> None:
     m.observe_batch(2, "full", 0.01)
     m.observe_request("ok", queue_wait_seconds=0.001, latency_seconds=0.02)
     emitted = family_names(generate_latest(registry).decode())
-    assert len(emitted) == 11
+    assert len(emitted) == 14  # 11, plus rejected by reason, batch tokens, padding avoided
     assert emitted <= DOCUMENTED, emitted - DOCUMENTED

@@ -17,7 +17,7 @@ KEY_LABELS = ("batcher",)
 FAMILIES = (
     names.QUEUE_DEPTH, names.BATCH_SIZE, names.REQUEST_LATENCY, names.QUEUE_WAIT,
     names.EXECUTION, names.BATCH_EXECUTION_BY_SIZE, names.REQUESTS,
-    names.MAX_BATCH_SIZE, names.LATENCY_BUDGET,
+    names.MAX_BATCH_SIZE, names.LATENCY_BUDGET, names.BATCH_TOKENS,
 )  # fmt: skip
 
 
@@ -43,6 +43,11 @@ def to_series(by_name: SamplesByName) -> list[SeriesSnapshot]:
     budget = values_by_key(by_name, names.LATENCY_BUDGET, KEY_LABELS)
     ok = values_by_key(by_name, names.REQUESTS + "_total", KEY_LABELS, where={"outcome": "ok"})
     batch_size = histograms_by_key(by_name, names.BATCH_SIZE, KEY_LABELS)
+    # Every kind adds up to the positions batched; the padding kind alone is the waste.
+    batch_tokens = values_by_key(by_name, names.BATCH_TOKENS + "_total", KEY_LABELS)
+    padding = values_by_key(
+        by_name, names.BATCH_TOKENS + "_total", KEY_LABELS, where={"kind": "padding"}
+    )
     latency = {
         "e2e": histograms_by_key(by_name, names.REQUEST_LATENCY, KEY_LABELS),
         "queue": histograms_by_key(by_name, names.QUEUE_WAIT, KEY_LABELS),
@@ -60,6 +65,8 @@ def to_series(by_name: SamplesByName) -> list[SeriesSnapshot]:
             requests_total=ok.get(key),
             items_total=batch_size[key].sum if key in batch_size else None,
             batches_total=batch_size[key].count if key in batch_size else None,
+            batch_tokens_total=batch_tokens.get(key),
+            padding_tokens_total=padding.get(key),
             latency={kind: h[key] for kind, h in latency.items() if key in h},
             batch_size=batch_size.get(key),
             execution_by_size=by_size.get(key, {}),
