@@ -8,8 +8,9 @@ from types import ModuleType
 import pytest
 
 from exporter import engines
-from exporter.config import ConfigError, add_arguments, load_config, settings_from_args
+from exporter.config import ConfigError, load_config
 from exporter.engines import detect, engine_choices, latency_kinds, read_series
+from exporter.flags import add_arguments, settings_from_args
 from exporter.samples import SamplesByName, histograms_by_key, values_by_key
 from exporter.snapshot import SeriesSnapshot
 from tests.conftest import fixture_text
