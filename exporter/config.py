@@ -23,6 +23,7 @@ from urllib.parse import urlencode, urlsplit, urlunsplit
 
 from exporter.engines import engine_choices, latency_kinds
 from exporter.file_sd import expand_file_sd, read_labels, read_target_groups
+from exporter.labels import RESERVED_LABELS
 from exporter.located import (
     DocumentError,
     Node,
@@ -315,8 +316,6 @@ _SECRET_REFUSALS = dict.fromkeys(
     "password_env (an environment variable's name) or token_file or password_file "
     "(a file's path)",
 )
-# Labels the exporter sets on its own series; a target label must not clash with them.
-_RESERVED_LABELS = ("target", "model_name", "engine", "quantile", "bound", "state")
 
 
 def _parse(raw: Mapping[str, Sourced], parsers: Mapping[str, Callable[[object], Any]]) -> dict:
@@ -373,10 +372,10 @@ def _mapping(node: Node, source: str, path: str, allowed: Iterable[str]) -> dict
 
 def _reject_reserved_labels(labels: Mapping[str, Sourced]) -> None:
     for name, (_, origin) in labels.items():
-        if name in _RESERVED_LABELS or name.startswith("__"):
+        if name in RESERVED_LABELS or name.startswith("__"):
             raise ConfigError(
                 f"{origin}: the exporter sets this label itself; reserved are "
-                f"{', '.join(_RESERVED_LABELS)} and names starting with __"
+                f"{', '.join(RESERVED_LABELS)} and names starting with __"
             )
 
 

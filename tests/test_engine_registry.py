@@ -37,6 +37,7 @@ def llamacpp_adapter() -> ModuleType:
     adapter = ModuleType("llamacpp")
     adapter.NAME = "llamacpp"
     adapter.MARKER = "llamacpp:"
+    adapter.KEY_LABELS = ()
     adapter.LATENCY_FAMILIES = {"tpot": "llamacpp:time_per_output_token_seconds"}
     adapter.FAMILIES = (
         "llamacpp:requests_processing",
