@@ -29,7 +29,7 @@ from exporter.located import (
 
 _GLOB_CHARS = re.compile(r"[*?[]")
 # Prometheus' rule for label names.
-LABEL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_LABEL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 @dataclass(frozen=True)
@@ -91,7 +91,7 @@ def read_labels(node: Node, source: str, path: str) -> dict[str, Sourced]:
     labels: dict[str, Sourced] = {}
     for name, value in mapping(node, source, path, node.key_lines).items():
         origin = location(source, value.line, child_path(path, name))
-        if not LABEL_NAME.fullmatch(name):
+        if not _LABEL_NAME.fullmatch(name):
             raise DocumentError(
                 f"{origin}: label names are letters, digits and _, not a digit first"
             )

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import re
+from pathlib import Path
 from types import ModuleType
 
 import pytest
@@ -163,3 +165,14 @@ def test_every_adapter_fills_only_the_latency_kinds_it_declares() -> None:
     }
     for name, kinds in filled.items():
         assert kinds <= set(engines.ADAPTERS[name].LATENCY_FAMILIES), name
+
+
+def test_the_configuration_doc_lists_every_engine_and_latency_kind() -> None:
+    doc = (Path(__file__).parent.parent / "docs" / "configuration.md").read_text()
+    rows = {
+        line.split("|")[1].strip(): line for line in doc.splitlines() if line.startswith("| `--")
+    }
+    engine_row = rows["`--engine`"].split("|")[3]
+    assert tuple(dict.fromkeys(re.findall(r"`(\w+)`", engine_row))) == engine_choices()
+    histogram_row = rows["`--histogram`"].split("|")[3]
+    assert tuple(re.findall(r"`(\w+)`", histogram_row)) == latency_kinds()
