@@ -118,20 +118,16 @@ def read_lengths(
     if first in ("{", "["):
         report.format = "JSON document"
         yield _json_document(first, stream.read(), line_number, report, field_name, progress)
-    elif first[0] in "{[":
-        report.format = "JSON lines"
-        parse = _json_lines_parser(report, field_name)
-        yield from _in_chunks(
-            chain([line], stream), CHUNK_LINES, line_number, parse, report, progress
-        )
+        return
+    if first[0] in "{[":
+        report.format, parse = "JSON lines", _json_lines_parser(report, field_name)
     elif _is_number(first):
-        report.format = "plain numbers"
-        parse = _plain_parser(report)
-        yield from _in_chunks(
-            chain([line], stream), CHUNK_LINES, line_number, parse, report, progress
-        )
+        report.format, parse = "plain numbers", _plain_parser(report)
     else:
         yield from _csv(line, stream, line_number, report, field_name, progress)
+        return
+    lines = chain([line], stream)
+    yield from _in_chunks(lines, CHUNK_LINES, line_number, parse, report, progress)
 
 
 def _in_chunks(
