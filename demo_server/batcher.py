@@ -495,15 +495,18 @@ class Batcher:
                     self._retry_after_seconds(now),
                 )
         for item in items:
-            group = self._groups[shape_class(item.tokens)]
+            shape = shape_class(item.tokens)
+            group = self._groups[shape]
             group.queue.append(item)
             group.record_arrival(now)
-            if len(group.queue) >= self._wake_at_sizes.get(shape_class(item.tokens), 1):
+            if len(group.queue) >= self._wake_at_sizes.get(shape, 1):
                 self._wake.set()
         self._queued += len(items)
         self._arrivals.record(now, len(items))
         self.metrics.set_queue_depth(self._queued)
         try:
+            if len(items) == 1:  # the common case, without gather's machinery
+                return [await items[0].future]
             results = await asyncio.gather(*(item.future for item in items), return_exceptions=True)
         except asyncio.CancelledError:
             self._withdraw(items)

@@ -2,8 +2,11 @@
 
 Benchmarks: `parser` (promtext vs prometheus_client on a real vLLM payload,
 bench_parser.py), `fleet` (the exporter process scraping 1000 simulated vLLM targets,
-bench_fleet.py + fleet_sim.py) and `batching` (static vs continuous batching on the
-demo server's scheduler, bench_batching.py, run as a subprocess when it is there).
+bench_fleet.py + fleet_sim.py), `batching` (static vs continuous batching on the
+demo server's scheduler, bench_batching.py, run as a subprocess when it is there) and
+`batcher` (the embedding batcher, fixed vs adaptive, seeds 000 and 001, and its
+overhead against seed 000's plain Batcher: bench_batcher.py, a subprocess; its charts
+go to `bench/` beside the report).
 The report names the machine, the command and the date: numbers from a shared 2-core
 machine only mean something next to those.
 
@@ -32,7 +35,8 @@ BATCHING_SCRIPT = ROOT / "scripts/bench_batching.py"
 # bench_batching.py's flags for a smoke run: fewer requests, one repetition.
 BATCHING_QUICK_ARGS = ("--requests", "64", "--repeat", "1")
 PACKAGES = ("batchscope", "aiohttp", "prometheus-client", "psutil", "PyYAML", "torch")
-BENCHMARKS = ("parser", "fleet", "batching")
+BATCHER_SCRIPT = ROOT / "scripts/bench_batcher.py"
+BENCHMARKS = ("parser", "fleet", "batching", "batcher")
 
 
 def _cpu_model() -> str:
@@ -91,23 +95,23 @@ def machine_section(command: str) -> str:
     )
 
 
-def batching_section(quick: bool) -> str:
-    """Run bench_batching.py in its own process and take its report as a section."""
-    if not BATCHING_SCRIPT.exists():
-        return "## Batching\n\nSkipped: `scripts/bench_batching.py` is not there.\n"
+def script_section(script: Path, title: str, extra_args: list[str]) -> str:
+    """Run a benchmark script in its own process (`--output` a temporary report, plus
+    `extra_args`) and take its report as a section."""
+    if not script.exists():
+        return f"## {title}\n\nSkipped: `scripts/{script.name}` is not there.\n"
     with tempfile.TemporaryDirectory() as tmp:
-        report = Path(tmp) / "batching.md"
-        args = [sys.executable, str(BATCHING_SCRIPT), "--output", str(report)]
-        if quick:
-            args += BATCHING_QUICK_ARGS
+        report = Path(tmp) / "report.md"
+        args = [sys.executable, str(script), "--output", str(report), *extra_args]
         # Its stdout is its progress; the report it writes is what goes into ours.
-        done = subprocess.run(args, cwd=ROOT, stdout=sys.stderr, check=False)
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        done = subprocess.run(args, cwd=ROOT, stdout=sys.stderr, check=False, env=env)
         text = report.read_text(encoding="utf-8") if report.exists() else ""
     if not text:
-        return f"## Batching\n\n`bench_batching.py` failed (exit code {done.returncode}).\n"
+        return f"## {title}\n\n`{script.name}` failed (exit code {done.returncode}).\n"
     # One level down: its title becomes a section of this report.
     body = "\n".join("#" + line if line.startswith("#") else line for line in text.splitlines())
-    note = "" if done.returncode == 0 else f"\n`bench_batching.py` exit code: {done.returncode}.\n"
+    note = "" if done.returncode == 0 else f"\n`{script.name}` exit code: {done.returncode}.\n"
     return body + "\n" + note
 
 
@@ -136,7 +140,13 @@ def main(argv: list[str] | None = None) -> int:
         sections.append(bench_fleet.markdown(bench_fleet.run(args.quick)))
     if "batching" in selected:
         print("batching: running scripts/bench_batching.py", file=sys.stderr, flush=True)
-        sections.append(batching_section(args.quick))
+        quick_args = list(BATCHING_QUICK_ARGS) if args.quick else []
+        sections.append(script_section(BATCHING_SCRIPT, "Batching", quick_args))
+    if "batcher" in selected:
+        print("batcher: running scripts/bench_batcher.py", file=sys.stderr, flush=True)
+        chart_args = ["--chart-dir", str(args.output.parent / "bench")]
+        quick_args = ["--quick"] if args.quick else []
+        sections.append(script_section(BATCHER_SCRIPT, "Batcher", chart_args + quick_args))
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text("\n".join(sections), encoding="utf-8")
     print("\n".join(sections[1:]))
