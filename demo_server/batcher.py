@@ -606,7 +606,8 @@ class Batcher:
             except TimeoutError:
                 # A timer that fires late (a busy event loop) delays every batch planned
                 # on it: remember by how much.
-                self._lag.observe(self._clock(), self._clock() - now - (wait_seconds or 0.0))
+                woke_at = self._clock()
+                self._lag.observe(woke_at, woke_at - now - (wait_seconds or 0.0))
 
     def _take(self, group: _ShapeGroup) -> list[_Item]:
         batch: list[_Item] = []
