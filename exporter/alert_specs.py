@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from exporter.config import Settings
+
 RUNBOOK_PATH = "docs/runbook.md"
 
 
@@ -36,7 +38,8 @@ class AlertSpec:
 BUDGET_SATURATED = AlertSpec(
     "BatchingBudgetSaturated",
     "warning",
-    60.0,
+    # The exporter's own hold: Prometheus' `for:` and the exporter's saturation agree.
+    Settings(targets=()).hold_seconds,
     "{target}: latency budget saturated for a minute",
     "Budget utilisation on {target} is {value}: the latency quantile has stayed at or "
     "above 95% of the budget for a minute. The budget is too tight for this traffic or "

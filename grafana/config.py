@@ -17,6 +17,7 @@ CONFIG = {
     # The rate window of the recording rules: the exporter's default window.
     "window": f"{_EXPORTER.window_seconds:g}s",
     "saturation_threshold": _EXPORTER.saturation_threshold,
+    "saturation_hold_seconds": _EXPORTER.hold_seconds,
     "near_cap": _SIGNALS.near_cap,
     "kv_high": _SIGNALS.kv_high,
     # Stalled: generated tokens and finished requests per second under this.

@@ -93,7 +93,7 @@ def vllm_recording_rules(config: Mapping) -> dict:
                     {"quantile": quantile_label(quantile), "histogram": histogram},
                 )
             )
-    threshold, hold = config["saturation_threshold"], _seconds(BUDGET_SATURATED.hold_seconds)
+    threshold, hold = config["saturation_threshold"], _seconds(config["saturation_hold_seconds"])
     near_cap, kv_high, stall = config["near_cap"], config["kv_high"], config["stall_rate"]
     rules += [
         _record(
@@ -103,12 +103,14 @@ def vllm_recording_rules(config: Mapping) -> dict:
         _record(ABOVE_THRESHOLD, f"{BUDGET_UTILIZATION} >= bool {threshold:g}"),
         # 1 once every evaluation of the hold was at or above the threshold.
         _record(BUDGET_SATURATED_RULE, f"min_over_time({ABOVE_THRESHOLD}[{hold}])"),
-        # 1 or 0 like the exporter's diagnosis: a missing KV or preemption series is no evidence.
+        # 1 or 0 like the exporter's diagnosis, where the first matching state wins:
+        # sustained saturation comes first. A missing KV or preemption series is no evidence.
         _record(
             MEMORY_BOUND_RULE,
             _as_bool(
                 f"({WAITING} > 0)\nand ({RUNNING_VS_CAP} < {near_cap:g})\n"
-                f"and (({KV_USAGE} >= {kv_high:g}) or ({PREEMPTIONS} > 0))"
+                f"and (({KV_USAGE} >= {kv_high:g}) or ({PREEMPTIONS} > 0))\n"
+                f"unless on ({by}) ({BUDGET_SATURATED_RULE} == 1)"
             ),
         ),
         # Stalled needs a known generation rate; no cap, KV or finished-request series
@@ -118,7 +120,8 @@ def vllm_recording_rules(config: Mapping) -> dict:
             _as_bool(
                 f"({WAITING} > 0)\nand ({GENERATION_TOKENS} < {stall:g})\n"
                 f"unless ({RUNNING_VS_CAP} >= {near_cap:g})\nunless ({KV_USAGE} >= {kv_high:g})\n"
-                f"unless ({PREEMPTIONS} > 0)\nunless ({REQUESTS} >= {stall:g})"
+                f"unless ({PREEMPTIONS} > 0)\nunless ({REQUESTS} >= {stall:g})\n"
+                f"unless on ({by}) ({BUDGET_SATURATED_RULE} == 1)"
             ),
         ),
     ]
