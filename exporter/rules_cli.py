@@ -7,7 +7,8 @@ import sys
 
 import yaml
 
-from exporter.config import ConfigError, expand_file_sd, load_config, load_file_sd
+from exporter.config import ConfigError, load_config, load_file_sd
+from exporter.file_sd import expand_file_sd
 from exporter.fleet_rules import UnsupportedTarget, fleet_rule_groups
 
 EPILOG = """examples:
