@@ -514,7 +514,9 @@ def _target_filter(source: Source, config: Mapping) -> str:
 
 def inhouse_batcher(config: Mapping) -> dict:
     threshold = config["saturation_threshold"]
-    sel = 'target="$target", batcher=~"$batcher"'
+    # A batcher is named by its code (BatcherMetrics("name")): its raw series, scraped by
+    # Prometheus, and the exporter's series about it meet on that name.
+    sel = 'batcher="$batcher"'
     sizes = (
         heatmap.Panel()
         .title("Batch size distribution")
@@ -546,7 +548,7 @@ def inhouse_batcher(config: Mapping) -> dict:
             Query(
                 f"histogram_quantile({q}, sum by (le, target, batcher) "
                 f"(rate(batchscope_batcher_queue_wait_seconds_bucket{{{sel}}}[$__rate_interval])))",
-                f"p{int(q * 100)} {{{{batcher}}}}",
+                f"p{int(q * 100)} {{{{instance}}}}",
             )
             for q in (0.5, 0.99)
         ],
@@ -559,8 +561,8 @@ def inhouse_batcher(config: Mapping) -> dict:
                 f"batcher's budget). At {threshold:.0%} for more than a minute the budget is too "
                 "tight for the traffic and throughput is being left on the table.",
                 "percentunit",
-                Query(f"batchscope_budget_utilization_ratio{{{sel}}}", "utilisation {{batcher}}"),
-                Query(f"batchscope_budget_saturated{{{sel}}}", "saturated {{batcher}}"),
+                Query(f"batchscope_budget_utilization_ratio{{{sel}}}", "utilisation {{target}}"),
+                Query(f"batchscope_budget_saturated{{{sel}}}", "saturated {{target}}"),
             )
         )
         .thresholds(thresholds((None, "green"), (threshold, "red")))
@@ -589,15 +591,15 @@ def inhouse_batcher(config: Mapping) -> dict:
         "at batch size 1. An encoder on a GPU can gain tens of times; on a CPU whose cost "
         "grows linearly with batch size, batching barely helps.",
         "x",
-        Query(f"batchscope_throughput_gain_ratio{{{sel}}}", "{{batcher}}"),
+        Query(f"batchscope_throughput_gain_ratio{{{sel}}}", "{{target}}"),
     ).min(0)
     mean_size = (
         _series_panel(
             "Mean batch size vs max",
             "Mean executed batch size over the window against the batcher's max batch size.",
             "short",
-            Query(f"batchscope_mean_batch_size{{{sel}}}", "mean {{batcher}}"),
-            Query(f"batchscope_batch_cap{{{sel}}}", "max {{batcher}}"),
+            Query(f"batchscope_mean_batch_size{{{sel}}}", "mean {{target}}"),
+            Query(f"batchscope_batch_cap{{{sel}}}", "max {{target}}"),
         )
         .override_by_query(*dashed_line("B"))
         .min(0)
@@ -612,18 +614,11 @@ def inhouse_batcher(config: Mapping) -> dict:
     for variable in [
         datasource_variable(),
         query_variable(
-            "target",
-            "Target",
-            "label_values(batchscope_batcher_queue_depth, target)",
-            multi=False,
-            include_all=False,
-        ),  # fmt: skip
-        query_variable(
             "batcher",
             "Batcher",
-            'label_values(batchscope_batcher_queue_depth{target="$target"}, batcher)',
-            multi=True,
-            include_all=True,
+            "label_values(batchscope_batcher_queue_depth, batcher)",
+            multi=False,
+            include_all=False,
         ),
     ]:
         board = board.with_variable(variable)

@@ -7,6 +7,7 @@ rules and the exporter cannot drift apart.
 
 from __future__ import annotations
 
+from exporter.alert_specs import RUNBOOK_PATH
 from exporter.config import Settings
 from exporter.signals import SignalSettings
 
@@ -21,7 +22,7 @@ CONFIG = {
     "near_cap": _SIGNALS.near_cap,
     "kv_high": _SIGNALS.kv_high,
     # Stalled: generated tokens and finished requests per second under this.
-    "stall_rate": 0.1,
+    "stall_rate": _SIGNALS.stall_rate,
     # An exporter scrape slower than half its interval is slow (timeout: 0.8 interval).
     "slow_scrape_seconds": _EXPORTER.interval_seconds / 2,
     # Labels that tell one vLLM engine from another inside a target.
@@ -31,7 +32,7 @@ CONFIG = {
     # How Prometheus' job for the exporter is selected (grafana/prometheus/prometheus.yml).
     "exporter_selector": 'job="batchscope-exporter"',
     # Where runbook_url points: set it to where your operators read docs/runbook.md.
-    "runbook_base": "docs/runbook.md",
+    "runbook_base": RUNBOOK_PATH,
     "dashboard_refresh": "30s",
     "dashboard_tags": ["batchscope", "batching"],
 }
