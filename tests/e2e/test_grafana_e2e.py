@@ -176,9 +176,6 @@ def test_every_panel_fills_and_saturation_reaches_the_webhook_both_ways(tmp_path
             for load in loads:
                 load.terminate()
                 load.wait()
-    unexpected = {key: exprs for key, exprs in empty.items() if key not in NO_DATA}
-    assert unexpected == {}, (
-        f"panels with no data: {json.dumps(list(unexpected.items()), indent=1)}"
-    )
+    assert empty == {}, f"panels with no data: {json.dumps(list(empty.items()), indent=1)}"
     print(f"\nsaturation at both webhooks {saturated_after:.0f} s after load began; "
-          f"{len(_panel_queries())} panel queries, empty: {sorted(empty)}")  # fmt: skip
+          f"{len(_panel_queries())} panel queries, all with data")  # fmt: skip
