@@ -16,6 +16,7 @@ from exporter.config import load_config
 from exporter.fleet_rules import fleet_rule_groups
 from grafana.boards import DASHBOARDS
 from grafana.config import CONFIG
+from grafana.managed_alerts import managed_alert_rules
 from grafana.rules import exporter_alerts, vllm_alerts, vllm_recording_rules
 
 ROOT = Path(__file__).resolve().parent
@@ -55,6 +56,9 @@ def generated_files() -> dict[Path, str]:
         PROMETHEUS / "exporter-alerts.yml": rule_yaml(exporter_alerts(CONFIG)),
         PROMETHEUS / "targets.example.yml": rule_yaml(fleet_rule_groups(fleet.targets)),
     }
+    files[ROOT / "provisioning" / "alerting" / "batchscope.yml"] = rule_yaml(
+        managed_alert_rules(exporter_alerts(CONFIG), CONFIG)
+    )
     for name, build in DASHBOARDS.items():
         files[ROOT / "dashboards" / f"{name}.json"] = dashboard_json(build(CONFIG))
     return files

@@ -34,5 +34,7 @@ CONFIG = {
     # Where runbook_url points: set it to where your operators read docs/runbook.md.
     "runbook_base": RUNBOOK_PATH,
     "dashboard_refresh": "30s",
+    # How often Grafana evaluates its managed alert rules (provisioning/alerting/).
+    "grafana_alert_interval": "10s",
     "dashboard_tags": ["batchscope", "batching"],
 }

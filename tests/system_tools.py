@@ -10,6 +10,7 @@ import pytest
 # Debian names Alertmanager's binary prometheus-alertmanager.
 TOOLS = {
     "promtool": ("promtool",),
+    "amtool": ("amtool",),
     "prometheus": ("prometheus",),
     "alertmanager": ("prometheus-alertmanager", "alertmanager"),
 }

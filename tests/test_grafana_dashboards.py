@@ -100,7 +100,7 @@ def _exporter_names() -> set[str]:
 def _recorded_names() -> set[str]:
     names = set()
     for path in PROMETHEUS.glob("*.yml"):
-        for group in yaml.safe_load(path.read_text())["groups"]:
+        for group in yaml.safe_load(path.read_text()).get("groups", []):
             names |= {r["record"] for r in group["rules"] if "record" in r}
     return names
 
