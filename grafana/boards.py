@@ -117,8 +117,11 @@ def _variables(source: Source, *, multi_target: bool) -> list:
     ]
 
 
-def _dashboard(uid: str, title: str, description: str, config: Mapping) -> dash.Dashboard:
-    return (
+def _dashboard(
+    uid: str, title: str, description: str, config: Mapping, variables: list, rows: list
+) -> dict:
+    """A dashboard with these variables and rows of (panel, width), as Grafana imports it."""
+    board = (
         dash.Dashboard(title)
         .uid(uid)
         .description(description)
@@ -129,6 +132,11 @@ def _dashboard(uid: str, title: str, description: str, config: Mapping) -> dash.
         .tooltip(DashboardCursorSync.CROSSHAIR)
         .editable()
     )
+    for variable in variables:
+        board = board.with_variable(variable)
+    for panel in layout(rows):
+        board = board.with_panel(panel)
+    return to_import_json(board)
 
 
 def _series_panel(title: str, description: str, unit: str, *queries: Query):
@@ -144,6 +152,18 @@ def _series_panel(title: str, description: str, unit: str, *queries: Query):
             .display_mode(common.LegendDisplayMode.LIST)
             .placement(common.LegendPlacement.BOTTOM)
         )
+    )
+
+
+def _budget_panel(description: str, utilization: Query, saturated: Query, threshold: float):
+    """Budget utilisation against its threshold line, saturated stretches shaded behind."""
+    return (
+        threshold_lines(
+            _series_panel("Budget utilisation", description, "percentunit", utilization, saturated)
+        )
+        .thresholds(thresholds((None, "green"), (threshold, "red")))
+        .override_by_query(*saturated_stretches("B"))
+        .min(0)
     )
 
 
@@ -250,22 +270,14 @@ def vllm_batching(source: Source, config: Mapping) -> dict:
         .min(0)
         .max(1)
     )
-    budget = (
-        threshold_lines(
-            _series_panel(
-                "Budget utilisation",
-                "The window's latency quantile (p99 of end-to-end latency unless configured) "
-                f"over the latency budget. Shaded: saturated, at or over {threshold:.0%} for a "
-                "minute. That usually means the budget is too tight for the traffic and "
-                "throughput is being left on the table.",
-                "percentunit",
-                Query(f"{source.utilization}{{{series}}}", "utilisation {{model_name}}"),
-                Query(f"{source.saturated}{{{series}}}", "saturated {{model_name}}"),
-            )
-        )
-        .thresholds(thresholds((None, "green"), (threshold, "red")))
-        .override_by_query(*saturated_stretches("B"))
-        .min(0)
+    budget = _budget_panel(
+        "The window's latency quantile (p99 of end-to-end latency unless configured) over "
+        f"the latency budget. Shaded: saturated, at or over {threshold:.0%} for a minute. "
+        "That usually means the budget is too tight for the traffic and throughput is being "
+        "left on the table.",
+        Query(f"{source.utilization}{{{series}}}", "utilisation {{model_name}}"),
+        Query(f"{source.saturated}{{{series}}}", "saturated {{model_name}}"),
+        threshold,
     )
     diagnosis = (
         statetimeline.Panel()
@@ -342,16 +354,13 @@ def vllm_batching(source: Source, config: Mapping) -> dict:
         "short",
         Query(f"{source.generation_tokens}{{{series}}}", "tokens/s {{model_name}}"),
     ).min(0)
-    board = _dashboard(
+    return _dashboard(
         f"batchscope-vllm-{source.key}",
         f"batchscope / vLLM batching ({source.title})",
         "Is continuous batching doing its job on this vLLM, and if not, what limits it? "
         f"Filled from the {source.title}.",
         config,
-    )
-    for variable in _variables(source, multi_target=False):
-        board = board.with_variable(variable)
-    for panel in layout(
+        _variables(source, multi_target=False),
         [
             [(running, 12), (waiting, 12)],
             [(ratio, 12), (kv, 12)],
@@ -359,12 +368,7 @@ def vllm_batching(source: Source, config: Mapping) -> dict:
             [(diagnosis, 24)],
             [(lengths, 12), (static, 12)],
             [(latency, 12), (throughput, 12)],
-        ]
-    ):
-        board = board.with_panel(panel)
-    return to_import_json(
-        board,
-        {"timeseries": "Time series", "state-timeline": "State timeline", "heatmap": "Heatmap"},
+        ],
     )
 
 
@@ -391,11 +395,11 @@ def fleet_overview(source: Source, config: Mapping) -> dict:
         conditions = _states(source, 'target=~"$target"', config).expr
         states = Query(
             f"max by (target, state) ({conditions}\n"
-            f'or label_replace(up{{target=~"$target"}} == 0, "state", "down", "", ""))',
+            f'or label_replace({source.up}{{target=~"$target"}} == 0, "state", "down", "", ""))',
             instant=True,
             format=PromQueryFormat.TABLE,
         )
-        down = 'count(up{target=~"$target"} == 0) or vector(0)'
+        down = f'count({source.up}{{target=~"$target"}} == 0) or vector(0)'
     worst_first = (
         bargauge.Panel()
         .title("Budget utilisation, worst first")
@@ -480,26 +484,18 @@ def fleet_overview(source: Source, config: Mapping) -> dict:
         "bool",
         Query(per_target(source.saturated), "{{target}}"),
     ).min(0)
-    board = _dashboard(
+    return _dashboard(
         f"batchscope-fleet-{source.key}",
         f"batchscope / fleet overview ({source.title})",
         f"Every target's batching at a glance, worst first. Filled from the {source.title}.",
         config,
-    )
-    for variable in _variables(source, multi_target=True)[:2]:
-        board = board.with_variable(variable)
-    for panel in layout(
+        _variables(source, multi_target=True)[:2],
         [
             [(saturated, 6), (down_stat, 6), (worst_first, 12)],
             [(state_table, 24)],
             [(ratio, 12), (waiting, 12)],
             [(utilization, 12), (saturation, 12)],
-        ]
-    ):
-        board = board.with_panel(panel)
-    return to_import_json(
-        board,
-        {"timeseries": "Time series", "bargauge": "Bar gauge", "table": "Table", "stat": "Stat"},
+        ],
     )
 
 
@@ -553,21 +549,13 @@ def inhouse_batcher(config: Mapping) -> dict:
             for q in (0.5, 0.99)
         ],
     ).min(0)
-    budget = (
-        threshold_lines(
-            _series_panel(
-                "Budget utilisation",
-                "How close batches run to the latency budget (the window's p99 over the "
-                f"batcher's budget). At {threshold:.0%} for more than a minute the budget is too "
-                "tight for the traffic and throughput is being left on the table.",
-                "percentunit",
-                Query(f"batchscope_budget_utilization_ratio{{{sel}}}", "utilisation {{target}}"),
-                Query(f"batchscope_budget_saturated{{{sel}}}", "saturated {{target}}"),
-            )
-        )
-        .thresholds(thresholds((None, "green"), (threshold, "red")))
-        .override_by_query(*saturated_stretches("B"))
-        .min(0)
+    budget = _budget_panel(
+        "How close batches run to the latency budget (the window's p99 over the batcher's "
+        f"budget). At {threshold:.0%} for more than a minute the budget is too tight for the "
+        "traffic and throughput is being left on the table.",
+        Query(f"batchscope_budget_utilization_ratio{{{sel}}}", "utilisation {{target}}"),
+        Query(f"batchscope_budget_saturated{{{sel}}}", "saturated {{target}}"),
+        threshold,
     )
     triggers = (
         _series_panel(
@@ -604,33 +592,28 @@ def inhouse_batcher(config: Mapping) -> dict:
         .override_by_query(*dashed_line("B"))
         .min(0)
     )
-    board = _dashboard(
+    return _dashboard(
         "batchscope-inhouse",
         "batchscope / in-house batcher",
         "Dynamic batching in an in-house batcher (exporter.instrumentation): batch sizes, "
         "queue wait, budget utilisation, what fired each batch and the gain over unbatched.",
         config,
-    )
-    for variable in [
-        datasource_variable(),
-        query_variable(
-            "batcher",
-            "Batcher",
-            "label_values(batchscope_batcher_queue_depth, batcher)",
-            multi=False,
-            include_all=False,
-        ),
-    ]:
-        board = board.with_variable(variable)
-    for panel in layout(
+        [
+            datasource_variable(),
+            query_variable(
+                "batcher",
+                "Batcher",
+                "label_values(batchscope_batcher_queue_depth, batcher)",
+                multi=False,
+                include_all=False,
+            ),
+        ],
         [
             [(sizes, 12), (queue_wait, 12)],
             [(budget, 12), (triggers, 12)],
             [(gain, 12), (mean_size, 12)],
-        ]
-    ):
-        board = board.with_panel(panel)
-    return to_import_json(board, {"timeseries": "Time series", "heatmap": "Heatmap"})
+        ],
+    )
 
 
 DASHBOARDS: dict[str, Callable[[Mapping], dict]] = {

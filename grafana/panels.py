@@ -7,7 +7,7 @@ unit; `layout` places panels on Grafana's 24-column grid and numbers them.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from grafana_foundation_sdk.builders import common as common_builders
@@ -21,7 +21,6 @@ from grafana_foundation_sdk.models.dashboard import (
     GridPos,
     Threshold,
     ThresholdsMode,
-    VariableHide,
     VariableRefresh,
     VariableSort,
 )
@@ -89,10 +88,6 @@ def query_variable(
     return variable
 
 
-def hidden_constant(name: str, value: str) -> dash.ConstantVariable:
-    return dash.ConstantVariable(name).value(value).hide(VariableHide.HIDE_VARIABLE)
-
-
 def saturated_stretches(ref_id: str) -> tuple[str, list[DynamicConfigValue]]:
     """Override for a 0/1 series drawn as shaded stretches behind a ratio."""
     return (
@@ -145,11 +140,22 @@ def layout(rows: Sequence[Sequence[tuple[object, int]]]) -> list:
     return placed
 
 
-def to_import_json(builder: dash.Dashboard, uses: Mapping[str, str]) -> dict:
+# The panel plugins the dashboards use, by id, with the names Grafana's import lists.
+PANEL_PLUGINS = {
+    "bargauge": "Bar gauge",
+    "heatmap": "Heatmap",
+    "stat": "Stat",
+    "state-timeline": "State timeline",
+    "table": "Table",
+    "timeseries": "Time series",
+}
+
+
+def to_import_json(builder: dash.Dashboard) -> dict:
     """The built dashboard as Grafana's import screen takes it.
 
     `__inputs` asks for a Prometheus datasource (DS_PROMETHEUS), which becomes the
-    datasource variable's default; `__requires` lists Grafana and the panel plugins.
+    datasource variable's default; `__requires` lists Grafana and the panel plugins used.
     """
     board = json.loads(json.dumps(builder.build(), cls=JSONEncoder))
     board["schemaVersion"] = SCHEMA_VERSION
@@ -162,8 +168,8 @@ def to_import_json(builder: dash.Dashboard, uses: Mapping[str, str]) -> dict:
         {"type": "datasource", "id": "prometheus", "name": "Prometheus", "version": "1.0.0"},
     ]
     requires += [
-        {"type": "panel", "id": kind, "name": name, "version": ""}
-        for kind, name in sorted(uses.items())
+        {"type": "panel", "id": kind, "name": PANEL_PLUGINS[kind], "version": ""}
+        for kind in sorted({panel["type"] for panel in board["panels"]})
     ]
     return {
         "__inputs": [
