@@ -15,13 +15,16 @@ linearly within a phase, so any two samplers see the same slopes.
 
 Tolerance (plus 0.001 for values near zero): gauges and states exactly; rates and
 quantiles 4.3% (TOLERANCE below). Where both windows lie inside one phase the two
-computations only differ by (1) window alignment: the
-exporter's window ends at its last scrape and spans first to last snapshot, while
-Prometheus' rate() extrapolates its samples to the window's edges (same slope for
-linear counters; the scrape-to-timestamp jitter of a few ms on a 10 s window is under
-0.1%), and (2) histogram interpolation, which is PromQL's own linear interpolation in
-both (exporter/histogram.py follows it). Comparisons are made only where both windows
-lie inside one phase (gauges: two seconds after a switch; states: after the hold too).
+computations differ only by (1) window alignment: the exporter's window ends at its
+last scrape and spans first to last snapshot, while Prometheus' rate() extrapolates its
+samples to the window's edges (the same slope for linear counters; the few ms between a
+scrape's timestamp and the moment the payload is rendered are under 0.1% of a 15 s
+window), and (2) histogram interpolation, PromQL's linear interpolation in both
+(exporter/histogram.py follows it). Measured: under 0.1% for every rate, 0 for the rest.
+Compared: instants where both windows lie inside one phase (gauges two seconds after a
+switch, states after the hold too) and Prometheus' window holds every scrape: on this
+shared 2-core machine a scrape is now and then late by seconds, and rate() then
+extrapolates a shorter run of samples (7% off once), which is the scheduler, not the rule.
 """
 
 from __future__ import annotations
@@ -36,7 +39,14 @@ from exporter.fleet_rules import fleet_rule_groups
 from grafana import rules
 from grafana.build import rule_yaml
 from grafana.config import CONFIG
-from tests.monitoring_stack import exporter, payload_server, prometheus, query_range, wait_until
+from tests.monitoring_stack import (
+    exporter,
+    payload_server,
+    prometheus,
+    query,
+    query_range,
+    wait_until,
+)
 from tests.vllm_payload import VllmState, render
 
 pytestmark = pytest.mark.slow
@@ -99,13 +109,19 @@ PAIRS = [
 ]  # fmt: skip
 
 
-def _comparable(t: float, kind: str, start: float, first_scrape: float) -> bool:
+def _comparable(t: float, kind: str, start: float, scrapes: list[float]) -> bool:
     """Far enough into its phase, and past Prometheus' first scrape, that both windows
-    hold only that phase. (Over a series younger than its range, rate() divides by the
-    whole range; the exporter by the span it has.)"""
+    hold only that phase, with no scrape missing from Prometheus' window. (Over a series
+    younger than its range, rate() divides by the whole range, the exporter by the span
+    it has; a scrape the loaded machine delayed past the window's edge changes the
+    extrapolation by up to a whole interval.)"""
     since = t - start
-    phase_start = max(start + since // PHASE * PHASE, first_scrape)
-    return since < RUN and t - phase_start >= SETTLE[kind]
+    phase_start = max(start + since // PHASE * PHASE, scrapes[0])
+    if since >= RUN or t - phase_start < SETTLE[kind]:
+        return False
+    # The rule ran up to one evaluation before t, over the WINDOW before that.
+    seen = [s for s in scrapes if t - WINDOW - 2 * SCRAPE <= s <= t]
+    return all(b - a <= 1.5 * SCRAPE for a, b in zip(seen, seen[1:], strict=False))
 
 
 def test_recording_rules_compute_what_the_exporter_computes(tmp_path):
@@ -132,17 +148,16 @@ def test_recording_rules_compute_what_the_exporter_computes(tmp_path):
     ):  # fmt: skip
         end = started + RUN
         wait_until(lambda: time.time() > end, end - time.time() + 30, "the scripted run")
-        first_scrape = min(query_range(prom, 'up{job="vllm"}', started, end))
+        [raw] = query(prom, f'vllm:num_requests_running{{target="llm"}}[{RUN + 30:.0f}s]', end)
+        scrapes = [float(t) for t, _ in raw["values"]]
         differences = {}
         for signal, exported, recorded, kind in PAIRS:
             ours = query_range(prom, exported, started, end)
             theirs = query_range(prom, recorded, started, end)
             times = [
-                t
-                for t in sorted(set(ours) & set(theirs))
-                if _comparable(t, kind, started, first_scrape)
+                t for t in sorted(set(ours) & set(theirs)) if _comparable(t, kind, started, scrapes)
             ]
-            assert len(times) >= 15, f"{signal}: only {len(times)} comparable instants"
+            assert len(times) >= 12, f"{signal}: only {len(times)} comparable instants"
             worst = 0.0
             for t in times:
                 a, b = ours[t], theirs[t]
@@ -150,7 +165,7 @@ def test_recording_rules_compute_what_the_exporter_computes(tmp_path):
                     f"{signal} at +{t - started:.0f} s: exporter {a}, rules {b}"
                 )
                 worst = max(worst, abs(a - b) / max(abs(a), abs(b), 1e-9))
-            differences[signal] = worst
+            differences[signal] = f"{worst:.2g} over {len(times)} instants"
         # Saturation: both flag it once held, neither before the saturated phase.
         for series in (f"batchscope_budget_saturated{{{SELECT}}}", rules.BUDGET_SATURATED_RULE):
             values = query_range(prom, series, started, end)
@@ -164,4 +179,4 @@ def test_recording_rules_compute_what_the_exporter_computes(tmp_path):
             assert util == pytest.approx(utilization / BUDGET, rel=TOLERANCE["rate"])
             assert query_range(prom, rules.MEMORY_BOUND_RULE, t, t)[t] == memory_bound
         print("\nrelative differences, rules vs exporter (max over comparable instants):")
-        print(yaml.safe_dump({k: float(f"{v:.2g}") for k, v in differences.items()}))
+        print(yaml.safe_dump(differences))
