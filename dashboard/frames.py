@@ -1,0 +1,135 @@
+"""The exporter's JSON turned into pandas frames the pages draw: pure, no I/O."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+from dashboard.states import look
+
+TOTAL_CHOICE = "all models (target total)"
+# Series labels that name a model or a batcher, in the order they are shown.
+SERIES_NAME_LABELS = ("model_name", "model", "batcher", "engine", "version")
+
+FLEET_COLUMNS = (
+    "target", "up", "state", "running", "cap", "running_vs_cap", "waiting",
+    "preemptions_per_second", "kv_cache_usage", "budget_utilization",
+    "saturated_seconds", "reason",
+)  # fmt: skip
+HISTORY_COLUMNS = (
+    "t", "up", "running", "waiting", "cap", "running_vs_cap", "mean_batch_size",
+    "preemptions_per_second", "kv_cache_usage", "requests_per_second",
+    "generation_tokens_per_second", "latency_seconds", "budget_utilization",
+    "budget_saturated", "throughput_gain", "static_utilization", "diagnosis",
+)  # fmt: skip
+
+
+def _sort_key_missing_last(value: float | None) -> float:
+    return -value if value is not None and math.isfinite(value) else math.inf
+
+
+def fleet_frame(signals_doc: dict) -> pd.DataFrame:
+    """One row per target, worst first: by state severity, then the higher budget
+    utilisation, then the fuller KV cache, then the name."""
+    rows = []
+    for target in signals_doc.get("targets", []):
+        total = target.get("total") or {}
+        diagnosis = total.get("diagnosis") or {}
+        state = diagnosis.get("state", "down" if not target.get("up") else "")
+        saturated = total.get("budget_saturated_seconds") or 0.0
+        rows.append(
+            {
+                "target": target.get("target", ""),
+                "up": bool(target.get("up")),
+                "state": look(state).words,
+                "running": total.get("running"),
+                "cap": total.get("cap"),
+                "running_vs_cap": total.get("running_vs_cap"),
+                "waiting": total.get("waiting"),
+                "preemptions_per_second": total.get("preemptions_per_second"),
+                "kv_cache_usage": total.get("kv_cache_usage"),
+                "budget_utilization": total.get("budget_utilization"),
+                "saturated_seconds": saturated,
+                "reason": diagnosis.get("reason") or target.get("error") or "",
+                "_order": (
+                    look(state).severity,
+                    _sort_key_missing_last(total.get("budget_utilization")),
+                    _sort_key_missing_last(total.get("kv_cache_usage")),
+                    target.get("target", ""),
+                ),
+            }
+        )
+    rows.sort(key=lambda row: row["_order"])
+    frame = pd.DataFrame(rows, columns=[*FLEET_COLUMNS, "_order"])
+    return frame.drop(columns="_order")
+
+
+def worst_target(signals_doc: dict) -> str | None:
+    """The name at the top of the fleet table; None without targets."""
+    frame = fleet_frame(signals_doc)
+    return None if frame.empty else str(frame["target"].iloc[0])
+
+
+def find_target(signals_doc: dict, name: str) -> dict | None:
+    return next((t for t in signals_doc.get("targets", []) if t.get("target") == name), None)
+
+
+def series_name(labels: dict[str, str]) -> str:
+    """A series as people call it: its model (or batcher) and engine labels."""
+    named = [f"{k}={labels[k]}" for k in SERIES_NAME_LABELS if k in labels]
+    rest = [f"{k}={v}" for k, v in sorted(labels.items()) if k not in SERIES_NAME_LABELS]
+    return ", ".join(named + rest) or "unlabelled series"
+
+
+def series_choices(target_doc: dict) -> dict[str, dict]:
+    """The target total and each of its series, by the name the model selector shows."""
+    choices = {TOTAL_CHOICE: target_doc.get("total") or {}}
+    for series in target_doc.get("series", []):
+        choices[series_name(series.get("labels") or {})] = series
+    return choices
+
+
+def history_frame(points: list[dict]) -> pd.DataFrame:
+    """History points as a frame with a UTC `time` column; fields added later are kept."""
+    frame = pd.DataFrame(points)
+    for column in HISTORY_COLUMNS:
+        if column not in frame.columns:
+            frame[column] = pd.Series(dtype="float64")
+    frame["time"] = pd.to_datetime(frame["t"].astype("float64"), unit="s", utc=True)
+    return frame
+
+
+def fleet_history_frame(history_doc: dict) -> pd.DataFrame:
+    """Every target's history as one long frame with a `target` column."""
+    frames = []
+    for name, points in (history_doc.get("targets") or {}).items():
+        if isinstance(points, dict):  # a later API may nest the total under "points"
+            points = points.get("points", [])
+        frame = history_frame(points)
+        frame["target"] = name
+        frames.append(frame)
+    if not frames:
+        return history_frame([]).assign(target=pd.Series(dtype="object"))
+    return pd.concat(frames, ignore_index=True)
+
+
+def last_seconds(frame: pd.DataFrame, seconds: float | None, now: float) -> pd.DataFrame:
+    """The rows from the last `seconds` before `now` (all rows when seconds is None)."""
+    if seconds is None or frame.empty:
+        return frame
+    return frame[frame["t"] >= now - seconds]
+
+
+def batch_size_frame(distribution: list[dict]) -> pd.DataFrame:
+    """The batch size distribution as (size label, fraction); "+Inf" stays a label."""
+    return pd.DataFrame(
+        [
+            {
+                "size": str(d["size"]) if d["size"] == "+Inf" else f"{d['size']:g}",
+                "fraction": d["fraction"],
+            }
+            for d in distribution
+        ],  # fmt: skip
+        columns=["size", "fraction"],
+    )
