@@ -98,17 +98,19 @@ def static_picture(lengths: Sequence[int], batch_size: int) -> SlotPicture:
     return SlotPicture(grid, int(sum(lengths)))
 
 
-def continuous_picture(lengths: Sequence[int], batch_size: int) -> SlotPicture:
-    """Continuous batching: every request waits from the start, and a slot that frees
-    takes the next waiting request on the next step (seed 003's loop)."""
-    free_at = [0] * batch_size
-    placed: list[tuple[int, int, int]] = []  # (slot, start step, request)
-    for request, length in enumerate(lengths):
-        slot = min(range(batch_size), key=lambda s: (free_at[s], s))
-        placed.append((slot, free_at[slot], request))
-        free_at[slot] += length
-    steps = max(free_at)
+def continuous_picture(lengths: Sequence[int], batch_size: int, steps: int) -> SlotPicture:
+    """Continuous batching over `steps` steps with a queue that never empties: requests of
+    these lengths, cycled, and a slot that frees takes the next one on the next step
+    (seed 003's loop). Request numbers keep counting through the cycles."""
     grid = np.full((batch_size, steps), IDLE, dtype=np.int64)
-    for slot, start, request in placed:
-        grid[slot, start : start + lengths[request]] = request
-    return SlotPicture(grid, int(sum(lengths)))
+    if steps == 0 or not any(lengths):
+        return SlotPicture(grid, 0)
+    free_at = [0] * batch_size
+    request = 0
+    while min(free_at) < steps:
+        slot = min(range(batch_size), key=lambda s: (free_at[s], s))
+        length = lengths[request % len(lengths)]
+        grid[slot, free_at[slot] : free_at[slot] + length] = request
+        free_at[slot] += length
+        request += 1
+    return SlotPicture(grid, int((grid != IDLE).sum()))

@@ -7,6 +7,10 @@ import urllib.error
 import urllib.parse
 import urllib.request
 
+# How the command line tells the app (a Streamlit script) where to read from.
+EXPORTER_ENV = "BATCHSCOPE_EXPORTER_URL"
+PROMETHEUS_ENV = "BATCHSCOPE_PROMETHEUS_URL"
+DEFAULT_EXPORTER = "http://127.0.0.1:9500"
 SUPPORTED_API_MAJOR = 1
 TIMEOUT_SECONDS = 5.0
 

@@ -11,12 +11,10 @@ from dataclasses import dataclass
 import streamlit as st
 
 from dashboard import client, prometheus
+from dashboard.client import DEFAULT_EXPORTER, EXPORTER_ENV, PROMETHEUS_ENV
 from dashboard.formatting import age, plain_markdown
 from dashboard.states import look
 
-EXPORTER_ENV = "BATCHSCOPE_EXPORTER_URL"
-PROMETHEUS_ENV = "BATCHSCOPE_PROMETHEUS_URL"
-DEFAULT_EXPORTER = "http://127.0.0.1:9500"
 REFRESH_SECONDS = 5
 # Shorter than the refresh: every refresh reads fresh data, two pages in one refresh share it.
 FETCH_TTL_SECONDS = 2
