@@ -44,7 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def streamlit_args(host: str, port: int) -> list[str]:
-    """`streamlit run` on the app, headless, on host:port, no usage statistics."""
+    """`streamlit run` on the app, headless, on host:port, no usage statistics, no deploy button."""
     return [
         "run", str(APP),
         "--server.headless=true",
@@ -52,6 +52,7 @@ def streamlit_args(host: str, port: int) -> list[str]:
         f"--server.port={port}",
         "--server.fileWatcherType=none",
         "--browser.gatherUsageStats=false",
+        "--client.toolbarMode=minimal",
     ]  # fmt: skip
 
 

@@ -108,7 +108,7 @@ def show_problem(loaded: Loaded, now: float) -> None:
     """Say in words why the data did not update, and how old what is shown is."""
     if loaded.error is None:
         return
-    st.error(plain_markdown(loaded.error), icon="⚠️")
+    st.error(plain_markdown(loaded.error), icon=":material/cloud_off:")
     seconds = loaded.age_seconds(now)
     if seconds is None:
         st.info("No data received yet in this session.")

@@ -67,8 +67,9 @@ def alerts() -> None:
     episodes = fleet_episodes(history)
     ongoing = [e for e in episodes if e.end is None]
     for e in ongoing:
-        st.error(f"**{plain_markdown(e.target)}** is saturated now (since "
-                 f"{pd.Timestamp(e.start, unit='s', tz='UTC'):%H:%M:%S} UTC).", icon="🚨")  # fmt: skip
+        since = pd.Timestamp(e.start, unit="s", tz="UTC")
+        st.error(f"**{plain_markdown(e.target)}** is saturated now (since {since:%H:%M:%S} UTC).",
+                 icon=":material/notifications_active:")  # fmt: skip
     if not episodes:
         st.success(f"No saturation episode in the {history['target'].nunique()} target(s)' "
                    "history.")  # fmt: skip

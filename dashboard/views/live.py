@@ -19,12 +19,17 @@ from dashboard.frames import (
     history_frame,
     last_seconds,
     series_choices,
+    target_points,
 )
 from exporter.signals import SignalSettings
 
 DEFAULTS = SignalSettings()
 RANGES = {"5 min": 300, "15 min": 900, "1 h": 3600, "all kept": None}
-CHECK_MARKS = {True: "✅", False: "⚠️", None: "❔"}
+CHECK_MARKS = {
+    True: ":green[:material/check_circle:]",
+    False: ":orange[:material/error:]",
+    None: ":gray[:material/help:]",
+}
 
 FLEET_COLUMNS = {
     "target": st.column_config.TextColumn("target"),
@@ -55,7 +60,7 @@ def saturation_banners(doc: dict) -> None:
             f"stayed at {percent(total.get('budget_utilization'))} of the budget for "
             f"{seconds(total.get('budget_saturated_seconds'))}: the budget is too tight for "
             "this traffic, or the server needs more capacity.",
-            icon="🚨",
+            icon=":material/notifications_active:",
         )
 
 
@@ -85,8 +90,9 @@ def metrics_row(series: dict) -> None:
          else f"{series['throughput_gain']:.1f}x"),
         ("static batching would use", percent(static["estimate"]) if static else MISSING),
     ]  # fmt: skip
-    for column, (label, value) in zip(st.columns(len(cells)), cells, strict=True):
-        column.metric(label, value)
+    for row in (cells[:4], cells[4:]):
+        for column, (label, value) in zip(st.columns(len(row)), row, strict=True):
+            column.metric(label, value)
 
 
 def diagnosis_box(series: dict) -> None:
@@ -118,13 +124,14 @@ def history_for(sources: ui.Sources, name: str, range_seconds: float | None, now
     if sources.prometheus and range_seconds is not None:
         loaded = ui.prometheus_history(sources.prometheus, name, range_seconds, now)
         origin = f"Prometheus at {sources.prometheus}"
+        if loaded.error:
+            st.warning(plain_markdown(loaded.error))
+        points = loaded.data or []
     else:
-        loaded = ui.history(sources.exporter, name)
+        # The every-target history the fleet chart fetched: one request, cached.
+        loaded = ui.history(sources.exporter)
         origin = "the exporter's history"
-    if loaded.error:
-        st.warning(plain_markdown(loaded.error))
-    data = loaded.data
-    points = data.get("points", []) if isinstance(data, dict) else (data or [])
+        points = target_points(loaded.data, name) if isinstance(loaded.data, dict) else []
     return last_seconds(history_frame(points), range_seconds, now), origin
 
 
