@@ -152,8 +152,10 @@ def batch_distribution_chart(distribution: pd.DataFrame, cap: float | None) -> g
                                      "type": "category"}})  # fmt: skip
 
 
-def fleet_budget_chart(history: pd.DataFrame, threshold: float) -> go.Figure:
-    """Budget utilisation of every target, one line each, with the threshold."""
+def fleet_budget_chart(history: pd.DataFrame, threshold: float, episodes: list[Episode],
+                       now: float) -> go.Figure:  # fmt: skip
+    """Budget utilisation of every target, one line each, with the threshold and every
+    target's saturated stretches shaded."""
     traces = [
         go.Scatter(
             x=frame["time"].to_numpy(),
@@ -164,8 +166,9 @@ def fleet_budget_chart(history: pd.DataFrame, threshold: float) -> go.Figure:
         for name, frame in history.groupby("target", sort=True)
     ]
     shape, label = _hline(threshold, THRESHOLD_HEX, f"threshold {threshold:.0%}")
-    return _figure("Budget utilisation, all targets", "latency quantile / budget", traces,
-                   percent=True, shapes=(shape,), annotations=(label,))  # fmt: skip
+    return _figure("Budget utilisation, all targets (shaded: sustained saturation)",
+                   "latency quantile / budget", traces, percent=True,
+                   shapes=(shape, *episode_shapes(episodes, now)), annotations=(label,))  # fmt: skip
 
 
 def slots_chart(picture: SlotPicture, title: str, up_to_step: int, steps_axis: int) -> go.Figure:

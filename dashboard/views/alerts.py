@@ -7,11 +7,13 @@ import time
 import pandas as pd
 import streamlit as st
 
-from dashboard import ui
+from dashboard import charts, ui
 from dashboard.episodes import episodes_frame, fleet_episodes
 from dashboard.formatting import plain_markdown
 from dashboard.frames import fleet_history_frame, history_frame
+from exporter.signals import SignalSettings
 
+DEFAULTS = SignalSettings()
 PROMETHEUS_RANGES = {"1 h": 3600, "6 h": 6 * 3600, "24 h": 86400, "7 d": 7 * 86400}
 EPISODE_COLUMNS = {
     "target": st.column_config.TextColumn("target"),
@@ -65,6 +67,10 @@ def alerts() -> None:
     if history is None:
         return
     episodes = fleet_episodes(history)
+    if not history.empty:
+        st.plotly_chart(charts.fleet_budget_chart(history, DEFAULTS.saturation_threshold,
+                                                  episodes, now),
+                        width="stretch", key="fleet_budget")  # fmt: skip
     ongoing = [e for e in episodes if e.end is None]
     for e in ongoing:
         since = pd.Timestamp(e.start, unit="s", tz="UTC")

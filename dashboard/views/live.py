@@ -15,11 +15,9 @@ from dashboard.frames import (
     batch_size_frame,
     find_target,
     fleet_frame,
-    fleet_history_frame,
     history_frame,
     last_seconds,
     series_choices,
-    target_points,
 )
 from exporter.signals import SignalSettings
 
@@ -64,16 +62,11 @@ def saturation_banners(doc: dict) -> None:
         )
 
 
-def fleet_overview(doc: dict, base: str, now: float) -> None:
+def fleet_overview(doc: dict) -> None:
     st.subheader("Fleet, worst first")
     st.dataframe(fleet_frame(doc), column_config=FLEET_COLUMNS, hide_index=True,
                  width="stretch")  # fmt: skip
-    loaded = ui.history(base)
-    if loaded.data is not None:
-        history = last_seconds(fleet_history_frame(loaded.data), RANGES["1 h"], now)
-        if not history.empty:
-            st.plotly_chart(charts.fleet_budget_chart(history, DEFAULTS.saturation_threshold),
-                            width="stretch", key="fleet_budget")  # fmt: skip
+    st.caption("The Alerts page charts every target's budget utilisation over time.")
 
 
 def metrics_row(series: dict) -> None:
@@ -128,10 +121,11 @@ def history_for(sources: ui.Sources, name: str, range_seconds: float | None, now
             st.warning(plain_markdown(loaded.error))
         points = loaded.data or []
     else:
-        # The every-target history the fleet chart fetched: one request, cached.
-        loaded = ui.history(sources.exporter)
+        loaded = ui.history(sources.exporter, name)
         origin = "the exporter's history"
-        points = target_points(loaded.data, name) if isinstance(loaded.data, dict) else []
+        if loaded.error:
+            st.warning(plain_markdown(loaded.error))
+        points = loaded.data.get("points", []) if isinstance(loaded.data, dict) else []
     return last_seconds(history_frame(points), range_seconds, now), origin
 
 
@@ -200,7 +194,7 @@ def live() -> None:
         st.info("The exporter has no target with signals yet: it needs a scrape or two.")
         return
     saturation_banners(doc)
-    fleet_overview(doc, page_sources.exporter, now)
+    fleet_overview(doc)
     names = fleet_frame(doc)["target"].tolist()
     name = st.selectbox("Target", names, key="live_target")
     target = find_target(doc, name) if name else None
