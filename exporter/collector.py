@@ -11,8 +11,8 @@ from collections.abc import Callable, Iterable
 from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 
-from exporter.signals import DIAGNOSIS_STATES, SeriesSignals
-from exporter.target import TargetSignals
+from exporter.signals import DIAGNOSIS_STATES
+from exporter.target import SeriesSignals, TargetSignals
 
 # (metric name, help, attribute of SeriesSignals)
 SERIES_GAUGES = (
@@ -50,7 +50,7 @@ def _gauge(name: str, documentation: str) -> Metric:
 
 
 def _labels(target: TargetSignals, series: SeriesSignals) -> dict[str, str]:
-    return {"target": target.target, **series.labels}
+    return {"target": target.target, **target.extra_labels, **series.labels}
 
 
 class SignalsCollector(Collector):
@@ -85,9 +85,10 @@ class SignalsCollector(Collector):
             "batchscope_diagnosis", "1 for the current diagnosis state of the target or series."
         )
         for t in targets:
-            up.add_sample(up.name, {"target": t.target}, 1.0 if t.up else 0.0)
+            target_labels = {"target": t.target, **t.extra_labels}
+            up.add_sample(up.name, target_labels, 1.0 if t.up else 0.0)
             if t.scrape_seconds is not None:
-                duration.add_sample(duration.name, {"target": t.target}, t.scrape_seconds)
+                duration.add_sample(duration.name, target_labels, t.scrape_seconds)
             for s in (*t.series, t.total) if t.up else (t.total,):
                 labels = _labels(t, s)
                 for name, _, attribute in SERIES_GAUGES:

@@ -7,6 +7,7 @@ series: cumulative bucket counts by upper bound (`le`), plus `_sum` and `_count`
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 
@@ -70,22 +71,46 @@ def histogram_sub(newer: Histogram, older: Histogram | None) -> Histogram:
     )
 
 
-def histogram_delta(newer: Histogram, older: Histogram | None) -> Histogram | None:
-    """The observations made between two scrapes of the same series.
+def _was_reset(older: Histogram, newer: Histogram) -> bool:
+    """The server restarted between two scrapes: a new bucket layout, or a count went down."""
+    return (
+        newer.bounds != older.bounds
+        or newer.count < older.count
+        or any(n < o for n, o in zip(newer.counts, older.counts, strict=True))
+    )
 
-    A counter reset (the server restarted, so some cumulative count went down) means
-    the older scrape says nothing about the newer one: the newer histogram is the delta
-    since the restart. Different bucket layouts cannot be subtracted: None.
+
+def histogram_increase(hists: Sequence[Histogram | None]) -> Histogram | None:
+    """The observations made over consecutive scrapes of one histogram, through restarts.
+
+    As PromQL's increase() on each bucket: a restart (a count went down, or a new bucket
+    layout) starts the counting again from zero, so the part after it adds up in full;
+    a histogram absent at the first scrape was created since and counts from zero too.
+    None with fewer than two scrapes, no histogram at all, or observations in two
+    bucket layouts within the window (they cannot be added up).
     """
-    if older is None:
-        return newer
-    if older.bounds != newer.bounds:
+    if len(hists) < 2:
         return None
-    if newer.count < older.count or any(
-        n < o for n, o in zip(newer.counts, older.counts, strict=True)
-    ):
-        return newer
-    return histogram_sub(newer, older)
+    points = [h for h in hists if h is not None]
+    if not points:
+        return None
+    parts = []
+    base = hists[0]
+    previous = points[0]
+    for current in points[1:]:
+        if _was_reset(previous, current):
+            parts.append(histogram_sub(previous, base))
+            base = None
+        previous = current
+    parts.append(histogram_sub(previous, base))
+    # A part without observations says nothing, whatever its layout.
+    observed = [part for part in parts if part.count > 0] or parts[-1:]
+    total: Histogram | None = None
+    for part in observed:
+        total = histogram_add(total, part)
+        if total is None:
+            return None
+    return total
 
 
 def histogram_quantile(q: float, hist: Histogram) -> float | None:

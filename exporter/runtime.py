@@ -15,8 +15,10 @@ from dataclasses import dataclass, field
 
 import aiohttp
 
-from exporter.config import ConfigError, Settings, Target, expand_file_sd, load_file_sd
+from exporter import api
+from exporter.config import ConfigError, Settings, Target, load_file_sd
 from exporter.engines import UnrecognisedPayload, read_series
+from exporter.file_sd import expand_file_sd
 from exporter.promtext import ParseError
 from exporter.scrape import scrape
 from exporter.signals import SaturationState, SignalSettings
@@ -64,31 +66,6 @@ class TargetState:
     signals: TargetSignals | None = None
 
 
-def history_point(signals: TargetSignals) -> dict:
-    """The compact per-evaluation record kept in a target's history."""
-    total = signals.total
-    static = total.static_utilization
-    return {
-        "t": signals.t,
-        "up": signals.up,
-        "running": total.running,
-        "waiting": total.waiting,
-        "cap": total.cap,
-        "running_vs_cap": total.running_vs_cap,
-        "mean_batch_size": total.mean_batch_size,
-        "preemptions_per_second": total.preemptions_per_second,
-        "kv_cache_usage": total.kv_cache_usage,
-        "requests_per_second": total.requests_per_second,
-        "generation_tokens_per_second": total.generation_tokens_per_second,
-        "latency_seconds": total.latency_seconds,
-        "budget_utilization": total.budget_utilization,
-        "budget_saturated": total.budget_saturated,
-        "throughput_gain": total.throughput_gain,
-        "static_utilization": static.estimate if static else None,
-        "diagnosis": total.diagnosis.state,
-    }
-
-
 class Exporter:
     """Owns the targets' state; `run_round` does one scrape-and-evaluate pass."""
 
@@ -97,8 +74,8 @@ class Exporter:
         self.clock = clock
         self.states: dict[str, TargetState] = {}
         self._file_sd_targets: dict[str, list[Target]] = {}
-        # Bumped after every round: readers cache what they render per generation.
-        self.generation = 0
+        # Rounds completed: readers cache what they render once per round.
+        self.rounds = 0
         self._sync_targets()
 
     # -- target set -------------------------------------------------------------
@@ -116,6 +93,7 @@ class Exporter:
                 log.warning("file_sd %s not reloaded: %s", path, err)
 
     def targets(self) -> list[Target]:
+        """The targets to monitor: configured ones, then those file_sd discovered."""
         found = list(self.settings.targets)
         for targets in self._file_sd_targets.values():
             found.extend(targets)
@@ -152,9 +130,10 @@ class Exporter:
             signal_settings(state.target, self.settings),
             state.saturation,
             now,
+            dict(state.target.labels),
         )
         state.signals = signals
-        state.history.append(history_point(signals))
+        state.history.append(api.history_point(signals))
         return signals
 
     async def _scrape_one(
@@ -182,7 +161,7 @@ class Exporter:
         await asyncio.gather(
             *(self._scrape_one(session, gate, s) for s in list(self.states.values()))
         )
-        self.generation += 1
+        self.rounds += 1
 
     async def run_forever(self, stop: asyncio.Event) -> None:
         """Run a round every interval until `stop` is set."""
@@ -203,8 +182,14 @@ class Exporter:
     # -- views ----------------------------------------------------------------------
 
     def current(self) -> list[TargetSignals]:
+        """Every target's latest signals (targets not yet scraped are left out)."""
         return [s.signals for s in self.states.values() if s.signals is not None]
 
     def history(self, name: str) -> list[dict] | None:
+        """A target's history points, oldest first; None for a name not monitored."""
         state = self.states.get(name)
         return None if state is None else list(state.history)
+
+    def histories(self) -> dict[str, list[dict]]:
+        """Every monitored target's history points by name."""
+        return {name: list(state.history) for name, state in self.states.items()}

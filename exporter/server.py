@@ -7,14 +7,13 @@ never fetches a URL it is given.
 from __future__ import annotations
 
 import asyncio
-import json
-import math
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
+from exporter import api
 from exporter.collector import SignalsCollector
 from exporter.runtime import Exporter
 
@@ -27,23 +26,8 @@ INDEX = """<!doctype html><title>batchscope exporter</title>
 """
 
 
-def finite(value: Any) -> Any:
-    """The value with NaN and infinities replaced by None, so the JSON stays valid."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {k: finite(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [finite(v) for v in value]
-    return value
-
-
-def _json_bytes(data: Any) -> bytes:
-    return json.dumps(finite(data), allow_nan=False).encode()
-
-
-def _json(data: Any, status: int = 200) -> web.Response:
-    return web.Response(body=_json_bytes(data), status=status, content_type="application/json")
+def _json(body: dict[str, Any], status: int = 200) -> web.Response:
+    return web.Response(body=api.encode(body), status=status, content_type="application/json")
 
 
 def _per_round(exporter: Exporter, render: Callable[[], bytes]) -> Callable[[], Awaitable[bytes]]:
@@ -53,14 +37,14 @@ def _per_round(exporter: Exporter, render: Callable[[], bytes]) -> Callable[[], 
     keep going meanwhile, and every request of the same round gets the same bytes.
     """
     lock = asyncio.Lock()
-    cache: dict[str, Any] = {"generation": None, "body": b""}
+    cache: dict[str, Any] = {"round": None, "body": b""}
 
     async def get() -> bytes:
         async with lock:
-            generation = exporter.generation
-            if cache["generation"] != generation:
+            rounds = exporter.rounds
+            if cache["round"] != rounds:
                 cache["body"] = await asyncio.to_thread(render)
-                cache["generation"] = generation
+                cache["round"] = rounds
             return cache["body"]
 
     return get
@@ -72,13 +56,7 @@ def create_app(exporter: Exporter) -> web.Application:
     registry.register(SignalsCollector(exporter.current))
     metrics_body = _per_round(exporter, lambda: generate_latest(registry))
     signals_body = _per_round(
-        exporter,
-        lambda: _json_bytes(
-            {
-                "generated_at": exporter.clock(),
-                "targets": [t.to_dict() for t in exporter.current()],
-            }
-        ),
+        exporter, lambda: api.encode(api.signals_response(exporter.clock(), exporter.current()))
     )
 
     async def metrics(_: web.Request) -> web.Response:
@@ -92,30 +70,19 @@ def create_app(exporter: Exporter) -> web.Application:
     async def history(request: web.Request) -> web.Response:
         name = request.query.get("target")
         if name is None:
-            return _json({"targets": {n: exporter.history(n) for n in exporter.states}})
+            return _json(api.all_histories_response(exporter.histories()))
         points = exporter.history(name)
         if points is None:
-            return _json({"error": f"no configured target named {name!r}"}, status=404)
-        return _json({"target": name, "points": points})
+            return _json(api.error_response(f"no configured target named {name!r}"), status=404)
+        return _json(api.history_response(name, points))
 
     async def targets(_: web.Request) -> web.Response:
         return _json(
-            {
-                "targets": [
-                    {
-                        "name": s.target.name,
-                        "url": s.target.url,
-                        "engine": s.target.engine,
-                        "cap": s.target.cap,
-                        "budget_seconds": s.target.budget_seconds,
-                        "quantile": s.target.quantile,
-                        "histogram": s.target.histogram,
-                    }
-                    for s in exporter.states.values()
-                ],
-                "interval_seconds": exporter.settings.interval_seconds,
-                "window_seconds": exporter.settings.window_seconds,
-            }
+            api.targets_response(
+                exporter.targets(),
+                exporter.settings.interval_seconds,
+                exporter.settings.window_seconds,
+            )
         )
 
     async def index(_: web.Request) -> web.Response:

@@ -1,24 +1,23 @@
 """The derived batching signals of DESIGN.md's table, as pure functions.
 
 Everything here takes plain data and the current time as arguments: no I/O, no clock.
-`series_signals` ties the formulas together for one series over one window of scrapes.
+`exporter.target` ties the formulas together for one series over one window of scrapes.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 
-from exporter.histogram import Histogram, histogram_add, histogram_quantile, histogram_sub
-from exporter.snapshot import SeriesSnapshot
-from exporter.static_util import estimate_from_histogram
+from exporter.histogram import Histogram
 
 # States of the diagnosis, most specific first; docs/metrics.md explains each.
 DIAGNOSIS_STATES = (
     "down",
     "idle",
     "budget_saturated",
+    "stalled",
     "memory_bound",
     "preempting",
     "healthy",
@@ -26,10 +25,6 @@ DIAGNOSIS_STATES = (
     "queueing",
     "underloaded",
 )
-
-
-# Scrapes whose peak running batch the diagnosis reads.
-RECENT_SCRAPES = 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +41,9 @@ class SignalSettings:
     hold_seconds: float = 60.0
     near_cap: float = 0.9
     kv_high: float = 0.9
+    # Stalled: less progress than this per second over a window at least stall_seconds long.
+    stall_rate: float = 0.1
+    stall_seconds: float = 20.0
 
 
 # ---------------------------------------------------------------- counters and rates
@@ -86,29 +84,6 @@ def per_second(increase: float | None, seconds: float) -> float | None:
     if increase is None or seconds <= 0:
         return None
     return increase / seconds
-
-
-def histogram_increase(hists: Sequence[Histogram | None]) -> Histogram | None:
-    """The observations made over consecutive scrapes of one histogram, through restarts.
-
-    A restart shows as a lower count (or a new bucket layout); the part after it counts
-    from zero, and so does a histogram absent at the first scrape (created since).
-    None with fewer than two scrapes, or when layouts cannot be added up.
-    """
-    if len(hists) < 2:
-        return None
-    points = [h for h in hists if h is not None]
-    if not points:
-        return None
-    total: Histogram | None = None
-    base: Histogram | None = hists[0]
-    previous = points[0]
-    for current in points[1:]:
-        if current.bounds != previous.bounds or current.count < previous.count:
-            total = histogram_add(total, histogram_sub(previous, base))
-            base = None
-        previous = current
-    return histogram_add(total, histogram_sub(previous, base))
 
 
 # ---------------------------------------------------------------- latency budget
@@ -235,6 +210,21 @@ def _fmt(x: float) -> str:
     return f"{x:.0f}" if float(x).is_integer() else f"{x:.2f}"
 
 
+def progress_stopped(
+    generated_per_second: float | None,
+    finished_per_second: float | None,
+    window_seconds: float,
+    settings: SignalSettings,
+) -> bool:
+    """Generation has (nearly) stopped: every known progress rate is under `stall_rate`
+    over a window of at least `stall_seconds`. False when no rate is known or the window
+    is too short to tell a stall from a long prefill."""
+    known = [r for r in (generated_per_second, finished_per_second) if r is not None]
+    if not known or window_seconds < settings.stall_seconds:
+        return False
+    return all(r < settings.stall_rate for r in known)
+
+
 def diagnose(
     *,
     up: bool,
@@ -246,11 +236,19 @@ def diagnose(
     preemptions_per_second: float | None,
     budget_saturated: bool,
     budget_utilization: float | None,
-    near_cap: float = 0.9,
-    kv_high: float = 0.9,
-    engine: str = "",
+    generated_per_second: float | None = None,
+    finished_per_second: float | None = None,
+    window_seconds: float = 0.0,
+    fired_batches: bool = False,
+    settings: SignalSettings = SignalSettings(),
 ) -> Diagnosis:
-    """One state, with a plain-language reason an operator can act on (seed 003's advice)."""
+    """One state, with a plain-language reason an operator can act on (seed 003's advice).
+
+    `generated_per_second`: tokens generated (a batcher: items executed) per second over
+    the window; `finished_per_second`: requests finished (or batches executed) per second.
+    `fired_batches`: `running` is the mean size of batches a batcher filled and fired,
+    not a continuously refilled batch.
+    """
     if not up:
         return Diagnosis(
             "down", f"the target does not answer its /metrics: {error or 'unknown error'}"
@@ -267,9 +265,27 @@ def diagnose(
         )
     waits = (waiting or 0) > 0
     ratio = running_vs_cap(running, cap)
+    below_cap = ratio is not None and ratio < settings.near_cap
     preempting = (preemptions_per_second or 0) > 0
-    kv_full = kv_usage is not None and kv_usage >= kv_high
-    if waits and ratio is not None and ratio < near_cap and (kv_full or preempting):
+    kv_full = kv_usage is not None and kv_usage >= settings.kv_high
+    if (
+        waits
+        and (ratio is None or below_cap)
+        and not kv_full
+        and not preempting
+        and progress_stopped(generated_per_second, finished_per_second, window_seconds, settings)
+    ):
+        room = f" of cap {_fmt(cap)}" if cap is not None else ""
+        kv = f", KV cache {kv_usage:.0%} used" if kv_usage is not None else ""
+        return Diagnosis(
+            "stalled",
+            f"{_fmt(waiting)} requests wait, running {_fmt(running or 0)}{room}{kv}, no "
+            f"preemptions, yet almost nothing was generated or finished in the last "
+            f"{window_seconds:.0f} s: the scheduler admits nothing while the server still "
+            "answers /metrics. Check the engine's logs for a hung worker or a scheduler "
+            "error; restarting the server clears it",
+        )
+    if waits and below_cap and (kv_full or preempting):
         evidence = []
         if kv_full:
             evidence.append(f"KV cache {kv_usage:.0%} full")
@@ -287,14 +303,14 @@ def diagnose(
             f"{preemptions_per_second:.2f} preemptions/s: the KV cache is short of memory "
             "and running requests are being pushed back to the queue",
         )
-    if ratio is not None and ratio >= near_cap:
+    if ratio is not None and ratio >= settings.near_cap:
         return Diagnosis(
             "healthy",
             f"running {_fmt(running)} of cap {_fmt(cap)}"
             + (f" with {_fmt(waiting)} waiting" if waits else "")
             + ": continuous batching is doing its job; the next limit is elsewhere",
         )
-    if waits and ratio is not None and engine == "inhouse":
+    if waits and ratio is not None and fired_batches:
         return Diagnosis(
             "batch_limited",
             f"batches average {_fmt(running or 0)} of max {_fmt(cap)} while {_fmt(waiting)} "
@@ -317,249 +333,4 @@ def diagnose(
     return Diagnosis(
         "underloaded",
         "nothing waits: batches are small because there is little traffic to batch",
-    )
-
-
-# ---------------------------------------------------------------- one series over a window
-
-
-@dataclass(frozen=True, slots=True)
-class StaticUtilization:
-    estimate: float
-    lower: float
-    upper: float
-    continuous_batching_gain: float
-
-
-@dataclass(frozen=True, slots=True)
-class SeriesSignals:
-    """Every signal of one series (or a target total) at one evaluation."""
-
-    labels: dict[str, str]
-    engine: str
-    running: float | None
-    waiting: float | None
-    cap: float | None
-    running_vs_cap: float | None
-    mean_batch_size: float | None
-    preemptions_per_second: float | None
-    kv_cache_usage: float | None
-    requests_per_second: float | None
-    generation_tokens_per_second: float | None
-    latency_quantile: float
-    latency_histogram: str
-    latency_seconds: float | None
-    budget_seconds: float | None
-    budget_utilization: float | None
-    budget_saturated: bool
-    budget_saturated_seconds: float
-    throughput_gain: float | None
-    static_utilization: StaticUtilization | None
-    batch_size_distribution: list[tuple[float, float]] = field(default_factory=list)
-    diagnosis: Diagnosis = Diagnosis("idle", "")
-
-    def to_dict(self) -> dict:
-        out = asdict(self)
-        out["batch_size_distribution"] = [
-            {"size": s if math.isfinite(s) else "+Inf", "fraction": f}
-            for s, f in self.batch_size_distribution
-        ]
-        return out
-
-
-def series_signals(
-    points: Sequence[tuple[float, SeriesSnapshot]],
-    settings: SignalSettings,
-    saturation: SaturationState,
-    now: float,
-) -> tuple[SeriesSignals, SaturationState]:
-    """All signals of one series over the window `points` (time, snapshot), oldest first.
-
-    Returns the signals and the next saturation state. The latest point gives the
-    gauges; counters and histograms give increases over the whole window.
-    """
-    t_first, first = points[0]
-    t_last, last = points[-1]
-    span = t_last - t_first
-    cap = last.cap if last.cap is not None else settings.cap
-    # An engine's own published setting (an in-house batcher's cap or budget) wins;
-    # configuration fills in what the engine does not say.
-    budget = last.budget_seconds if last.budget_seconds is not None else settings.budget_seconds
-
-    items = counter_increase([p.items_total for _, p in points])
-    batches = counter_increase([p.batches_total for _, p in points])
-    mean_batch = items / batches if items is not None and batches else None
-    batch = last.running if last.running is not None else mean_batch
-
-    latency_hist = histogram_increase([p.latency.get(settings.histogram) for _, p in points])
-    latency = (
-        histogram_quantile(settings.quantile, latency_hist)
-        if latency_hist is not None and latency_hist.count > 0
-        else None
-    )
-    utilization = budget_utilization(latency, budget)
-    saturation = step_saturation(
-        saturation,
-        utilization,
-        now,
-        threshold=settings.saturation_threshold,
-        hold_seconds=settings.hold_seconds,
-        release_margin=settings.release_margin,
-    )
-    preemption_rate = per_second(counter_increase([p.preemptions_total for _, p in points]), span)
-
-    static = None
-    output_tokens = histogram_increase([p.output_tokens for _, p in points])
-    if output_tokens is not None and output_tokens.count > 0 and cap:
-        est = estimate_from_histogram(output_tokens, int(cap))
-        if est is not None:
-            static = StaticUtilization(
-                est.estimate, est.lower, est.upper, est.continuous_batching_gain
-            )
-
-    gain = throughput_gain(
-        execution_increase(first.execution_by_size, last.execution_by_size),
-        dict(last.execution_by_size),
-    )
-    batch_hist = histogram_increase([p.batch_size for _, p in points])
-    running_samples = [p.running for _, p in points if p.running is not None]
-    kv = last.kv_usage
-    # A scrape can catch the batch between a finish and the next admission (7 of 8):
-    # the diagnosis reads the recent peak, the exported ratio stays the instant's.
-    recent = [p.running for _, p in points[-RECENT_SCRAPES:] if p.running is not None]
-    diagnosis = diagnose(
-        up=True,
-        error=None,
-        running=max(recent) if recent else batch,
-        waiting=last.waiting,
-        cap=cap,
-        kv_usage=kv,
-        preemptions_per_second=preemption_rate,
-        budget_saturated=saturation.saturated,
-        budget_utilization=utilization,
-        near_cap=settings.near_cap,
-        kv_high=settings.kv_high,
-        engine=last.engine,
-    )
-    signals = SeriesSignals(
-        labels=last.labels,
-        engine=last.engine,
-        running=last.running,
-        waiting=last.waiting,
-        cap=cap,
-        running_vs_cap=running_vs_cap(batch, cap),
-        mean_batch_size=mean_batch,
-        preemptions_per_second=preemption_rate,
-        kv_cache_usage=kv,
-        requests_per_second=per_second(
-            counter_increase([p.requests_total for _, p in points]), span
-        ),
-        generation_tokens_per_second=per_second(
-            counter_increase([p.generation_tokens_total for _, p in points]), span
-        ),
-        latency_quantile=settings.quantile,
-        latency_histogram=settings.histogram,
-        latency_seconds=latency,
-        budget_seconds=budget,
-        budget_utilization=utilization,
-        budget_saturated=saturation.saturated,
-        budget_saturated_seconds=saturated_seconds(saturation, now),
-        throughput_gain=gain,
-        static_utilization=static,
-        batch_size_distribution=batch_size_distribution(
-            running_samples if last.batch_size is None else [], batch_hist
-        ),
-        diagnosis=diagnosis,
-    )
-    return signals, saturation
-
-
-def down_signals(
-    labels: dict[str, str], error: str | None, settings: SignalSettings
-) -> SeriesSignals:
-    """The signals of a target that did not answer: only the diagnosis says anything."""
-    return SeriesSignals(
-        labels=labels,
-        engine="",
-        running=None,
-        waiting=None,
-        cap=settings.cap,
-        running_vs_cap=None,
-        mean_batch_size=None,
-        preemptions_per_second=None,
-        kv_cache_usage=None,
-        requests_per_second=None,
-        generation_tokens_per_second=None,
-        latency_quantile=settings.quantile,
-        latency_histogram=settings.histogram,
-        latency_seconds=None,
-        budget_seconds=settings.budget_seconds,
-        budget_utilization=None,
-        budget_saturated=False,
-        budget_saturated_seconds=0.0,
-        throughput_gain=None,
-        static_utilization=None,
-        diagnosis=diagnose(
-            up=False,
-            error=error,
-            running=None,
-            waiting=None,
-            cap=None,
-            kv_usage=None,
-            preemptions_per_second=None,
-            budget_saturated=False,
-            budget_utilization=None,
-        ),
-    )
-
-
-# ---------------------------------------------------------------- target total
-
-
-def _sum_optional(values: Sequence[float | None]) -> float | None:
-    known = [v for v in values if v is not None]
-    return sum(known) if known else None
-
-
-def total_series(series: Sequence[SeriesSnapshot], default_cap: float | None) -> SeriesSnapshot:
-    """All series of one scrape as one: counts and histograms add up, KV usage is the
-    fullest engine's, the cap is the sum of the series' caps (None if any is unknown)."""
-    caps = [s.cap if s.cap is not None else default_cap for s in series]
-    latency: dict[str, Histogram] = {}
-    for kind in {k for s in series for k in s.latency}:
-        merged: Histogram | None = None
-        for s in series:
-            if kind in s.latency:
-                merged = histogram_add(merged, s.latency[kind])
-                if merged is None:
-                    break
-        if merged is not None:
-            latency[kind] = merged
-    output_tokens: Histogram | None = None
-    for s in series:
-        if s.output_tokens is not None:
-            output_tokens = histogram_add(output_tokens, s.output_tokens)
-    by_size: dict[int, tuple[float, float]] = {}
-    for s in series:
-        for size, (n, secs) in s.execution_by_size.items():
-            n0, s0 = by_size.get(size, (0.0, 0.0))
-            by_size[size] = (n0 + n, s0 + secs)
-    kv = [s.kv_usage for s in series if s.kv_usage is not None]
-    budgets = {s.budget_seconds for s in series if s.budget_seconds is not None}
-    return SeriesSnapshot(
-        key=(),
-        engine="+".join(sorted({s.engine for s in series})),
-        running=_sum_optional([s.running for s in series]),
-        waiting=_sum_optional([s.waiting for s in series]),
-        preemptions_total=_sum_optional([s.preemptions_total for s in series]),
-        kv_usage=max(kv) if kv else None,
-        cap=None if any(c is None for c in caps) or not caps else sum(caps),
-        budget_seconds=budgets.pop() if len(budgets) == 1 else None,
-        requests_total=_sum_optional([s.requests_total for s in series]),
-        generation_tokens_total=_sum_optional([s.generation_tokens_total for s in series]),
-        items_total=_sum_optional([s.items_total for s in series]),
-        batches_total=_sum_optional([s.batches_total for s in series]),
-        latency=latency,
-        output_tokens=output_tokens,
-        execution_by_size=by_size,
     )

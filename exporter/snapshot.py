@@ -6,15 +6,12 @@ math only ever sees these, so adding an engine touches one adapter file.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from exporter.histogram import Histogram
+from exporter.histogram import Histogram, histogram_add
 
 LabelKey = tuple[tuple[str, str], ...]
-
-# Latency histograms an adapter may fill, by the name `--histogram` uses.
-LATENCY_KINDS = ("e2e", "ttft", "queue", "inference")
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,3 +55,55 @@ class Snapshot:
     series: tuple[SeriesSnapshot, ...] = ()
     error: str | None = None
     scrape_seconds: float | None = None
+
+
+def _sum_known(values: Sequence[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return sum(known) if known else None
+
+
+def _merge_histograms(hists: Sequence[Histogram]) -> Histogram | None:
+    merged: Histogram | None = None
+    for h in hists:
+        merged = histogram_add(merged, h)
+        if merged is None:
+            return None
+    return merged
+
+
+def merge_series(series: Sequence[SeriesSnapshot], default_cap: float | None) -> SeriesSnapshot:
+    """All series of one scrape as one (the target total): counts and histograms add up,
+    KV usage is the fullest engine's, the cap is the sum of the series' caps (None if any
+    is unknown). A histogram whose series use different bucket layouts is left out."""
+    caps = [s.cap if s.cap is not None else default_cap for s in series]
+    latency: dict[str, Histogram] = {}
+    for kind in {k for s in series for k in s.latency}:
+        merged = _merge_histograms([s.latency[kind] for s in series if kind in s.latency])
+        if merged is not None:
+            latency[kind] = merged
+    by_size: dict[int, tuple[float, float]] = {}
+    for s in series:
+        for size, (n, secs) in s.execution_by_size.items():
+            n0, s0 = by_size.get(size, (0.0, 0.0))
+            by_size[size] = (n0 + n, s0 + secs)
+    kv = [s.kv_usage for s in series if s.kv_usage is not None]
+    budgets = {s.budget_seconds for s in series if s.budget_seconds is not None}
+    return SeriesSnapshot(
+        key=(),
+        engine="+".join(sorted({s.engine for s in series})),
+        running=_sum_known([s.running for s in series]),
+        waiting=_sum_known([s.waiting for s in series]),
+        preemptions_total=_sum_known([s.preemptions_total for s in series]),
+        kv_usage=max(kv) if kv else None,
+        cap=None if any(c is None for c in caps) or not caps else sum(caps),
+        budget_seconds=budgets.pop() if len(budgets) == 1 else None,
+        requests_total=_sum_known([s.requests_total for s in series]),
+        generation_tokens_total=_sum_known([s.generation_tokens_total for s in series]),
+        items_total=_sum_known([s.items_total for s in series]),
+        batches_total=_sum_known([s.batches_total for s in series]),
+        latency=latency,
+        output_tokens=_merge_histograms(
+            [s.output_tokens for s in series if s.output_tokens is not None]
+        ),
+        execution_by_size=by_size,
+    )

@@ -1,26 +1,77 @@
-"""Signals of a whole target: every series plus the target total, from its window."""
+"""The evaluator: every signal of a target, per series and in total, from its window.
+
+The formulas live in `exporter.signals`; this module walks a window of snapshots once
+per series and hands each formula what it needs.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from exporter.histogram import histogram_increase, histogram_quantile
 from exporter.signals import (
+    Diagnosis,
     SaturationState,
-    SeriesSignals,
     SignalSettings,
-    down_signals,
-    series_signals,
-    total_series,
+    batch_size_distribution,
+    budget_utilization,
+    counter_increase,
+    diagnose,
+    execution_increase,
+    per_second,
+    running_vs_cap,
+    saturated_seconds,
+    step_saturation,
+    throughput_gain,
 )
-from exporter.snapshot import LabelKey, SeriesSnapshot, Snapshot
+from exporter.snapshot import LabelKey, SeriesSnapshot, Snapshot, merge_series
+from exporter.static_util import UtilizationEstimate, estimate_from_histogram
 
 TOTAL: LabelKey = ()
+
+# Scrapes whose peak running batch the diagnosis reads.
+RECENT_SCRAPES = 3
+
+
+@dataclass(frozen=True, slots=True)
+class SeriesSignals:
+    """Every signal of one series (or a target total) at one evaluation.
+
+    A signal that cannot be known (no cap, no traffic in the window, a down target)
+    stays None.
+    """
+
+    labels: dict[str, str] = field(default_factory=dict)
+    engine: str = ""
+    running: float | None = None
+    waiting: float | None = None
+    cap: float | None = None
+    running_vs_cap: float | None = None
+    mean_batch_size: float | None = None
+    preemptions_per_second: float | None = None
+    kv_cache_usage: float | None = None
+    requests_per_second: float | None = None
+    generation_tokens_per_second: float | None = None
+    latency_quantile: float = 0.99
+    latency_histogram: str = "e2e"
+    latency_seconds: float | None = None
+    budget_seconds: float | None = None
+    budget_utilization: float | None = None
+    budget_saturated: bool = False
+    budget_saturated_seconds: float = 0.0
+    throughput_gain: float | None = None
+    static_utilization: UtilizationEstimate | None = None
+    batch_size_distribution: list[tuple[float, float]] = field(default_factory=list)
+    diagnosis: Diagnosis = Diagnosis("idle", "")
 
 
 @dataclass(frozen=True, slots=True)
 class TargetSignals:
-    """What the exporter knows about one target at one evaluation."""
+    """What the exporter knows about one target at one evaluation.
+
+    `extra_labels`: the target's configured `labels:`, carried by every series it exports.
+    """
 
     target: str
     url: str
@@ -30,29 +81,151 @@ class TargetSignals:
     series: tuple[SeriesSignals, ...]
     total: SeriesSignals
     scrape_seconds: float | None = None
-    extra_labels: dict[str, str] = field(default_factory=dict)
-
-    def to_dict(self) -> dict:
-        return {
-            "target": self.target,
-            "url": self.url,
-            "t": self.t,
-            "up": self.up,
-            "error": self.error,
-            "scrape_seconds": self.scrape_seconds,
-            "series": [s.to_dict() for s in self.series],
-            "total": self.total.to_dict(),
-        }
+    extra_labels: Mapping[str, str] = field(default_factory=dict)
 
 
-def _points(
-    snapshots: Sequence[Snapshot], pick
+def series_signals(
+    points: Sequence[tuple[float, SeriesSnapshot]],
+    settings: SignalSettings,
+    saturation: SaturationState,
+    now: float,
+) -> tuple[SeriesSignals, SaturationState]:
+    """All signals of one series over the window `points` (time, snapshot), oldest first.
+
+    Returns the signals and the next saturation state. The latest point gives the
+    gauges; counters and histograms give increases over the whole window.
+    """
+    t_first, first = points[0]
+    t_last, last = points[-1]
+    span = t_last - t_first
+    snapshots = [p for _, p in points]
+    cap = last.cap if last.cap is not None else settings.cap
+    # An engine's own published setting (an in-house batcher's cap or budget) wins;
+    # configuration fills in what the engine does not say.
+    budget = last.budget_seconds if last.budget_seconds is not None else settings.budget_seconds
+
+    def rate(counter: Callable[[SeriesSnapshot], float | None]) -> float | None:
+        return per_second(counter_increase([counter(p) for p in snapshots]), span)
+
+    items = counter_increase([p.items_total for p in snapshots])
+    batches = counter_increase([p.batches_total for p in snapshots])
+    mean_batch = items / batches if items is not None and batches else None
+    batch = last.running if last.running is not None else mean_batch
+
+    latency_hist = histogram_increase([p.latency.get(settings.histogram) for p in snapshots])
+    latency = (
+        histogram_quantile(settings.quantile, latency_hist)
+        if latency_hist is not None and latency_hist.count > 0
+        else None
+    )
+    utilization = budget_utilization(latency, budget)
+    saturation = step_saturation(
+        saturation,
+        utilization,
+        now,
+        threshold=settings.saturation_threshold,
+        hold_seconds=settings.hold_seconds,
+        release_margin=settings.release_margin,
+    )
+    preemption_rate = rate(lambda p: p.preemptions_total)
+    requests_rate = rate(lambda p: p.requests_total)
+    tokens_rate = rate(lambda p: p.generation_tokens_total)
+
+    static = None
+    output_tokens = histogram_increase([p.output_tokens for p in snapshots])
+    if output_tokens is not None and output_tokens.count > 0 and cap:
+        static = estimate_from_histogram(output_tokens, int(cap))
+
+    gain = throughput_gain(
+        execution_increase(first.execution_by_size, last.execution_by_size),
+        dict(last.execution_by_size),
+    )
+    batch_hist = histogram_increase([p.batch_size for p in snapshots])
+    running_samples = [p.running for p in snapshots if p.running is not None]
+    # A batcher without a running gauge fills batches and fires them: its progress is
+    # items and batches executed, where an LLM engine's is tokens and finished requests.
+    fired_batches = last.running is None and mean_batch is not None
+    # A scrape can catch the batch between a finish and the next admission (7 of 8):
+    # the diagnosis reads the recent peak, the exported ratio stays the instant's.
+    recent = [p.running for p in snapshots[-RECENT_SCRAPES:] if p.running is not None]
+    diagnosis = diagnose(
+        up=True,
+        error=None,
+        running=max(recent) if recent else batch,
+        waiting=last.waiting,
+        cap=cap,
+        kv_usage=last.kv_usage,
+        preemptions_per_second=preemption_rate,
+        budget_saturated=saturation.saturated,
+        budget_utilization=utilization,
+        generated_per_second=tokens_rate if tokens_rate is not None else per_second(items, span),
+        finished_per_second=requests_rate
+        if requests_rate is not None
+        else per_second(batches, span),
+        window_seconds=span,
+        fired_batches=fired_batches,
+        settings=settings,
+    )
+    signals = SeriesSignals(
+        labels=last.labels,
+        engine=last.engine,
+        running=last.running,
+        waiting=last.waiting,
+        cap=cap,
+        running_vs_cap=running_vs_cap(batch, cap),
+        mean_batch_size=mean_batch,
+        preemptions_per_second=preemption_rate,
+        kv_cache_usage=last.kv_usage,
+        requests_per_second=requests_rate,
+        generation_tokens_per_second=tokens_rate,
+        latency_quantile=settings.quantile,
+        latency_histogram=settings.histogram,
+        latency_seconds=latency,
+        budget_seconds=budget,
+        budget_utilization=utilization,
+        budget_saturated=saturation.saturated,
+        budget_saturated_seconds=saturated_seconds(saturation, now),
+        throughput_gain=gain,
+        static_utilization=static,
+        batch_size_distribution=batch_size_distribution(
+            running_samples if last.batch_size is None else [], batch_hist
+        ),
+        diagnosis=diagnosis,
+    )
+    return signals, saturation
+
+
+def down_signals(error: str | None, settings: SignalSettings) -> SeriesSignals:
+    """The signals of a target that did not answer: only the diagnosis says anything."""
+    return SeriesSignals(
+        cap=settings.cap,
+        latency_quantile=settings.quantile,
+        latency_histogram=settings.histogram,
+        budget_seconds=settings.budget_seconds,
+        diagnosis=diagnose(
+            up=False,
+            error=error,
+            running=None,
+            waiting=None,
+            cap=None,
+            kv_usage=None,
+            preemptions_per_second=None,
+            budget_saturated=False,
+            budget_utilization=None,
+        ),
+    )
+
+
+def _points_by_key(
+    snapshots: Sequence[Snapshot],
+    series_of: Callable[[Snapshot], Iterable[tuple[LabelKey, SeriesSnapshot]]],
 ) -> dict[LabelKey, list[tuple[float, SeriesSnapshot]]]:
+    """(time, series) points of every series key over the scrapes that answered."""
     points: dict[LabelKey, list[tuple[float, SeriesSnapshot]]] = {}
     for snap in snapshots:
         if not snap.up:
             continue
-        for key, series in pick(snap):
+        for key, series in series_of(snap):
             points.setdefault(key, []).append((snap.t, series))
     return points
 
@@ -62,8 +235,9 @@ def evaluate_target(
     url: str,
     snapshots: Sequence[Snapshot],
     settings: SignalSettings,
-    saturation: dict[LabelKey, SaturationState],
+    saturation: Mapping[LabelKey, SaturationState],
     now: float,
+    extra_labels: Mapping[str, str] | None = None,
 ) -> tuple[TargetSignals, dict[LabelKey, SaturationState]]:
     """Signals for one target from its window; returns them and the next saturation states.
 
@@ -71,19 +245,16 @@ def evaluate_target(
     that was unloaded) are dropped; the total is computed like any series, over the
     merged series of each scrape, so its own saturation state is kept under key ().
     """
+    labels = dict(extra_labels or {})
     latest = snapshots[-1]
     if not latest.up:
-        down = down_signals({}, latest.error, settings)
+        down = down_signals(latest.error, settings)
         return TargetSignals(name, url, latest.t, False, latest.error, (), down,
-                             latest.scrape_seconds), {}  # fmt: skip
+                             latest.scrape_seconds, labels), {}  # fmt: skip
     current_keys = {s.key for s in latest.series}
-    by_key = _points(
-        snapshots,
-        lambda snap: ((s.key, s) for s in snap.series),
-    )
-    totals = _points(
-        snapshots,
-        lambda snap: [(TOTAL, total_series(snap.series, settings.cap))],
+    by_key = _points_by_key(snapshots, lambda snap: ((s.key, s) for s in snap.series))
+    totals = _points_by_key(
+        snapshots, lambda snap: [(TOTAL, merge_series(snap.series, settings.cap))]
     )
     next_states: dict[LabelKey, SaturationState] = {}
     series = []
@@ -96,6 +267,7 @@ def evaluate_target(
         totals[TOTAL], settings, saturation.get(TOTAL, SaturationState()), now
     )
     return (
-        TargetSignals(name, url, latest.t, True, None, tuple(series), total, latest.scrape_seconds),
+        TargetSignals(name, url, latest.t, True, None, tuple(series), total,
+                      latest.scrape_seconds, labels),
         next_states,
-    )
+    )  # fmt: skip

@@ -12,7 +12,6 @@ import argparse
 import asyncio
 import contextlib
 import cProfile
-import json
 import pstats
 import time
 from collections.abc import Callable
@@ -21,10 +20,10 @@ import aiohttp
 from bench_fleet import FULL, FleetPlan, start_simulator
 from prometheus_client import CollectorRegistry, generate_latest
 
+from exporter import api
 from exporter.collector import SignalsCollector
 from exporter.config import Settings, Target
 from exporter.runtime import MAX_CONCURRENT_SCRAPES, Exporter
-from exporter.server import finite
 
 
 def _report(
@@ -79,7 +78,7 @@ def main() -> None:
     _profiled("/metrics body", lambda: generate_latest(registry), args)
     _profiled(
         "/api/v1/signals body",
-        lambda: json.dumps(finite({"targets": [t.to_dict() for t in exporter.current()]})),
+        lambda: api.encode(api.signals_response(exporter.clock(), exporter.current())),
         args,
     )
 

@@ -11,6 +11,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 
+from exporter.api import series_json
 from exporter.config import Settings, Target
 from exporter.runtime import Exporter
 from tests.vllm_payload import VllmState, render
@@ -66,7 +67,7 @@ async def test_scripted_scenario_every_signal_and_saturation_times(server) -> No
                 change(state["vllm"])
                 await exporter.run_round(session)
                 [signals] = exporter.current()
-                timeline.append((clock.t - 1000.0, signals.total.to_dict()))
+                timeline.append((clock.t - 1000.0, series_json(signals.total)))
 
         def idle(s: VllmState) -> None:
             s.running, s.waiting, s.kv_usage = 0, 0, 0.0

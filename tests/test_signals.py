@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from exporter.histogram import Histogram, histogram_delta, histogram_quantile
+from exporter.histogram import Histogram, histogram_increase, histogram_quantile
 from exporter.signals import (
     SaturationState,
     SignalSettings,
@@ -15,15 +15,13 @@ from exporter.signals import (
     counter_increase,
     diagnose,
     execution_increase,
-    histogram_increase,
     per_second,
     running_vs_cap,
-    series_signals,
     step_saturation,
     throughput_gain,
-    total_series,
 )
-from exporter.snapshot import SeriesSnapshot
+from exporter.snapshot import SeriesSnapshot, merge_series
+from exporter.target import series_signals
 
 INF = math.inf
 
@@ -65,7 +63,7 @@ def test_histogram_increase_counts_through_a_restart() -> None:
 def test_histogram_delta_and_quantile_match_promql_interpolation() -> None:
     older = hist([10, 20, 30, 30])
     newer = hist([10, 60, 100, 100])
-    delta = histogram_delta(newer, older)
+    delta = histogram_increase([older, newer])
     assert delta.counts == (0, 40, 70, 70)
     # rank 0.5*70 = 35 falls in (0.1, 0.5]: 0.1 + 0.4 * 35/40
     assert histogram_quantile(0.5, delta) == pytest.approx(0.45)
@@ -151,7 +149,7 @@ DIAG = dict(up=True, error=None, running=8, waiting=0, cap=8, kv_usage=0.1,
         ({"running": 8, "preemptions_per_second": 0.4}, "preempting", "0.40 preemptions/s"),
         ({"running": 8, "waiting": 32}, "healthy", "running 8 of cap 8 with 32 waiting"),
         ({"running": 3, "waiting": 5}, "batch_limited", "something else limits the batch"),
-        ({"running": 4.95, "waiting": 20, "cap": 32, "engine": "inhouse"}, "batch_limited",
+        ({"running": 4.95, "waiting": 20, "cap": 32, "fired_batches": True}, "batch_limited",
          "batches average 4.95 of max 32 while 20 wait: the batcher fires before"),
         ({"running": 3, "waiting": 5, "cap": None}, "queueing", "configure the cap"),
         ({"running": 2, "waiting": 0}, "underloaded", "little traffic"),
@@ -193,7 +191,7 @@ def test_series_signals_over_a_window() -> None:
 def test_total_adds_series_and_takes_the_fullest_kv_cache() -> None:
     a = _vllm((8, 2, 0.5), 1, [1, 2, 3, 3])
     b = _vllm((4, 0, 0.9), 2, [0, 1, 1, 1])
-    total = total_series([a, b], default_cap=8)
+    total = merge_series([a, b], default_cap=8)
     assert (total.running, total.waiting, total.preemptions_total, total.cap) == (12, 2, 3, 16)
     assert total.kv_usage == 0.9
     assert total.latency["e2e"].counts == (1, 3, 4, 4)
@@ -211,3 +209,97 @@ def test_diagnosis_reads_the_recent_peak_so_a_finish_between_admissions_is_not_a
     points = [(0.0, at(7)), (1.0, at(6)), (2.0, at(7)), (3.0, at(7))]
     signals, _ = series_signals(points, SignalSettings(cap=8), SaturationState(), 3.0)
     assert signals.diagnosis.state == "batch_limited"
+
+
+STALL = DIAG | dict(running=2, waiting=12, kv_usage=0.3, generated_per_second=0.0,
+                    finished_per_second=0.0, window_seconds=30.0)  # fmt: skip
+
+
+def test_stalled_when_requests_wait_with_room_and_nothing_is_generated() -> None:
+    d = diagnose(**STALL)
+    assert d.state == "stalled"
+    assert d.reason.startswith("12 requests wait, running 2 of cap 8, KV cache 30% used")
+    assert "in the last 30 s" in d.reason
+    assert "engine's logs" in d.reason and "restarting the server" in d.reason
+    # "nearly stopped": under 0.1 per second, every known rate
+    assert diagnose(**STALL | {"generated_per_second": 0.05}).state == "stalled"
+    assert diagnose(**STALL | {"finished_per_second": None}).state == "stalled"
+    # no cap known: a stall is still a stall
+    assert diagnose(**STALL | {"cap": None}).state == "stalled"
+
+
+@pytest.mark.parametrize(
+    ("changes", "state"),
+    [
+        # a healthy busy server generates: full batch, or below the cap with tokens flowing
+        ({"running": 8, "waiting": 32, "generated_per_second": 400.0,
+          "finished_per_second": 2.0}, "healthy"),
+        ({"generated_per_second": 120.0}, "batch_limited"),
+        ({"generated_per_second": 0.2}, "batch_limited"),
+        ({"finished_per_second": 0.5}, "batch_limited"),
+        # memory-bound: KV full or preemptions, even when little is generated
+        ({"kv_usage": 0.95}, "memory_bound"),
+        ({"preemptions_per_second": 0.5, "kv_usage": 0.6}, "memory_bound"),
+        # running at the cap is not "admits nothing"
+        ({"running": 8}, "healthy"),
+        # a window too short to tell a stall from a long prefill
+        ({"window_seconds": 10.0}, "batch_limited"),
+        # no progress counter at all: cannot tell
+        ({"generated_per_second": None, "finished_per_second": None}, "batch_limited"),
+        ({"waiting": 0}, "underloaded"),
+    ],
+)  # fmt: skip
+def test_not_stalled(changes, state) -> None:
+    assert diagnose(**STALL | changes).state == state
+
+
+def _window(make, seconds=30.0, step=5.0):
+    return [(i * step, make(i)) for i in range(int(seconds / step) + 1)]
+
+
+def test_a_vllm_series_with_flat_generation_over_the_window_is_stalled() -> None:
+    def flat(i):
+        return SeriesSnapshot(key=(), engine="vllm", running=1, waiting=10, kv_usage=0.2,
+                              preemptions_total=3, requests_total=50,
+                              generation_tokens_total=9000)  # fmt: skip
+
+    signals, _ = series_signals(_window(flat), SignalSettings(cap=8), SaturationState(), 30.0)
+    assert signals.generation_tokens_per_second == 0.0
+    assert signals.diagnosis.state == "stalled"
+
+    def generating(i):
+        return SeriesSnapshot(key=(), engine="vllm", running=1, waiting=10, kv_usage=0.2,
+                              preemptions_total=3, requests_total=50,
+                              generation_tokens_total=9000 + 60 * i)  # fmt: skip
+
+    signals, _ = series_signals(_window(generating), SignalSettings(cap=8), SaturationState(), 30)
+    assert signals.generation_tokens_per_second == pytest.approx(12.0)
+    assert signals.diagnosis.state == "batch_limited"
+    # two scrapes 5 s apart are not enough window to call it
+    signals, _ = series_signals(_window(flat, 5.0), SignalSettings(cap=8), SaturationState(), 5)
+    assert signals.diagnosis.state == "batch_limited"
+
+
+def test_a_batcher_without_generation_counters_is_judged_by_items_and_batches() -> None:
+    def batcher(items, batches, requests=None):
+        return SeriesSnapshot(key=(("batcher", "b"),), engine="inhouse", waiting=40, cap=32,
+                              items_total=items, batches_total=batches,
+                              requests_total=requests)  # fmt: skip
+
+    # no token and no request counter: flat items and batches alone tell the stall
+    stuck = _window(lambda i: batcher(500.0, 100.0))
+    signals, _ = series_signals(stuck, SignalSettings(), SaturationState(), 30.0)
+    assert signals.generation_tokens_per_second is None
+    assert signals.requests_per_second is None
+    assert signals.diagnosis.state == "stalled"
+    assert "40 requests wait, running 0 of cap 32" in signals.diagnosis.reason
+    stuck = _window(lambda i: batcher(500.0, 100.0, 480.0))
+    signals, _ = series_signals(stuck, SignalSettings(), SaturationState(), 30.0)
+    assert signals.diagnosis.state == "stalled"
+
+    # items executing (no requests counter): progress, so not stalled
+    working = _window(lambda i: batcher(500.0 + 20 * i, 100.0 + 4 * i))
+    signals, _ = series_signals(working, SignalSettings(), SaturationState(), 30.0)
+    assert signals.mean_batch_size == 5.0
+    assert signals.diagnosis.state == "batch_limited"
+    assert "the batcher fires before batches fill" in signals.diagnosis.reason

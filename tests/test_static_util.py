@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter.histogram import Histogram, histogram_delta
+from exporter.histogram import Histogram, histogram_increase
 from exporter.static_util import (
     StaticBatchingAccumulator,
     estimate_from_histogram,
@@ -258,7 +258,7 @@ def test_estimate_on_a_window_delta_sees_only_the_window():
     window = [100, 400] * 200
     older = histogram_of(before, bounds)
     newer = histogram_of(before + window, bounds)
-    delta = histogram_delta(newer, older)
+    delta = histogram_increase([older, newer])
     assert estimate_from_histogram(delta, 8) == estimate_from_histogram(
         histogram_of(window, bounds), 8
     )

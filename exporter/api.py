@@ -1,0 +1,159 @@
+"""The JSON API's shape: every body the exporter's /api/v1/... endpoints return.
+
+As all of /metrics lives in `collector.py`, all of the JSON lives here; docs/api.md
+documents each field and a test holds the two together. Every body carries
+`api_version`: fields may be added within a version, never renamed, removed or given
+another meaning (that takes a new version).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict
+from typing import Any
+
+from exporter.config import Target
+from exporter.target import SeriesSignals, TargetSignals
+
+API_VERSION = 1
+
+
+def finite(value: Any) -> Any:
+    """The value with NaN and infinities replaced by None, so the JSON stays valid."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [finite(v) for v in value]
+    return value
+
+
+def encode(body: Mapping[str, Any]) -> bytes:
+    """A response body as JSON bytes (NaN and infinities as null)."""
+    return json.dumps(finite(dict(body)), allow_nan=False).encode()
+
+
+def _versioned(body: dict[str, Any]) -> dict[str, Any]:
+    return {"api_version": API_VERSION, **body}
+
+
+# ---------------------------------------------------------------- /api/v1/signals
+
+
+def series_json(series: SeriesSignals) -> dict[str, Any]:
+    """Every signal of one series (or a target total), each under its field name."""
+    out = asdict(series)
+    static = series.static_utilization
+    out["static_utilization"] = static.to_dict() if static is not None else None
+    out["batch_size_distribution"] = [
+        {"size": size if math.isfinite(size) else "+Inf", "fraction": fraction}
+        for size, fraction in series.batch_size_distribution
+    ]
+    return out
+
+
+def target_json(signals: TargetSignals) -> dict[str, Any]:
+    """One target at its latest evaluation: up/down, each series and the total."""
+    return {
+        "target": signals.target,
+        "url": signals.url,
+        "labels": dict(signals.extra_labels),
+        "t": signals.t,
+        "up": signals.up,
+        "error": signals.error,
+        "scrape_seconds": signals.scrape_seconds,
+        "series": [series_json(s) for s in signals.series],
+        "total": series_json(signals.total),
+    }
+
+
+def signals_response(generated_at: float, targets: Iterable[TargetSignals]) -> dict[str, Any]:
+    """GET /api/v1/signals."""
+    return _versioned({"generated_at": generated_at, "targets": [target_json(t) for t in targets]})
+
+
+# ---------------------------------------------------------------- /api/v1/history
+
+
+def _compact(series: SeriesSignals) -> dict[str, Any]:
+    """The per-evaluation numbers of one series, as kept in the history."""
+    static = series.static_utilization
+    return {
+        "running": series.running,
+        "waiting": series.waiting,
+        "cap": series.cap,
+        "running_vs_cap": series.running_vs_cap,
+        "mean_batch_size": series.mean_batch_size,
+        "preemptions_per_second": series.preemptions_per_second,
+        "kv_cache_usage": series.kv_cache_usage,
+        "requests_per_second": series.requests_per_second,
+        "generation_tokens_per_second": series.generation_tokens_per_second,
+        "latency_seconds": series.latency_seconds,
+        "budget_utilization": series.budget_utilization,
+        "budget_saturated": series.budget_saturated,
+        "budget_saturated_seconds": series.budget_saturated_seconds,
+        "throughput_gain": series.throughput_gain,
+        "static_utilization": static.estimate if static is not None else None,
+        "diagnosis": series.diagnosis.state,
+        # Kept in every point of every history: one copy per distinct reason.
+        "diagnosis_reason": sys.intern(series.diagnosis.reason),
+    }
+
+
+def history_point(signals: TargetSignals) -> dict[str, Any]:
+    """The compact record of one evaluation kept in a target's history: the total's
+    numbers, and each series' under `series` when the target has more than one."""
+    several = len(signals.series) > 1
+    return {
+        "t": signals.t,
+        "up": signals.up,
+        **_compact(signals.total),
+        "series": [{"labels": s.labels, **_compact(s)} for s in signals.series] if several else [],
+    }
+
+
+def history_response(target: str, points: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """GET /api/v1/history?target=NAME."""
+    return _versioned({"target": target, "points": list(points)})
+
+
+def all_histories_response(histories: Mapping[str, Sequence[dict[str, Any]]]) -> dict[str, Any]:
+    """GET /api/v1/history without a target: every target's points by name."""
+    return _versioned({"targets": {name: list(points) for name, points in histories.items()}})
+
+
+# ---------------------------------------------------------------- /api/v1/targets
+
+
+def targets_response(
+    targets: Iterable[Target], interval_seconds: float, window_seconds: float
+) -> dict[str, Any]:
+    """GET /api/v1/targets: what is monitored and how it is judged (never credentials)."""
+    return _versioned(
+        {
+            "targets": [
+                {
+                    "name": t.name,
+                    "url": t.url,
+                    "engine": t.engine,
+                    "cap": t.cap,
+                    "budget_seconds": t.budget_seconds,
+                    "quantile": t.quantile,
+                    "histogram": t.histogram,
+                    "labels": dict(t.labels),
+                }
+                for t in targets
+            ],
+            "interval_seconds": interval_seconds,
+            "window_seconds": window_seconds,
+        }
+    )
+
+
+def error_response(message: str) -> dict[str, Any]:
+    """Any error answer, e.g. an unknown target (HTTP 404)."""
+    return _versioned({"error": message})
