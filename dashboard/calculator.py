@@ -7,14 +7,14 @@ ten-million-line upload streams through in bounded memory and reports its progre
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TextIO
 
 import numpy as np
 
+from exporter.length_log import FileReport, Progress, read_lengths
 from exporter.static_util import StaticBatchingAccumulator, StaticBatchingResult
-from exporter.static_util_cli import FileReport, read_lengths
 
 # Seed 003's two toy batches: 67/128 and 32/128 of the slot-steps at B=8.
 TOY_EXAMPLES: dict[str, list[int]] = {
@@ -41,25 +41,23 @@ def summarize_lengths(
     name: str,
     batch_sizes: Sequence[int],
     field_name: str | None = None,
-    progress: Callable[[int], None] | None = None,
+    progress: Progress | None = None,
 ) -> LengthsSummary:
     """Static batching of every length in `stream` at each batch size, streamed.
 
-    `progress(lengths_read)` is called after each chunk. Raises the reader's InputError
+    `progress(lines_read)` is called after each chunk (by the reader). Raises its InputError
     for a file that cannot hold lengths; `results` stays empty when no length produced
     a token.
     """
     report = FileReport(name)
     accumulators = {b: StaticBatchingAccumulator(b) for b in batch_sizes}
     summary = LengthsSummary(report)
-    for chunk in read_lengths(stream, report, field_name):
+    for chunk in read_lengths(stream, report, field_name, progress):
         for accumulator in accumulators.values():
             accumulator.add_many(chunk)
         summary.counts.update(chunk)
         if len(summary.first) < PICTURE_REQUESTS:
             summary.first.extend(chunk[: PICTURE_REQUESTS - len(summary.first)])
-        if progress is not None:
-            progress(report.lengths)
     for size, accumulator in accumulators.items():
         try:
             summary.results[size] = accumulator.result()

@@ -18,7 +18,7 @@ from dashboard.calculator import (
 from dashboard.client import SourceError, check_api_version
 from dashboard.episodes import saturation_episodes
 from dashboard.formatting import percent, plain_markdown, seconds
-from dashboard.frames import fleet_frame, history_frame, series_choices
+from dashboard.frames import fleet_frame, history_frame, series_choices, series_points
 from dashboard.loadtests import ResultError, good_share, load_result, run_from_record
 from dashboard.prometheus import history_query, points_from_matrix
 from dashboard.states import look
@@ -187,3 +187,16 @@ def test_checklist_answers_seed_003_from_the_signals() -> None:
     )
     assert not preempted.ok and preempted.answer == "0.50 preemptions/s"
     assert static.ok is None
+
+
+def test_one_models_history_is_picked_from_the_target_points() -> None:
+    a, b = {"model_name": "a"}, {"model_name": "b"}
+    points = [{"t": 1.0, "up": True, "running": 5, "series": [
+        {"labels": a, "running": 2}, {"labels": b, "running": 3}]},
+        {"t": 2.0, "up": True, "running": 4, "series": [{"labels": b, "running": 4}]}]  # fmt: skip
+    assert series_points(points, b) == [
+        {"labels": b, "running": 3, "t": 1.0, "up": True},
+        {"labels": b, "running": 4, "t": 2.0, "up": True},
+    ]
+    assert series_points(points, {"model_name": "c"}) == []
+    assert "series" not in history_frame(points).columns

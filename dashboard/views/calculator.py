@@ -17,8 +17,8 @@ from dashboard.calculator import (
     summarize_lengths,
 )
 from dashboard.formatting import percent, plain_markdown
+from exporter.length_log import InputError
 from exporter.static_util import exact_static_utilization
-from exporter.static_util_cli import InputError
 
 PASTE = "paste lengths"
 UPLOAD = "upload a file"
@@ -70,9 +70,9 @@ def summarize_upload(uploaded, sizes: list[int], field_name: str | None) -> Leng
     raw = io.BufferedReader(uploaded)
     stream = io.TextIOWrapper(raw, encoding="utf-8", errors="replace", newline="")
 
-    def progress(lengths_read: int) -> None:
+    def progress(lines_read: int) -> None:
         done = min(raw.tell() / size, 1.0)
-        bar.progress(done, text=f"reading {uploaded.name}: {lengths_read:,} lengths, {done:.0%}")
+        bar.progress(done, text=f"reading {uploaded.name}: {lines_read:,} lines, {done:.0%}")
 
     summary = summarize_lengths(stream, uploaded.name, sizes, field_name, progress)
     bar.empty()

@@ -18,6 +18,7 @@ from dashboard.frames import (
     history_frame,
     last_seconds,
     series_choices,
+    series_points,
 )
 from exporter.signals import SignalSettings
 
@@ -29,7 +30,7 @@ CHECK_MARKS = {
     None: ":gray[:material/help:]",
 }
 
-FLEET_COLUMNS = {
+FLEET_TABLE_CONFIG = {
     "target": st.column_config.TextColumn("target"),
     "up": st.column_config.CheckboxColumn("up"),
     "state": st.column_config.TextColumn("diagnosis"),
@@ -64,7 +65,7 @@ def saturation_banners(doc: dict) -> None:
 
 def fleet_overview(doc: dict) -> None:
     st.subheader("Fleet, worst first")
-    st.dataframe(fleet_frame(doc), column_config=FLEET_COLUMNS, hide_index=True,
+    st.dataframe(fleet_frame(doc), column_config=FLEET_TABLE_CONFIG, hide_index=True,
                  width="stretch")  # fmt: skip
     st.caption("The Alerts page charts every target's budget utilisation over time.")
 
@@ -112,21 +113,24 @@ def checklist_box(series: dict) -> None:
             )
 
 
-def history_for(sources: ui.Sources, name: str, range_seconds: float | None, now: float):
-    """The target's history over the range: Prometheus when configured, else the exporter."""
+def history_for(sources: ui.Sources, name: str, labels: dict | None,
+                range_seconds: float | None, now: float):  # fmt: skip
+    """The history over the range of one series (labels) or the target total (None):
+    from Prometheus when configured (totals), else the exporter; and where it came from."""
     if sources.prometheus and range_seconds is not None:
         loaded = ui.prometheus_history(sources.prometheus, name, range_seconds, now)
         origin = f"Prometheus at {sources.prometheus}"
-        if loaded.error:
-            st.warning(plain_markdown(loaded.error))
         points = loaded.data or []
     else:
         loaded = ui.history(sources.exporter, name)
         origin = "the exporter's history"
-        if loaded.error:
-            st.warning(plain_markdown(loaded.error))
         points = loaded.data.get("points", []) if isinstance(loaded.data, dict) else []
-    return last_seconds(history_frame(points), range_seconds, now), origin
+        picked = series_points(points, labels) if labels is not None else []
+        if picked:
+            return last_seconds(history_frame(picked), range_seconds, now), f"{origin}, this model"
+    if loaded.error:
+        st.warning(plain_markdown(loaded.error))
+    return last_seconds(history_frame(points), range_seconds, now), f"{origin}, target total"
 
 
 def charts_grid(frame, series: dict, name: str, now: float) -> None:
@@ -168,8 +172,9 @@ def target_panel(sources: ui.Sources, target: dict, now: float) -> None:
     checklist_box(series)
     range_name = st.segmented_control("Time range", list(RANGES), default="15 min",
                                       key="live_range") or "15 min"  # fmt: skip
-    frame, origin = history_for(sources, name, RANGES[range_name], now)
-    st.caption(f"History from {origin} (target total), {len(frame)} points.")
+    labels = None if choice == TOTAL_CHOICE else series.get("labels")
+    frame, origin = history_for(sources, name, labels, RANGES[range_name], now)
+    st.caption(f"History from {origin}, {len(frame)} points.")
     if frame.empty:
         st.info("No history for this target yet.")
         return
