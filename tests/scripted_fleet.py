@@ -7,6 +7,8 @@ import asyncio
 import socket
 import threading
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable
 
 from aiohttp import web
@@ -66,6 +68,17 @@ class ScriptedTargets:
         self._started.set()
         await self._stop.wait()
         await runner.cleanup()
+
+
+def wait_http(url: str, seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(url, timeout=2):
+                return
+        except (urllib.error.URLError, OSError):
+            time.sleep(0.5)
+    raise AssertionError(f"{url} did not answer within {seconds:.0f} s")
 
 
 def fast_settings(targets: tuple[Target, ...]) -> Settings:

@@ -13,8 +13,6 @@ import shutil
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,7 +20,7 @@ import pytest
 
 from dashboard import ui
 from dashboard.states import STATES
-from tests.scripted_fleet import free_port
+from tests.scripted_fleet import free_port, wait_http
 
 pytestmark = pytest.mark.slow
 
@@ -31,17 +29,6 @@ SCREENSHOTS = ROOT / "docs" / "img"
 CHROMIUM_ARGS = ["--no-sandbox", "--headless", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--no-first-run"]  # fmt: skip
 VIEWPORT = {"width": 1400, "height": 2200}
-
-
-def wait_http(url: str, seconds: float) -> None:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        try:
-            with urllib.request.urlopen(url, timeout=2):
-                return
-        except (urllib.error.URLError, OSError):
-            time.sleep(0.5)
-    raise AssertionError(f"{url} did not answer within {seconds:.0f} s")
 
 
 def start(args: list[str], log: Path) -> subprocess.Popen:
