@@ -28,19 +28,20 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-class ScriptedTargets:
-    """An aiohttp server in a thread serving /NAME/metrics for each scripted state."""
+class BackgroundServer:
+    """An aiohttp application served from a thread on a free local port."""
 
-    def __init__(self, scripts: dict[str, tuple[VllmState, Step]]) -> None:
-        self.scripts = scripts
+    def __init__(self, app: web.Application) -> None:
+        self.app = app
         self.port = free_port()
         self._started = threading.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
         self._thread = threading.Thread(target=lambda: asyncio.run(self._serve()), daemon=True)
 
-    def url(self, name: str) -> str:
-        return f"http://127.0.0.1:{self.port}/{name}/metrics"
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
 
     def start(self) -> None:
         self._thread.start()
@@ -54,20 +55,30 @@ class ScriptedTargets:
     async def _serve(self) -> None:
         self._loop = asyncio.get_running_loop()
         self._stop = asyncio.Event()
+        runner = web.AppRunner(self.app)
+        await runner.setup()
+        await web.TCPSite(runner, "127.0.0.1", self.port).start()
+        self._started.set()
+        await self._stop.wait()
+        await runner.cleanup()
+
+
+class ScriptedTargets(BackgroundServer):
+    """/NAME/metrics for each scripted state; every scrape first applies the state's step."""
+
+    def __init__(self, scripts: dict[str, tuple[VllmState, Step]]) -> None:
         app = web.Application()
-        for name, (state, step) in self.scripts.items():
+        for name, (state, step) in scripts.items():
 
             async def handler(_: web.Request, state=state, step=step) -> web.Response:
                 step(state)
                 return web.Response(text=render(state))
 
             app.router.add_get(f"/{name}/metrics", handler)
-        runner = web.AppRunner(app)
-        await runner.setup()
-        await web.TCPSite(runner, "127.0.0.1", self.port).start()
-        self._started.set()
-        await self._stop.wait()
-        await runner.cleanup()
+        super().__init__(app)
+
+    def metrics_url(self, name: str) -> str:
+        return f"{self.url}/{name}/metrics"
 
 
 def wait_http(url: str, seconds: float) -> None:

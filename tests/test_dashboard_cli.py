@@ -43,7 +43,7 @@ def test_one_command_scrapes_the_target_inside_the_app(tmp_path: Path) -> None:
     port = free_port()
     log = tmp_path / "dashboard.log"
     app = subprocess.Popen(
-        [sys.executable, "-m", "dashboard.cli", "--target", targets.url("llm"), "--name", "llm",
+        [sys.executable, "-m", "dashboard.cli", "--target", targets.metrics_url("llm"), "--name", "llm",
          "--cap", "8", "--budget-seconds", "2", "--interval", "0.5", "--port", str(port)],
         cwd=ROOT, env=ENV, stdout=log.open("w"), stderr=subprocess.STDOUT,
     )  # fmt: skip

@@ -5,17 +5,20 @@ from __future__ import annotations
 
 import base64
 import json
+import time
 from pathlib import Path
 
 import numpy as np
 import plotly.io
 import pytest
 import streamlit as st
+from aiohttp import web
 from streamlit.testing.v1 import AppTest
 
 from dashboard.formatting import plain_markdown
 from exporter.config import Target
 from tests.scripted_fleet import (
+    BackgroundServer,
     ScriptedTargets,
     fast_settings,
     free_port,
@@ -47,9 +50,9 @@ def fleet():
         tuple(
             Target(name, url, engine="vllm", cap=8, budget_seconds=2)
             for name, url in (
-                ("mem", targets.url("mem")),
-                ("sat", targets.url("sat")),
-                (ODD_NAME, targets.url("fast")),
+                ("mem", targets.metrics_url("mem")),
+                ("sat", targets.metrics_url("sat")),
+                (ODD_NAME, targets.metrics_url("fast")),
                 ("dead", f"http://127.0.0.1:{free_port()}/metrics"),
             )
         )
@@ -116,7 +119,8 @@ def test_saturated_target_shows_the_banner_and_its_utilisation(fleet) -> None:
     at.selectbox(key="live_target").set_value("sat").run()
     # all requests took 4 s, bucket (2.5, 5]: p99 = 2.5 + 0.99 * 2.5 = 4.975 s of a 2 s budget
     assert metrics(at)["budget used"] == "249%"
-    assert metrics(at)["p99 latency"] == "4.97 s"
+    latency = metrics(at)["p99 latency"]
+    assert latency.endswith(" s") and float(latency[:-2]) == pytest.approx(4.975, abs=0.006)
     assert ":red-badge[budget saturated]" in texts(at.markdown)
 
 
@@ -154,7 +158,7 @@ def test_charts_carry_units_the_threshold_and_the_cap(fleet) -> None:
 def test_a_dead_exporter_is_named_and_the_last_data_stays_with_its_age() -> None:
     targets = ScriptedTargets({"one": (VllmState(running=2, waiting=0), _finishing(1, 0.3))})
     targets.start()
-    exporter = start_exporter(fast_settings((Target("one", targets.url("one"), cap=8),)))
+    exporter = start_exporter(fast_settings((Target("one", targets.metrics_url("one"), cap=8),)))
     wait_for_states(exporter.url, {"one": "underloaded"})
     at = page("live.py", exporter.url)
     assert list(at.dataframe[0].value["target"]) == ["one"]
@@ -252,3 +256,49 @@ def test_alerts_lists_the_ongoing_saturation_episode(fleet) -> None:
     assert bool(episodes["ongoing"].iloc[0]) is True
     assert episodes["peak_utilization"].iloc[0] == pytest.approx(2.4875)
     assert any(t.startswith("**sat** is saturated now") for t in texts(at.error))
+
+
+def fake_prometheus(now: float, queries: list[str]) -> web.Application:
+    """Prometheus' HTTP API answering with a scripted range of the exporter's metrics."""
+    times = [now - 300 + 60 * i for i in range(5)]
+
+    async def labels(_: web.Request) -> web.Response:
+        return web.json_response({"status": "success", "data": ["gpu-1"]})
+
+    async def query_range(request: web.Request) -> web.Response:
+        queries.append(request.query["query"])
+        series = [
+            ("batchscope_budget_saturated", ["0", "1", "1", "0", "0"]),
+            ("batchscope_budget_utilization_ratio", ["0.9", "1.1", "1.4", "0.5", "0.4"]),
+        ]
+        result = [{"metric": {"__name__": name, "target": "gpu-1"},
+                   "values": [[t, v] for t, v in zip(times, values, strict=True)]}
+                  for name, values in series]  # fmt: skip
+        return web.json_response(
+            {"status": "success", "data": {"resultType": "matrix", "result": result}}
+        )
+
+    app = web.Application()
+    app.router.add_get("/api/v1/label/target/values", labels)
+    app.router.add_get("/api/v1/query_range", query_range)
+    return app
+
+
+def test_alerts_read_longer_history_from_prometheus() -> None:
+    queries: list[str] = []
+    prometheus = BackgroundServer(fake_prometheus(time.time(), queries))
+    prometheus.start()
+    try:
+        st.cache_data.clear()
+        at = AppTest.from_file(str(VIEWS / "alerts.py"), default_timeout=30)
+        at.session_state["prometheus_url"] = prometheus.url
+        at.run()
+    finally:
+        prometheus.stop()
+    assert not at.exception
+    episodes = at.dataframe[0].value
+    assert list(episodes["target"]) == ["gpu-1"]
+    assert episodes["duration_seconds"].iloc[0] == pytest.approx(120.0)
+    assert episodes["peak_utilization"].iloc[0] == pytest.approx(1.4)
+    assert not bool(episodes["ongoing"].iloc[0])
+    assert 'target="gpu-1"' in queries[0]
