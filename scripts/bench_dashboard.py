@@ -83,7 +83,7 @@ def fleet_with_history(targets: int, points: int) -> Exporter:
         for k in range(points):
             t = start + k * INTERVAL_SECONDS
             exporter.ingest(state, Snapshot(state.target.name, t, True, series), t)
-    exporter.generation += 1
+    exporter.rounds += 1  # a finished round: the app renders the signals anew
     return exporter
 
 
@@ -111,7 +111,7 @@ def serve_fleet(targets: int, points: int) -> tuple[str, multiprocessing.Process
     child.start()
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
+    while time.monotonic() < deadline and child.is_alive():
         try:
             with urllib.request.urlopen(f"{url}/health", timeout=2):
                 return url, child
