@@ -302,3 +302,13 @@ def test_alerts_read_longer_history_from_prometheus() -> None:
     assert episodes["peak_utilization"].iloc[0] == pytest.approx(1.4)
     assert not bool(episodes["ongoing"].iloc[0])
     assert 'target="gpu-1"' in queries[0]
+
+
+def test_the_app_opens_on_the_live_page(fleet) -> None:
+    st.cache_data.clear()
+    at = AppTest.from_file(str(VIEWS.parent / "app.py"), default_timeout=30)
+    at.session_state["exporter_url"] = fleet
+    at.run()
+    assert not at.exception
+    assert texts(at.title) == ["Is batching doing its job?"]
+    assert list(at.dataframe[0].value["target"])[0] == "dead"
