@@ -65,12 +65,6 @@ def fleet_frame(signals_doc: dict) -> pd.DataFrame:
     return frame.drop(columns="_order")
 
 
-def worst_target(signals_doc: dict) -> str | None:
-    """The name at the top of the fleet table; None without targets."""
-    frame = fleet_frame(signals_doc)
-    return None if frame.empty else str(frame["target"].iloc[0])
-
-
 def find_target(signals_doc: dict, name: str) -> dict | None:
     return next((t for t in signals_doc.get("targets", []) if t.get("target") == name), None)
 

@@ -119,8 +119,3 @@ def show_problem(loaded: Loaded, now: float) -> None:
 def state_badge(state: str) -> None:
     shown = look(state)
     st.badge(shown.words, color=shown.badge)  # type: ignore[arg-type]
-
-
-def text_line(label: str, value: str) -> None:
-    """A bold label followed by text from a target, which is shown literally."""
-    st.markdown(f"**{label}:** {plain_markdown(value)}")
