@@ -16,6 +16,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -74,6 +75,22 @@ def show(signals: dict) -> None:
             print(f"  {'':>12}   {s['diagnosis']['reason']}")
 
 
+def write_fleet(server: str) -> Path:
+    """The exporter's fleet file: one server, read as two targets.
+
+    The demo server holds an LLM (vLLM names, judged against a 10 s budget) and an
+    embedding batcher (its own 50 ms budget): two services, so two rows on the dashboard.
+    """
+    path = Path(tempfile.mkdtemp(prefix="batchscope-demo-")) / "fleet.yaml"
+    path.write_text(
+        "targets:\n"
+        f"  - {{name: demo-llm, url: '{server}/metrics', engine: vllm, cap: 8, "
+        "budget_seconds: 10}\n"
+        f"  - {{name: demo-embeddings, url: '{server}/metrics', engine: inhouse}}\n"
+    )
+    return path
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cpu", help="demo server device: cpu or sim:h200")
@@ -113,8 +130,8 @@ def main(argv: list[str] | None = None) -> int:
               "--device", args.device)  # fmt: skip
         wait_http(f"{server}/health", 120)
         print(f"demo: starting the exporter on {exporter}")
-        start(str(BIN / "batchscope-exporter"), "--target", f"{server}/metrics",
-              "--name", "demo", "--cap", "8", "--budget-seconds", "10",
+        fleet = write_fleet(server)
+        start(str(BIN / "batchscope-exporter"), "--config", str(fleet),
               "--listen", f"127.0.0.1:{args.exporter_port}", "--interval", "3",
               "--window-seconds", "20", "--hold-seconds", "20")  # fmt: skip
         wait_http(f"{exporter}/health", 30)
