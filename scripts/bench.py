@@ -4,6 +4,7 @@ Benchmarks: `parser` (promtext vs prometheus_client on a real vLLM payload,
 bench_parser.py), `fleet` (the exporter process scraping 1000 simulated vLLM targets,
 bench_fleet.py + fleet_sim.py), `batching` (static vs continuous batching on the
 demo server's scheduler, bench_batching.py, run as a subprocess when it is there) and
+`dashboard` (server-side time to build the Live page, bench_dashboard.py) and
 `batcher` (the embedding batcher, fixed vs adaptive, seeds 000 and 001, and its
 overhead against seed 000's plain Batcher: bench_batcher.py, a subprocess; its charts
 go to `bench/` beside the report).
@@ -27,6 +28,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+import bench_dashboard
 import bench_fleet
 import bench_parser
 
@@ -34,9 +36,10 @@ ROOT = Path(__file__).resolve().parent.parent
 BATCHING_SCRIPT = ROOT / "scripts/bench_batching.py"
 # bench_batching.py's flags for a smoke run: fewer requests, one repetition.
 BATCHING_QUICK_ARGS = ("--requests", "64", "--repeat", "1")
-PACKAGES = ("batchscope", "aiohttp", "prometheus-client", "psutil", "PyYAML", "torch")
+PACKAGES = ("batchscope", "aiohttp", "prometheus-client", "psutil", "PyYAML", "torch",
+            "streamlit", "plotly", "pandas")  # fmt: skip
 BATCHER_SCRIPT = ROOT / "scripts/bench_batcher.py"
-BENCHMARKS = ("parser", "fleet", "batching", "batcher")
+BENCHMARKS = ("parser", "fleet", "batching", "dashboard", "batcher")
 
 
 def _cpu_model() -> str:
@@ -142,6 +145,8 @@ def main(argv: list[str] | None = None) -> int:
         print("batching: running scripts/bench_batching.py", file=sys.stderr, flush=True)
         quick_args = list(BATCHING_QUICK_ARGS) if args.quick else []
         sections.append(script_section(BATCHING_SCRIPT, "Batching", quick_args))
+    if "dashboard" in selected:
+        sections.append(bench_dashboard.markdown(bench_dashboard.run(args.quick)))
     if "batcher" in selected:
         print("batcher: running scripts/bench_batcher.py", file=sys.stderr, flush=True)
         chart_args = ["--chart-dir", str(args.output.parent / "bench")]

@@ -230,3 +230,14 @@ def test_an_unreadable_length_file_is_a_clear_error(tmp_path: Path) -> None:
 def test_sweep_max_wait_is_the_admin_setting_it_names() -> None:
     args = loadgen.build_parser().parse_args(["--sweep-max-wait", "5,10", "--url", "http://x"])
     assert args.sweep_max_wait == [5.0, 10.0] and args.url == "http://x"
+
+
+def test_the_dashboard_reads_the_result_file_loadgen_writes(tmp_path: Path) -> None:
+    from dashboard.loadtests import load_result
+
+    result = loadgen.RunResult({"max_wait_ms": 5}, 50.0, 2.0, sent=100, ok=100, elapsed_s=2.0)
+    result.latencies_ms = [float(v) for v in range(1, 101)]
+    path, _ = loadgen.write_results(tmp_path / "r.json", [result.record(50.0)], {})
+    [run] = load_result(path.read_text(), "r.json")
+    assert (run.setting, run.rate_per_s, run.throughput_per_s) == ("max_wait_ms=5", 50.0, 50.0)
+    assert (run.p50_ms, run.p99_ms) == (50.5, pytest.approx(99.01))
