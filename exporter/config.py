@@ -28,10 +28,9 @@ from urllib.parse import urlencode, urlsplit, urlunsplit
 import yaml
 from yaml.constructor import SafeConstructor
 
+from exporter.engines import engine_choices, latency_kinds
 from exporter.labels import RESERVED_LABELS
 
-ENGINES = ("auto", "vllm", "inhouse", "sglang", "tgi", "triton")
-HISTOGRAMS = ("e2e", "ttft", "queue", "inference")
 DEFAULT_LISTEN_HOST = "127.0.0.1"
 MAX_TIMEOUT_SECONDS = 10.0
 
@@ -255,14 +254,19 @@ def _name(value: object) -> str:
     return name
 
 
-def _choice(options: tuple[str, ...]) -> Callable[[object], str]:
-    def parse(value: object) -> str:
-        text = _text(value)
-        if text not in options:
-            raise _Invalid(f"must be one of {', '.join(options)} (got {text!r})")
-        return text
+def _one_of(value: object, options: tuple[str, ...]) -> str:
+    text = _text(value)
+    if text not in options:
+        raise _Invalid(f"must be one of {', '.join(options)} (got {text!r})")
+    return text
 
-    return parse
+
+def _engine(value: object) -> str:
+    return _one_of(value, engine_choices())
+
+
+def _histogram(value: object) -> str:
+    return _one_of(value, latency_kinds())
 
 
 def _url(value: object) -> str:
@@ -332,11 +336,11 @@ def _env_name(value: object) -> str:
 _TARGET_FIELDS: dict[str, Callable[[object], Any]] = {
     "name": _name,
     "url": _url,
-    "engine": _choice(ENGINES),
+    "engine": _engine,
     "cap": _positive,
     "budget_seconds": _positive,
     "quantile": _quantile,
-    "histogram": _choice(HISTOGRAMS),
+    "histogram": _histogram,
 }
 _NUMERIC_TARGET_FIELDS = ("cap", "budget_seconds", "quantile")
 
@@ -608,7 +612,7 @@ def _yaml_auth(node: _Node, source: str, path: str, base: Path) -> Auth:
         raise ConfigError(f"{_at(source, node.line, path)}: missing key 'type' (bearer or basic)")
     kind_node = entries["type"]
     try:
-        kind = _choice(("bearer", "basic"))(kind_node.value)
+        kind = _one_of(kind_node.value, ("bearer", "basic"))
     except _Invalid as err:
         raise ConfigError(f"{_at(source, kind_node.line, _child(path, 'type'))}: {err}") from None
     secret = "token" if kind == "bearer" else "password"
@@ -881,7 +885,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     group.add_argument(
         "--engine",
-        choices=ENGINES,
+        choices=engine_choices(),
         help=f"server kind (default: {target['engine']}, detected from metric names)",
     )
     group.add_argument(
@@ -905,7 +909,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     group.add_argument(
         "--histogram",
-        choices=HISTOGRAMS,
+        choices=latency_kinds(),
         help=f"latency histogram the quantile is taken from (default: {target['histogram']})",
     )
     group = parser.add_argument_group("fleet and exporter")

@@ -3,17 +3,48 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from pathlib import Path
+from types import ModuleType
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from exporter.engines import ADAPTERS
 from exporter.instrumentation import BatcherMetrics
 from exporter.signals import SignalSettings
 from tests.test_collector import PAYLOADS, exposition
 
 DOC = (Path(__file__).parent.parent / "docs" / "metrics.md").read_text()
 DOCUMENTED = set(re.findall(r"`([a-zA-Z_:][a-zA-Z0-9_:]*)`", DOC))
+
+
+def undocumented_engines(doc: str, adapters: Mapping[str, ModuleType]) -> dict[str, list[str]]:
+    """Per adapter missing from the doc: what is missing (its row, metrics it reads).
+
+    A row belongs to an engine when its first cell names the engine as `--engine`
+    takes it; a metric is documented when its name (or its counter's `_total`) is.
+    """
+    reads = doc.split("## What the exporter reads", 1)[1].split("\n## ", 1)[0]
+    first_cells = [line.split("|")[1] for line in reads.splitlines() if line.startswith("|")]
+    with_rows = {name for cell in first_cells for name in re.findall(r"`(\w+)`", cell)}
+    documented = set(re.findall(r"`([a-zA-Z_:][a-zA-Z0-9_:]*)`", doc))
+    missing = {}
+    for name, adapter in adapters.items():
+        gaps = [] if name in with_rows else ["a row in 'What the exporter reads'"]
+        gaps += [
+            family
+            for family in adapter.FAMILIES
+            if family not in documented and family + "_total" not in documented
+        ]
+        if gaps:
+            missing[name] = gaps
+    return missing
+
+
+def test_every_registered_engine_has_its_row_and_its_metrics_documented() -> None:
+    assert len(ADAPTERS) == 5
+    assert undocumented_engines(DOC, ADAPTERS) == {}
 
 
 def family_names(text: str) -> set[str]:

@@ -1,9 +1,11 @@
 """Engine adapters: each maps one engine's metric names onto SeriesSnapshots.
 
 An adapter module defines NAME, MARKER (a name prefix that only this engine emits),
-FAMILIES (what to parse) and `to_series(by_name)` over the parsed samples grouped by
-name. Adding an engine is adding a file
-and one line in ADAPTERS.
+FAMILIES (what to parse), LATENCY_FAMILIES (latency kind -> the histogram family it
+fills, empty when the engine has none) and `to_series(by_name)` over the parsed samples
+grouped by name. Adding an engine is adding a file and one line in ADAPTERS: the
+configuration's engine and histogram choices, `auto` detection and the documentation
+test all read this registry.
 """
 
 from __future__ import annotations
@@ -16,6 +18,18 @@ from exporter.samples import group_by_name
 from exporter.snapshot import SeriesSnapshot
 
 ADAPTERS: dict[str, ModuleType] = {m.NAME: m for m in (vllm, inhouse, sglang, tgi, triton)}
+
+
+def engine_choices() -> tuple[str, ...]:
+    """What a target's `engine` may be: `auto` or a registered adapter's NAME."""
+    return ("auto", *ADAPTERS)
+
+
+def latency_kinds() -> tuple[str, ...]:
+    """Every latency histogram some adapter fills, by the name a target's `histogram` uses."""
+    return tuple(
+        dict.fromkeys(kind for adapter in ADAPTERS.values() for kind in adapter.LATENCY_FAMILIES)
+    )
 
 
 class UnrecognisedPayload(ValueError):
@@ -37,7 +51,7 @@ def read_series(text: str, engine: str = "auto") -> tuple[SeriesSnapshot, ...]:
     if not names:
         raise UnrecognisedPayload(
             "no known engine's metrics in the payload (looked for "
-            + ", ".join(f"{a.MARKER}*" for a in ADAPTERS.values())
+            + ", ".join(f"{name} {a.MARKER}*" for name, a in ADAPTERS.items())
             + ")"
         )
     families = [f for name in names for f in ADAPTERS[name].FAMILIES]

@@ -19,6 +19,11 @@ FAMILIES = (
     names.EXECUTION, names.BATCH_EXECUTION_BY_SIZE, names.REQUESTS,
     names.MAX_BATCH_SIZE, names.LATENCY_BUDGET,
 )  # fmt: skip
+LATENCY_FAMILIES = {
+    "e2e": names.REQUEST_LATENCY,
+    "queue": names.QUEUE_WAIT,
+    "inference": names.EXECUTION,
+}
 
 
 def _execution_by_size(by_name: SamplesByName) -> dict[LabelKey, dict[int, tuple[float, float]]]:
@@ -44,9 +49,8 @@ def to_series(by_name: SamplesByName) -> list[SeriesSnapshot]:
     ok = values_by_key(by_name, names.REQUESTS + "_total", KEY_LABELS, where={"outcome": "ok"})
     batch_size = histograms_by_key(by_name, names.BATCH_SIZE, KEY_LABELS)
     latency = {
-        "e2e": histograms_by_key(by_name, names.REQUEST_LATENCY, KEY_LABELS),
-        "queue": histograms_by_key(by_name, names.QUEUE_WAIT, KEY_LABELS),
-        "inference": histograms_by_key(by_name, names.EXECUTION, KEY_LABELS),
+        kind: histograms_by_key(by_name, family, KEY_LABELS)
+        for kind, family in LATENCY_FAMILIES.items()
     }
     by_size = _execution_by_size(by_name)
     keys = sorted(set(depth) | set(batch_size))

@@ -18,6 +18,7 @@ EXECUTIONS = "nv_inference_exec_count"
 PENDING = "nv_inference_pending_request_count"
 SUCCESS = "nv_inference_request_success"
 FAMILIES = (INFERENCES, EXECUTIONS, PENDING, SUCCESS)
+LATENCY_FAMILIES: dict[str, str] = {}
 
 
 def to_series(by_name: SamplesByName) -> list[SeriesSnapshot]:

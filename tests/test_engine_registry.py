@@ -1,0 +1,163 @@
+"""One engine registry: an adapter added to ADAPTERS is known everywhere it matters."""
+
+from __future__ import annotations
+
+import argparse
+from types import ModuleType
+
+import pytest
+
+from exporter import engines
+from exporter.config import ConfigError, add_arguments, load_config, settings_from_args
+from exporter.engines import detect, engine_choices, latency_kinds, read_series
+from exporter.samples import SamplesByName, histograms_by_key, values_by_key
+from exporter.snapshot import SeriesSnapshot
+from tests.conftest import fixture_text
+from tests.test_metrics_doc import DOC, undocumented_engines
+
+PAYLOAD = """\
+# TYPE llamacpp:requests_processing gauge
+llamacpp:requests_processing 3
+# TYPE llamacpp:requests_deferred gauge
+llamacpp:requests_deferred 2
+# TYPE llamacpp:time_per_output_token_seconds histogram
+llamacpp:time_per_output_token_seconds_bucket{le="0.05"} 40
+llamacpp:time_per_output_token_seconds_bucket{le="+Inf"} 50
+llamacpp:time_per_output_token_seconds_sum 2.0
+llamacpp:time_per_output_token_seconds_count 50
+"""
+FLEET = (
+    "targets:\n  - url: http://127.0.0.1:8080/metrics\n    engine: llamacpp\n    histogram: tpot\n"
+)
+
+
+def llamacpp_adapter() -> ModuleType:
+    """An adapter module as a new engine's file would define it, with a new latency kind."""
+    adapter = ModuleType("llamacpp")
+    adapter.NAME = "llamacpp"
+    adapter.MARKER = "llamacpp:"
+    adapter.LATENCY_FAMILIES = {"tpot": "llamacpp:time_per_output_token_seconds"}
+    adapter.FAMILIES = (
+        "llamacpp:requests_processing",
+        "llamacpp:requests_deferred",
+        *adapter.LATENCY_FAMILIES.values(),
+    )
+
+    def to_series(by_name: SamplesByName) -> list[SeriesSnapshot]:
+        running = values_by_key(by_name, "llamacpp:requests_processing", ())
+        waiting = values_by_key(by_name, "llamacpp:requests_deferred", ())
+        tpot = histograms_by_key(by_name, "llamacpp:time_per_output_token_seconds", ())
+        return [
+            SeriesSnapshot(
+                key=(),
+                engine="llamacpp",
+                running=running.get(()),
+                waiting=waiting.get(()),
+                latency={"tpot": tpot[()]} if () in tpot else {},
+            )
+        ]
+
+    adapter.to_series = to_series
+    return adapter
+
+
+@pytest.fixture
+def registered(monkeypatch) -> ModuleType:
+    """The one line a new engine adds: its module in ADAPTERS."""
+    adapter = llamacpp_adapter()
+    monkeypatch.setitem(engines.ADAPTERS, adapter.NAME, adapter)
+    return adapter
+
+
+def test_the_choices_are_the_registered_adapters_and_the_kinds_they_fill() -> None:
+    assert engine_choices() == ("auto", "vllm", "inhouse", "sglang", "tgi", "triton")
+    assert latency_kinds() == ("e2e", "ttft", "queue", "inference")
+
+
+def test_an_unregistered_engine_is_refused_by_the_config(tmp_path) -> None:
+    path = tmp_path / "fleet.yaml"
+    path.write_text(FLEET)
+    with pytest.raises(ConfigError) as caught:
+        load_config(path)
+    assert str(caught.value) == (
+        f"{path}:3: targets[0].engine: must be one of auto, vllm, inhouse, sglang, tgi, "
+        "triton (got 'llamacpp')"
+    )
+
+
+def test_a_registered_engine_and_its_latency_kind_are_accepted_by_yaml(tmp_path, registered):
+    assert engine_choices()[-1] == "llamacpp"
+    assert latency_kinds() == ("e2e", "ttft", "queue", "inference", "tpot")
+    path = tmp_path / "fleet.yaml"
+    path.write_text(FLEET)
+    (target,) = load_config(path).targets
+    assert (target.name, target.engine, target.histogram) == ("127.0.0.1:8080", "llamacpp", "tpot")
+
+
+def test_a_registered_engine_is_accepted_by_the_flags(registered) -> None:
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    args = parser.parse_args(
+        ["--target", "http://127.0.0.1:8080", "--engine", "llamacpp", "--histogram", "tpot"]
+    )
+    (target,) = settings_from_args(args).targets
+    assert (target.url, target.engine, target.histogram) == (
+        "http://127.0.0.1:8080/metrics",
+        "llamacpp",
+        "tpot",
+    )
+
+
+def test_a_registered_engine_is_detected_by_auto(registered) -> None:
+    assert detect(PAYLOAD) == ["llamacpp"]
+    (series,) = read_series(PAYLOAD, "auto")
+    assert (series.engine, series.running, series.waiting) == ("llamacpp", 3.0, 2.0)
+    assert series.latency["tpot"].count == 50.0
+    assert series.latency["tpot"].counts == (40.0, 50.0)
+
+
+def test_the_unrecognised_payload_message_lists_every_registered_engine(registered) -> None:
+    with pytest.raises(engines.UnrecognisedPayload) as caught:
+        read_series("<html>hello</html>")
+    assert str(caught.value) == (
+        "no known engine's metrics in the payload (looked for vllm vllm:*, "
+        "inhouse batchscope_batcher_*, sglang sglang:*, tgi tgi_*, triton nv_inference_*, "
+        "llamacpp llamacpp:*)"
+    )
+
+
+def test_a_registered_engine_must_be_documented_in_metrics_md(registered) -> None:
+    assert undocumented_engines(DOC, engines.ADAPTERS) == {
+        "llamacpp": [
+            "a row in 'What the exporter reads'",
+            "llamacpp:requests_processing",
+            "llamacpp:requests_deferred",
+            "llamacpp:time_per_output_token_seconds",
+        ]
+    }
+    row = (
+        "| llama.cpp (`llamacpp`) | `llamacpp:requests_processing`, "
+        "`llamacpp:requests_deferred`, `llamacpp:time_per_output_token_seconds` | running |\n"
+    )
+    documented = DOC.replace("\n\nvLLM labels series", "\n" + row + "\nvLLM labels series", 1)
+    assert documented != DOC
+    assert undocumented_engines(documented, engines.ADAPTERS) == {}
+
+
+def test_every_adapter_fills_only_the_latency_kinds_it_declares() -> None:
+    payloads = {
+        "vllm": fixture_text("vllm-0.32.0-cpu-load.txt"),
+        "sglang": fixture_text("sglang-0.4-docs.txt"),
+        "triton": fixture_text("triton-23.11-docs.txt"),
+    }
+    filled = {
+        name: {kind for s in read_series(text, name) for kind in s.latency}
+        for name, text in payloads.items()
+    }
+    assert filled == {
+        "vllm": {"e2e", "ttft", "queue", "inference"},
+        "sglang": {"e2e", "ttft"},
+        "triton": set(),
+    }
+    for name, kinds in filled.items():
+        assert kinds <= set(engines.ADAPTERS[name].LATENCY_FAMILIES), name
