@@ -35,6 +35,13 @@ class SeriesSnapshot:
     items_total: float | None = None
     batches_total: float | None = None
     latency: Mapping[str, Histogram] = field(default_factory=dict)
+    # Engines with no latency histogram: kind -> (requests, seconds), both cumulative
+    # (Triton's duration counters over its request count): a mean over the window.
+    latency_means: Mapping[str, tuple[float, float]] = field(default_factory=dict)
+    # kind -> {quantile: seconds} over the engine's own sliding window (a summary).
+    latency_quantiles: Mapping[str, Mapping[float, float]] = field(default_factory=dict)
+    # Tokens the running batch holds or reserves, against a token cap (TGI).
+    batch_tokens: float | None = None
     output_tokens: Histogram | None = None
     batch_size: Histogram | None = None
     # batch size -> (batches executed, execution seconds), cumulative
@@ -74,13 +81,19 @@ def _merge_histograms(hists: Sequence[Histogram]) -> Histogram | None:
 def merge_series(series: Sequence[SeriesSnapshot], default_cap: float | None) -> SeriesSnapshot:
     """All series of one scrape as one (the target total): counts and histograms add up,
     KV usage is the fullest engine's, the cap is the sum of the series' caps (None if any
-    is unknown). A histogram whose series use different bucket layouts is left out."""
+    is unknown). A histogram whose series use different bucket layouts is left out, and
+    so are summary quantiles when there are several series."""
     caps = [s.cap if s.cap is not None else default_cap for s in series]
     latency: dict[str, Histogram] = {}
     for kind in {k for s in series for k in s.latency}:
         merged = _merge_histograms([s.latency[kind] for s in series if kind in s.latency])
         if merged is not None:
             latency[kind] = merged
+    means: dict[str, tuple[float, float]] = {}
+    for s in series:
+        for kind, (n, secs) in s.latency_means.items():
+            n0, s0 = means.get(kind, (0.0, 0.0))
+            means[kind] = (n0 + n, s0 + secs)
     by_size: dict[int, tuple[float, float]] = {}
     for s in series:
         for size, (n, secs) in s.execution_by_size.items():
@@ -102,6 +115,10 @@ def merge_series(series: Sequence[SeriesSnapshot], default_cap: float | None) ->
         items_total=_sum_known([s.items_total for s in series]),
         batches_total=_sum_known([s.batches_total for s in series]),
         latency=latency,
+        latency_means=means,
+        # Quantiles of several series do not add up: the total has them for one series only.
+        latency_quantiles=series[0].latency_quantiles if len(series) == 1 else {},
+        batch_tokens=_sum_known([s.batch_tokens for s in series]),
         output_tokens=_merge_histograms(
             [s.output_tokens for s in series if s.output_tokens is not None]
         ),
