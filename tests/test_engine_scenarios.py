@@ -212,3 +212,20 @@ def test_a_known_prefix_without_the_engine_series_names_the_families_it_wanted()
         "ray_serve_batch_utilization_percent, ray_serve_batches_processed, "
         "ray_serve_batch_wait_time_ms, ray_serve_batch_execution_time_ms)",
     )  # fmt: skip
+
+
+def test_a_mean_latency_is_exported_with_quantile_mean() -> None:
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from exporter.collector import SignalsCollector
+
+    target = Target("trt", "http://127.0.0.1:8002/metrics", budget_seconds=3.0)
+    signals = scenario(target, *PAIRS["trtllm+triton"])
+    registry = CollectorRegistry()
+    registry.register(SignalsCollector(lambda: [signals]))
+    text = generate_latest(registry).decode()
+    assert (
+        'batchscope_latency_seconds{histogram="e2e",model="tensorrt_llm",quantile="mean",'
+        'target="trt",version="1"} 2.4' in text
+    )
+    assert 'batchscope_batch_cap{model="tensorrt_llm",target="trt",version="1"} 64.0' in text
