@@ -41,23 +41,22 @@ from prometheus_client import (
 )
 from pydantic import BaseModel, ConfigDict, Field
 
+from demo_server.batcher import ItemError
+from demo_server.batcher_settings import BatcherSettings
+from demo_server.decoder import TinyDecoder, encode_prompt, token_bytes
 from demo_server.devices import select_device
-from demo_server.embedding import EmbeddingService, ItemError
-from demo_server.embedding import QueueFull as EmbeddingQueueFull
-from demo_server.generation import (
+from demo_server.embedding import EmbeddingService
+from demo_server.queueing import QueueFull
+from demo_server.scheduler import (
     Attention,
     Batching,
     CompletionResult,
     InvalidRequest,
-    QueueFull,
     RequestHandle,
     RequestLog,
     Scheduler,
     SchedulerConfig,
     SchedulerListener,
-    TinyDecoder,
-    encode_prompt,
-    token_bytes,
 )
 from demo_server.vllm_metrics import SchedulerCollector, VllmRequestMetrics
 
@@ -80,10 +79,7 @@ class ServerConfig:
     kv_cache_tokens: int = 65536
     max_queue: int = 1024
     device: str = "auto"
-    embed_batching: str = "fixed"
-    max_batch_size: int = 32
-    max_wait_ms: float = 5.0
-    latency_budget_ms: float = 50.0
+    embedding: BatcherSettings = BatcherSettings()
     request_log: str | None = None
     model_name: str = "batchscope-demo"
     seed: int = 0
@@ -125,7 +121,8 @@ class EmbeddingRequest(BaseModel):
 
 
 class AdminSettings(BaseModel):
-    """Run-time settings; a field left out keeps its value."""
+    """Run-time settings; a field left out keeps its value. Durations are milliseconds, as
+    a person types them (see `demo_server.batcher_settings`)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -208,10 +205,7 @@ class _Server:
         )
         self.registry.register(SchedulerCollector(self.scheduler, self.device, config.model_name))
         self.embeddings = EmbeddingService(
-            mode=config.embed_batching,
-            max_batch_size=config.max_batch_size,
-            max_wait_ms=config.max_wait_ms,
-            latency_budget_ms=config.latency_budget_ms,
+            settings=config.embedding,
             device=self.device,
             registry=self.registry,
             max_queue=config.max_queue,
@@ -232,7 +226,7 @@ class _Server:
             self.scheduler.attention,
             self.config.max_num_seqs,
             self.config.kv_cache_tokens,
-            self.config.embed_batching,
+            self.config.embedding.mode,
             self.device.name,
             simulated,
         )
@@ -315,7 +309,7 @@ def create_app(config: ServerConfig) -> FastAPI:
             return error_response(400, str(error), param=error.param)
         except QueueFull as error:
             return error_response(
-                429, str(error), headers={"Retry-After": str(error.retry_after_s)}
+                429, str(error), headers={"Retry-After": str(error.retry_after_seconds)}
             )
         created = int(time.time())
         if body.stream:
@@ -355,9 +349,9 @@ def create_app(config: ServerConfig) -> FastAPI:
         texts = [body.input] if isinstance(body.input, str) else body.input
         try:
             vectors = await server.embeddings.embed(texts)
-        except EmbeddingQueueFull as error:
+        except QueueFull as error:
             return error_response(
-                429, str(error), headers={"Retry-After": str(error.retry_after_s)}
+                429, str(error), headers={"Retry-After": str(error.retry_after_seconds)}
             )
         except ItemError as error:
             return error_response(500, f"input: {error.message}", param="input")
@@ -402,9 +396,11 @@ def create_app(config: ServerConfig) -> FastAPI:
     async def admin_update(settings: AdminSettings) -> dict[str, Any]:
         server.scheduler.configure(max_num_seqs=settings.max_num_seqs)
         server.embeddings.configure(
-            max_batch_size=settings.max_batch_size,
-            max_wait_ms=settings.max_wait_ms,
-            latency_budget_ms=settings.latency_budget_ms,
+            server.embeddings.settings.with_ms(
+                max_batch_size=settings.max_batch_size,
+                max_wait_ms=settings.max_wait_ms,
+                latency_budget_ms=settings.latency_budget_ms,
+            )
         )
         log.info("admin: %s", settings.model_dump(exclude_none=True))
         return server.admin_view()

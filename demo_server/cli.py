@@ -13,8 +13,10 @@ import torch
 import uvicorn
 
 from demo_server.app import MAX_NUM_SEQS_LIMIT, ServerConfig, create_app
+from demo_server.batcher_settings import MODES as EMBED_BATCHING_MODES
+from demo_server.batcher_settings import BatcherSettings
 from demo_server.devices import DEVICE_CHOICES
-from demo_server.generation import ATTENTION_CHOICES, BATCHING_MODES
+from demo_server.scheduler import ATTENTION_CHOICES, BATCHING_MODES
 
 DESCRIPTION = """\
 A model server for checking batching signals against the truth. Tiny torch models with
@@ -49,6 +51,13 @@ def _non_negative_float(text: str) -> float:
     value = float(text)
     if value < 0:
         raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {value}")
     return value
 
 
@@ -124,22 +133,24 @@ def build_parser() -> argparse.ArgumentParser:
     embedding = parser.add_argument_group("embeddings (/v1/embeddings)")
     embedding.add_argument(
         "--embed-batching",
-        choices=("fixed", "adaptive"),
-        default=defaults.embed_batching,
+        choices=EMBED_BATCHING_MODES,
+        default=defaults.embedding.mode,
         help="fixed: fire at --max-batch-size or --max-wait-ms; adaptive: largest batch "
         "that fits --latency-budget-ms (default %(default)s)",
     )
     embedding.add_argument(
-        "--max-batch-size", type=_positive_int, default=defaults.max_batch_size,
+        "--max-batch-size", type=_positive_int, default=defaults.embedding.max_batch_size,
         help="default %(default)s",
     )  # fmt: skip
     embedding.add_argument(
-        "--max-wait-ms", type=_non_negative_float, default=defaults.max_wait_ms,
-        help="fixed mode (default %(default)s)",
+        "--max-wait-ms", type=_non_negative_float,
+        default=defaults.embedding.as_ms()["max_wait_ms"],
+        help="fixed mode, milliseconds (default %(default)s)",
     )  # fmt: skip
     embedding.add_argument(
-        "--latency-budget-ms", type=_non_negative_float, default=defaults.latency_budget_ms,
-        help="adaptive mode (default %(default)s)",
+        "--latency-budget-ms", type=_positive_float,
+        default=defaults.embedding.as_ms()["latency_budget_ms"],
+        help="adaptive mode, milliseconds (default %(default)s)",
     )  # fmt: skip
     return parser
 
@@ -163,10 +174,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         kv_cache_tokens=args.kv_cache_tokens,
         max_queue=args.max_queue,
         device=args.device,
-        embed_batching=args.embed_batching,
-        max_batch_size=args.max_batch_size,
-        max_wait_ms=args.max_wait_ms,
-        latency_budget_ms=args.latency_budget_ms,
+        embedding=BatcherSettings(mode=args.embed_batching).with_ms(
+            max_batch_size=args.max_batch_size,
+            max_wait_ms=args.max_wait_ms,
+            latency_budget_ms=args.latency_budget_ms,
+        ),
         request_log=args.request_log,
         model_name=args.model_name,
         seed=args.seed,

@@ -22,7 +22,7 @@ import torch
 log = logging.getLogger(__name__)
 
 Kind = Literal["decode", "encoder"]
-SPIN_S = 0.0005  # the last stretch of a simulated forward is waited out in a yield loop
+SPIN_SECONDS = 0.0005  # the last stretch of a simulated forward is waited out in a yield loop
 DEVICE_CHOICES = ("auto", "cpu", "cuda", "sim:h200")
 
 # Measured on one NVIDIA H200 (torch 2.11, CUDA 13), anchors/h200-batch-cost.json.
@@ -135,15 +135,15 @@ class Device:
         already took longer than the simulated cost.
 
         time.sleep wakes up to a few hundred microseconds late, a fifth of a simulated
-        step, so it sleeps to SPIN_S before the deadline and yields in a loop from there."""
+        step, so it sleeps to SPIN_SECONDS before the deadline and yields in a loop from there."""
         deadline = started_at + cost_ms / 1000
         remaining = deadline - time.perf_counter()
         if remaining <= 0:
             with self._lock:
                 self.overruns[kind] += 1
             return
-        if remaining > SPIN_S:
-            time.sleep(remaining - SPIN_S)
+        if remaining > SPIN_SECONDS:
+            time.sleep(remaining - SPIN_SECONDS)
         while time.perf_counter() < deadline:
             time.sleep(0)  # gives up the GIL, so the server's other threads run meanwhile
 

@@ -36,7 +36,7 @@ FLAG_SETS: tuple[tuple[str, ...], ...] = (
     ("-O3", "-ffast-math", "-march=native", "-fPIC", "-shared"),
     ("-O3", "-ffast-math", "-fPIC", "-shared"),
 )
-BUILD_TIMEOUT_S = 120
+BUILD_TIMEOUT_SECONDS = 120
 MAX_HEAD_DIM = 256  # the kernel's accumulator size
 
 _P = ctypes.c_void_p
@@ -113,7 +113,7 @@ def build(directory: Path | None = None) -> Path:
                 [compiler, *flags, "-o", partial, str(SOURCE), "-lm"],
                 capture_output=True,
                 text=True,
-                timeout=BUILD_TIMEOUT_S,
+                timeout=BUILD_TIMEOUT_SECONDS,
                 check=False,
             )
             if done.returncode == 0:

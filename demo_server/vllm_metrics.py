@@ -22,7 +22,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from demo_server.devices import Device
-from demo_server.generation import CompletionResult, Scheduler
+from demo_server.scheduler import CompletionResult, Scheduler
 
 ENGINE = "0"
 FINISHED_REASONS = ("stop", "length", "abort", "error", "repetition")

@@ -10,7 +10,8 @@ import sys
 
 from aiohttp import web
 
-from exporter.config import ConfigError, Settings, add_arguments, settings_from_args
+from exporter.config import ConfigError, Settings
+from exporter.flags import add_arguments, settings_from_args
 from exporter.runtime import Exporter
 from exporter.server import create_app
 

@@ -13,7 +13,8 @@ import dataclasses
 import json
 import math
 from collections.abc import Callable, Iterable, Iterator
-from itertools import chain, islice
+from itertools import chain, islice, repeat
+from operator import attrgetter
 from typing import TextIO, TypeVar
 
 # Looked for in this order when no field is named; a dotted name reaches into an object.
@@ -30,6 +31,8 @@ BENCH_FIELD = "output_lens"
 EXAMPLES_SHOWN = 5
 # Lines read at a time: bounded memory, and whole chunks parse at C speed.
 CHUNK_LINES = 65536
+# CSV rows are lists: holding fewer at once keeps allocation and garbage collection cheap.
+CHUNK_ROWS = 2048
 
 # Called after each chunk with the number of lines read so far (a CSV row whose quoted
 # field holds line breaks counts once; a JSON document reports once, when parsed).
@@ -115,32 +118,33 @@ def read_lengths(
     if first in ("{", "["):
         report.format = "JSON document"
         yield _json_document(first, stream.read(), line_number, report, field_name, progress)
-    elif first[0] in "{[":
-        report.format = "JSON lines"
-        parse = _json_lines_parser(report, field_name)
-        yield from _in_chunks(chain([line], stream), line_number, parse, report, progress)
+        return
+    if first[0] in "{[":
+        report.format, parse = "JSON lines", _json_lines_parser(report, field_name)
     elif _is_number(first):
-        report.format = "plain numbers"
-        parse = _plain_parser(report)
-        yield from _in_chunks(chain([line], stream), line_number, parse, report, progress)
+        report.format, parse = "plain numbers", _plain_parser(report)
     else:
         yield from _csv(line, stream, line_number, report, field_name, progress)
+        return
+    lines = chain([line], stream)
+    yield from _in_chunks(lines, CHUNK_LINES, line_number, parse, report, progress)
 
 
 def _in_chunks(
     items: Iterable[Item],
+    size: int,
     first_line: int,
     parse: Callable[[list[Item], int], list[int]],
     report: FileReport,
     progress: Progress | None,
 ) -> Iterator[list[int]]:
-    """The one reading loop: CHUNK_LINES items at a time, each parsed, counted and yielded.
+    """The one reading loop: `size` items at a time, each chunk parsed, counted and yielded.
 
     `parse(chunk, line)` gets the chunk and the line number of its first item.
     """
     items = iter(items)
     line = first_line
-    while chunk := list(islice(items, CHUNK_LINES)):
+    while chunk := list(islice(items, size)):
         values = parse(chunk, line)
         line += len(chunk)
         yield _counted(values, line - 1, report, progress)
@@ -201,7 +205,8 @@ def _csv(
         # One word that names no length: a plain file whose first line is bad.
         report.format = "plain numbers"
         lines = chain([header_line], stream)
-        yield from _in_chunks(lines, header_number, _plain_parser(report), report, progress)
+        parse = _plain_parser(report)
+        yield from _in_chunks(lines, CHUNK_LINES, header_number, parse, report, progress)
         return
     if index is None:
         wanted = f"no column {field_name!r}" if field_name else "no output-length column"
@@ -212,18 +217,19 @@ def _csv(
     report.format = "CSV" if delimiter == "," else "TSV"
     report.field = columns[index]
 
-    def parse(rows: list[tuple[int, list[str] | csv.Error]], _: int) -> list[int]:
+    def parse(rows: list[tuple[list[str] | csv.Error, int]], _: int) -> list[int]:
         try:
             # A chunk of clean rows never reaches the row-by-row path below.
-            values = [int(row[index]) for _, row in rows]
+            values = [int(row[index]) for row, _ in rows]
             if min(values) >= 0:
                 return values
         except (ValueError, IndexError, TypeError):
             pass
         values = []
-        for number, row in rows:
+        for row, reader_line in rows:
+            where = f"line {header_number + reader_line}"
             if isinstance(row, csv.Error):
-                report.bad(f"line {number}", f"not CSV ({row})")
+                report.bad(where, f"not CSV ({row})")
                 continue
             if not row or (len(row) == 1 and not row[0].strip()):
                 continue
@@ -232,24 +238,24 @@ def _csv(
                     raise ValueError(f"no {columns[index]!r} column in this row")
                 values.append(parse_length(row[index]))
             except ValueError as error:
-                report.bad(f"line {number}", str(error))
+                report.bad(where, str(error))
         return values
 
-    rows = _numbered_rows(csv.reader(stream, delimiter=delimiter), header_number)
-    yield from _in_chunks(rows, header_number + 1, parse, report, progress)
+    rows = _rows_with_lines(csv.reader(stream, delimiter=delimiter))
+    yield from _in_chunks(rows, CHUNK_ROWS, header_number + 1, parse, report, progress)
 
 
-def _numbered_rows(
-    reader: Iterator[list[str]], header_number: int
-) -> Iterator[tuple[int, list[str] | csv.Error]]:
-    """Each row (or the csv.Error it raised) with the file line it ends on."""
+def _rows_with_lines(reader: Iterator[list[str]]) -> Iterator[tuple[list[str] | csv.Error, int]]:
+    """Each row (or the csv.Error it raised) with the reader's line it ends on."""
+    line_numbers = map(attrgetter("line_num"), repeat(reader))
     while True:
         try:
-            yield from ((header_number + reader.line_num, row) for row in reader)
+            # zip reads the row first, then the line it ended on: no Python code per row.
+            yield from zip(reader, line_numbers, strict=False)
             return
         except csv.Error as error:
             # The reader goes on after a bad row: count it, keep reading.
-            yield header_number + reader.line_num, error
+            yield error, reader.line_num
 
 
 def _column_index(columns: list[str], field_name: str | None) -> int | None:

@@ -16,8 +16,9 @@ from dataclasses import dataclass, field
 import aiohttp
 
 from exporter import api
-from exporter.config import ConfigError, Settings, Target, expand_file_sd, load_file_sd
+from exporter.config import ConfigError, Settings, Target, load_file_sd
 from exporter.engines import UnrecognisedPayload, read_series
+from exporter.file_sd import expand_file_sd
 from exporter.promtext import ParseError
 from exporter.scrape import scrape
 from exporter.signals import SaturationState, SignalSettings
@@ -34,6 +35,7 @@ MAX_CONCURRENT_SCRAPES = 128
 def signal_settings(target: Target, settings: Settings) -> SignalSettings:
     return SignalSettings(
         cap=target.cap,
+        token_cap=target.token_cap,
         budget_seconds=target.budget_seconds,
         quantile=target.quantile,
         histogram=target.histogram,

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import base64
+import os
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import aiohttp
 
-from exporter.config import Target
+from exporter.config import Auth, ConfigError, Target
 
 CHUNK = 64 * 1024
 
@@ -20,6 +23,40 @@ class ScrapeResult:
     text: str | None
     error: str | None
     seconds: float
+
+
+def authorization_header(auth: Auth) -> str:
+    """The Authorization header value, reading the environment or file now.
+
+    Raises ConfigError naming the variable or file (never the secret) when it is
+    unset, empty or unreadable. Reading at every scrape picks up rotated secrets.
+    """
+    if auth.type == "bearer":
+        return "Bearer " + _read_secret("token", auth.token_env, auth.token_file)
+    password = _read_secret("password", auth.password_env, auth.password_file)
+    pair = f"{auth.username}:{password}".encode()
+    return "Basic " + base64.b64encode(pair).decode("ascii")
+
+
+def _read_secret(kind: str, env: str | None, path: str | None) -> str:
+    if env is not None:
+        value = os.environ.get(env, "").strip()
+        if not value:
+            raise ConfigError(f"auth: environment variable {env} (the {kind}) is not set or empty")
+        where = f"environment variable {env}"
+    else:
+        try:
+            value = Path(str(path)).read_text(encoding="utf-8").strip()
+        except (OSError, UnicodeDecodeError) as err:
+            reason = err.strerror if isinstance(err, OSError) else "not UTF-8 text"
+            raise ConfigError(f"auth: cannot read {kind} file {path}: {reason}") from None
+        if not value:
+            raise ConfigError(f"auth: {kind} file {path} is empty")
+        where = f"{kind} file {path}"
+    if "\n" in value or "\r" in value:
+        # A line break would split the HTTP header; say so without showing the value.
+        raise ConfigError(f"auth: the {kind} in {where} contains a line break")
+    return value
 
 
 async def _read_capped(response: aiohttp.ClientResponse, max_bytes: int) -> bytes | None:
@@ -48,7 +85,7 @@ async def scrape(
     headers = {"Accept": "text/plain;version=0.0.4;q=1,*/*;q=0.1"}
     if target.auth is not None:
         try:
-            headers["Authorization"] = target.auth.header()
+            headers["Authorization"] = authorization_header(target.auth)
         except (OSError, ValueError) as err:
             return failed(f"credentials unavailable: {err}")
     try:

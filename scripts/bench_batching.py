@@ -34,17 +34,10 @@ from pathlib import Path
 
 import torch
 
+from demo_server.decoder import KVCache, PrefillBatch, TinyDecoder, encode_prompt
 from demo_server.devices import Device, select_device
-from demo_server.generation import (
-    CompletionResult,
-    KVCache,
-    PrefillBatch,
-    Scheduler,
-    SchedulerConfig,
-    TinyDecoder,
-    encode_prompt,
-)
 from demo_server.ragged import try_load
+from demo_server.scheduler import CompletionResult, Scheduler, SchedulerConfig
 from exporter.static_util import exact_static_utilization
 
 TARGET = 0.9  # measured gain must reach this share of the predicted gain
@@ -126,14 +119,14 @@ class Run:
 
 
 MODES = ("static", "continuous")
-SLICE_S = 0.05  # each turn of the side-by-side run steps one mode for this long
+SLICE_SECONDS = 0.05  # each turn of the side-by-side run steps one mode for this long
 
 
 def run_side_by_side(
     device: Device, lengths: list[int], slots: int, seed: int, prompt: list[int]
 ) -> dict[str, Run]:
     """Both modes on the same requests (every one submitted at t=0 with ignore_eos, so each
-    makes exactly its length), stepped in turns on this thread: each turn of SLICE_S goes
+    makes exactly its length), stepped in turns on this thread: each turn of SLICE_SECONDS goes
     to the mode least far through its tokens, so both progress together and whatever else
     the machine does at a moment slows both alike. A mode's time is the sum of its turns."""
     schedulers: dict[str, Scheduler] = {}
@@ -167,7 +160,7 @@ def run_side_by_side(
         # A slice of steps, not one: a switch evicts the other mode's model and cache from
         # the CPU's caches, and one-step turns would charge that to the mode stepped less.
         while (stepped := schedulers[mode].step_here()) and (
-            time.perf_counter() - started < SLICE_S
+            time.perf_counter() - started < SLICE_SECONDS
         ):
             pass
         seconds[mode] += time.perf_counter() - started
@@ -357,7 +350,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{sum(lengths):,} tokens, mean {sum(lengths) / len(lengths):.1f}, max {max(lengths)}. "
         f"All submitted at t=0 with `ignore_eos`, prompt of {len(prompt)} tokens; decode "
         f"attention {attention}. Both modes run in-process (no HTTP), side by side: one "
-        f"thread steps one mode for {SLICE_S * 1000:.0f} ms, then whichever is least far "
+        f"thread steps one mode for {SLICE_SECONDS * 1000:.0f} ms, then whichever is least far "
         "through its tokens, so a busy moment on this shared machine slows both alike; a "
         "mode's time is the sum of its own steps. "
         f"{args.repeat} side-by-side run(s); each mode's fastest counts.",

@@ -9,17 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from exporter.config import (
-    Auth,
-    ConfigError,
-    Settings,
-    Target,
-    add_arguments,
-    expand_file_sd,
-    load_config,
-    load_file_sd,
-    settings_from_args,
-)
+from exporter.config import Auth, ConfigError, Settings, Target, load_config, load_file_sd
+from exporter.file_sd import expand_file_sd
+from exporter.flags import add_arguments, settings_from_args
+from exporter.scrape import authorization_header
 
 SECRET = "s3cr3t-t0ken-value"
 
@@ -107,7 +100,7 @@ def test_flags_default_to_none_so_not_given_is_visible():
     parser = argparse.ArgumentParser()
     add_arguments(parser)
     args = vars(parser.parse_args([]))
-    assert len(args) == 16
+    assert len(args) == 17
     assert set(args.values()) == {None}
 
 
@@ -421,9 +414,9 @@ def test_bearer_token_from_environment(tmp_path, monkeypatch):
     target = load_config(path).targets[0]
     assert target.auth == Auth(type="bearer", token_env="VLLM_TOKEN")
     monkeypatch.setenv("VLLM_TOKEN", SECRET)
-    assert target.auth.header() == f"Bearer {SECRET}"
+    assert authorization_header(target.auth) == f"Bearer {SECRET}"
     monkeypatch.setenv("VLLM_TOKEN", "rotated")
-    assert target.auth.header() == "Bearer rotated"
+    assert authorization_header(target.auth) == "Bearer rotated"
 
 
 def test_bearer_token_file_is_relative_to_the_config_and_stripped(tmp_path):
@@ -433,7 +426,7 @@ def test_bearer_token_file_is_relative_to_the_config_and_stripped(tmp_path):
     )
     auth = load_config(path).targets[0].auth
     assert auth == Auth(type="bearer", token_file=str(tmp_path / "secrets/token"))
-    assert auth.header() == f"Bearer {SECRET}"
+    assert authorization_header(auth) == f"Bearer {SECRET}"
 
 
 def test_basic_auth_from_environment_and_file(tmp_path, monkeypatch):
@@ -449,8 +442,8 @@ def test_basic_auth_from_environment_and_file(tmp_path, monkeypatch):
     a, b = load_config(path).targets
     monkeypatch.setenv("PW", SECRET)
     expected = "Basic " + base64.b64encode(f"scraper:{SECRET}".encode()).decode()
-    assert a.auth.header() == expected
-    assert b.auth.header() == expected
+    assert authorization_header(a.auth) == expected
+    assert authorization_header(b.auth) == expected
 
 
 A = T + "    auth:\n"
@@ -500,32 +493,32 @@ def test_auth_errors(tmp_path, text, where_what):
 def test_missing_environment_variable_is_named(monkeypatch):
     monkeypatch.delenv("NO_SUCH_TOKEN", raising=False)
     with pytest.raises(ConfigError) as caught:
-        Auth(type="bearer", token_env="NO_SUCH_TOKEN").header()
+        authorization_header(Auth(type="bearer", token_env="NO_SUCH_TOKEN"))
     assert str(caught.value) == (
         "auth: environment variable NO_SUCH_TOKEN (the token) is not set or empty"
     )
     monkeypatch.setenv("NO_SUCH_TOKEN", "  ")
     with pytest.raises(ConfigError, match="NO_SUCH_TOKEN"):
-        Auth(type="bearer", token_env="NO_SUCH_TOKEN").header()
+        authorization_header(Auth(type="bearer", token_env="NO_SUCH_TOKEN"))
 
 
 def test_unreadable_and_empty_secret_files_are_named(tmp_path):
     missing = tmp_path / "missing"
     with pytest.raises(ConfigError) as caught:
-        Auth(type="basic", username="u", password_file=str(missing)).header()
+        authorization_header(Auth(type="basic", username="u", password_file=str(missing)))
     assert str(caught.value) == (
         f"auth: cannot read password file {missing}: No such file or directory"
     )
     empty = write(tmp_path, "empty", "\n")
     with pytest.raises(ConfigError) as caught:
-        Auth(type="bearer", token_file=str(empty)).header()
+        authorization_header(Auth(type="bearer", token_file=str(empty)))
     assert str(caught.value) == f"auth: token file {empty} is empty"
 
 
 def test_a_secret_with_a_line_break_is_refused_without_showing_it(tmp_path, monkeypatch):
     monkeypatch.setenv("TWO_LINES", f"{SECRET}\nX-Injected: 1")
     with pytest.raises(ConfigError) as caught:
-        Auth(type="bearer", token_env="TWO_LINES").header()
+        authorization_header(Auth(type="bearer", token_env="TWO_LINES"))
     assert str(caught.value) == (
         "auth: the token in environment variable TWO_LINES contains a line break"
     )
@@ -544,7 +537,10 @@ def test_credentials_never_reach_repr_or_str(tmp_path, monkeypatch):
     monkeypatch.setenv("PW", SECRET)
     settings = load_config(path)
     basic = base64.b64encode(f"u:{SECRET}".encode()).decode()
-    assert [t.auth.header() for t in settings.targets] == [f"Bearer {SECRET}", f"Basic {basic}"]
+    assert [authorization_header(t.auth) for t in settings.targets] == [
+        f"Bearer {SECRET}",
+        f"Basic {basic}",
+    ]
     shown = [repr(settings), str(settings), *(repr(t) for t in settings.targets)]
     shown += [str(t.auth) for t in settings.targets]
     assert [text for text in shown if SECRET in text or basic in text] == []

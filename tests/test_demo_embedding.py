@@ -13,7 +13,7 @@ import random
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import pytest
 import torch
@@ -21,22 +21,20 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from demo_server import loadgen
-from demo_server.devices import select_device
-from demo_server.embedding import (
+from demo_server.batcher import (
     BUDGET_HEADROOM,
-    FAIL_MARKER,
     ArrivalRate,
     Batcher,
     CostCurve,
-    EmbeddingService,
-    Encoder,
     ItemError,
-    QueueFull,
-    ServiceStopping,
     adaptive_decision,
     fixed_decision,
     run_isolating_failures,
 )
+from demo_server.batcher_settings import BatcherSettings
+from demo_server.devices import select_device
+from demo_server.embedding import FAIL_MARKER, EmbeddingService, Encoder
+from demo_server.queueing import QueueFull, QueueStopping
 from exporter.instrumentation import BatcherMetrics
 
 pytestmark = pytest.mark.timeout(60)
@@ -67,24 +65,21 @@ def triggers(registry: CollectorRegistry) -> dict[str, float]:
     }
 
 
+BATCHER_SETTINGS = BatcherSettings(max_batch_size=8)
+
+
 def make_batcher(
     run: Callable[[list[str]], list[list[float]]],
     registry: CollectorRegistry,
+    settings: BatcherSettings = BATCHER_SETTINGS,
     *,
-    mode: str = "fixed",
-    max_batch_size: int = 8,
-    max_wait_ms: float = 5.0,
-    latency_budget_ms: float = 50.0,
     max_queue: int = 1000,
     cost_prior: dict[int, float] | None = None,
 ) -> Batcher:
-    metrics = BatcherMetrics(NAME, max_batch_size=max_batch_size, registry=registry)
+    metrics = BatcherMetrics(NAME, max_batch_size=settings.max_batch_size, registry=registry)
     return Batcher(
         run,
-        mode=mode,
-        max_batch_size=max_batch_size,
-        max_wait_ms=max_wait_ms,
-        latency_budget_ms=latency_budget_ms,
+        settings=settings,
         max_queue=max_queue,
         metrics=metrics,
         cost_prior=cost_prior,
@@ -175,7 +170,7 @@ def test_fixed_decision_fires_full_at_max_size_and_timeout_at_max_wait() -> None
     assert fixed_decision(3, 0.005, 8, 0.005).trigger == "timeout"
     waiting = fixed_decision(3, 0.002, 8, 0.005)
     assert not waiting.fire
-    assert waiting.wait_s == pytest.approx(0.003)
+    assert waiting.wait_seconds == pytest.approx(0.003)
     assert waiting.target_size == 8
 
 
@@ -193,7 +188,7 @@ def test_adaptive_decision_waits_for_the_largest_batch_that_fits_the_budget() ->
     decision = adaptive_decision(1, 0.0, 2000.0, flat_2ms, 0.050, 128)
     assert not decision.fire
     assert decision.target_size == 87
-    assert decision.wait_s == pytest.approx(86 / 2000)
+    assert decision.wait_seconds == pytest.approx(86 / 2000)
     assert (decision.target_size - 1) / 2000 + 0.002 <= usable
     # A cost that grows with size (a CPU): (k-1)/1000 + 1 ms + 0.5 ms*k <= 45 ms -> k = 30.
     assert adaptive_decision(1, 0.0, 1000.0, linear, 0.050, 128).target_size == 30
@@ -208,7 +203,7 @@ def test_adaptive_decision_waits_for_the_largest_batch_that_fits_the_budget() ->
 
 
 def test_arrival_rate_settles_on_a_steady_rate_and_decays_when_traffic_stops() -> None:
-    rate = ArrivalRate(window_s=1.0)
+    rate = ArrivalRate(window_seconds=1.0)
     assert rate.rate(0.0) == 0.0
     for i in range(500):  # 100 items/s for 5 s
         rate.record(i / 100.0)
@@ -254,7 +249,9 @@ def test_fixed_batcher_fires_full_at_max_batch_size() -> None:
     async def scenario() -> None:
         registry = CollectorRegistry()
         model = FakeModel()
-        batcher = make_batcher(model, registry, max_batch_size=4, max_wait_ms=10_000)
+        batcher = make_batcher(
+            model, registry, BatcherSettings(max_batch_size=4, max_wait_seconds=10.0)
+        )
         await batcher.start()
         started = time.perf_counter()
         results = await asyncio.gather(*(batcher.submit([f"t{i}"]) for i in range(4)))
@@ -272,7 +269,9 @@ def test_fixed_batcher_fires_full_at_max_batch_size() -> None:
 def test_fixed_batcher_fires_on_timeout_after_max_wait() -> None:
     async def scenario() -> None:
         registry = CollectorRegistry()
-        batcher = make_batcher(FakeModel(), registry, max_batch_size=8, max_wait_ms=50)
+        batcher = make_batcher(
+            FakeModel(), registry, BatcherSettings(max_batch_size=8, max_wait_seconds=0.050)
+        )
         await batcher.start()
         await batcher.submit(["alone"])
         await batcher.stop()
@@ -291,9 +290,7 @@ def test_adaptive_batcher_fires_at_once_under_light_traffic() -> None:
         batcher = make_batcher(
             model,
             registry,
-            mode="adaptive",
-            max_batch_size=64,
-            latency_budget_ms=50,
+            BatcherSettings(mode="adaptive", max_batch_size=64, latency_budget_seconds=0.050),
             cost_prior={1: 0.002},
         )
         await batcher.start()
@@ -327,9 +324,7 @@ def test_adaptive_batcher_grows_batches_under_heavy_traffic_within_the_budget() 
         batcher = make_batcher(
             model,
             registry,
-            mode="adaptive",
-            max_batch_size=64,
-            latency_budget_ms=budget_s * 1000,
+            BatcherSettings(mode="adaptive", max_batch_size=64, latency_budget_seconds=budget_s),
             cost_prior={1: gpu_like(1), 64: gpu_like(64)},
         )
         await batcher.start()
@@ -358,7 +353,9 @@ def test_queue_full_rejects_and_counts_without_queueing() -> None:
     async def scenario() -> None:
         registry = CollectorRegistry()
         model = GatedModel()
-        batcher = make_batcher(model, registry, max_batch_size=1, max_wait_ms=0, max_queue=4)
+        batcher = make_batcher(
+            model, registry, BatcherSettings(max_batch_size=1, max_wait_seconds=0), max_queue=4
+        )
         await batcher.start()
         running = asyncio.create_task(batcher.submit(["first"]))
         await until(lambda: len(model.batches) == 1)
@@ -366,7 +363,7 @@ def test_queue_full_rejects_and_counts_without_queueing() -> None:
         await until(lambda: batcher.snapshot()["queue_depth"] == 4)
         with pytest.raises(QueueFull) as raised:
             await batcher.submit(["one", "too many"])
-        assert raised.value.retry_after_s >= 1
+        assert raised.value.retry_after_seconds >= 1
         assert sample(registry, "batchscope_batcher_queue_depth") == 4
         assert outcomes(registry)["rejected"] == 2
         model.gate.set()
@@ -381,7 +378,9 @@ def test_a_cancelled_caller_leaves_the_queue_and_its_slot_goes_to_the_next_item(
     async def scenario() -> None:
         registry = CollectorRegistry()
         model = GatedModel()
-        batcher = make_batcher(model, registry, max_batch_size=2, max_wait_ms=0)
+        batcher = make_batcher(
+            model, registry, BatcherSettings(max_batch_size=2, max_wait_seconds=0)
+        )
         await batcher.start()
         first = asyncio.create_task(batcher.submit(["A"]))
         await until(lambda: len(model.batches) == 1)
@@ -404,7 +403,9 @@ def test_a_caller_cancelled_while_its_batch_runs_counts_cancelled_not_ok() -> No
     async def scenario() -> None:
         registry = CollectorRegistry()
         model = GatedModel()
-        batcher = make_batcher(model, registry, max_batch_size=2, max_wait_ms=0)
+        batcher = make_batcher(
+            model, registry, BatcherSettings(max_batch_size=2, max_wait_seconds=0)
+        )
         await batcher.start()
         gone = asyncio.create_task(batcher.submit(["A"]))
         await until(lambda: len(model.batches) == 1)
@@ -420,13 +421,15 @@ def test_configure_changes_the_next_batch_without_a_restart() -> None:
     async def scenario() -> None:
         registry = CollectorRegistry()
         model = GatedModel()
-        batcher = make_batcher(model, registry, max_batch_size=8, max_wait_ms=0)
+        batcher = make_batcher(
+            model, registry, BatcherSettings(max_batch_size=8, max_wait_seconds=0)
+        )
         await batcher.start()
         first = asyncio.create_task(batcher.submit(["A"]))
         await until(lambda: len(model.batches) == 1)
         rest = [asyncio.create_task(batcher.submit([f"r{i}"])) for i in range(6)]
         await until(lambda: batcher.snapshot()["queue_depth"] == 6)
-        batcher.configure(max_batch_size=3, max_wait_ms=20)
+        batcher.configure(replace(batcher.settings, max_batch_size=3, max_wait_seconds=0.020))
         model.gate.set()
         await asyncio.gather(first, *rest)
         await batcher.stop()
@@ -435,24 +438,46 @@ def test_configure_changes_the_next_batch_without_a_restart() -> None:
         assert sample(registry, "batchscope_batcher_max_wait_seconds") == 0.020
         assert batcher.snapshot()["config"]["max_batch_size"] == 3
         with pytest.raises(ValueError, match="max_batch_size"):
-            batcher.configure(max_batch_size=0)
-        with pytest.raises(ValueError, match="latency_budget_ms"):
-            batcher.configure(latency_budget_ms=0)
+            batcher.configure(replace(batcher.settings, max_batch_size=0))
+        with pytest.raises(ValueError, match="latency_budget_seconds"):
+            batcher.configure(replace(batcher.settings, latency_budget_seconds=0))
 
     asyncio.run(scenario())
+
+
+def test_settings_typed_in_milliseconds_show_as_typed_and_run_in_seconds() -> None:
+    settings = BatcherSettings(mode="adaptive").with_ms(max_wait_ms=63.7, latency_budget_ms=70)
+    assert (settings.max_wait_seconds, settings.latency_budget_seconds) == (0.0637, 0.070)
+    assert settings.as_ms() == {"max_batch_size": 32, "max_wait_ms": 63.7, "latency_budget_ms": 70}
+    assert settings.with_ms() == settings  # nothing given, nothing changed
+    with pytest.raises(ValueError, match="max_wait_seconds must be at least 0"):
+        settings.with_ms(max_wait_ms=-1)
+    with pytest.raises(ValueError, match="mode must be one of"):
+        BatcherSettings(mode="greedy")
+
+
+def test_mode_changes_only_with_a_restart() -> None:
+    registry = CollectorRegistry()
+    batcher = make_batcher(FakeModel(), registry, BatcherSettings(max_batch_size=8))
+    with pytest.raises(ValueError, match="mode is 'fixed' until a restart"):
+        batcher.configure(replace(batcher.settings, mode="adaptive"))
+    assert batcher.settings.mode == "fixed"
+    assert batcher.snapshot()["mode"] == "fixed"
 
 
 def test_stop_with_drain_finishes_queued_items_and_then_refuses_new_ones() -> None:
     async def scenario() -> None:
         registry = CollectorRegistry()
         model = GatedModel()
-        batcher = make_batcher(model, registry, max_batch_size=2, max_wait_ms=0)
+        batcher = make_batcher(
+            model, registry, BatcherSettings(max_batch_size=2, max_wait_seconds=0)
+        )
         await batcher.start()
         callers = [asyncio.create_task(batcher.submit([f"d{i}"])) for i in range(5)]
         await until(lambda: len(model.batches) == 1)
         stopping = asyncio.create_task(batcher.stop(drain=True))
         await asyncio.sleep(0.01)
-        with pytest.raises(ServiceStopping):
+        with pytest.raises(QueueStopping):
             await batcher.submit(["late"])
         model.gate.set()
         await stopping
@@ -466,7 +491,9 @@ def test_stop_without_drain_rejects_queued_items() -> None:
     async def scenario() -> None:
         registry = CollectorRegistry()
         model = GatedModel()
-        batcher = make_batcher(model, registry, max_batch_size=1, max_wait_ms=0)
+        batcher = make_batcher(
+            model, registry, BatcherSettings(max_batch_size=1, max_wait_seconds=0)
+        )
         await batcher.start()
         callers = [asyncio.create_task(batcher.submit([f"d{i}"])) for i in range(3)]
         await until(lambda: len(model.batches) == 1)
@@ -476,7 +503,7 @@ def test_stop_without_drain_rejects_queued_items() -> None:
         await stopping
         answers = await asyncio.gather(*callers, return_exceptions=True)
         assert answers[0] == [[2.0]]
-        assert all(isinstance(a, ServiceStopping) for a in answers[1:])
+        assert all(isinstance(a, QueueStopping) for a in answers[1:])
         assert outcomes(registry) == {"ok": 1, "error": 0, "rejected": 2, "cancelled": 0}
 
     asyncio.run(scenario())
@@ -485,19 +512,19 @@ def test_stop_without_drain_rejects_queued_items() -> None:
 # --- the service with the real encoder -------------------------------------------------
 
 
+SERVICE_SETTINGS = BatcherSettings(
+    max_batch_size=8, max_wait_seconds=10.0, latency_budget_seconds=0.200
+)
+
+
 def make_service(
     registry: CollectorRegistry,
+    settings: BatcherSettings = SERVICE_SETTINGS,
     *,
-    mode: str = "fixed",
-    max_batch_size: int = 8,
-    max_wait_ms: float = 10_000,
     device: str = "cpu",
 ) -> EmbeddingService:
     return EmbeddingService(
-        mode=mode,
-        max_batch_size=max_batch_size,
-        max_wait_ms=max_wait_ms,
-        latency_budget_ms=200,
+        settings=settings,
         device=select_device(device),
         registry=registry,
         max_queue=256,
@@ -528,7 +555,9 @@ def test_real_encoder_gives_seeded_unit_vectors_independent_of_batching(
 ) -> None:
     async def scenario() -> dict[str, object]:
         registry = CollectorRegistry()
-        service = make_service(registry, mode="adaptive", max_batch_size=32)
+        service = make_service(
+            registry, replace(SERVICE_SETTINGS, mode="adaptive", max_batch_size=32)
+        )
         await service.start()
         alone = await service.embed(["hello batching"])
         many = await asyncio.gather(*(service.embed([f"request {i}"]) for i in range(64)))
@@ -552,7 +581,9 @@ def test_real_encoder_gives_seeded_unit_vectors_independent_of_batching(
 def test_simulated_h200_paces_each_batch_to_the_measured_curve(one_torch_thread: None) -> None:
     async def scenario() -> dict[str, object]:
         registry = CollectorRegistry()
-        service = make_service(registry, max_wait_ms=0, device="sim:h200")
+        service = make_service(
+            registry, replace(SERVICE_SETTINGS, max_wait_seconds=0), device="sim:h200"
+        )
         await service.start()
         await service.embed(["one"])
         snapshot = service.snapshot()

@@ -15,27 +15,22 @@ from pathlib import Path
 import pytest
 import torch
 
+from demo_server.decoder import BOS, EOS, KVCache, PrefillBatch, TinyDecoder, encode_prompt
 from demo_server.devices import (
     H200_DECODE_GRAPH_MS,
     h200_prefill_ms_per_token,
     interpolate_ms,
     select_device,
 )
-from demo_server.generation import (
-    BOS,
-    EOS,
+from demo_server.queueing import QueueFull
+from demo_server.ragged import try_load
+from demo_server.scheduler import (
     CompletionResult,
     InvalidRequest,
-    KVCache,
-    PrefillBatch,
-    QueueFull,
     RequestLog,
     Scheduler,
     SchedulerConfig,
-    TinyDecoder,
-    encode_prompt,
 )
-from demo_server.ragged import try_load
 from exporter import static_util_cli
 from exporter.static_util import exact_static_utilization, static_utilization
 
@@ -81,6 +76,21 @@ def test_static_groups_consecutive_requests_like_the_exact_formula() -> None:
     assert stats.slot_steps == exact.total_slot_steps
     assert stats.slot_utilization == exact.static_utilization
     assert stats.idle_slot_steps_while_waiting > 0  # finished requests held slots others wanted
+
+
+def test_stats_is_a_snapshot_that_later_steps_leave_alone() -> None:
+    scheduler = make_scheduler(batching="continuous", max_num_seqs=2)
+    first = scheduler.submit(PROMPT, 3, ignore_eos=True)
+    assert scheduler.step_here() and scheduler.step_here()
+    before = scheduler.stats()
+    assert (before.steps, before.generation_tokens, before.running, before.waiting) == (2, 2, 1, 0)
+    scheduler.submit(PROMPT, 2, ignore_eos=True)
+    while scheduler.step_here():
+        pass
+    assert first.future.result(timeout=1).output_tokens == 3
+    after = scheduler.stats()
+    assert (after.steps, after.generation_tokens, after.finished) == (4, 5, 2)
+    assert (before.steps, before.generation_tokens, before.finished) == (2, 2, 0)
 
 
 def test_continuous_keeps_every_slot_busy_while_requests_wait() -> None:
@@ -160,7 +170,7 @@ def test_full_queue_rejects_with_retry_after_and_holds_nothing_more() -> None:
         scheduler.submit(PROMPT, 4)
     with pytest.raises(QueueFull) as error:
         scheduler.submit(PROMPT, 4)
-    assert error.value.retry_after_s >= 1
+    assert error.value.retry_after_seconds >= 1
     assert scheduler.stats().waiting == 3
     scheduler.stop(drain=False)
 

@@ -22,6 +22,7 @@ import uvicorn
 from prometheus_client.parser import text_string_to_metric_families
 
 from demo_server.app import ServerConfig, create_app
+from demo_server.batcher_settings import BatcherSettings
 from exporter.static_util import static_utilization
 from tests.conftest import fixture_text
 
@@ -83,7 +84,7 @@ def server(tmp_dir: Path) -> Iterator[str]:
         max_num_seqs=2,
         max_queue=4,
         device="cpu",
-        max_batch_size=4,
+        embedding=BatcherSettings(max_batch_size=4),
         request_log=str(tmp_dir / "continuous.jsonl"),
     )
     with serve(config) as url:

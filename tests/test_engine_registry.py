@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import argparse
+import re
+from pathlib import Path
 from types import ModuleType
 
 import pytest
 
 from exporter import engines
-from exporter.config import ConfigError, add_arguments, load_config, settings_from_args
+from exporter.config import ConfigError, load_config
 from exporter.engines import detect, engine_choices, latency_kinds, read_series
+from exporter.flags import add_arguments, settings_from_args
 from exporter.samples import SamplesByName, histograms_by_key, values_by_key
 from exporter.snapshot import SeriesSnapshot
 from tests.conftest import fixture_text
@@ -36,6 +39,7 @@ def example_adapter() -> ModuleType:
     adapter = ModuleType("example")
     adapter.NAME = "example"
     adapter.MARKER = "example:"
+    adapter.KEY_LABELS = ()
     adapter.LATENCY_FAMILIES = {"tpot": "example:time_per_output_token_seconds"}
     adapter.FAMILIES = (
         "example:requests_running",
@@ -163,3 +167,14 @@ def test_every_adapter_fills_only_the_latency_kinds_it_declares() -> None:
     }
     for name, kinds in filled.items():
         assert kinds <= set(engines.ADAPTERS[name].LATENCY_FAMILIES), name
+
+
+def test_the_configuration_doc_lists_every_engine_and_latency_kind() -> None:
+    doc = (Path(__file__).parent.parent / "docs" / "configuration.md").read_text()
+    rows = {
+        line.split("|")[1].strip(): line for line in doc.splitlines() if line.startswith("| `--")
+    }
+    engine_row = rows["`--engine`"].split("|")[3]
+    assert tuple(dict.fromkeys(re.findall(r"`(\w+)`", engine_row))) == engine_choices()
+    histogram_row = rows["`--histogram`"].split("|")[3]
+    assert tuple(re.findall(r"`(\w+)`", histogram_row)) == latency_kinds()

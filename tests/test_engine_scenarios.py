@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from exporter.config import Settings, Target
+from exporter.config import Settings, Target, load_config
 from exporter.engines import detect, read_series
 from exporter.runtime import Exporter, snapshot_from_payload
 from exporter.signals import SignalSettings
@@ -161,15 +161,15 @@ def test_llamacpp_slots_full_with_cap_from_parallel() -> None:
     )
 
 
-def test_tgi_token_cap_not_request_cap_is_named_in_the_diagnosis() -> None:
-    target = Target("tgi", "http://127.0.0.1:8080/metrics", budget_seconds=4.0)
-    snaps = [
-        snapshot_from_payload(target, 1000.0 + i * STEP, fixture_text(f), None, 0.01)
-        for i, f in enumerate(PAIRS["tgi"])
-    ]
-    settings = SignalSettings(token_cap=16000, budget_seconds=4.0)
-    signals, _ = evaluate_target("tgi", target.url, snaps, settings, {}, 1030.0)
-    s = only(signals)
+def test_tgi_token_cap_not_request_cap_is_named_in_the_diagnosis(tmp_path) -> None:
+    config = tmp_path / "fleet.yaml"
+    config.write_text(
+        "targets:\n  - name: tgi\n    url: http://127.0.0.1:8080/metrics\n"
+        "    engine: auto\n    token_cap: 16000\n    budget_seconds: 4.0\n"
+    )
+    (target,) = load_config(config).targets
+    assert target.token_cap == 16000.0
+    s = only(scenario(target, *PAIRS["tgi"]))
     assert (s.running, s.waiting, s.cap, s.running_vs_cap) == (5.0, 9.0, None, None)
     assert (s.batch_tokens, s.token_cap) == (15500.0, 16000.0)
     assert s.tokens_vs_cap == 15500 / 16000
@@ -229,3 +229,15 @@ def test_a_mean_latency_is_exported_with_quantile_mean() -> None:
         'target="trt",version="1"} 2.4' in text
     )
     assert 'batchscope_batch_cap{model="tensorrt_llm",target="trt",version="1"} 64.0' in text
+
+
+def test_the_token_cap_flag() -> None:
+    import argparse
+
+    from exporter.flags import add_arguments, settings_from_args
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    args = parser.parse_args(["--target", "http://127.0.0.1:8080", "--token-cap", "16000"])
+    (target,) = settings_from_args(args).targets
+    assert (target.token_cap, target.cap) == (16000.0, None)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import io
 import json
 
@@ -14,6 +15,7 @@ from exporter.length_log import FileReport, InputError, parse_length, read_lengt
 @pytest.fixture
 def chunks_of_four(monkeypatch) -> None:
     monkeypatch.setattr(length_log, "CHUNK_LINES", 4)
+    monkeypatch.setattr(length_log, "CHUNK_ROWS", 4)
 
 
 def read(text: str, field_name: str | None = None) -> tuple[list[list[int]], list[int], FileReport]:
@@ -90,3 +92,21 @@ def test_parse_length_accepts_integral_numbers_and_refuses_the_rest() -> None:
         with pytest.raises(ValueError) as caught:
             parse_length(value)
         assert str(caught.value) == reason
+
+
+def test_a_csv_row_over_lines_keeps_the_file_line_numbers() -> None:
+    chunks, calls, report = read('id,prompt,output_len\n1,"a\nb",5\n2,c,x\n3,d,9\n')
+    assert chunks == [[5, 9]]
+    assert report.examples == ["line 4: 'x' is not a number"]
+    assert calls == [4]  # three rows after the header: the quoted line break counts once
+
+
+def test_a_row_the_csv_reader_refuses_is_counted_and_reading_goes_on() -> None:
+    limit = csv.field_size_limit()
+    csv.field_size_limit(10)
+    try:
+        chunks, _, report = read("id,output_len\n1,5\n" + "x" * 20 + ",6\n3,7\n")
+    finally:
+        csv.field_size_limit(limit)
+    assert chunks == [[5, 7]]
+    assert report.examples == ["line 3: not CSV (field larger than field limit (10))"]

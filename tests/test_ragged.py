@@ -9,9 +9,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from demo_server import generation, ragged
+from demo_server import ragged
+from demo_server.decoder import TinyDecoder
 from demo_server.devices import select_device
-from demo_server.generation import Scheduler, SchedulerConfig, TinyDecoder
+from demo_server.scheduler import Scheduler, SchedulerConfig
 
 
 @pytest.fixture(scope="module")
@@ -112,7 +113,7 @@ def test_build_without_a_compiler_says_why(tmp_path: Path, monkeypatch: pytest.M
 def test_scheduler_falls_back_to_padded_attention_and_ragged_on_demand_refuses(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(generation, "try_load", lambda: (None, "no C compiler: 'cc'"))
+    monkeypatch.setattr("demo_server.scheduler.try_load", lambda: (None, "no C compiler: 'cc'"))
     device = select_device("cpu")
     scheduler = Scheduler(TinyDecoder(), device, SchedulerConfig(attention="auto"))
     assert scheduler.attention == "padded" and scheduler.model.ragged is None

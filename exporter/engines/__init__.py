@@ -1,11 +1,12 @@
 """Engine adapters: each maps one engine's metric names onto SeriesSnapshots.
 
 An adapter module defines NAME, MARKER (a name prefix that only this engine emits),
-FAMILIES (what to parse), LATENCY_FAMILIES (latency kind -> the histogram family it
-fills, empty when the engine has none) and `to_series(by_name)` over the parsed samples
-grouped by name. Adding an engine is adding a file and one line in ADAPTERS: the
-configuration's engine and histogram choices, `auto` detection and the documentation
-test all read this registry.
+KEY_LABELS (the labels that tell its series apart), FAMILIES (what to parse),
+LATENCY_FAMILIES (latency kind -> the histogram family it fills, empty when the engine
+has none) and `to_series(by_name)` over the parsed samples grouped by name. Adding an
+engine is adding a file and one line in ADAPTERS: the configuration's engine and
+histogram choices, the reserved labels, `auto` detection and the documentation test
+all read this registry.
 """
 
 from __future__ import annotations
