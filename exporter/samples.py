@@ -74,6 +74,26 @@ def histograms_by_key(
     }
 
 
+def histograms_by_kind(
+    by_name: SamplesByName,
+    families: Mapping[str, str],
+    key_labels: Sequence[str],
+    scale: float = 1.0,
+) -> dict[str, dict[LabelKey, Histogram]]:
+    """Each latency kind's histograms by series key, from an adapter's LATENCY_FAMILIES."""
+    return {
+        kind: histograms_by_key(by_name, family, key_labels, scale)
+        for kind, family in families.items()
+    }
+
+
+def of_key(
+    by_kind: Mapping[str, Mapping[LabelKey, Histogram]], key: LabelKey
+) -> dict[str, Histogram]:
+    """One series' histograms by kind: the kinds it has."""
+    return {kind: hists[key] for kind, hists in by_kind.items() if key in hists}
+
+
 def quantiles_by_key(
     by_name: SamplesByName, family: str, key_labels: Sequence[str], scale: float = 1.0
 ) -> dict[LabelKey, dict[float, float]]:

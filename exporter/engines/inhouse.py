@@ -7,7 +7,14 @@ is read as the mean batch size over the window, against its own max-batch-size g
 from __future__ import annotations
 
 from exporter import instrumentation as names
-from exporter.samples import SamplesByName, histograms_by_key, series_key, values_by_key
+from exporter.samples import (
+    SamplesByName,
+    histograms_by_key,
+    histograms_by_kind,
+    of_key,
+    series_key,
+    values_by_key,
+)
 from exporter.snapshot import LabelKey, SeriesSnapshot
 
 NAME = "inhouse"
@@ -48,10 +55,7 @@ def to_series(by_name: SamplesByName) -> list[SeriesSnapshot]:
     budget = values_by_key(by_name, names.LATENCY_BUDGET, KEY_LABELS)
     ok = values_by_key(by_name, names.REQUESTS + "_total", KEY_LABELS, where={"outcome": "ok"})
     batch_size = histograms_by_key(by_name, names.BATCH_SIZE, KEY_LABELS)
-    latency = {
-        kind: histograms_by_key(by_name, family, KEY_LABELS)
-        for kind, family in LATENCY_FAMILIES.items()
-    }
+    latency = histograms_by_kind(by_name, LATENCY_FAMILIES, KEY_LABELS)
     by_size = _execution_by_size(by_name)
     keys = sorted(set(depth) | set(batch_size))
     return [
@@ -64,7 +68,7 @@ def to_series(by_name: SamplesByName) -> list[SeriesSnapshot]:
             requests_total=ok.get(key),
             items_total=batch_size[key].sum if key in batch_size else None,
             batches_total=batch_size[key].count if key in batch_size else None,
-            latency={kind: h[key] for kind, h in latency.items() if key in h},
+            latency=of_key(latency, key),
             batch_size=batch_size.get(key),
             execution_by_size=by_size.get(key, {}),
         )

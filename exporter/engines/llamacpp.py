@@ -27,18 +27,16 @@ def to_series(by_name: SamplesByName) -> list[SeriesSnapshot]:
     """One server, one series with no identifying labels."""
     running = values_by_key(by_name, RUNNING, KEY_LABELS)
     waiting = values_by_key(by_name, WAITING, KEY_LABELS)
-    key = ()
-    if key not in running and key not in waiting:
-        return []
+    kv = values_by_key(by_name, KV_USAGE, KEY_LABELS)
+    generated = values_by_key(by_name, GENERATED + "_total", KEY_LABELS)
     return [
         SeriesSnapshot(
             key=key,
             engine=NAME,
             running=running.get(key),
             waiting=waiting.get(key),
-            kv_usage=values_by_key(by_name, KV_USAGE, KEY_LABELS).get(key),
-            generation_tokens_total=values_by_key(by_name, GENERATED + "_total", KEY_LABELS).get(
-                key
-            ),
+            kv_usage=kv.get(key),
+            generation_tokens_total=generated.get(key),
         )
+        for key in sorted(set(running) | set(waiting))
     ]

@@ -10,8 +10,14 @@ one deployment add up.
 
 from __future__ import annotations
 
-from exporter.samples import SamplesByName, histograms_by_key, values_by_key
-from exporter.snapshot import SeriesSnapshot
+from exporter.samples import (
+    SamplesByName,
+    histograms_by_key,
+    histograms_by_kind,
+    of_key,
+    values_by_key,
+)
+from exporter.snapshot import LabelKey, SeriesSnapshot
 
 NAME = "rayserve"
 MARKER = "ray_serve_"
@@ -35,12 +41,9 @@ def to_series(by_name: SamplesByName) -> list[SeriesSnapshot]:
     sizes = histograms_by_key(by_name, BATCH_SIZE, KEY_LABELS)
     utilization = histograms_by_key(by_name, UTILIZATION, KEY_LABELS)
     batches = values_by_key(by_name, BATCHES + "_total", KEY_LABELS)
-    latency = {
-        kind: histograms_by_key(by_name, family, KEY_LABELS, MILLISECONDS)
-        for kind, family in LATENCY_FAMILIES.items()
-    }
+    latency = histograms_by_kind(by_name, LATENCY_FAMILIES, KEY_LABELS, MILLISECONDS)
 
-    def cap(key) -> float | None:
+    def cap(key: LabelKey) -> float | None:
         if key not in sizes or key not in utilization or utilization[key].sum <= 0:
             return None
         return round(sizes[key].sum * 100 / utilization[key].sum)
@@ -53,7 +56,7 @@ def to_series(by_name: SamplesByName) -> list[SeriesSnapshot]:
             cap=cap(key),
             items_total=sizes[key].sum if key in sizes else None,
             batches_total=batches.get(key, sizes[key].count if key in sizes else None),
-            latency={kind: h[key] for kind, h in latency.items() if key in h},
+            latency=of_key(latency, key),
             batch_size=sizes.get(key),
         )
         for key in sorted(set(queue) | set(sizes))

@@ -8,7 +8,13 @@ bounded by `--max-batch-total-tokens` (a token budget, always set) and optionall
 
 from __future__ import annotations
 
-from exporter.samples import SamplesByName, histograms_by_key, values_by_key
+from exporter.samples import (
+    SamplesByName,
+    histograms_by_key,
+    histograms_by_kind,
+    of_key,
+    values_by_key,
+)
 from exporter.snapshot import SeriesSnapshot
 
 NAME = "tgi"
@@ -33,10 +39,7 @@ def to_series(by_name: SamplesByName) -> list[SeriesSnapshot]:
     waiting = values_by_key(by_name, WAITING, KEY_LABELS)
     batch_tokens = values_by_key(by_name, BATCH_TOKENS, KEY_LABELS)
     output_tokens = histograms_by_key(by_name, OUTPUT_TOKENS, KEY_LABELS)
-    latency = {
-        kind: histograms_by_key(by_name, family, KEY_LABELS)
-        for kind, family in LATENCY_FAMILIES.items()
-    }
+    latency = histograms_by_kind(by_name, LATENCY_FAMILIES, KEY_LABELS)
     key = ()
     if key not in running and key not in waiting:
         return []
@@ -49,7 +52,7 @@ def to_series(by_name: SamplesByName) -> list[SeriesSnapshot]:
             waiting=waiting.get(key),
             batch_tokens=batch_tokens.get(key),
             requests_total=e2e.count if e2e else None,
-            latency={kind: h[key] for kind, h in latency.items() if key in h},
+            latency=of_key(latency, key),
             output_tokens=output_tokens.get(key),
         )
     ]

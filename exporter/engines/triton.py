@@ -10,7 +10,13 @@ summary_latencies=true` also summaries with quantiles, and for decoupled models 
 
 from __future__ import annotations
 
-from exporter.samples import SamplesByName, histograms_by_key, quantiles_by_key, values_by_key
+from exporter.samples import (
+    SamplesByName,
+    histograms_by_kind,
+    of_key,
+    quantiles_by_key,
+    values_by_key,
+)
 from exporter.snapshot import SeriesSnapshot
 
 NAME = "triton"
@@ -22,6 +28,7 @@ EXECUTIONS = "nv_inference_exec_count"
 PENDING = "nv_inference_pending_request_count"
 SUCCESS = "nv_inference_request_success"
 MICROSECONDS = 1e-6
+MILLISECONDS = 1e-3
 # latency kind -> cumulative duration counter (microseconds), over SUCCESS
 DURATION_COUNTERS = {
     "e2e": "nv_inference_request_duration_us",
@@ -55,7 +62,7 @@ def to_series(by_name: SamplesByName) -> list[SeriesSnapshot]:
         kind: quantiles_by_key(by_name, family, KEY_LABELS, MICROSECONDS)
         for kind, family in SUMMARIES.items()
     }
-    first_response = histograms_by_key(by_name, LATENCY_FAMILIES["ttft"], KEY_LABELS, 1e-3)
+    latency = histograms_by_kind(by_name, LATENCY_FAMILIES, KEY_LABELS, MILLISECONDS)
     return [
         SeriesSnapshot(
             key=key,
@@ -64,7 +71,7 @@ def to_series(by_name: SamplesByName) -> list[SeriesSnapshot]:
             requests_total=success.get(key),
             items_total=inferences.get(key),
             batches_total=executions.get(key),
-            latency={"ttft": first_response[key]} if key in first_response else {},
+            latency=of_key(latency, key),
             latency_means={
                 kind: (success[key], d[key] * MICROSECONDS)
                 for kind, d in durations.items()

@@ -11,7 +11,7 @@ for the same model: `read_series` joins them into one series per model.
 from __future__ import annotations
 
 from exporter.samples import SamplesByName, values_by_key
-from exporter.snapshot import SeriesSnapshot
+from exporter.snapshot import LabelKey, SeriesSnapshot
 
 NAME = "trtllm"
 MARKER = "nv_trt_llm_"
@@ -26,7 +26,7 @@ LATENCY_FAMILIES: dict[str, str] = {}
 def to_series(by_name: SamplesByName) -> list[SeriesSnapshot]:
     """One SeriesSnapshot per (model, version) that reports its requests."""
 
-    def by_type(family: str, label: str, value: str) -> dict:
+    def by_type(family: str, label: str, value: str) -> dict[LabelKey, float]:
         return values_by_key(by_name, family, KEY_LABELS, where={label: value})
 
     active = by_type(REQUESTS, "request_type", "active")
