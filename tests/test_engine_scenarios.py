@@ -19,15 +19,21 @@ from tests.conftest import fixture_text
 STEP = 30.0
 
 
+def scrapes(target: Target, texts: list[str]) -> list[Snapshot]:
+    """One snapshot of each payload, read as the target's engine says, STEP seconds apart."""
+    return [
+        Snapshot(target.name, 1000.0 + i * STEP, True, read_series(text, target.engine))
+        for i, text in enumerate(texts)
+    ]
+
+
 def scenario(target: Target, *fixtures: str) -> TargetSignals:
-    """The target's signals after one scrape of each fixture, STEP seconds apart."""
+    """The target's signals after one scrape of each fixture, through the exporter."""
     exporter = Exporter(Settings(targets=(target,), window_seconds=120))
     state = exporter.states[target.name]
     signals = None
-    for i, name in enumerate(fixtures):
-        t = 1000.0 + i * STEP
-        snapshot = snapshot_from_payload(target, t, fixture_text(name), None, 0.01)
-        signals = exporter.ingest(state, snapshot, t)
+    for snapshot in scrapes(target, [fixture_text(name) for name in fixtures]):
+        signals = exporter.ingest(state, snapshot, snapshot.t)
     return signals
 
 
@@ -111,12 +117,8 @@ def test_triton_without_summaries_falls_back_to_the_mean_over_the_window() -> No
         for f in PAIRS["triton"]
     ]
     target = Target("bert", "http://127.0.0.1:8002/metrics", budget_seconds=0.1)
-    snaps = [
-        snapshot_from_payload(target, 1000.0 + i * STEP, text, None, 0.01)
-        for i, text in enumerate(strip)
-    ]
     signals, _ = evaluate_target(
-        "bert", target.url, snaps, SignalSettings(budget_seconds=0.1), {}, 1030.0
+        "bert", target.url, scrapes(target, strip), SignalSettings(budget_seconds=0.1), {}, 1030.0
     )
     s = only(signals)
     # request duration +120 000 000 us over 3000 requests: 40 ms each
