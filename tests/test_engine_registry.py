@@ -155,6 +155,10 @@ def test_every_adapter_fills_only_the_latency_kinds_it_declares() -> None:
         "vllm": fixture_text("vllm-0.32.0-cpu-load.txt"),
         "sglang": fixture_text("sglang-0.4-docs.txt"),
         "triton": fixture_text("triton-23.11-docs.txt"),
+        "tgi": fixture_text("tgi-3.x-b.txt"),
+        "trtllm": fixture_text("trtllm-triton-24.07-b.txt"),
+        "rayserve": fixture_text("rayserve-2.50-b.txt"),
+        "llamacpp": fixture_text("llamacpp-b4500-b.txt"),
     }
     filled = {
         name: {kind for s in read_series(text, name) for kind in s.latency}
@@ -164,6 +168,10 @@ def test_every_adapter_fills_only_the_latency_kinds_it_declares() -> None:
         "vllm": {"e2e", "ttft", "queue", "inference"},
         "sglang": {"e2e", "ttft"},
         "triton": set(),
+        "tgi": {"e2e", "queue", "inference"},
+        "trtllm": set(),  # its latencies come from Triton's families, the triton adapter's
+        "rayserve": {"queue", "inference"},
+        "llamacpp": set(),
     }
     for name, kinds in filled.items():
         assert kinds <= set(engines.ADAPTERS[name].LATENCY_FAMILIES), name

@@ -63,7 +63,8 @@ def test_trtllm_behind_triton_is_memory_bound_with_its_own_cap_and_a_mean_latenc
     s = only(signals)
     assert s.labels == {"model": "tensorrt_llm", "version": "1"}
     assert s.engine == "trtllm+triton"
-    # active 40 of the engine's own max 64 (no cap configured), 20 waiting
+    # active 40 of the engine's own max 64 (no cap configured), 20 waiting: the batch
+    # manager's queue, not Triton's pending count (0) for the same model
     assert (s.running, s.cap, s.waiting) == (40.0, 64.0, 20.0)
     assert s.running_vs_cap == 0.625
     assert s.kv_cache_usage == pytest.approx(6100 / 6239)  # used / max blocks
@@ -78,6 +79,14 @@ def test_trtllm_behind_triton_is_memory_bound_with_its_own_cap_and_a_mean_latenc
         "request over the window; the tail is longer, so budget utilisation is a lower bound)"
     )
     assert "preemptions_per_second" in s.not_exposed and "kv_cache_usage" not in s.not_exposed
+
+
+def test_one_engine_named_reads_only_its_own_families_of_a_triton_trtllm_payload() -> None:
+    text = fixture_text(PAIRS["trtllm+triton"][1])
+    [trt] = read_series(text, "trtllm")
+    [tri] = read_series(text, "triton")
+    assert (trt.engine, trt.running, trt.waiting, trt.requests_total) == ("trtllm", 40, 20, None)
+    assert (tri.engine, tri.running, tri.waiting, tri.requests_total) == ("triton", None, 0, 1150)
 
 
 @pytest.mark.parametrize(
