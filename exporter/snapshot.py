@@ -29,6 +29,10 @@ class SeriesSnapshot:
     preemptions_total: float | None = None
     kv_usage: float | None = None
     cap: float | None = None
+    # The most requests the engine reports it runs at once (TensorRT-LLM's max, Ray's
+    # max_batch_size): used when the configuration gives no cap, where `cap` (an
+    # in-house batcher's own setting) wins over the configuration.
+    engine_cap: float | None = None
     budget_seconds: float | None = None
     requests_total: float | None = None
     generation_tokens_total: float | None = None
@@ -78,12 +82,20 @@ def _merge_histograms(hists: Sequence[Histogram]) -> Histogram | None:
     return merged
 
 
+def effective_cap(series: SeriesSnapshot, configured: float | None) -> float | None:
+    """The cap a series is judged against: its own `cap`, else the configured one, else
+    the maximum the engine reports."""
+    if series.cap is not None:
+        return series.cap
+    return configured if configured is not None else series.engine_cap
+
+
 def merge_series(series: Sequence[SeriesSnapshot], default_cap: float | None) -> SeriesSnapshot:
     """All series of one scrape as one (the target total): counts and histograms add up,
     KV usage is the fullest engine's, the cap is the sum of the series' caps (None if any
     is unknown). A histogram whose series use different bucket layouts is left out, and
     so are summary quantiles when there are several series."""
-    caps = [s.cap if s.cap is not None else default_cap for s in series]
+    caps = [effective_cap(s, default_cap) for s in series]
     latency: dict[str, Histogram] = {}
     for kind in {k for s in series for k in s.latency}:
         merged = _merge_histograms([s.latency[kind] for s in series if kind in s.latency])

@@ -26,7 +26,7 @@ from exporter.signals import (
     step_saturation,
     throughput_gain,
 )
-from exporter.snapshot import LabelKey, SeriesSnapshot, Snapshot, merge_series
+from exporter.snapshot import LabelKey, SeriesSnapshot, Snapshot, effective_cap, merge_series
 from exporter.static_util import UtilizationEstimate, estimate_from_histogram
 
 TOTAL: LabelKey = ()
@@ -152,8 +152,8 @@ def series_signals(
     t_last, last = points[-1]
     span = t_last - t_first
     snapshots = [p for _, p in points]
-    cap = last.cap if last.cap is not None else settings.cap
-    # An engine's own published setting (an in-house batcher's cap or budget) wins;
+    cap = effective_cap(last, settings.cap)
+    # An in-house batcher's own published setting (its cap or budget) wins;
     # configuration fills in what the engine does not say.
     budget = last.budget_seconds if last.budget_seconds is not None else settings.budget_seconds
 

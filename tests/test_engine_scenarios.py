@@ -81,6 +81,13 @@ def test_trtllm_behind_triton_is_memory_bound_with_its_own_cap_and_a_mean_latenc
     assert "preemptions_per_second" in s.not_exposed and "kv_cache_usage" not in s.not_exposed
 
 
+def test_a_configured_cap_overrides_the_trtllm_max() -> None:
+    target = Target("trt", "http://127.0.0.1:8002/metrics", cap=48)
+    signals = scenario(target, *PAIRS["trtllm+triton"])
+    s = only(signals)
+    assert (s.cap, s.running_vs_cap, signals.total.cap) == (48.0, 40 / 48, 48.0)
+
+
 def test_one_engine_named_reads_only_its_own_families_of_a_triton_trtllm_payload() -> None:
     text = fixture_text(PAIRS["trtllm+triton"][1])
     [trt] = read_series(text, "trtllm")

@@ -4,8 +4,8 @@ Ray prefixes every metric with `ray_`. A batch queue fills and fires batches, as
 in-house batcher does: the batch is the mean fired batch size over the window
 (`ray_serve_actual_batch_size`), the waiting requests are `ray_serve_batch_queue_length`.
 Ray does not publish `max_batch_size`, but each batch records its size and its
-utilisation (size / max_batch_size x 100), so the cap is their sums' ratio. Replicas of
-one deployment add up.
+utilisation (size / max_batch_size x 100), so the cap is their sums' ratio (a configured
+cap overrides it). Replicas of one deployment add up.
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ def to_series(by_name: SamplesByName) -> list[SeriesSnapshot]:
             key=key,
             engine=NAME,
             waiting=queue.get(key),
-            cap=cap(key),
+            engine_cap=cap(key),
             items_total=sizes[key].sum if key in sizes else None,
             batches_total=batches.get(key, sizes[key].count if key in sizes else None),
             latency=of_key(latency, key),

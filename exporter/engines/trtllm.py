@@ -4,7 +4,7 @@ The backend's custom metrics are gauges keyed by a label naming the quantity:
 `nv_trt_llm_request_metrics{request_type=active|max|waiting|...}` and
 `nv_trt_llm_kv_cache_block_metrics{kv_cache_block_type=used|free|max|...}`. Active
 requests are the running batch, `max` is the engine's own cap (max batch size), and KV
-usage is used / max blocks. The same server exposes Triton's `nv_inference_*` counters
+usage is used / max blocks. A configured cap overrides the engine's max. The same server exposes Triton's `nv_inference_*` counters
 for the same model: `read_series` joins them into one series per model.
 """
 
@@ -40,7 +40,7 @@ def to_series(by_name: SamplesByName) -> list[SeriesSnapshot]:
             engine=NAME,
             running=active.get(key),
             waiting=waiting.get(key),
-            cap=cap.get(key) or None,
+            engine_cap=cap.get(key) or None,
             kv_usage=used[key] / blocks[key] if blocks.get(key) and key in used else None,
         )
         for key in sorted(set(active) | set(waiting))
