@@ -148,6 +148,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="evaluations kept per target for /api/v1/history "
         f"(default: {setting['history_points']})",
     )
+    group.add_argument(
+        "--alertmanager-url",
+        metavar="URL",
+        help="post sustained saturation, memory-bound, stalled and target-down alerts to "
+        "this Alertmanager (its base URL, e.g. http://127.0.0.1:9093), without Prometheus",
+    )
 
 
 def settings_from_args(args: argparse.Namespace) -> Settings:

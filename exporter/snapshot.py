@@ -90,19 +90,31 @@ def effective_cap(series: SeriesSnapshot, configured: float | None) -> float | N
     return configured if configured is not None else series.engine_cap
 
 
-def merge_series(series: Sequence[SeriesSnapshot], default_cap: float | None) -> SeriesSnapshot:
+def merge_series(
+    series: Sequence[SeriesSnapshot],
+    default_cap: float | None,
+    default_budget: float | None = None,
+) -> SeriesSnapshot:
     """All series of one scrape as one (the target total): counts and histograms add up,
     KV usage is the fullest engine's, the cap is the sum of the series' caps (None if any
     is unknown). A histogram whose series use different bucket layouts is left out, and
-    so are summary quantiles when there are several series."""
+    so are summary quantiles when there are several series.
+
+    Series held to different latency budgets (an in-house batcher's own beside the
+    configured one) have no common budget: the total keeps no latency, so one service's
+    latency is never judged against another's budget.
+    """
     caps = [effective_cap(s, default_cap) for s in series]
+    budgets = {s.budget_seconds if s.budget_seconds is not None else default_budget
+               for s in series}  # fmt: skip
+    one_budget = len(budgets) <= 1
     latency: dict[str, Histogram] = {}
-    for kind in {k for s in series for k in s.latency}:
+    for kind in {k for s in series for k in s.latency} if one_budget else ():
         merged = _merge_histograms([s.latency[kind] for s in series if kind in s.latency])
         if merged is not None:
             latency[kind] = merged
     means: dict[str, tuple[float, float]] = {}
-    for s in series:
+    for s in series if one_budget else ():
         for kind, (n, secs) in s.latency_means.items():
             n0, s0 = means.get(kind, (0.0, 0.0))
             means[kind] = (n0 + n, s0 + secs)
@@ -112,7 +124,6 @@ def merge_series(series: Sequence[SeriesSnapshot], default_cap: float | None) ->
             n0, s0 = by_size.get(size, (0.0, 0.0))
             by_size[size] = (n0 + n, s0 + secs)
     kv = [s.kv_usage for s in series if s.kv_usage is not None]
-    budgets = {s.budget_seconds for s in series if s.budget_seconds is not None}
     return SeriesSnapshot(
         key=(),
         engine="+".join(sorted({s.engine for s in series})),
