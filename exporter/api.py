@@ -142,6 +142,7 @@ def targets_response(
                     "url": t.url,
                     "engine": t.engine,
                     "cap": t.cap,
+                    "token_cap": t.token_cap,
                     "budget_seconds": t.budget_seconds,
                     "quantile": t.quantile,
                     "histogram": t.histogram,

@@ -43,7 +43,7 @@ def undocumented_engines(doc: str, adapters: Mapping[str, ModuleType]) -> dict[s
 
 
 def test_every_registered_engine_has_its_row_and_its_metrics_documented() -> None:
-    assert len(ADAPTERS) == 5
+    assert len(ADAPTERS) == 8
     assert undocumented_engines(DOC, ADAPTERS) == {}
 
 

@@ -7,7 +7,14 @@ is read as the mean batch size over the window, against its own max-batch-size g
 from __future__ import annotations
 
 from exporter import instrumentation as names
-from exporter.samples import SamplesByName, histograms_by_key, series_key, values_by_key
+from exporter.samples import (
+    SamplesByName,
+    histograms_by_key,
+    histograms_by_kind,
+    of_key,
+    series_key,
+    values_by_key,
+)
 from exporter.snapshot import LabelKey, SeriesSnapshot
 
 NAME = "inhouse"
@@ -53,10 +60,7 @@ def to_series(by_name: SamplesByName) -> list[SeriesSnapshot]:
     padding = values_by_key(
         by_name, names.BATCH_TOKENS + "_total", KEY_LABELS, where={"kind": "padding"}
     )
-    latency = {
-        kind: histograms_by_key(by_name, family, KEY_LABELS)
-        for kind, family in LATENCY_FAMILIES.items()
-    }
+    latency = histograms_by_kind(by_name, LATENCY_FAMILIES, KEY_LABELS)
     by_size = _execution_by_size(by_name)
     keys = sorted(set(depth) | set(batch_size))
     return [
@@ -71,7 +75,7 @@ def to_series(by_name: SamplesByName) -> list[SeriesSnapshot]:
             batches_total=batch_size[key].count if key in batch_size else None,
             batch_tokens_total=batch_tokens.get(key),
             padding_tokens_total=padding.get(key),
-            latency={kind: h[key] for kind, h in latency.items() if key in h},
+            latency=of_key(latency, key),
             batch_size=batch_size.get(key),
             execution_by_size=by_size.get(key, {}),
         )
