@@ -7,9 +7,9 @@ Two batching policies share one queue and one worker (`Batcher`):
   waited `max_wait_seconds`; triggers `full` and `timeout`.
 - `adaptive` (seed 001): given `latency_budget_seconds`, from a live arrival rate and a
   cost-by-batch-size curve learned from the batches it ran: fire at once while the
-  device keeps up with arrivals one item at a time (waiting would only add latency);
-  when it does not, wait for the largest batch that can still form and finish inside
-  the oldest item's remaining budget; triggers `full` and `budget`. Admission control:
+  batch queued now keeps up with arrivals (waiting would only add latency); when it
+  does not, wait for the smallest batch that does, no longer than the oldest item's
+  remaining budget allows; triggers `full` and `budget`. Admission control:
   an item the queue ahead of it would push past the budget is refused at once
   (`OverBudget`, a 429), not served late.
 
@@ -43,6 +43,10 @@ from typing import Any
 from demo_server.batcher_settings import BatcherSettings
 from demo_server.queueing import OverBudget, QueueFull, QueueStopping
 from exporter.instrumentation import BatcherMetrics
+
+# A batch keeps up with arrivals when those arriving while it runs, times this margin
+# (noise in the measured rate), are at most its size: then waiting would only add latency.
+KEEP_UP_MARGIN = 1.2
 
 # Share of the latency budget kept free for what the plan does not see: timer and
 # thread hand-off jitter, and the cost estimate being off for one batch.
@@ -123,33 +127,47 @@ def adaptive_decision(
     max_batch_size: int,
     reserve_seconds: float = 0.0,
 ) -> Decision:
-    """Seed 001's rule: fire now unless the traffic needs batching and the budget
-    leaves room to wait.
+    """Seed 001's rule, for a free device: fire as soon as waiting can no longer pay for
+    itself, or as soon as the budget leaves no room to wait.
 
-    The traffic needs batching once arrivals outpace the device running one item at a
-    time: `arrival_rate * cost(1) > 1`. Below that, at light load, waiting cannot pay
-    for itself (the device keeps up without company, so a wait only adds latency): the
-    batch fires at once (`budget`), whatever is queued.
+    Waiting pays only while the batch queued now cannot keep up with arrivals. A batch
+    of n keeps up when, while it runs, fewer items arrive than it serves, with
+    `KEEP_UP_MARGIN` to spare for noise in the rate: `arrival_rate * cost(n) *
+    KEEP_UP_MARGIN <= n`. So:
 
-    When it needs batching, it waits for the largest batch that can form and finish
-    inside the oldest item's remaining budget: k items form after (k - queue_len) /
-    arrival_rate more seconds and take `cost_seconds(k)`; they fit when the oldest
-    item's wait plus both stays within the budget less `BUDGET_HEADROOM` and less
-    `reserve_seconds` (the scheduling lag lately measured). With no larger k fitting,
-    the remaining budget only just covers this batch: it fires (`budget`). With
-    `max_batch_size` items waiting it fires `full`. When waiting, the worker decides
-    again when the queue reaches the planned size or the planned time is up.
+    - `max_batch_size` items queued: fire (`full`).
+    - The queued batch keeps up: fire (`budget`). At light load that is one item at
+      once; under moderate load a small batch, at once (the items that arrive while it
+      runs form the next one). Nothing arriving (or the service draining) keeps up too.
+    - Otherwise wait for the smallest batch that keeps up, n* (`max_batch_size` when
+      none does), but no longer than the oldest item's remaining budget allows: the
+      target is the largest size up to n* that can still form, at (n - queue_len) /
+      arrival_rate more seconds, and run, `cost_seconds(n)`, inside the budget less
+      `BUDGET_HEADROOM` and less `reserve_seconds` (the scheduling lag lately measured).
+      When not even one more item fits, the remaining budget only just covers this
+      batch: it fires (`budget`).
+
+    Batches therefore grow towards the budget only when arrivals demand it (near the
+    device's peak); below that they stay small and fire fast. When waiting, the worker
+    decides again when the queue reaches the target size or the planned time is up.
     """
     if queue_len == 0:
         return Decision(fire=False)
     if queue_len >= max_batch_size:
         return Decision(fire=True, trigger="full")
-    if arrival_rate_per_s * cost_seconds(1) <= 1.0:
+
+    def keeps_up(size: int) -> bool:
+        return arrival_rate_per_s * cost_seconds(size) * KEEP_UP_MARGIN <= size
+
+    if keeps_up(queue_len):
         return Decision(fire=True, trigger="budget")
+    keep_up_size = next(
+        (size for size in range(queue_len + 1, max_batch_size) if keeps_up(size)), max_batch_size
+    )
     remaining_seconds = (
         latency_budget_seconds * (1.0 - BUDGET_HEADROOM) - reserve_seconds - oldest_wait_seconds
     )
-    for size in range(max_batch_size, queue_len, -1):
+    for size in range(keep_up_size, queue_len, -1):
         form_seconds = (size - queue_len) / arrival_rate_per_s
         if form_seconds + cost_seconds(size) <= remaining_seconds:
             return Decision(fire=False, wait_seconds=form_seconds, target_size=size)

@@ -24,8 +24,8 @@ class BatcherSettings:
     time (`Batcher.configure`); a value out of range raises ValueError naming the field.
 
     - `mode`: `fixed` (seed 000) fires at `max_batch_size` items or once the oldest has
-      waited `max_wait_seconds`; `adaptive` (seed 001) fires the largest batch that
-      finishes inside the oldest item's `latency_budget_seconds`.
+      waited `max_wait_seconds`; `adaptive` (seed 001) fires the smallest batch that
+      keeps up with arrivals, within the oldest item's `latency_budget_seconds`.
     - `max_batch_size`: the most items one batch holds, in either mode.
     """
 

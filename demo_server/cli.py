@@ -135,8 +135,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--embed-batching",
         choices=EMBED_BATCHING_MODES,
         default=defaults.embedding.mode,
-        help="fixed: fire at --max-batch-size or --max-wait-ms; adaptive: largest batch "
-        "that fits --latency-budget-ms (default %(default)s)",
+        help="fixed: fire at --max-batch-size or --max-wait-ms; adaptive: the smallest "
+        "batch that keeps up with arrivals, within --latency-budget-ms (default %(default)s)",
     )
     embedding.add_argument(
         "--max-batch-size", type=_positive_int, default=defaults.embedding.max_batch_size,
