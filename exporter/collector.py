@@ -6,6 +6,7 @@ A value that cannot be known is left out, never filled with a made-up number.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable
 
 from prometheus_client.core import Metric
@@ -84,18 +85,26 @@ class SignalsCollector(Collector):
         diagnosis = _gauge(
             "batchscope_diagnosis", "1 for the current diagnosis state of the target or series."
         )
+        errors = Metric(
+            "batchscope_target_errors",
+            "Payloads of the target that could not be read or evaluated, by reason.",
+            "counter",
+        )
         for t in targets:
             target_labels = {"target": t.target, **t.extra_labels}
             up.add_sample(up.name, target_labels, 1.0 if t.up else 0.0)
+            for reason, count in sorted(t.errors_total.items()):
+                errors.add_sample(errors.name + "_total", {**target_labels, "reason": reason},
+                                  float(count))  # fmt: skip
             if t.scrape_seconds is not None:
                 duration.add_sample(duration.name, target_labels, t.scrape_seconds)
             for s in (*t.series, t.total) if t.up else (t.total,):
                 labels = _labels(t, s)
                 for name, _, attribute in SERIES_GAUGES:
                     value = getattr(s, attribute)
-                    if value is not None:
+                    if value is not None and math.isfinite(value):
                         gauges[name].add_sample(name, labels, float(value))
-                if s.latency_seconds is not None:
+                if s.latency_seconds is not None and math.isfinite(s.latency_seconds):
                     latency.add_sample(
                         latency.name,
                         {**labels, "quantile": f"{s.latency_quantile:g}",
@@ -124,3 +133,4 @@ class SignalsCollector(Collector):
         yield static
         yield gain
         yield diagnosis
+        yield errors

@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -17,13 +18,13 @@ import aiohttp
 
 from exporter import api
 from exporter.config import ConfigError, Settings, Target, load_file_sd
-from exporter.engines import UnrecognisedPayload, read_series
+from exporter.engines import NoSamplesYet, UnrecognisedPayload, read_series
 from exporter.file_sd import expand_file_sd
 from exporter.promtext import ParseError
-from exporter.scrape import scrape
+from exporter.scrape import ScrapeResult, scrape
 from exporter.signals import SaturationState, SignalSettings
 from exporter.snapshot import LabelKey, Snapshot
-from exporter.target import TargetSignals, evaluate_target
+from exporter.target import TargetSignals, evaluate_target, unreadable_signals
 from exporter.window import Window
 
 log = logging.getLogger("batchscope.exporter")
@@ -43,18 +44,33 @@ def signal_settings(target: Target, settings: Settings) -> SignalSettings:
     )
 
 
+# Why a payload could not be read, as `batchscope_target_errors_total` counts it.
+PAYLOAD_ERRORS: dict[type[Exception], str] = {
+    ParseError: "parse",
+    UnrecognisedPayload: "unrecognised",
+}
+
+
 def snapshot_from_payload(
     target: Target, t: float, text: str | None, error: str | None, seconds: float
-) -> Snapshot:
-    """Turn a scrape into a snapshot; a payload no adapter can read marks the target down."""
+) -> tuple[Snapshot, str | None]:
+    """Turn a scrape into a snapshot, and the error reason when the payload was unreadable.
+
+    A payload no adapter can read marks the target down; registered families without
+    samples are up with no series. Any other exception (a value an adapter cannot read)
+    propagates: the caller isolates it to this target.
+    """
     if text is None:
-        return Snapshot(target.name, t, False, error=error, scrape_seconds=seconds)
+        return Snapshot(target.name, t, False, error=error, scrape_seconds=seconds), None
     try:
         series = read_series(text, target.engine)
+    except NoSamplesYet:
+        return Snapshot(target.name, t, True, (), scrape_seconds=seconds), None
     except (ParseError, UnrecognisedPayload) as err:
+        reason = next(r for kind, r in PAYLOAD_ERRORS.items() if isinstance(err, kind))
         return Snapshot(target.name, t, False, error=f"unreadable payload: {err}",
-                        scrape_seconds=seconds)  # fmt: skip
-    return Snapshot(target.name, t, True, series, scrape_seconds=seconds)
+                        scrape_seconds=seconds), reason  # fmt: skip
+    return Snapshot(target.name, t, True, series, scrape_seconds=seconds), None
 
 
 @dataclass
@@ -64,6 +80,9 @@ class TargetState:
     history: deque
     saturation: dict[LabelKey, SaturationState] = field(default_factory=dict)
     signals: TargetSignals | None = None
+    errors: Counter[str] = field(default_factory=Counter)
+    # The last problem logged, so that each one is logged once, when it changes.
+    logged_error: str | None = None
 
 
 class Exporter:
@@ -146,13 +165,33 @@ class Exporter:
                 self.settings.timeout_seconds,
                 self.settings.max_response_bytes,
             )
-        now = self.clock()
-        snapshot = snapshot_from_payload(
-            state.target, now, result.text, result.error, result.seconds
-        )
-        if not snapshot.up:
-            log.debug("target %s down: %s", state.target.name, snapshot.error)
-        self.ingest(state, snapshot, now)
+        self.evaluate(state, result, self.clock())
+
+    def evaluate(self, state: TargetState, result: ScrapeResult, now: float) -> TargetSignals:
+        """Ingest one scrape of one target. Whatever its payload does, the exception stays
+        with this target: it is up with the error as its state, counted and logged."""
+        target = state.target
+        try:
+            snapshot, reason = snapshot_from_payload(target, now, result.text, result.error,
+                                                     result.seconds)  # fmt: skip
+            signals = self.ingest(state, snapshot, now)
+        except Exception as err:  # noqa: BLE001 - one target's payload must not end the round
+            reason = "evaluation"
+            error = f"evaluation failed: {type(err).__name__}: {err}"
+            signals = unreadable_signals(target.name, target.url, now, error,
+                                         signal_settings(target, self.settings),
+                                         result.seconds, dict(target.labels))  # fmt: skip
+            state.history.append(api.history_point(signals))
+        if reason is not None:
+            state.errors[reason] += 1
+        if signals.error != state.logged_error:
+            if signals.error is None:
+                log.info("target %s: readable again", target.name)
+            else:
+                log.warning("target %s: %s", target.name, signals.error)
+            state.logged_error = signals.error
+        state.signals = dataclasses.replace(signals, errors_total=dict(state.errors))
+        return state.signals
 
     async def run_round(self, session: aiohttp.ClientSession) -> None:
         """Scrape every target concurrently; a slow one only delays itself, up to its timeout."""

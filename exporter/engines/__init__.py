@@ -37,15 +37,26 @@ class UnrecognisedPayload(ValueError):
     """The payload holds none of the metrics the chosen engine(s) expose."""
 
 
+class NoSamplesYet(UnrecognisedPayload):
+    """The engine's metric names are in the payload (registered families) but no series:
+    a server before its first request, or one whose metrics are not enabled."""
+
+
 def detect(text: str) -> list[str]:
     """Engines whose metrics appear in the payload (a server may hold several)."""
     return [name for name, adapter in ADAPTERS.items() if adapter.MARKER in text]
 
 
+def _registered(text: str, families: list[str]) -> bool:
+    """Whether the payload declares (# TYPE) any of these families."""
+    return any(f"# TYPE {family}" in text for family in families)
+
+
 def read_series(text: str, engine: str = "auto") -> tuple[SeriesSnapshot, ...]:
     """Parse a /metrics payload into series with the named engine's adapter (or all found).
 
-    Raises promtext.ParseError on a malformed line of a family it reads and
+    Raises promtext.ParseError on a malformed line of a family it reads,
+    NoSamplesYet when the engine's families are declared without a series, and
     UnrecognisedPayload when no engine's metrics are there.
     """
     names = detect(text) if engine == "auto" else [engine]
@@ -59,5 +70,8 @@ def read_series(text: str, engine: str = "auto") -> tuple[SeriesSnapshot, ...]:
     by_name = group_by_name(promtext.parse(text, families))
     series = tuple(s for name in names for s in ADAPTERS[name].to_series(by_name))
     if not series:
-        raise UnrecognisedPayload(f"no {'/'.join(names)} series in the payload")
+        missing = f"no {'/'.join(names)} series in the payload"
+        if _registered(text, families):
+            raise NoSamplesYet(f"{missing}, only their registered families")
+        raise UnrecognisedPayload(missing)
     return series
