@@ -162,6 +162,14 @@ def _positive(value: object) -> float:
     return number
 
 
+def _cap(value: object) -> float:
+    """A batch cap: a whole number of sequences, at least 1 (256 and 256.0 alike)."""
+    number = _positive(value)
+    if not number.is_integer():
+        raise _Invalid(f"must be a whole number >= 1 (got {as_written(value)})")
+    return number
+
+
 def _non_negative(value: object) -> float:
     number = _number(value)
     if number < 0:
@@ -288,7 +296,7 @@ _TARGET_FIELDS: dict[str, Callable[[object], Any]] = {
     "name": _name,
     "url": _url,
     "engine": _engine,
-    "cap": _positive,
+    "cap": _cap,
     "budget_seconds": _positive,
     "quantile": _quantile,
     "histogram": _histogram,
