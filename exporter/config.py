@@ -113,6 +113,8 @@ class Settings:
     timeout_seconds: float | None = None
     max_response_bytes: int = 8 * 1024 * 1024
     history_points: int = 720
+    # Samples of the engine's families one payload may hold, as Prometheus's sample_limit.
+    sample_limit: int = 50_000
 
     def __post_init__(self) -> None:
         if self.timeout_seconds is None:
@@ -313,6 +315,7 @@ _SETTINGS_FIELDS: dict[str, tuple[Callable[[object], Any], str]] = {
     "timeout_seconds": (_positive, "--timeout-seconds"),
     "max_response_bytes": (_count, "--max-response-bytes"),
     "history_points": (_count, "--history-points"),
+    "sample_limit": (_count, "--sample-limit"),
 }
 SETTINGS_FLAGS = {key: flag for key, (_, flag) in _SETTINGS_FIELDS.items()}
 

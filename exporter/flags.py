@@ -134,6 +134,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"largest /metrics body accepted (default: {setting['max_response_bytes']})",
     )
     group.add_argument(
+        "--sample-limit",
+        type=int,
+        metavar="N",
+        help="most samples of the engine's metrics one payload may hold, else the target "
+        f"is down, as Prometheus's sample_limit (default: {setting['sample_limit']})",
+    )
+    group.add_argument(
         "--history-points",
         type=int,
         metavar="N",

@@ -37,6 +37,14 @@ class Sample(NamedTuple):
     timestamp: float | None
 
 
+class SampleLimitExceeded(ValueError):
+    """More wanted samples than the caller's limit: parsing stopped there."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"more than {limit} samples of the engine's metrics (sample_limit)")
+        self.limit = limit
+
+
 class ParseError(ValueError):
     """A line that is not valid exposition format, with its 1-based line number."""
 
@@ -131,9 +139,12 @@ def wanted_names(families: Iterable[str]) -> frozenset[str]:
     return frozenset(f + suffix for f in families for suffix in FAMILY_SUFFIXES)
 
 
-def parse(text: str, families: Iterable[str] | None = None) -> list[Sample]:
+def parse(
+    text: str, families: Iterable[str] | None = None, limit: int | None = None
+) -> list[Sample]:
     """The samples of `text`, in order; only those of `families` when given.
 
+    `limit`: raise SampleLimitExceeded as soon as more samples than this are wanted.
     A family name matches its samples with any of FAMILY_SUFFIXES, so asking for
     `vllm:e2e_request_latency_seconds` returns its `_bucket`, `_sum`, `_count` and
     `_created` samples. Raises ParseError on a malformed line of a wanted family;
@@ -162,4 +173,6 @@ def parse(text: str, families: Iterable[str] | None = None) -> list[Sample]:
             raise ParseError(number, line, str(err)) from None
         if names is None or sample.name in names:
             samples.append(sample)
+            if limit is not None and len(samples) > limit:
+                raise SampleLimitExceeded(limit)
     return samples

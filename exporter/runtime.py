@@ -20,7 +20,7 @@ from exporter import api
 from exporter.config import ConfigError, Settings, Target, load_file_sd
 from exporter.engines import NoSamplesYet, UnrecognisedPayload, read_series
 from exporter.file_sd import expand_file_sd
-from exporter.promtext import ParseError
+from exporter.promtext import ParseError, SampleLimitExceeded
 from exporter.scrape import ScrapeResult, scrape
 from exporter.signals import SaturationState, SignalSettings
 from exporter.snapshot import LabelKey, Snapshot
@@ -46,13 +46,19 @@ def signal_settings(target: Target, settings: Settings) -> SignalSettings:
 
 # Why a payload could not be read, as `batchscope_target_errors_total` counts it.
 PAYLOAD_ERRORS: dict[type[Exception], str] = {
+    SampleLimitExceeded: "series_limit",
     ParseError: "parse",
     UnrecognisedPayload: "unrecognised",
 }
 
 
 def snapshot_from_payload(
-    target: Target, t: float, text: str | None, error: str | None, seconds: float
+    target: Target,
+    t: float,
+    text: str | None,
+    error: str | None,
+    seconds: float,
+    sample_limit: int | None = None,
 ) -> tuple[Snapshot, str | None]:
     """Turn a scrape into a snapshot, and the error reason when the payload was unreadable.
 
@@ -63,10 +69,10 @@ def snapshot_from_payload(
     if text is None:
         return Snapshot(target.name, t, False, error=error, scrape_seconds=seconds), None
     try:
-        series = read_series(text, target.engine)
+        series = read_series(text, target.engine, sample_limit)
     except NoSamplesYet:
         return Snapshot(target.name, t, True, (), scrape_seconds=seconds), None
-    except (ParseError, UnrecognisedPayload) as err:
+    except (ParseError, SampleLimitExceeded, UnrecognisedPayload) as err:
         reason = next(r for kind, r in PAYLOAD_ERRORS.items() if isinstance(err, kind))
         return Snapshot(target.name, t, False, error=f"unreadable payload: {err}",
                         scrape_seconds=seconds), reason  # fmt: skip
@@ -172,8 +178,9 @@ class Exporter:
         with this target: it is up with the error as its state, counted and logged."""
         target = state.target
         try:
-            snapshot, reason = snapshot_from_payload(target, now, result.text, result.error,
-                                                     result.seconds)  # fmt: skip
+            snapshot, reason = snapshot_from_payload(
+                target, now, result.text, result.error, result.seconds, self.settings.sample_limit
+            )
             signals = self.ingest(state, snapshot, now)
         except Exception as err:  # noqa: BLE001 - one target's payload must not end the round
             reason = "evaluation"

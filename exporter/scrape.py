@@ -6,6 +6,7 @@ import asyncio
 import base64
 import os
 import time
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -59,18 +60,56 @@ def _read_secret(kind: str, env: str | None, path: str | None) -> str:
     return value
 
 
-async def _read_capped(response: aiohttp.ClientResponse, max_bytes: int) -> bytes | None:
+class BodyRefused(Exception):
+    """The body is over the size cap, or in an encoding the exporter does not read."""
+
+
+def _inflater(encoding: str) -> zlib._Decompress | None:
+    """A decompressor for the Content-Encoding (None: the body is as sent)."""
+    if encoding in ("", "identity"):
+        return None
+    if encoding in ("gzip", "x-gzip"):
+        return zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
+    if encoding == "deflate":
+        return zlib.decompressobj()
+    raise BodyRefused(f"unsupported Content-Encoding {encoding!r}")
+
+
+async def read_capped(response: aiohttp.ClientResponse, max_bytes: int) -> bytes:
+    """The body, decompressed here, never more than `max_bytes` of it at any moment.
+
+    The inflation itself is bounded: each chunk inflates at most up to the cap, so a
+    gzip bomb costs the cap, not its inflated size. A body without Content-Length is
+    counted as it comes. Raises BodyRefused.
+    """
+    too_large = BodyRefused(f"response larger than {max_bytes} bytes")
     declared = response.content_length
     if declared is not None and declared > max_bytes:
-        return None
-    chunks = []
-    size = 0
-    async for chunk in response.content.iter_chunked(CHUNK):
-        size += len(chunk)
-        if size > max_bytes:
-            return None
-        chunks.append(chunk)
-    return b"".join(chunks)
+        raise too_large
+    inflater = _inflater(response.headers.get("Content-Encoding", "").strip().lower())
+    body = bytearray()
+    wire = 0
+    try:
+        async for chunk in response.content.iter_chunked(CHUNK):
+            wire += len(chunk)
+            if wire > max_bytes:
+                raise too_large
+            if inflater is not None:
+                chunk = inflater.decompress(chunk, max_bytes + 1 - len(body))
+                if inflater.unconsumed_tail:
+                    raise too_large
+            body += chunk
+            if len(body) > max_bytes:
+                raise too_large
+        if inflater is not None:
+            body += inflater.flush(max_bytes + 1 - len(body))
+            if not inflater.eof:
+                raise BodyRefused("truncated compressed body")
+    except zlib.error as err:
+        raise BodyRefused(f"invalid compressed body: {err}") from None
+    if len(body) > max_bytes:
+        raise too_large
+    return bytes(body)
 
 
 async def scrape(
@@ -82,7 +121,7 @@ async def scrape(
     def failed(reason: str) -> ScrapeResult:
         return ScrapeResult(None, reason, time.perf_counter() - started)
 
-    headers = {"Accept": "text/plain;version=0.0.4;q=1,*/*;q=0.1"}
+    headers = {"Accept": "text/plain;version=0.0.4;q=1,*/*;q=0.1", "Accept-Encoding": "gzip"}
     if target.auth is not None:
         try:
             headers["Authorization"] = authorization_header(target.auth)
@@ -90,12 +129,15 @@ async def scrape(
             return failed(f"credentials unavailable: {err}")
     try:
         async with asyncio.timeout(timeout):
-            async with session.get(target.url, headers=headers, allow_redirects=False) as resp:
+            # Redirects are refused: following one would send the credentials elsewhere.
+            async with session.get(
+                target.url, headers=headers, allow_redirects=False, auto_decompress=False
+            ) as resp:
                 if resp.status != 200:
                     return failed(f"HTTP {resp.status} {resp.reason or ''}".strip())
-                body = await _read_capped(resp, max_bytes)
-                if body is None:
-                    return failed(f"response larger than {max_bytes} bytes")
+                body = await read_capped(resp, max_bytes)
+    except BodyRefused as err:
+        return failed(str(err))
     except TimeoutError:
         return failed(f"timed out after {timeout:g} s")
     except aiohttp.ClientError as err:

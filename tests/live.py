@@ -81,9 +81,17 @@ class Targets:
 class Exporter:
     """A running exporter process: its base URL and its log."""
 
-    def __init__(self, base: str, log_path: Path) -> None:
+    def __init__(self, base: str, log_path: Path, pid: int) -> None:
         self.base = base
         self.log_path = log_path
+        self.pid = pid
+
+    def peak_memory_bytes(self) -> int:
+        """The process's peak resident memory so far (VmHWM)."""
+        for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+        raise AssertionError("no VmHWM in /proc status")
 
     def log(self) -> str:
         return self.log_path.read_text()
@@ -118,7 +126,7 @@ async def running_exporter(
             "--listen", f"127.0.0.1:{port}", *args,
             stdout=log, stderr=log, env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})},
         )  # fmt: skip
-    exporter = Exporter(f"http://127.0.0.1:{port}", log_path)
+    exporter = Exporter(f"http://127.0.0.1:{port}", log_path, proc.pid)
     try:
         async with aiohttp.ClientSession() as session:
             deadline = time.monotonic() + 30

@@ -52,10 +52,13 @@ def _registered(text: str, families: list[str]) -> bool:
     return any(f"# TYPE {family}" in text for family in families)
 
 
-def read_series(text: str, engine: str = "auto") -> tuple[SeriesSnapshot, ...]:
+def read_series(
+    text: str, engine: str = "auto", sample_limit: int | None = None
+) -> tuple[SeriesSnapshot, ...]:
     """Parse a /metrics payload into series with the named engine's adapter (or all found).
 
     Raises promtext.ParseError on a malformed line of a family it reads,
+    promtext.SampleLimitExceeded past `sample_limit` samples of those families,
     NoSamplesYet when the engine's families are declared without a series, and
     UnrecognisedPayload when no engine's metrics are there.
     """
@@ -67,7 +70,7 @@ def read_series(text: str, engine: str = "auto") -> tuple[SeriesSnapshot, ...]:
             + ")"
         )
     families = [f for name in names for f in ADAPTERS[name].FAMILIES]
-    by_name = group_by_name(promtext.parse(text, families))
+    by_name = group_by_name(promtext.parse(text, families, sample_limit))
     series = tuple(s for name in names for s in ADAPTERS[name].to_series(by_name))
     if not series:
         missing = f"no {'/'.join(names)} series in the payload"
