@@ -90,12 +90,18 @@ class SignalsCollector(Collector):
             "Payloads of the target that could not be read or evaluated, by reason.",
             "counter",
         )
+        resets = Metric(
+            "batchscope_window_resets",
+            "Times the target's window started again, by reason (engine_changed).",
+            "counter",
+        )
         for t in targets:
             target_labels = {"target": t.target, **t.extra_labels}
             up.add_sample(up.name, target_labels, 1.0 if t.up else 0.0)
-            for reason, count in sorted(t.errors_total.items()):
-                errors.add_sample(errors.name + "_total", {**target_labels, "reason": reason},
-                                  float(count))  # fmt: skip
+            for counter, counts in ((errors, t.errors_total), (resets, t.window_resets_total)):
+                for reason, count in sorted(counts.items()):
+                    counter.add_sample(counter.name + "_total",
+                                       {**target_labels, "reason": reason}, float(count))  # fmt: skip
             if t.scrape_seconds is not None:
                 duration.add_sample(duration.name, target_labels, t.scrape_seconds)
             for s in (*t.series, t.total) if t.up else (t.total,):
@@ -134,3 +140,4 @@ class SignalsCollector(Collector):
         yield gain
         yield diagnosis
         yield errors
+        yield resets

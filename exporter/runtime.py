@@ -87,6 +87,9 @@ class TargetState:
     saturation: dict[LabelKey, SaturationState] = field(default_factory=dict)
     signals: TargetSignals | None = None
     errors: Counter[str] = field(default_factory=Counter)
+    window_resets: Counter[str] = field(default_factory=Counter)
+    # The engines of the last readable payload: another one on the same URL resets the window.
+    engines: frozenset[str] = frozenset()
     # The last problem logged, so that each one is logged once, when it changes.
     logged_error: str | None = None
 
@@ -146,7 +149,21 @@ class Exporter:
     # -- one round ----------------------------------------------------------------
 
     def ingest(self, state: TargetState, snapshot: Snapshot, now: float) -> TargetSignals:
-        """Add a snapshot to a target's window and re-evaluate its signals."""
+        """Add a snapshot to a target's window and re-evaluate its signals.
+
+        Another engine on the same URL (a port taken over) starts the window again: two
+        engines' counters in one window would read as a false rate.
+        """
+        engines = frozenset(s.engine for s in snapshot.series)
+        if engines and state.engines and engines != state.engines:
+            log.warning("target %s: engine changed from %s to %s; its window starts again",
+                        state.target.name, "+".join(sorted(state.engines)),
+                        "+".join(sorted(engines)))  # fmt: skip
+            state.window = Window(self.settings.window_seconds)
+            state.saturation = {}
+            state.window_resets["engine_changed"] += 1
+        if engines:
+            state.engines = engines
         state.window.add(snapshot)
         signals, state.saturation = evaluate_target(
             state.target.name,
@@ -197,7 +214,9 @@ class Exporter:
             else:
                 log.warning("target %s: %s", target.name, signals.error)
             state.logged_error = signals.error
-        state.signals = dataclasses.replace(signals, errors_total=dict(state.errors))
+        state.signals = dataclasses.replace(
+            signals, errors_total=dict(state.errors), window_resets_total=dict(state.window_resets)
+        )
         return state.signals
 
     async def run_round(self, session: aiohttp.ClientSession) -> None:

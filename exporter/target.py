@@ -74,6 +74,7 @@ class TargetSignals:
 
     `extra_labels`: the target's configured `labels:`, carried by every series it exports.
     `errors_total`: payloads this target sent that could not be read, by reason, since start.
+    `window_resets_total`: times its window started again, by reason, since start.
     """
 
     target: str
@@ -86,6 +87,7 @@ class TargetSignals:
     scrape_seconds: float | None = None
     extra_labels: Mapping[str, str] = field(default_factory=dict)
     errors_total: Mapping[str, int] = field(default_factory=dict)
+    window_resets_total: Mapping[str, int] = field(default_factory=dict)
 
 
 def series_signals(

@@ -127,3 +127,49 @@ async def test_registered_families_without_samples_are_up_with_no_data_yet(tmp_p
     assert "no samples yet" in fresh["total"]["diagnosis"]["reason"]
     assert 'batchscope_target_up{target="fresh"} 1.0' in metrics
     assert 'batchscope_diagnosis{state="no_data",target="fresh"} 1.0' in metrics
+
+
+def _sglang_payload(running: float, finished: float) -> str:
+    hist = "sglang:e2e_request_latency_seconds"
+    return (
+        f'sglang:num_running_reqs{{model_name="m"}} {running}\n'
+        f'sglang:num_queue_reqs{{model_name="m"}} 0\n'
+        f'{hist}_bucket{{model_name="m",le="1.0"}} {finished}\n'
+        f'{hist}_bucket{{model_name="m",le="+Inf"}} {finished}\n'
+        f'{hist}_sum{{model_name="m"}} {finished / 2}\n'
+        f'{hist}_count{{model_name="m"}} {finished}\n'
+    )
+
+
+async def test_an_engine_change_under_auto_resets_the_window_instead_of_a_false_rate(
+    tmp_path,
+) -> None:
+    async with Targets() as targets:
+        targets.payloads = {"healthy": vllm_payload(3), "port": vllm_payload(2, 0, 100)}
+        config = _config(targets, {"healthy": ", cap: 8", "port": ", cap: 8"})
+        async with running_exporter(config, tmp_path) as exporter, aiohttp.ClientSession() as s:
+
+            async def port_rate_known() -> bool:
+                found = await exporter.signals(s)
+                return found.get("port", {}).get("total", {}).get("requests_per_second") == 0.0
+
+            await wait_for(port_rate_known, 20, "a steady request rate of 0 on vLLM")
+            # another server takes the port: SGLang, a million requests finished since its start
+            targets.payloads["port"] = _sglang_payload(4, 1_000_000)
+            targets.payloads["healthy"] = vllm_payload(7)
+            rates = []
+
+            async def sglang_seen_twice() -> bool:
+                port = (await exporter.signals(s))["port"]["total"]
+                if port["engine"] == "sglang":
+                    rates.append(port["requests_per_second"])
+                return len(rates) >= 4
+
+            await wait_for(sglang_seen_twice, 15, "four evaluations of the new engine")
+            found = await exporter.signals(s)
+            metrics = await exporter.get_text(s, "/metrics")
+    assert found["healthy"]["total"]["running"] == 7.0
+    assert all(rate is None or rate == 0.0 for rate in rates), rates
+    assert found["port"]["total"]["running"] == 4.0
+    assert 'batchscope_window_resets_total{reason="engine_changed",target="port"} 1.0' in metrics
+    assert exporter.log().count("engine changed from vllm to sglang") == 1, exporter.log()
