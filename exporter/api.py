@@ -121,9 +121,48 @@ def history_response(target: str, points: Sequence[dict[str, Any]]) -> dict[str,
     return _versioned({"target": target, "points": list(points)})
 
 
-def all_histories_response(histories: Mapping[str, Sequence[dict[str, Any]]]) -> dict[str, Any]:
-    """GET /api/v1/history without a target: every target's points by name."""
-    return _versioned({"targets": {name: list(points) for name, points in histories.items()}})
+# GET /api/v1/history without a target answers a page of targets, the last points of each:
+# a bounded body whatever the fleet and history sizes.
+HISTORY_PAGE_TARGETS = 100
+DEFAULT_POINTS_PER_TARGET = 60
+
+
+class BadRequest(ValueError):
+    """A query parameter out of range; `str()` is the error answered with HTTP 400."""
+
+
+def history_page_request(query: Mapping[str, str], history_points: int) -> tuple[int, int]:
+    """(page, points per target) from the query of GET /api/v1/history; raises BadRequest."""
+
+    def whole(name: str, default: int, lowest: int, highest: int) -> int:
+        text = query.get(name)
+        if text is None:
+            return default
+        if not text.isdigit() or not lowest <= int(text) <= highest:
+            raise BadRequest(f"{name} must be a whole number from {lowest} to {highest}")
+        return int(text)
+
+    points = whole("points", min(DEFAULT_POINTS_PER_TARGET, history_points), 1, history_points)
+    return whole("page", 0, 0, 1_000_000), points
+
+
+def pages(targets: int) -> int:
+    """How many pages of HISTORY_PAGE_TARGETS targets hold `targets` (at least one)."""
+    return max(1, -(-targets // HISTORY_PAGE_TARGETS))
+
+
+def all_histories_response(
+    histories: Mapping[str, Sequence[dict[str, Any]]], page: int, page_count: int, points: int
+) -> dict[str, Any]:
+    """GET /api/v1/history without a target: one page of targets, their last points each."""
+    return _versioned(
+        {
+            "page": page,
+            "pages": page_count,
+            "points_per_target": points,
+            "targets": {name: list(p) for name, p in histories.items()},
+        }
+    )
 
 
 # ---------------------------------------------------------------- /api/v1/targets

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import itertools
 import logging
 import time
 from collections import Counter, deque
@@ -255,6 +256,14 @@ class Exporter:
         state = self.states.get(name)
         return None if state is None else list(state.history)
 
-    def histories(self) -> dict[str, list[dict]]:
-        """Every monitored target's history points by name."""
-        return {name: list(state.history) for name, state in self.states.items()}
+    def histories(self, page: int, page_size: int, points: int) -> dict[str, list[dict]]:
+        """One page of targets (by name) with the last `points` history points of each.
+
+        Copies references only: cheap enough for the event loop, whatever the fleet size.
+        """
+        names = sorted(self.states)[page * page_size : (page + 1) * page_size]
+        return {name: _last(self.states[name].history, points) for name in names}
+
+
+def _last(points: deque, n: int) -> list[dict]:
+    return list(itertools.islice(points, max(0, len(points) - n), None))

@@ -70,7 +70,22 @@ def create_app(exporter: Exporter) -> web.Application:
     async def history(request: web.Request) -> web.Response:
         name = request.query.get("target")
         if name is None:
-            return _json(api.all_histories_response(exporter.histories()))
+            try:
+                page, points = api.history_page_request(
+                    request.query, exporter.settings.history_points
+                )
+            except api.BadRequest as err:
+                return _json(api.error_response(str(err)), status=400)
+            page_count = api.pages(len(exporter.states))
+            if page >= page_count:
+                message = f"page must be below {page_count} (pages of this fleet)"
+                return _json(api.error_response(message), status=400)
+            histories = exporter.histories(page, api.HISTORY_PAGE_TARGETS, points)
+            # Encoding is the cost: done off the event loop, scrapes go on meanwhile.
+            body = await asyncio.to_thread(
+                api.encode, api.all_histories_response(histories, page, page_count, points)
+            )
+            return web.Response(body=body, content_type="application/json")
         points = exporter.history(name)
         if points is None:
             return _json(api.error_response(f"no configured target named {name!r}"), status=404)
