@@ -10,7 +10,9 @@ import contextlib
 import dataclasses
 import itertools
 import logging
+import math
 import time
+import zlib
 from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -32,6 +34,26 @@ log = logging.getLogger("batchscope.exporter")
 
 # At most this many scrapes in flight: 1000 targets do not open 1000 sockets at once.
 MAX_CONCURRENT_SCRAPES = 128
+# Targets whose last scrape failed wait for slots of their own: a hung fleet never takes
+# the slots of the healthy targets.
+MAX_CONCURRENT_FAILING_SCRAPES = 32
+# Consecutive failures before a dead target is backed off, and the longest back-off.
+BACKOFF_AFTER_FAILURES = 3
+MAX_BACKOFF_INTERVALS = 8
+
+
+def backoff_intervals(failures: int) -> int:
+    """Intervals until a target's next scrape after `failures` consecutive failed scrapes:
+    1 until BACKOFF_AFTER_FAILURES, then doubling up to MAX_BACKOFF_INTERVALS."""
+    if failures < BACKOFF_AFTER_FAILURES:
+        return 1
+    return min(2 ** (failures - BACKOFF_AFTER_FAILURES + 1), MAX_BACKOFF_INTERVALS)
+
+
+def phase(name: str) -> float:
+    """Where in the interval a target is scraped, 0..1, fixed by its name: scrapes spread
+    over the interval (no thundering herd) and each target keeps its own rhythm."""
+    return zlib.crc32(name.encode()) / 2**32
 
 
 def signal_settings(target: Target, settings: Settings) -> SignalSettings:
@@ -81,6 +103,18 @@ def snapshot_from_payload(
 
 
 @dataclass
+class Gates:
+    """Scrape slots: the healthy targets' and, apart, those of targets that failed."""
+
+    healthy: asyncio.Semaphore = field(
+        default_factory=lambda: asyncio.Semaphore(MAX_CONCURRENT_SCRAPES)
+    )
+    failing: asyncio.Semaphore = field(
+        default_factory=lambda: asyncio.Semaphore(MAX_CONCURRENT_FAILING_SCRAPES)
+    )
+
+
+@dataclass
 class TargetState:
     target: Target
     window: Window
@@ -91,6 +125,9 @@ class TargetState:
     window_resets: Counter[str] = field(default_factory=Counter)
     # The engines of the last readable payload: another one on the same URL resets the window.
     engines: frozenset[str] = frozenset()
+    # Scrapes failed in a row (no payload): backs a dead target off, and moves it to the
+    # failing targets' slots.
+    failures: int = 0
     # The last problem logged, so that each one is logged once, when it changes.
     logged_error: str | None = None
 
@@ -180,15 +217,16 @@ class Exporter:
         return signals
 
     async def _scrape_one(
-        self, session: aiohttp.ClientSession, gate: asyncio.Semaphore, state: TargetState
+        self, session: aiohttp.ClientSession, gates: Gates, state: TargetState
     ) -> None:
-        async with gate:
+        async with gates.failing if state.failures else gates.healthy:
             result = await scrape(
                 session,
                 state.target,
                 self.settings.timeout_seconds,
                 self.settings.max_response_bytes,
             )
+        state.failures = 0 if result.text is not None else state.failures + 1
         self.evaluate(state, result, self.clock())
 
     def evaluate(self, state: TargetState, result: ScrapeResult, now: float) -> TargetSignals:
@@ -221,29 +259,67 @@ class Exporter:
         return state.signals
 
     async def run_round(self, session: aiohttp.ClientSession) -> None:
-        """Scrape every target concurrently; a slow one only delays itself, up to its timeout."""
+        """Scrape every target now, concurrently, and wait for all (tests, profiling)."""
         self._sync_targets()
-        gate = asyncio.Semaphore(MAX_CONCURRENT_SCRAPES)
+        gates = Gates()
         await asyncio.gather(
-            *(self._scrape_one(session, gate, s) for s in list(self.states.values()))
+            *(self._scrape_one(session, gates, s) for s in list(self.states.values()))
         )
         self.rounds += 1
 
+    async def _watch(
+        self, session: aiohttp.ClientSession, gates: Gates, name: str, start: float
+    ) -> None:
+        """Scrape one target at its phase of every interval, for as long as it is monitored.
+
+        A slow scrape delays only this target; a dead one is backed off. A scrape never
+        overlaps the previous one of the same target.
+        """
+        interval = self.settings.interval_seconds
+        due = start + phase(name) * interval
+        while True:
+            await asyncio.sleep(max(0.0, due - time.monotonic()))
+            state = self.states.get(name)
+            if state is None:
+                return
+            try:
+                await self._scrape_one(session, gates, state)
+            except Exception:  # a bug must not end this target's monitoring
+                log.exception("target %s: scrape failed", name)
+            due += interval * backoff_intervals(state.failures)
+            late = time.monotonic() - due
+            if late > 0:  # skip the slots already missed, keep the phase
+                due += interval * math.ceil(late / interval)
+
     async def run_forever(self, stop: asyncio.Event) -> None:
-        """Run a round every interval until `stop` is set."""
-        connector = aiohttp.TCPConnector(limit=MAX_CONCURRENT_SCRAPES, ttl_dns_cache=300)
+        """Scrape every target once an interval, spread over it, until `stop` is set.
+
+        Every interval the target set is synced (file_sd) and `rounds` advances: readers
+        render once per round.
+        """
+        gates = Gates()
+        connector = aiohttp.TCPConnector(
+            limit=MAX_CONCURRENT_SCRAPES + MAX_CONCURRENT_FAILING_SCRAPES, ttl_dns_cache=300
+        )
+        watchers: dict[str, asyncio.Task] = {}
+        start = time.monotonic()
         async with aiohttp.ClientSession(connector=connector) as session:
-            while not stop.is_set():
-                started = time.monotonic()
-                try:
-                    await self.run_round(session)
-                except Exception:  # a bug in one round must not end monitoring
-                    log.exception("scrape round failed")
-                elapsed = time.monotonic() - started
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(
-                        stop.wait(), timeout=max(0.0, self.settings.interval_seconds - elapsed)
-                    )
+            try:
+                while not stop.is_set():
+                    self._sync_targets()
+                    for name in set(watchers) - set(self.states):
+                        watchers.pop(name).cancel()
+                    for name in set(self.states) - set(watchers):
+                        watchers[name] = asyncio.create_task(
+                            self._watch(session, gates, name, start)
+                        )
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(stop.wait(), self.settings.interval_seconds)
+                    self.rounds += 1
+            finally:
+                for task in watchers.values():
+                    task.cancel()
+                await asyncio.gather(*watchers.values(), return_exceptions=True)
 
     # -- views ----------------------------------------------------------------------
 
