@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict
 from typing import Any
 
-from exporter.config import Target
+from exporter.config import Target, redacted_url
 from exporter.target import SeriesSignals, TargetSignals
 
 API_VERSION = 1
@@ -60,7 +60,7 @@ def target_json(signals: TargetSignals) -> dict[str, Any]:
     """One target at its latest evaluation: up/down, each series and the total."""
     return {
         "target": signals.target,
-        "url": signals.url,
+        "url": redacted_url(signals.url),
         "labels": dict(signals.extra_labels),
         "t": signals.t,
         "up": signals.up,
@@ -171,13 +171,14 @@ def all_histories_response(
 def targets_response(
     targets: Iterable[Target], interval_seconds: float, window_seconds: float
 ) -> dict[str, Any]:
-    """GET /api/v1/targets: what is monitored and how it is judged (never credentials)."""
+    """GET /api/v1/targets: what is monitored and how it is judged (never credentials, and
+    query values, which may hold keys, redacted)."""
     return _versioned(
         {
             "targets": [
                 {
                     "name": t.name,
-                    "url": t.url,
+                    "url": redacted_url(t.url),
                     "engine": t.engine,
                     "cap": t.cap,
                     "budget_seconds": t.budget_seconds,

@@ -115,6 +115,12 @@ class Settings:
     history_points: int = 720
     # Samples of the engine's families one payload may hold, as Prometheus's sample_limit.
     sample_limit: int = 50_000
+    # The exporter's own endpoints: a bearer token every request but /health must carry
+    # (where it lives, never the token), and TLS. Both off by default, on 127.0.0.1.
+    web_token_env: str | None = None
+    web_token_file: str | None = None
+    tls_cert_file: str | None = None
+    tls_key_file: str | None = None
 
     def __post_init__(self) -> None:
         if self.timeout_seconds is None:
@@ -255,6 +261,24 @@ def _url(value: object) -> str:
     return text if parts.path else urlunsplit(parts._replace(path="/metrics"))
 
 
+def redacted_url(url: str) -> str:
+    """The URL with every query value replaced: `__param_*` values may hold keys."""
+    parts = urlsplit(url)
+    if not parts.query:
+        return url
+    names = [pair.split("=", 1)[0] for pair in parts.query.split("&")]
+    return urlunsplit(parts._replace(query="&".join(f"{n}=REDACTED" for n in names)))
+
+
+def redact_url_in(text: str, url: str) -> str:
+    """`text` (an error message) with the URL and its query shown as `redacted_url` does."""
+    query = urlsplit(url).query
+    if not query:
+        return text
+    redacted = redacted_url(url)
+    return text.replace(url, redacted).replace(query, urlsplit(redacted).query)
+
+
 def _split_host_port(text: str) -> tuple[str, int]:
     """HOST:PORT or [IPv6]:PORT, port 0-65535; an empty host is returned as ''."""
     if text.startswith("["):
@@ -316,6 +340,10 @@ _SETTINGS_FIELDS: dict[str, tuple[Callable[[object], Any], str]] = {
     "max_response_bytes": (_count, "--max-response-bytes"),
     "history_points": (_count, "--history-points"),
     "sample_limit": (_count, "--sample-limit"),
+    "web_token_env": (_env_name, "--web-token-env"),
+    "web_token_file": (_text, "--web-token-file"),
+    "tls_cert_file": (_text, "--tls-cert-file"),
+    "tls_key_file": (_text, "--tls-key-file"),
 }
 SETTINGS_FLAGS = {key: flag for key, (_, flag) in _SETTINGS_FIELDS.items()}
 
@@ -367,6 +395,13 @@ def settings_from_values(
             f"{origins['interval_seconds']}: must be <= window_seconds "
             f"({settings.window_seconds:g}, the default) (got {interval:g})"
         )
+    if settings.web_token_env is not None and settings.web_token_file is not None:
+        raise ConfigError(
+            f"{origins['web_token_file']}: give web_token_env or web_token_file, not both"
+        )
+    if (settings.tls_cert_file is None) != (settings.tls_key_file is None):
+        given = "tls_cert_file" if settings.tls_cert_file is not None else "tls_key_file"
+        raise ConfigError(f"{origins[given]}: TLS needs both tls_cert_file and tls_key_file")
     timeout = settings.timeout_seconds
     if "timeout_seconds" in origins and timeout is not None and timeout > interval:
         raise ConfigError(

@@ -140,6 +140,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="most samples of the engine's metrics one payload may hold, else the target "
         f"is down, as Prometheus's sample_limit (default: {setting['sample_limit']})",
     )
+    group = parser.add_argument_group(
+        "the exporter's own endpoints (off by default; advised beyond 127.0.0.1)"
+    )
+    group.add_argument(
+        "--web-token-env",
+        metavar="NAME",
+        help="environment variable holding a bearer token every request but /health must carry",
+    )
+    group.add_argument(
+        "--web-token-file", metavar="PATH", help="file holding that token (instead of the env)"
+    )
+    group.add_argument("--tls-cert-file", metavar="PATH", help="serve HTTPS with this cert (PEM)")
+    group.add_argument("--tls-key-file", metavar="PATH", help="and this private key (PEM)")
+    group = parser.add_argument_group("history")
     group.add_argument(
         "--history-points",
         type=int,

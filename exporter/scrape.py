@@ -12,7 +12,7 @@ from pathlib import Path
 
 import aiohttp
 
-from exporter.config import Auth, ConfigError, Target
+from exporter.config import Auth, ConfigError, Target, redact_url_in
 
 CHUNK = 64 * 1024
 
@@ -33,13 +33,16 @@ def authorization_header(auth: Auth) -> str:
     unset, empty or unreadable. Reading at every scrape picks up rotated secrets.
     """
     if auth.type == "bearer":
-        return "Bearer " + _read_secret("token", auth.token_env, auth.token_file)
-    password = _read_secret("password", auth.password_env, auth.password_file)
+        return "Bearer " + read_secret("token", auth.token_env, auth.token_file)
+    password = read_secret("password", auth.password_env, auth.password_file)
     pair = f"{auth.username}:{password}".encode()
     return "Basic " + base64.b64encode(pair).decode("ascii")
 
 
-def _read_secret(kind: str, env: str | None, path: str | None) -> str:
+def read_secret(kind: str, env: str | None, path: str | None) -> str:
+    """A secret from the environment variable `env`, else the file `path`, stripped.
+
+    Raises ConfigError naming where it looked (never the value)."""
     if env is not None:
         value = os.environ.get(env, "").strip()
         if not value:
@@ -119,7 +122,8 @@ async def scrape(
     started = time.perf_counter()
 
     def failed(reason: str) -> ScrapeResult:
-        return ScrapeResult(None, reason, time.perf_counter() - started)
+        # Query values (file_sd __param_*) may hold keys: never in an error.
+        return ScrapeResult(None, redact_url_in(reason, target.url), time.perf_counter() - started)
 
     headers = {"Accept": "text/plain;version=0.0.4;q=1,*/*;q=0.1", "Accept-Encoding": "gzip"}
     if target.auth is not None:

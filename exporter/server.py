@@ -7,6 +7,7 @@ never fetches a URL it is given.
 from __future__ import annotations
 
 import asyncio
+import hmac
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -50,8 +51,38 @@ def _per_round(exporter: Exporter, render: Callable[[], bytes]) -> Callable[[], 
     return get
 
 
-def create_app(exporter: Exporter) -> web.Application:
-    """The exporter's web application over a running Exporter."""
+def cross_origin(request: web.Request) -> bool:
+    """A browser request made by a page of another origin (a script reading the API)."""
+    origin = request.headers.get("Origin")
+    if origin is not None and origin != f"{request.scheme}://{request.host}":
+        return True
+    return (
+        request.headers.get("Sec-Fetch-Site") == "cross-site"
+        and request.headers.get("Sec-Fetch-Mode") != "navigate"
+    )
+
+
+def guard(token: str | None) -> Callable:
+    """Middleware: the bearer token on every path but /health when one is set, and no
+    cross-origin browser request to the JSON API (another site's page must not read it)."""
+    expected = f"Bearer {token}".encode() if token is not None else None
+
+    @web.middleware
+    async def check(request: web.Request, handler: Callable) -> web.StreamResponse:
+        if expected is not None and request.path != "/health":
+            given = request.headers.get("Authorization", "").encode()
+            if not hmac.compare_digest(given, expected):
+                return _json(api.error_response("a bearer token is required"), status=401)
+        if request.path.startswith("/api/") and cross_origin(request):
+            return _json(api.error_response("cross-origin requests are refused"), status=403)
+        return await handler(request)
+
+    return check
+
+
+def create_app(exporter: Exporter, token: str | None = None) -> web.Application:
+    """The exporter's web application over a running Exporter; `token`, when given, is
+    required as `Authorization: Bearer TOKEN` on every path but /health."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(SignalsCollector(exporter.current))
     metrics_body = _per_round(exporter, lambda: generate_latest(registry))
@@ -106,7 +137,7 @@ def create_app(exporter: Exporter) -> web.Application:
     async def health(_: web.Request) -> web.Response:
         return web.Response(text="ok\n")
 
-    app = web.Application()
+    app = web.Application(middlewares=[guard(token)])
     app.router.add_get("/", index)
     app.router.add_get("/health", health)
     app.router.add_get("/metrics", metrics)

@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import os
 import socket
+import ssl
 import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -113,9 +114,14 @@ class Exporter:
 
 @contextlib.asynccontextmanager
 async def running_exporter(
-    config: str, tmp_path: Path, *args: str, env: dict[str, str] | None = None
+    config: str,
+    tmp_path: Path,
+    *args: str,
+    env: dict[str, str] | None = None,
+    tls: ssl.SSLContext | None = None,
 ) -> AsyncIterator[Exporter]:
-    """The exporter process on `config` (YAML text), up and answering /health."""
+    """The exporter process on `config` (YAML text), up and answering /health
+    (over HTTPS, trusting `tls`, when given)."""
     config_path = tmp_path / "exporter.yaml"
     config_path.write_text(config)
     port = free_port()
@@ -126,9 +132,11 @@ async def running_exporter(
             "--listen", f"127.0.0.1:{port}", *args,
             stdout=log, stderr=log, env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})},
         )  # fmt: skip
-    exporter = Exporter(f"http://127.0.0.1:{port}", log_path, proc.pid)
+    scheme = "https" if tls is not None else "http"
+    exporter = Exporter(f"{scheme}://127.0.0.1:{port}", log_path, proc.pid)
     try:
-        async with aiohttp.ClientSession() as session:
+        connector = aiohttp.TCPConnector(ssl=tls) if tls is not None else None
+        async with aiohttp.ClientSession(connector=connector) as session:
             deadline = time.monotonic() + 30
             while True:
                 assert proc.returncode is None, exporter.log()
