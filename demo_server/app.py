@@ -46,6 +46,7 @@ from prometheus_client import (
     generate_latest,
 )
 from pydantic import BaseModel, ConfigDict, Field
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from demo_server.batcher import ItemError
 from demo_server.batcher_settings import BatcherSettings
@@ -344,6 +345,11 @@ def create_app(config: ServerConfig) -> FastAPI:
     async def invalid_request(_: Request, error: RequestValidationError) -> JSONResponse:
         message, field = validation_message(error)
         return error_response(400, message, param=field)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(_: Request, error: StarletteHTTPException) -> JSONResponse:
+        # e.g. a body that is not UTF-8 JSON at all: the same error shape as every other
+        return error_response(error.status_code, str(error.detail), headers=error.headers)
 
     app.add_middleware(BodyLimit, max_bytes=MAX_REQUEST_BYTES)
     expected_token = (
