@@ -142,6 +142,7 @@ class Exporter:
         self._file_sd_targets: dict[str, list[Target]] = {}
         # Rounds completed: readers cache what they render once per round.
         self.rounds = 0
+        self._round_event = asyncio.Event()
         self._sync_targets()
 
     # -- target set -------------------------------------------------------------
@@ -265,7 +266,7 @@ class Exporter:
         await asyncio.gather(
             *(self._scrape_one(session, gates, s) for s in list(self.states.values()))
         )
-        self.rounds += 1
+        self._next_round()
 
     async def _watch(
         self, session: aiohttp.ClientSession, gates: Gates, name: str, start: float
@@ -315,11 +316,22 @@ class Exporter:
                         )
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(stop.wait(), self.settings.interval_seconds)
-                    self.rounds += 1
+                    self._next_round()
             finally:
                 for task in watchers.values():
                     task.cancel()
                 await asyncio.gather(*watchers.values(), return_exceptions=True)
+
+    def _next_round(self) -> None:
+        self.rounds += 1
+        self._round_event.set()
+        self._round_event = asyncio.Event()
+
+    async def round_after(self, seen: int) -> int:
+        """Wait until a round later than `seen` has completed; returns its number."""
+        while self.rounds <= seen:
+            await self._round_event.wait()
+        return self.rounds
 
     # -- views ----------------------------------------------------------------------
 

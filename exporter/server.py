@@ -7,8 +7,10 @@ never fetches a URL it is given.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import gzip
 import hmac
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from aiohttp import web
@@ -17,6 +19,9 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from exporter import api
 from exporter.collector import SignalsCollector
 from exporter.runtime import Exporter
+from exporter.target import TargetSignals
+
+Render = Callable[[list[TargetSignals]], bytes]
 
 INDEX = """<!doctype html><title>batchscope exporter</title>
 <h1>batchscope exporter</h1>
@@ -31,24 +36,50 @@ def _json(body: dict[str, Any], status: int = 200) -> web.Response:
     return web.Response(body=api.encode(body), status=status, content_type="application/json")
 
 
-def _per_round(exporter: Exporter, render: Callable[[], bytes]) -> Callable[[], Awaitable[bytes]]:
-    """`render` run at most once per scrape round, off the event loop.
+class RoundCache:
+    """The bodies of one scrape round, each rendered at most once, off the event loop.
 
-    Rendering 1000 targets takes a few hundred ms of CPU: done in a thread, scrapes
-    keep going meanwhile, and every request of the same round gets the same bytes.
+    At a round's first use the targets' signals are taken once; every body of that round
+    (/metrics, /api/v1/signals, plain or gzip) is rendered from that same list, so they
+    agree with each other. Rendering 1000 targets takes a few hundred ms of CPU: done in
+    a thread, scrapes keep going meanwhile, and every request of the round gets the same
+    bytes. `keep_fresh` renders /metrics right after each round, before anyone asks.
     """
-    lock = asyncio.Lock()
-    cache: dict[str, Any] = {"round": None, "body": b""}
 
-    async def get() -> bytes:
-        async with lock:
-            rounds = exporter.rounds
-            if cache["round"] != rounds:
-                cache["body"] = await asyncio.to_thread(render)
-                cache["round"] = rounds
-            return cache["body"]
+    def __init__(self, exporter: Exporter, renders: dict[str, Render]) -> None:
+        self.exporter = exporter
+        self.renders = renders
+        self._lock = asyncio.Lock()
+        self._round: int | None = None
+        self._targets: list[TargetSignals] = []
+        self._bodies: dict[tuple[str, bool], bytes] = {}
 
-    return get
+    async def body(self, kind: str, compressed: bool) -> bytes:
+        """The `kind` body of the current round, gzip-compressed when asked."""
+        async with self._lock:
+            if self._round != self.exporter.rounds:
+                self._round = self.exporter.rounds
+                self._targets = self.exporter.current()
+                self._bodies = {}
+            if (kind, compressed) not in self._bodies:
+                plain, packed = await asyncio.to_thread(self._render, kind, self._targets)
+                self._bodies[kind, False], self._bodies[kind, True] = plain, packed
+            return self._bodies[kind, compressed]
+
+    def _render(self, kind: str, targets: list[TargetSignals]) -> tuple[bytes, bytes]:
+        plain = self.renders[kind](targets)
+        return plain, gzip.compress(plain, compresslevel=1)
+
+    async def keep_fresh(self, kind: str) -> None:
+        """Render `kind` after every round, so that requests find it ready."""
+        seen = self.exporter.rounds
+        while True:
+            seen = await self.exporter.round_after(seen)
+            await self.body(kind, True)
+
+
+def _accepts_gzip(request: web.Request) -> bool:
+    return "gzip" in request.headers.get("Accept-Encoding", "")
 
 
 def cross_origin(request: web.Request) -> bool:
@@ -80,23 +111,36 @@ def guard(token: str | None) -> Callable:
     return check
 
 
+def render_metrics(targets: list[TargetSignals]) -> bytes:
+    """The /metrics exposition of these targets' signals."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(SignalsCollector(lambda: targets))
+    return generate_latest(registry)
+
+
 def create_app(exporter: Exporter, token: str | None = None) -> web.Application:
     """The exporter's web application over a running Exporter; `token`, when given, is
     required as `Authorization: Bearer TOKEN` on every path but /health."""
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(SignalsCollector(exporter.current))
-    metrics_body = _per_round(exporter, lambda: generate_latest(registry))
-    signals_body = _per_round(
-        exporter, lambda: api.encode(api.signals_response(exporter.clock(), exporter.current()))
+    bodies = RoundCache(
+        exporter,
+        {
+            "metrics": render_metrics,
+            "signals": lambda targets: api.encode(api.signals_response(exporter.clock(), targets)),
+        },
     )
 
-    async def metrics(_: web.Request) -> web.Response:
-        return web.Response(
-            body=await metrics_body(), headers={"Content-Type": CONTENT_TYPE_LATEST}
-        )
+    async def cached(request: web.Request, kind: str, content_type: str) -> web.Response:
+        compressed = _accepts_gzip(request)
+        headers = {"Content-Type": content_type}
+        if compressed:
+            headers["Content-Encoding"] = "gzip"
+        return web.Response(body=await bodies.body(kind, compressed), headers=headers)
 
-    async def signals(_: web.Request) -> web.Response:
-        return web.Response(body=await signals_body(), content_type="application/json")
+    async def metrics(request: web.Request) -> web.Response:
+        return await cached(request, "metrics", CONTENT_TYPE_LATEST)
+
+    async def signals(request: web.Request) -> web.Response:
+        return await cached(request, "signals", "application/json")
 
     async def history(request: web.Request) -> web.Response:
         name = request.query.get("target")
@@ -137,7 +181,15 @@ def create_app(exporter: Exporter, token: str | None = None) -> web.Application:
     async def health(_: web.Request) -> web.Response:
         return web.Response(text="ok\n")
 
+    async def render_metrics_every_round(_: web.Application) -> AsyncIterator[None]:
+        task = asyncio.create_task(bodies.keep_fresh("metrics"))
+        yield
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
     app = web.Application(middlewares=[guard(token)])
+    app.cleanup_ctx.append(render_metrics_every_round)
     app.router.add_get("/", index)
     app.router.add_get("/health", health)
     app.router.add_get("/metrics", metrics)
