@@ -13,7 +13,12 @@ import math
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter.promtext import ParseError, parse
+from exporter.engines import ADAPTERS
+from exporter.promtext import ParseError, SampleLimitExceeded, parse, wanted_names
+
+# The families the exporter asks for: the selective path must agree with the full one.
+FAMILIES = tuple(f for adapter in ADAPTERS.values() for f in adapter.FAMILIES)
+WANTED = wanted_names(FAMILIES)
 
 Key = tuple[str, tuple[tuple[str, str], ...], float | str, float | None]
 
@@ -42,9 +47,28 @@ def check_parse(text: str, valid: bool = False) -> None:
     follows the format's grammar, so refusing what prometheus_client reads is a failure
     too. Any exception other than ParseError propagates as the failure it is."""
     try:
-        ours = [_key(s.name, s.labels, s.value, s.timestamp) for s in parse(text)]
+        samples = parse(text)
     except ParseError:
-        ours = None
+        samples = None
+    ours = None if samples is None else [_key(*s) for s in samples]
+    _check_selective(text, samples)
     reference = reference_samples(text)
     if reference is not None and (ours is not None or valid):
         assert ours == reference, f"differs from prometheus_client on {text!r}"
+
+
+def _check_selective(text: str, samples: list | None) -> None:
+    """Asking for families gives the full parse's samples of those families, and
+    never anything but ParseError (or SampleLimitExceeded past its limit)."""
+    try:
+        selected = parse(text, FAMILIES, limit=10_000)
+    except (ParseError, SampleLimitExceeded):
+        wanted = [] if samples is None else [s for s in samples if s.name in WANTED]
+        assert samples is None or len(wanted) > 10_000, (
+            f"the selective parse refused what the full parse read: {text!r}"
+        )
+        return
+    if samples is not None:
+        assert selected == [s for s in samples if s.name in WANTED], (
+            f"the selective parse differs on {text!r}"
+        )

@@ -92,7 +92,7 @@ def snapshot_from_payload(
     if text is None:
         return Snapshot(target.name, t, False, error=error, scrape_seconds=seconds), None
     try:
-        series = read_series(text, target.engine, sample_limit)
+        series = read_series(text, target.engine, sample_limit, target.histogram)
     except NoSamplesYet:
         return Snapshot(target.name, t, True, (), scrape_seconds=seconds), None
     except (ParseError, SampleLimitExceeded, UnrecognisedPayload) as err:

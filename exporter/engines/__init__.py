@@ -52,13 +52,28 @@ def _registered(text: str, families: list[str]) -> bool:
     return any(f"# TYPE {family}" in text for family in families)
 
 
+def families_read(adapter: ModuleType, latency_kind: str | None) -> list[str]:
+    """The families to parse for one adapter: all, or with `latency_kind` given, only that
+    latency histogram and e2e (adapters count finished requests from it) of the latency
+    ones. Parsing a histogram nobody reads is most of a payload's cost."""
+    if latency_kind is None:
+        return list(adapter.FAMILIES)
+    wanted = {adapter.LATENCY_FAMILIES.get(kind) for kind in ("e2e", latency_kind)}
+    unread = set(adapter.LATENCY_FAMILIES.values()) - wanted
+    return [f for f in adapter.FAMILIES if f not in unread]
+
+
 def read_series(
-    text: str, engine: str = "auto", sample_limit: int | None = None
+    text: str,
+    engine: str = "auto",
+    sample_limit: int | None = None,
+    latency_kind: str | None = None,
 ) -> tuple[SeriesSnapshot, ...]:
     """Parse a /metrics payload into series with the named engine's adapter (or all found).
 
     Raises promtext.ParseError on a malformed line of a family it reads,
     promtext.SampleLimitExceeded past `sample_limit` samples of those families,
+    (`latency_kind`: see `families_read`)
     NoSamplesYet when the engine's families are declared without a series, and
     UnrecognisedPayload when no engine's metrics are there.
     """
@@ -69,7 +84,7 @@ def read_series(
             + ", ".join(f"{name} {a.MARKER}*" for name, a in ADAPTERS.items())
             + ")"
         )
-    families = [f for name in names for f in ADAPTERS[name].FAMILIES]
+    families = [f for name in names for f in families_read(ADAPTERS[name], latency_kind)]
     by_name = group_by_name(promtext.parse(text, families, sample_limit))
     series = tuple(s for name in names for s in ADAPTERS[name].to_series(by_name))
     if not series:
