@@ -11,6 +11,7 @@ command line is `flags`.
 
 from __future__ import annotations
 
+import hashlib
 import ipaddress
 import math
 import re
@@ -121,6 +122,17 @@ class Settings:
     web_token_file: str | None = None
     tls_cert_file: str | None = None
     tls_key_file: str | None = None
+    # "K/N": this exporter keeps the targets whose name hashes to K modulo N (`in_shard`).
+    shard: str | None = None
+
+    def in_shard(self, name: str) -> bool:
+        """Whether this exporter monitors the target `name`: always without a shard, else
+        when md5(name)'s last 8 bytes modulo N are K, as Prometheus's hashmod computes."""
+        if self.shard is None:
+            return True
+        index, count = (int(part) for part in self.shard.split("/"))
+        digest = hashlib.md5(name.encode(), usedforsecurity=False).digest()
+        return int.from_bytes(digest[8:], "big") % count == index
 
     def __post_init__(self) -> None:
         if self.timeout_seconds is None:
@@ -205,6 +217,14 @@ def _count(value: object) -> int:
     if value < 1:
         raise _Invalid(f"must be >= 1 (got {value})")
     return value
+
+
+def _shard(value: object) -> str:
+    text = _text(value)
+    index, slash, count = text.partition("/")
+    if not (slash and index.isdigit() and count.isdigit() and int(index) < int(count)):
+        raise _Invalid(f"must be K/N with 0 <= K < N, e.g. 0/4 (got {text!r})")
+    return f"{int(index)}/{int(count)}"
 
 
 def _text(value: object) -> str:
@@ -344,6 +364,7 @@ _SETTINGS_FIELDS: dict[str, tuple[Callable[[object], Any], str]] = {
     "web_token_file": (_text, "--web-token-file"),
     "tls_cert_file": (_text, "--tls-cert-file"),
     "tls_key_file": (_text, "--tls-key-file"),
+    "shard": (_shard, "--shard"),
 }
 SETTINGS_FLAGS = {key: flag for key, (_, flag) in _SETTINGS_FIELDS.items()}
 

@@ -140,6 +140,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="most samples of the engine's metrics one payload may hold, else the target "
         f"is down, as Prometheus's sample_limit (default: {setting['sample_limit']})",
     )
+    group.add_argument(
+        "--shard",
+        metavar="K/N",
+        help="monitor only the targets whose name hashes to K modulo N (Prometheus's "
+        "hashmod): N exporters with 0/N .. N-1/N share one fleet file",
+    )
     group = parser.add_argument_group(
         "the exporter's own endpoints (off by default; advised beyond 127.0.0.1)"
     )

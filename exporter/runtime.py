@@ -160,13 +160,15 @@ class Exporter:
                 log.warning("file_sd %s not reloaded: %s", path, err)
 
     def targets(self) -> list[Target]:
-        """The targets to monitor: configured ones, then those file_sd discovered."""
+        """The targets to monitor: configured ones, then those file_sd discovered; with a
+        shard, only those of this exporter's shard."""
         found = list(self.settings.targets)
         for targets in self._file_sd_targets.values():
             found.extend(targets)
         unique: dict[str, Target] = {}
         for t in found:
-            unique.setdefault(t.name, t)
+            if self.settings.in_shard(t.name):
+                unique.setdefault(t.name, t)
         return list(unique.values())
 
     def _sync_targets(self) -> None:
