@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterable
 
 from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
 
 from exporter.signals import DIAGNOSIS_STATES
 from exporter.target import SeriesSignals, TargetSignals
@@ -52,6 +53,30 @@ def _gauge(name: str, documentation: str) -> Metric:
 
 def _labels(target: TargetSignals, series: SeriesSignals) -> dict[str, str]:
     return {"target": target.target, **target.extra_labels, **series.labels}
+
+
+def _escape(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def render_exposition(families: Iterable[Metric]) -> bytes:
+    """The text exposition (0.0.4) of gauge and counter families: byte for byte what
+    prometheus_client's generate_latest writes, several times faster at a fleet's size,
+    since each label set (a target's, a series') is escaped once for all its metrics."""
+    label_texts: dict[tuple[tuple[str, str], ...], str] = {}
+    out: list[str] = []
+    for metric in families:
+        name = metric.name + "_total" if metric.type == "counter" else metric.name
+        help_text = metric.documentation.replace("\\", "\\\\").replace("\n", "\\n")
+        out.append(f"# HELP {name} {help_text}\n# TYPE {name} {metric.type}\n")
+        for sample in metric.samples:
+            key = tuple(sample.labels.items())
+            labels = label_texts.get(key)
+            if labels is None:
+                pairs = ",".join(f'{k}="{_escape(v)}"' for k, v in sorted(key))
+                labels = label_texts[key] = f"{{{pairs}}}" if pairs else ""
+            out.append(f"{sample.name}{labels} {floatToGoString(sample.value)}\n")
+    return "".join(out).encode()
 
 
 class SignalsCollector(Collector):

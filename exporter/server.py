@@ -14,10 +14,10 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST
 
 from exporter import api
-from exporter.collector import SignalsCollector
+from exporter.collector import SignalsCollector, render_exposition
 from exporter.runtime import Exporter
 from exporter.target import TargetSignals
 
@@ -113,9 +113,7 @@ def guard(token: str | None) -> Callable:
 
 def render_metrics(targets: list[TargetSignals]) -> bytes:
     """The /metrics exposition of these targets' signals."""
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(SignalsCollector(lambda: targets))
-    return generate_latest(registry)
+    return render_exposition(SignalsCollector(lambda: targets).collect())
 
 
 def create_app(exporter: Exporter, token: str | None = None) -> web.Application:
