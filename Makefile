@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.batchscope-installed
 
-.PHONY: install system-packages vllm-env test test-fast test-e2e demo bench lint format clean
+.PHONY: install system-packages vllm-env test test-fast test-e2e demo bench lint format grafana clean
 
 install: $(STAMP)
 
@@ -51,6 +51,10 @@ demo: install
 
 bench: install
 	$(BIN)/python scripts/bench.py
+
+# Dashboards, rule files and Grafana provisioning under grafana/, generated from grafana/*.py.
+grafana: install
+	$(BIN)/python -m grafana.build
 
 lint: install
 	$(BIN)/ruff check .

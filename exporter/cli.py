@@ -11,6 +11,7 @@ import sys
 
 from aiohttp import web
 
+from exporter.alertmanager import AlertmanagerDelivery
 from exporter.config import ConfigError, Settings
 from exporter.exposure import exposure_warnings
 from exporter.flags import add_arguments, settings_from_args
@@ -87,8 +88,18 @@ async def serve(settings: Settings) -> int:
         "scraping %d target(s) every %g s; serving %s://%s:%d/metrics and /api/v1/signals",
         len(exporter.states), settings.interval_seconds, "https" if tls else "http", host, port,
     )  # fmt: skip
+    tasks = [exporter.run_forever(stop)]
+    if settings.alertmanager_url:
+        delivery = AlertmanagerDelivery(
+            settings.alertmanager_url,
+            exporter.current,
+            generator_url=f"http://{host}:{port}/api/v1/signals",
+            interval_seconds=settings.interval_seconds,
+        )
+        tasks.append(delivery.run_forever(stop))
+        log.info("posting alerts to %s", delivery.endpoint)
     try:
-        await exporter.run_forever(stop)
+        await asyncio.gather(*tasks)
     finally:
         await runner.cleanup()
     log.info("stopped")

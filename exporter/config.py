@@ -114,6 +114,8 @@ class Settings:
     timeout_seconds: float | None = None
     max_response_bytes: int = 8 * 1024 * 1024
     history_points: int = 720
+    # Where the exporter posts its own alerts (Alertmanager's base URL); None: it does not.
+    alertmanager_url: str | None = None
     # Samples of the engine's families one payload may hold, as Prometheus's sample_limit.
     sample_limit: int = 50_000
     # The exporter's own endpoints: a bearer token every request but /health must carry
@@ -258,7 +260,14 @@ def _histogram(value: object) -> str:
 
 
 def _url(value: object) -> str:
-    """An http(s) URL with a host and no credentials; no path means /metrics."""
+    """A scrape URL: an http(s) URL with a host and no credentials; no path means /metrics."""
+    text = _http_url(value)
+    parts = urlsplit(text)
+    return text if parts.path else urlunsplit(parts._replace(path="/metrics"))
+
+
+def _http_url(value: object) -> str:
+    """An http(s) URL with a host and no credentials, as given."""
     text = _text(value)
     # A URL with '@' may carry a password: it is never echoed back.
     got = "" if "@" in text else f" (got {text!r})"
@@ -278,7 +287,7 @@ def _url(value: object) -> str:
         raise _Invalid(f"must be an http:// or https:// URL{got}")
     if not parts.hostname:
         raise _Invalid(f"has no host{got}")
-    return text if parts.path else urlunsplit(parts._replace(path="/metrics"))
+    return text
 
 
 def redacted_url(url: str) -> str:
@@ -365,6 +374,7 @@ _SETTINGS_FIELDS: dict[str, tuple[Callable[[object], Any], str]] = {
     "tls_cert_file": (_text, "--tls-cert-file"),
     "tls_key_file": (_text, "--tls-key-file"),
     "shard": (_shard, "--shard"),
+    "alertmanager_url": (_http_url, "--alertmanager-url"),
 }
 SETTINGS_FLAGS = {key: flag for key, (_, flag) in _SETTINGS_FIELDS.items()}
 

@@ -159,13 +159,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     group.add_argument("--tls-cert-file", metavar="PATH", help="serve HTTPS with this cert (PEM)")
     group.add_argument("--tls-key-file", metavar="PATH", help="and this private key (PEM)")
-    group = parser.add_argument_group("history")
+    group = parser.add_argument_group("history and alerts")
     group.add_argument(
         "--history-points",
         type=int,
         metavar="N",
         help="evaluations kept per target for /api/v1/history "
         f"(default: {setting['history_points']})",
+    )
+    group.add_argument(
+        "--alertmanager-url",
+        metavar="URL",
+        help="post sustained saturation, memory-bound, stalled and target-down alerts to "
+        "this Alertmanager (its base URL, e.g. http://127.0.0.1:9093), without Prometheus",
     )
 
 

@@ -36,35 +36,52 @@ def _json(body: dict[str, Any], status: int = 200) -> web.Response:
     return web.Response(body=api.encode(body), status=status, content_type="application/json")
 
 
-class RoundCache:
-    """The bodies of one scrape round, each rendered at most once, off the event loop.
+# How long a request waits for its round's body before it gets the previous round's.
+STALE_AFTER_SECONDS = 0.05
 
-    At a round's first use the targets' signals are taken once; every body of that round
-    (/metrics, /api/v1/signals, plain or gzip) is rendered from that same list, so they
-    agree with each other. Rendering 1000 targets takes a few hundred ms of CPU: done in
-    a thread, scrapes keep going meanwhile, and every request of the round gets the same
-    bytes. `keep_fresh` renders /metrics right after each round, before anyone asks.
+
+class RoundCache:
+    """The bodies of each scrape round, each rendered at most once, off the event loop.
+
+    At a round's first render the targets' signals are taken once; every body of that
+    round (/metrics, /api/v1/signals, plain or gzip) is rendered from that same list, so
+    they agree with each other. Rendering 1000 targets takes a few hundred ms of CPU,
+    done in a thread while scrapes go on. A request waits for its round's body at most
+    STALE_AFTER_SECONDS, then gets the previous round's: a scrape is never held by a
+    render. `keep_fresh` renders /metrics right after each round, before anyone asks.
     """
 
     def __init__(self, exporter: Exporter, renders: dict[str, Render]) -> None:
         self.exporter = exporter
         self.renders = renders
-        self._lock = asyncio.Lock()
-        self._round: int | None = None
-        self._targets: list[TargetSignals] = []
-        self._bodies: dict[tuple[str, bool], bytes] = {}
+        self._targets: tuple[int, list[TargetSignals]] | None = None
+        # kind -> (round, its render: a task giving (plain, gzip))
+        self._renders: dict[str, tuple[int, asyncio.Task[tuple[bytes, bytes]]]] = {}
+        self._previous: dict[str, tuple[bytes, bytes]] = {}
+
+    def _render_of(self, kind: str) -> asyncio.Task[tuple[bytes, bytes]]:
+        rounds = self.exporter.rounds
+        started = self._renders.get(kind)
+        if started is not None and started[0] == rounds:
+            return started[1]
+        if started is not None and started[1].done() and not started[1].exception():
+            self._previous[kind] = started[1].result()
+        if self._targets is None or self._targets[0] != rounds:
+            self._targets = (rounds, self.exporter.current())
+        task = asyncio.create_task(asyncio.to_thread(self._render, kind, self._targets[1]))
+        self._renders[kind] = (rounds, task)
+        return task
 
     async def body(self, kind: str, compressed: bool) -> bytes:
-        """The `kind` body of the current round, gzip-compressed when asked."""
-        async with self._lock:
-            if self._round != self.exporter.rounds:
-                self._round = self.exporter.rounds
-                self._targets = self.exporter.current()
-                self._bodies = {}
-            if (kind, compressed) not in self._bodies:
-                plain, packed = await asyncio.to_thread(self._render, kind, self._targets)
-                self._bodies[kind, False], self._bodies[kind, True] = plain, packed
-            return self._bodies[kind, compressed]
+        """The `kind` body, gzip-compressed when asked: this round's, or the previous
+        round's when this one's is not ready within STALE_AFTER_SECONDS."""
+        task = self._render_of(kind)
+        previous = self._previous.get(kind)
+        if previous is not None and not task.done():
+            done, _ = await asyncio.wait({task}, timeout=STALE_AFTER_SECONDS)
+            if not done:
+                return previous[compressed]
+        return (await task)[compressed]
 
     def _render(self, kind: str, targets: list[TargetSignals]) -> tuple[bytes, bytes]:
         plain = self.renders[kind](targets)
@@ -75,7 +92,7 @@ class RoundCache:
         seen = self.exporter.rounds
         while True:
             seen = await self.exporter.round_after(seen)
-            await self.body(kind, True)
+            await self._render_of(kind)
 
 
 def _accepts_gzip(request: web.Request) -> bool:

@@ -71,13 +71,25 @@ def _merge_histograms(hists: Sequence[Histogram]) -> Histogram | None:
     return merged
 
 
-def merge_series(series: Sequence[SeriesSnapshot], default_cap: float | None) -> SeriesSnapshot:
+def merge_series(
+    series: Sequence[SeriesSnapshot],
+    default_cap: float | None,
+    default_budget: float | None = None,
+) -> SeriesSnapshot:
     """All series of one scrape as one (the target total): counts and histograms add up,
     KV usage is the fullest engine's, the cap is the sum of the series' caps (None if any
-    is unknown). A histogram whose series use different bucket layouts is left out."""
+    is unknown). A histogram whose series use different bucket layouts is left out.
+
+    Series held to different latency budgets (an in-house batcher's own beside the
+    configured one) have no common budget: the total keeps no latency, so one service's
+    latency is never judged against another's budget.
+    """
     caps = [s.cap if s.cap is not None else default_cap for s in series]
+    budgets = {s.budget_seconds if s.budget_seconds is not None else default_budget
+               for s in series}  # fmt: skip
+    one_budget = len(budgets) <= 1
     latency: dict[str, Histogram] = {}
-    for kind in {k for s in series for k in s.latency}:
+    for kind in {k for s in series for k in s.latency} if one_budget else ():
         merged = _merge_histograms([s.latency[kind] for s in series if kind in s.latency])
         if merged is not None:
             latency[kind] = merged
@@ -87,7 +99,6 @@ def merge_series(series: Sequence[SeriesSnapshot], default_cap: float | None) ->
             n0, s0 = by_size.get(size, (0.0, 0.0))
             by_size[size] = (n0 + n, s0 + secs)
     kv = [s.kv_usage for s in series if s.kv_usage is not None]
-    budgets = {s.budget_seconds for s in series if s.budget_seconds is not None}
     return SeriesSnapshot(
         key=(),
         engine="+".join(sorted({s.engine for s in series})),

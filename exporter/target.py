@@ -289,7 +289,8 @@ def evaluate_target(
     current_keys = {s.key for s in latest.series}
     by_key = _points_by_key(snapshots, lambda snap: ((s.key, s) for s in snap.series))
     totals = _points_by_key(
-        snapshots, lambda snap: [(TOTAL, merge_series(snap.series, settings.cap))]
+        snapshots,
+        lambda snap: [(TOTAL, merge_series(snap.series, settings.cap, settings.budget_seconds))],
     )
     next_states: dict[LabelKey, SaturationState] = {}
     series = []

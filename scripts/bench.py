@@ -2,8 +2,9 @@
 
 Benchmarks: `parser` (promtext vs prometheus_client on a real vLLM payload,
 bench_parser.py), `fleet` (the exporter process scraping 1000 simulated vLLM targets,
-bench_fleet.py + fleet_sim.py) and `batching` (static vs continuous batching on the
-demo server's scheduler, bench_batching.py, run as a subprocess when it is there).
+bench_fleet.py + fleet_sim.py), `batching` (static vs continuous batching on the
+demo server's scheduler, bench_batching.py, run as a subprocess when it is there) and
+`dashboard` (server-side time to build the Live page, bench_dashboard.py).
 The report names the machine, the command and the date: numbers from a shared 2-core
 machine only mean something next to those.
 
@@ -24,6 +25,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+import bench_dashboard
 import bench_fleet
 import bench_parser
 
@@ -31,8 +33,9 @@ ROOT = Path(__file__).resolve().parent.parent
 BATCHING_SCRIPT = ROOT / "scripts/bench_batching.py"
 # bench_batching.py's flags for a smoke run: fewer requests, one repetition.
 BATCHING_QUICK_ARGS = ("--requests", "64", "--repeat", "1")
-PACKAGES = ("batchscope", "aiohttp", "prometheus-client", "psutil", "PyYAML", "torch")
-BENCHMARKS = ("parser", "fleet", "batching")
+PACKAGES = ("batchscope", "aiohttp", "prometheus-client", "psutil", "PyYAML", "torch",
+            "streamlit", "plotly", "pandas")  # fmt: skip
+BENCHMARKS = ("parser", "fleet", "batching", "dashboard")
 
 
 def _cpu_model() -> str:
@@ -137,6 +140,8 @@ def main(argv: list[str] | None = None) -> int:
     if "batching" in selected:
         print("batching: running scripts/bench_batching.py", file=sys.stderr, flush=True)
         sections.append(batching_section(args.quick))
+    if "dashboard" in selected:
+        sections.append(bench_dashboard.markdown(bench_dashboard.run(args.quick)))
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text("\n".join(sections), encoding="utf-8")
     print("\n".join(sections[1:]))

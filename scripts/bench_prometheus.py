@@ -129,7 +129,6 @@ def run(quick: bool = False) -> Result:
     version = subprocess.run([prometheus, "--version"], capture_output=True, text=True)
     with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack:
         folder = Path(tmp)
-        # Both scrapers advance the simulator's counters: enough bodies for the whole run.
         rounds = 20  # 24 bodies a target; past the last, its counters stop (still parsed)
         print(f"prometheus: rendering payloads for {plan.targets} targets", file=sys.stderr)
         _, address = start_simulator(FleetPlan(plan.targets, rounds, plan.interval_seconds), stack)

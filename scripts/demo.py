@@ -1,9 +1,11 @@
-"""`make demo`: the bundled demo server under varying load, the exporter, live signals.
+"""`make demo`: the bundled demo server under varying load, the exporter, the dashboard.
 
-Starts `batchscope-demo-server` (continuous batching, a small KV cache so memory
-pressure shows), `batchscope-exporter` pointed at it, and load generators that cycle
-through light, heavy and overload phases; prints the exporter's signals every few
-seconds until Ctrl-C or --duration. Everything binds 127.0.0.1.
+Prints the dashboard's URL first, then starts `batchscope-demo-server` (continuous
+batching, a small KV cache so memory pressure shows), `batchscope-exporter` pointed at
+it, the Streamlit dashboard on the exporter, and load generators that cycle through
+light, heavy and overload phases (a memory-bound stretch and a saturation episode
+within a few minutes); prints the exporter's signals every few seconds until Ctrl-C
+or --duration. Everything binds 127.0.0.1.
 """
 
 from __future__ import annotations
@@ -14,17 +16,22 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
 from pathlib import Path
 
 BIN = Path(sys.executable).parent
+ROOT = Path(__file__).resolve().parent.parent
 
 # (name, seconds, completions per second, max_tokens drawn from, embeddings per second)
+# "long answers": few requests fit the 2048-token KV cache, so the batch stays below the
+# cap while requests wait (memory-bound); "overload" then saturates the latency budget.
 PHASES = (
     ("light", 30, 1, "16,64", 5),
     ("heavy", 60, 12, "32,128,256", 200),
+    ("long answers", 45, 3, "512,768", 50),
     ("overload", 60, 30, "64,256,400", 600),
 )
 
@@ -68,20 +75,38 @@ def show(signals: dict) -> None:
             print(f"  {'':>12}   {s['diagnosis']['reason']}")
 
 
+def write_fleet(server: str) -> Path:
+    """The exporter's fleet file: one server, read as two targets.
+
+    The demo server holds an LLM (vLLM names, judged against a 10 s budget) and an
+    embedding batcher (its own 50 ms budget): two services, so two rows on the dashboard.
+    """
+    path = Path(tempfile.mkdtemp(prefix="batchscope-demo-")) / "fleet.yaml"
+    path.write_text(
+        "targets:\n"
+        f"  - {{name: demo-llm, url: '{server}/metrics', engine: vllm, cap: 8, "
+        "budget_seconds: 10}\n"
+        f"  - {{name: demo-embeddings, url: '{server}/metrics', engine: inhouse}}\n"
+    )
+    return path
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cpu", help="demo server device: cpu or sim:h200")
     parser.add_argument("--duration", type=float, default=0, help="stop after N s (0: Ctrl-C)")
     parser.add_argument("--exporter-port", type=int, default=9500)
+    parser.add_argument("--dashboard-port", type=int, default=8501)
     args = parser.parse_args(argv)
 
     server_port = free_port()
     server = f"http://127.0.0.1:{server_port}"
     exporter = f"http://127.0.0.1:{args.exporter_port}"
+    dashboard = f"http://127.0.0.1:{args.dashboard_port}"
     procs: list[subprocess.Popen] = []
 
     def start(*cmd: str) -> subprocess.Popen:
-        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         procs.append(proc)
         return proc
 
@@ -97,6 +122,7 @@ def main(argv: list[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     try:
+        print(f"demo: open the dashboard at {dashboard} (it comes up in about a minute)")
         print(f"demo: starting the demo server on {server} (device {args.device})")
         start(str(BIN / "batchscope-demo-server"), "--port", str(server_port),
               "--batching", "continuous", "--max-num-seqs", "8", "--kv-cache-tokens", "2048",
@@ -104,11 +130,16 @@ def main(argv: list[str] | None = None) -> int:
               "--device", args.device)  # fmt: skip
         wait_http(f"{server}/health", 120)
         print(f"demo: starting the exporter on {exporter}")
-        start(str(BIN / "batchscope-exporter"), "--target", f"{server}/metrics",
-              "--name", "demo", "--cap", "8", "--budget-seconds", "10",
-              "--listen", f"127.0.0.1:{args.exporter_port}", "--interval", "2",
+        fleet = write_fleet(server)
+        start(str(BIN / "batchscope-exporter"), "--config", str(fleet),
+              "--listen", f"127.0.0.1:{args.exporter_port}", "--interval", "3",
               "--window-seconds", "20", "--hold-seconds", "20")  # fmt: skip
         wait_http(f"{exporter}/health", 30)
+        print(f"demo: starting the dashboard on {dashboard}")
+        start(sys.executable, "-m", "dashboard.cli", "--exporter", exporter,
+              "--port", str(args.dashboard_port))  # fmt: skip
+        wait_http(f"{dashboard}/_stcore/health", 60)
+        print(f"demo: dashboard ready at {dashboard}")
         print(f"demo: signals at {exporter}/api/v1/signals, Prometheus text at {exporter}/metrics")
         print("demo: Ctrl-C stops everything\n")
         started = time.monotonic()

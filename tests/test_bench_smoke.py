@@ -31,3 +31,17 @@ def test_quick_parser_bench_reports_identical_samples_and_ratios(tmp_path: Path)
         assert ratio is not None, row
         assert float(ratio.group(1)) > 0
     assert "Command: `.venv/bin/python scripts/bench.py --quick --only parser" in text
+
+
+def test_quick_dashboard_bench_reports_the_live_page_time(tmp_path: Path) -> None:
+    report = tmp_path / "benchmarks.md"
+    done = subprocess.run(
+        [sys.executable, "scripts/bench.py", "--quick", "--only", "dashboard",
+         "--output", str(report)],
+        cwd=ROOT, capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    text = report.read_text(encoding="utf-8")
+    assert "for 10 targets with 720 history points each" in text
+    assert "| runs | 2 (after one warm-up run) |" in text
+    assert re.search(r"\| median \(min - max\) \| \d+ ms \(\d+ - \d+ ms\) \|", text), text

@@ -100,7 +100,7 @@ def test_flags_default_to_none_so_not_given_is_visible():
     parser = argparse.ArgumentParser()
     add_arguments(parser)
     args = vars(parser.parse_args([]))
-    assert len(args) == 22
+    assert len(args) == 23  # 16 + --alertmanager-url + 6 of issue 12
     assert set(args.values()) == {None}
 
 
@@ -689,3 +689,14 @@ def test_the_documented_fleet_and_file_sd_examples_load(tmp_path):
         ("10.0.0.12:8000", "http://10.0.0.12:8000/metrics"),
         ("reranker", "https://10.0.0.21:9000/batcher/metrics"),
     ]
+
+
+def test_alertmanager_url_is_kept_as_given_and_checked_like_a_target_url(tmp_path):
+    path = tmp_path / "fleet.yaml"
+    path.write_text(
+        "alertmanager_url: http://127.0.0.1:9093\ntargets:\n  - url: http://127.0.0.1:8000\n"
+    )
+    assert load_config(path).alertmanager_url == "http://127.0.0.1:9093"
+    path.write_text("alertmanager_url: ftp://am\ntargets:\n  - url: http://127.0.0.1:8000\n")
+    with pytest.raises(ConfigError, match=r"fleet.yaml:1: alertmanager_url: must be an http"):
+        load_config(path)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 
@@ -195,6 +196,16 @@ def test_total_adds_series_and_takes_the_fullest_kv_cache() -> None:
     assert (total.running, total.waiting, total.preemptions_total, total.cap) == (12, 2, 3, 16)
     assert total.kv_usage == 0.9
     assert total.latency["e2e"].counts == (1, 3, 4, 4)
+
+
+def test_total_keeps_no_latency_when_its_series_answer_to_different_budgets() -> None:
+    llm = _vllm((8, 2, 0.5), 1, [1, 2, 3, 3])  # judged against the configured 10 s
+    batcher = replace(_vllm((4, 0, 0.1), 0, [0, 1, 1, 1]), budget_seconds=0.05)
+    total = merge_series([llm, batcher], default_cap=8, default_budget=10.0)
+    assert total.latency == {} and total.budget_seconds is None
+    same = merge_series([llm, replace(batcher, budget_seconds=10.0)], 8, default_budget=10.0)
+    assert same.budget_seconds == 10.0
+    assert same.latency["e2e"].counts == (1, 3, 4, 4)
 
 
 def test_diagnosis_reads_the_recent_peak_so_a_finish_between_admissions_is_not_a_limit() -> None:

@@ -73,6 +73,9 @@ def render(s: VllmState) -> str:
         "# TYPE vllm:request_success_total counter",
         f'vllm:request_success_total{{engine="0",finished_reason="length",model_name="tiny"}} '
         f"{s.finished}",
+        "# HELP vllm:generation_tokens_total Number of generation tokens processed.",
+        "# TYPE vllm:generation_tokens_total counter",
+        f"vllm:generation_tokens_total{{{LABELS}}} {s.tokens_sum}",
     ]
     lines += _histogram("vllm:e2e_request_latency_seconds", E2E_BOUNDS, s.e2e, s.e2e_sum,
                         "Histogram of e2e request latency in seconds.")  # fmt: skip

@@ -1,0 +1,100 @@
+"""What an operator should look at next, from seed 003's advice, per diagnosis state.
+
+The exporter's diagnosis says what is happening; this says where to go from there.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from exporter.signals import SignalSettings
+
+# The exporter's own "near the cap" line, so the checklist and the diagnosis agree.
+NEAR_CAP = SignalSettings().near_cap
+
+NEXT_STEP: dict[str, str] = {
+    "down": "Check that the server runs and that its /metrics URL answers from the "
+    "exporter's machine (host, port, firewall, credentials); the exporter's log has the "
+    "scrape error.",
+    "unreadable": "The server answers, but a value in its /metrics cannot be read (the "
+    "reason names it): check the server's version and metric labels; the other targets are "
+    "unaffected.",
+    "no_data": "The server answers with its metrics registered but no samples yet: send a "
+    "request, or check that its metrics (stats logging) are enabled.",
+    "budget_saturated": "The budget is too tight for this traffic, or the server needs "
+    "more capacity: raise the budget, add replicas, or shed load. Batching cannot buy "
+    "more headroom here.",
+    "stalled": "Requests are in the server but nothing finishes: look at the server's own "
+    "log and at the device (a hung step, a crashed worker).",
+    "memory_bound": "Spend your time on KV cache memory, not on the scheduler: more GPU "
+    "memory for the cache (gpu-memory-utilization), shorter max-model-len, a smaller or "
+    "quantized KV cache, or more replicas. A higher --max-num-seqs will not help.",
+    "preempting": "The KV cache is short of memory at this load: watch whether "
+    "preemptions climb with traffic, and give the cache more memory before raising the cap.",
+    "batch_limited": "Something other than memory limits the batch: check the per-step "
+    "token budget (--max-num-batched-tokens) or, for an in-house batcher, its max wait "
+    "and budget. Change one setting at a time.",
+    "queueing": "Requests wait and no cap is configured: set the target's cap (vLLM's "
+    "--max-num-seqs) so the exporter can tell a full batch from a limited one.",
+    "underloaded": "Batches are small because there is little traffic: nothing to fix; "
+    "judge batching again at your busiest hour.",
+    "idle": "Nothing runs or waits: send traffic (or wait for the busy hour) to judge batching.",
+    "healthy": "Continuous batching is doing its job: the running batch sits near the cap. "
+    "The next limit is elsewhere (the cap itself, the device, or the model).",
+}
+
+
+def next_step(state: str) -> str:
+    """The next thing to look at for a diagnosis state."""
+    return NEXT_STEP.get(state, "See the reason above; docs/metrics.md lists the states.")
+
+
+@dataclass(frozen=True, slots=True)
+class Check:
+    question: str
+    answer: str
+    # True: fine, False: look here, None: not known from the signals.
+    ok: bool | None
+
+
+def checklist(series: dict) -> list[Check]:
+    """Seed 003's checklist, answered from one series' current signals (API dict)."""
+    running, waiting, cap = series.get("running"), series.get("waiting"), series.get("cap")
+    ratio = series.get("running_vs_cap")
+    preemptions = series.get("preemptions_per_second")
+    static = series.get("static_utilization")
+    checks = []
+    if ratio is None:
+        checks.append(Check("Does the running batch sit near the cap?",
+                            "unknown: no cap configured for this target", None))  # fmt: skip
+    else:
+        near = ratio >= NEAR_CAP
+        waits = (waiting or 0) > 0
+        answer = f"running {_n(running)} of {_n(cap)} ({ratio:.0%})"
+        if not near and waits:
+            answer += f" while {_n(waiting)} wait: something else limits the batch"
+        checks.append(Check("Does the running batch sit near the cap?", answer,
+                            near or not waits))  # fmt: skip
+    if preemptions is None:
+        checks.append(Check("Are requests being preempted?", "unknown over this window", None))
+    else:
+        checks.append(Check("Are requests being preempted?",
+                            f"{preemptions:.2f} preemptions/s", preemptions == 0))  # fmt: skip
+    if static is None:
+        checks.append(Check("What would static batching waste on this traffic?",
+                            "unknown: needs the output-length histogram and a cap", None))  # fmt: skip
+    else:
+        checks.append(Check(
+            "What would static batching waste on this traffic?",
+            f"a static batch would use {static['estimate']:.0%} of its slot-steps "
+            f"({static['lower']:.0%} to {static['upper']:.0%}); continuous batching gains "
+            f"{static['continuous_batching_gain']:.2f}x here",
+            None,
+        ))  # fmt: skip
+    return checks
+
+
+def _n(value: float | None) -> str:
+    if value is None:
+        return "?"
+    return f"{value:.0f}" if float(value).is_integer() else f"{value:.1f}"

@@ -1,0 +1,22 @@
+"""The Streamlit app: `streamlit run dashboard/app.py` (batchscope-dashboard runs it)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import streamlit as st
+
+VIEWS = Path(__file__).resolve().parent / "views"
+
+st.set_page_config(page_title="batchscope", page_icon=":material/stacked_bar_chart:", layout="wide")
+page = st.navigation(
+    [
+        st.Page(VIEWS / "live.py", title="Live", icon=":material/monitoring:", default=True),
+        st.Page(
+            VIEWS / "calculator.py", title="Static batching calculator", icon=":material/calculate:"
+        ),
+        st.Page(VIEWS / "load_tests.py", title="Load tests", icon=":material/speed:"),
+        st.Page(VIEWS / "alerts.py", title="Alerts", icon=":material/notifications_active:"),
+    ]
+)
+page.run()

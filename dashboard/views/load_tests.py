@@ -1,0 +1,53 @@
+"""Load tests: batchscope-loadgen and `vllm bench serve` results, compared by rate."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from dashboard import charts
+from dashboard.formatting import plain_markdown
+from dashboard.loadtests import ResultError, load_result, runs_frame
+
+RUN_COLUMNS = {
+    "setting": st.column_config.TextColumn("setting"),
+    "source": st.column_config.TextColumn("file"),
+    "rate_per_s": st.column_config.NumberColumn("offered rate (req/s)", format="%.2f"),
+    "throughput_per_s": st.column_config.NumberColumn("throughput (req/s)", format="%.2f"),
+    "p50_ms": st.column_config.NumberColumn("p50 (ms)", format="%.1f"),
+    "p99_ms": st.column_config.NumberColumn("p99 (ms)", format="%.1f"),
+    "goodput_per_s": st.column_config.NumberColumn("goodput at SLO (req/s)", format="%.2f"),
+    "goodput_upper_per_s": st.column_config.NumberColumn("goodput at most", format="%.2f"),
+    "goodput_exact": st.column_config.CheckboxColumn("exact"),
+}
+
+st.title("Load tests")
+st.markdown(
+    "Open `batchscope-loadgen --json` output or `vllm bench serve --save-result` files: "
+    "one line per setting, latency and throughput against the offered rate, and goodput "
+    "(requests per second answered within the SLO)."
+)
+files = st.file_uploader("Result files (JSON)", accept_multiple_files=True, key="load_files")
+slo_ms = st.number_input("Latency SLO (ms, end to end)", min_value=0.0, value=1000.0,
+                         step=50.0, key="load_slo")  # fmt: skip
+
+runs = []
+for uploaded in files or []:
+    try:
+        runs.extend(load_result(uploaded.getvalue().decode("utf-8", "replace"), uploaded.name))
+    except ResultError as err:
+        st.error(plain_markdown(str(err)))
+
+if not runs:
+    st.info("No results opened yet.")
+    st.stop()
+
+frame = runs_frame(runs, slo_ms)
+st.plotly_chart(charts.latency_vs_rate_chart(frame, slo_ms), width="stretch", key="latency")
+st.plotly_chart(charts.throughput_vs_rate_chart(frame), width="stretch", key="throughput")
+st.dataframe(frame, column_config=RUN_COLUMNS, hide_index=True, width="stretch")
+if not frame["goodput_exact"].all():
+    st.caption(
+        "Goodput without per-request latencies is a lower bound from the known percentiles "
+        "(p99 within the SLO means at least 99% of requests were in time); "
+        "'goodput at most' is the matching upper bound."
+    )

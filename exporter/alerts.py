@@ -1,0 +1,154 @@
+"""Which alerts the exporter raises on its own, and their Alertmanager v2 payloads.
+
+Pure: the signals and the time come in, the alert book and the payloads go out; the
+posting lives in `alertmanager.py`. The alerts are those of exporter/alert_specs.py
+with the labels the Prometheus rules give them (`alertname`, `severity`, `target`), so
+Alertmanager merges an alert the exporter posts with the same alert from Prometheus.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+
+from exporter.alert_specs import (
+    BUDGET_SATURATED,
+    MEMORY_BOUND,
+    RUNBOOK_PATH,
+    STALLED,
+    TARGET_DOWN,
+    AlertSpec,
+)
+from exporter.target import TargetSignals
+
+AlertKey = tuple[str, str]  # (alertname, target)
+
+# A firing alert is posted again this often, valid for RESEND_VALIDITY resends: if the
+# exporter stops, Alertmanager resolves it on its own (as Prometheus' rules do).
+RESEND_SECONDS = 60.0
+RESEND_VALIDITY = 4
+
+
+def conditions(signals: TargetSignals) -> list[tuple[AlertSpec, float]]:
+    """The alerts whose condition holds for this target now, each with its reading.
+
+    From the target total. Sustained saturation already held for the exporter's hold
+    time; memory-bound and stalled are the diagnosis (first match wins); down is the scrape.
+    """
+    if not signals.up:
+        return [(TARGET_DOWN, 0.0)]
+    total = signals.total
+    found = []
+    if total.budget_saturated and total.budget_utilization is not None:
+        found.append((BUDGET_SATURATED, total.budget_utilization))
+    if total.diagnosis.state == "memory_bound":
+        found.append((MEMORY_BOUND, total.waiting or 0.0))
+    if total.diagnosis.state == "stalled":
+        found.append((STALLED, total.generation_tokens_per_second or 0.0))
+    return found
+
+
+def hold_seconds(spec: AlertSpec) -> float:
+    """How long a condition holds before the exporter posts it: saturation has held already."""
+    return 0.0 if spec is BUDGET_SATURATED else spec.hold_seconds
+
+
+@dataclass(frozen=True, slots=True)
+class Alert:
+    spec: AlertSpec
+    target: str
+    value: float
+    active_since: float
+    last_sent: float | None = None
+    resolved_at: float | None = None
+
+    @property
+    def key(self) -> AlertKey:
+        return (self.spec.name, self.target)
+
+
+@dataclass(frozen=True, slots=True)
+class AlertBook:
+    """Conditions seen (pending or firing) and the alerts that must reach Alertmanager."""
+
+    active: Mapping[AlertKey, Alert] = field(default_factory=dict)
+    unsent: Mapping[AlertKey, Alert] = field(default_factory=dict)
+
+
+def step(
+    book: AlertBook,
+    targets: Iterable[TargetSignals],
+    now: float,
+    holds: Mapping[str, float] | None = None,
+) -> AlertBook:
+    """Advance the book by one evaluation at `now`.
+
+    A condition becomes an alert once it has held its hold time; it is queued for posting
+    when it starts firing, every RESEND_SECONDS while it fires, and once when it resolves
+    (its condition gone, or its target gone from the configuration). `holds` overrides the
+    hold by alert name.
+    """
+    holds = holds or {}
+    seen: dict[AlertKey, Alert] = {}
+    for signals in targets:
+        for spec, value in conditions(signals):
+            key = (spec.name, signals.target)
+            previous = book.active.get(key)
+            since = previous.active_since if previous else now
+            seen[key] = Alert(spec, signals.target, value, since,
+                              previous.last_sent if previous else None)  # fmt: skip
+    unsent = dict(book.unsent)
+    for key, alert in seen.items():
+        if not _firing(alert, now, holds):
+            continue
+        if alert.last_sent is None or now - alert.last_sent >= RESEND_SECONDS:
+            seen[key] = unsent[key] = replace(alert, last_sent=now)
+    for key, alert in book.active.items():
+        if key not in seen and alert.last_sent is not None:
+            unsent[key] = replace(alert, resolved_at=now)
+    return AlertBook(seen, unsent)
+
+
+def _firing(alert: Alert, now: float, holds: Mapping[str, float]) -> bool:
+    hold = holds.get(alert.spec.name, hold_seconds(alert.spec))
+    return now - alert.active_since >= hold
+
+
+def delivered(book: AlertBook) -> AlertBook:
+    """The book once every queued alert has reached Alertmanager."""
+    return AlertBook(book.active, {})
+
+
+def _iso(t: float) -> str:
+    return datetime.fromtimestamp(t, UTC).isoformat().replace("+00:00", "Z")
+
+
+def _reading(value: float, value_format: str) -> str:
+    if value_format == "percent":
+        return f"{value:.0%}"
+    if value_format == "seconds":
+        return f"{value:.2f}s"
+    return f"{value:g}"
+
+
+def payload(alert: Alert, generator_url: str) -> dict:
+    """One alert as Alertmanager's v2 API takes it (`POST /api/v2/alerts` body item)."""
+    spec = alert.spec
+    reading = _reading(alert.value, spec.value_format)
+    ends = (
+        alert.resolved_at
+        if alert.resolved_at is not None
+        else (alert.last_sent or alert.active_since) + RESEND_VALIDITY * RESEND_SECONDS
+    )
+    return {
+        "labels": {"alertname": spec.name, "severity": spec.severity, "target": alert.target},
+        "annotations": {
+            "summary": spec.summary.format(target=alert.target, value=reading),
+            "description": spec.description.format(target=alert.target, value=reading),
+            "runbook_url": f"{RUNBOOK_PATH}#{spec.runbook_anchor}",
+        },
+        "startsAt": _iso(alert.active_since),
+        "endsAt": _iso(ends),
+        "generatorURL": generator_url,
+    }

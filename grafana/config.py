@@ -1,0 +1,40 @@
+"""Every threshold, window and selector the rules and dashboards use, in one place.
+
+Kept as monitoring mixins keep their `_config`: change a value here and run
+`python -m grafana.build`. The exporter's own defaults are read, not copied, so the
+rules and the exporter cannot drift apart.
+"""
+
+from __future__ import annotations
+
+from exporter.alert_specs import RUNBOOK_PATH
+from exporter.config import Settings
+from exporter.signals import SignalSettings
+
+_EXPORTER = Settings(targets=())
+_SIGNALS = SignalSettings()
+
+CONFIG = {
+    # The rate window of the recording rules: the exporter's default window.
+    "window": f"{_EXPORTER.window_seconds:g}s",
+    "saturation_threshold": _EXPORTER.saturation_threshold,
+    "saturation_hold_seconds": _EXPORTER.hold_seconds,
+    "near_cap": _SIGNALS.near_cap,
+    "kv_high": _SIGNALS.kv_high,
+    # Stalled: generated tokens and finished requests per second under this.
+    "stall_rate": _SIGNALS.stall_rate,
+    # An exporter scrape slower than half its interval is slow (timeout: 0.8 interval).
+    "slow_scrape_seconds": _EXPORTER.interval_seconds / 2,
+    # Labels that tell one vLLM engine from another inside a target.
+    "instance_labels": ("target", "model_name", "engine"),
+    # The exporter's series labels; a series with none of them is the target total.
+    "series_labels": ("model_name", "engine", "batcher", "model", "version"),
+    # How Prometheus' job for the exporter is selected (grafana/prometheus/prometheus.yml).
+    "exporter_selector": 'job="batchscope-exporter"',
+    # Where runbook_url points: set it to where your operators read docs/runbook.md.
+    "runbook_base": RUNBOOK_PATH,
+    "dashboard_refresh": "30s",
+    # How often Grafana evaluates its managed alert rules (provisioning/alerting/).
+    "grafana_alert_interval": "10s",
+    "dashboard_tags": ["batchscope", "batching"],
+}

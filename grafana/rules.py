@@ -1,0 +1,251 @@
+"""Prometheus recording and alerting rules, as plain data built from CONFIG.
+
+Two paths raise the same alerts (exporter/alert_specs.py):
+- `exporter-alerts.yml` reads the exporter's `batchscope_*` series (one exporter);
+- `vllm-rules.yml` records the batching signals from vLLM's raw series and
+  `vllm-alerts.yml` alerts on them (a fleet, in Prometheus, Thanos or Mimir), with each
+  target's cap and budget from `batchscope-rules --config fleet.yaml`.
+Every vLLM rule keeps target, model_name and engine: one saturated engine never hides
+among idle ones.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from exporter.alert_specs import (
+    BUDGET_SATURATED,
+    EXPORTER_DOWN,
+    MEMORY_BOUND,
+    PREEMPTIONS_CLIMBING,
+    SCRAPES_SLOW,
+    STALLED,
+    TARGET_DOWN,
+    AlertSpec,
+)
+from exporter.engines.vllm import LATENCY_FAMILIES
+from exporter.fleet_rules import BUDGET_RULE, CAP_RULE, RECORDED_QUANTILES, quantile_label
+
+LEVEL = "target_model_engine"
+
+# Recorded names, level:metric:operations. The dashboards read these too.
+RUNNING = f"{LEVEL}:vllm_num_requests_running:sum"
+WAITING = f"{LEVEL}:vllm_num_requests_waiting:sum"
+RUNNING_VS_CAP = f"{LEVEL}:vllm_running_vs_cap:ratio"
+PREEMPTIONS = f"{LEVEL}:vllm_num_preemptions:rate"
+KV_USAGE = f"{LEVEL}:vllm_kv_cache_usage:ratio"
+REQUESTS = f"{LEVEL}:vllm_request_success:rate"
+GENERATION_TOKENS = f"{LEVEL}:vllm_generation_tokens:rate"
+LATENCY = f"{LEVEL}:vllm_latency_seconds:quantile"
+BUDGET_UTILIZATION = f"{LEVEL}:vllm_budget_utilization:ratio"
+ABOVE_THRESHOLD = f"{LEVEL}:vllm_budget_utilization:above_threshold"
+BUDGET_SATURATED_RULE = f"{LEVEL}:vllm_budget_saturated:min_over_hold"
+OUTPUT_TOKENS_MEAN = f"{LEVEL}:vllm_request_generation_tokens:mean"
+MEMORY_BOUND_RULE = f"{LEVEL}:vllm_memory_bound:bool"
+STALLED_RULE = f"{LEVEL}:vllm_stalled:bool"
+
+# Both vLLM generations: V0 counted swapped requests apart, 0.9 renamed the KV gauge.
+WAITING_NAMES = "vllm:num_requests_waiting|vllm:num_requests_swapped"
+KV_NAMES = "vllm:kv_cache_usage_perc|vllm:gpu_cache_usage_perc"
+
+
+def _by(config: Mapping) -> str:
+    return ", ".join(config["instance_labels"])
+
+
+def _seconds(duration: float) -> str:
+    return f"{duration:g}s"
+
+
+def vllm_recording_rules(config: Mapping) -> dict:
+    """The rule file that turns vLLM's raw series into batchscope's signals."""
+    by, window = _by(config), config["window"]
+    scraped = 'target!=""'
+    rules = [
+        _record(RUNNING, f"sum by ({by}) (vllm:num_requests_running{{{scraped}}})"),
+        _record(WAITING, f'sum by ({by}) ({{__name__=~"{WAITING_NAMES}", {scraped}}})'),
+        _record(RUNNING_VS_CAP, f"{RUNNING} / on (target) group_left () {CAP_RULE}"),
+        _record(
+            PREEMPTIONS, f"sum by ({by}) (rate(vllm:num_preemptions_total{{{scraped}}}[{window}]))"
+        ),
+        # The fullest engine's view, as the exporter's total: max, never an average.
+        _record(KV_USAGE, f'max by ({by}) ({{__name__=~"{KV_NAMES}", {scraped}}})'),
+        _record(
+            REQUESTS, f"sum by ({by}) (rate(vllm:request_success_total{{{scraped}}}[{window}]))"
+        ),
+        _record(
+            GENERATION_TOKENS,
+            f"sum by ({by}) (rate(vllm:generation_tokens_total{{{scraped}}}[{window}]))",
+        ),
+        _record(
+            OUTPUT_TOKENS_MEAN,
+            f"sum by ({by}) (rate(vllm:request_generation_tokens_sum{{{scraped}}}[{window}]))\n"
+            f"/ sum by ({by}) (rate(vllm:request_generation_tokens_count{{{scraped}}}[{window}]))",
+        ),
+    ]
+    for histogram, family in LATENCY_FAMILIES.items():
+        for quantile in RECORDED_QUANTILES:
+            rules.append(
+                _record(
+                    LATENCY,
+                    f"histogram_quantile({quantile:g}, sum by (le, {by}) "
+                    f"(rate({family}_bucket{{{scraped}}}[{window}])))",
+                    {"quantile": quantile_label(quantile), "histogram": histogram},
+                )
+            )
+    threshold, hold = config["saturation_threshold"], _seconds(config["saturation_hold_seconds"])
+    near_cap, kv_high, stall = config["near_cap"], config["kv_high"], config["stall_rate"]
+    rules += [
+        _record(
+            BUDGET_UTILIZATION,
+            f"{LATENCY} / on (target, quantile, histogram) group_left () {BUDGET_RULE}",
+        ),
+        _record(ABOVE_THRESHOLD, f"{BUDGET_UTILIZATION} >= bool {threshold:g}"),
+        # 1 once every evaluation of the hold was at or above the threshold.
+        _record(BUDGET_SATURATED_RULE, f"min_over_time({ABOVE_THRESHOLD}[{hold}])"),
+        # 1 or 0 like the exporter's diagnosis, where the first matching state wins:
+        # sustained saturation comes first. A missing KV or preemption series is no evidence.
+        _record(
+            MEMORY_BOUND_RULE,
+            _as_bool(
+                f"({WAITING} > 0)\nand ({RUNNING_VS_CAP} < {near_cap:g})\n"
+                f"and (({KV_USAGE} >= {kv_high:g}) or ({PREEMPTIONS} > 0))\n"
+                f"unless on ({by}) ({BUDGET_SATURATED_RULE} == 1)"
+            ),
+        ),
+        # Stalled needs a known generation rate; no cap, KV or finished-request series
+        # is not a reason to doubt it (as the exporter's diagnosis).
+        _record(
+            STALLED_RULE,
+            _as_bool(
+                f"({WAITING} > 0)\nand ({GENERATION_TOKENS} < {stall:g})\n"
+                f"unless ({RUNNING_VS_CAP} >= {near_cap:g})\nunless ({KV_USAGE} >= {kv_high:g})\n"
+                f"unless ({PREEMPTIONS} > 0)\nunless ({REQUESTS} >= {stall:g})\n"
+                f"unless on ({by}) ({BUDGET_SATURATED_RULE} == 1)"
+            ),
+        ),
+    ]
+    return {"groups": [{"name": "batchscope-vllm-signals", "rules": rules}]}
+
+
+def _as_bool(condition: str) -> str:
+    """1 where the filtering `condition` holds, 0 for every other known instance."""
+    return f"clamp(\n{condition},\n1, 1)\nor {WAITING} * 0"
+
+
+def _record(name: str, expr: str, labels: Mapping[str, str] | None = None) -> dict:
+    rule = {"record": name, "expr": expr}
+    if labels:
+        rule["labels"] = dict(labels)
+    return rule
+
+
+def _templated(text: str, value_format: str) -> str:
+    value = {
+        "percent": "{{ $value | humanizePercentage }}",
+        "seconds": "{{ $value | humanizeDuration }}",
+        "number": "{{ $value | humanize }}",
+    }[value_format]
+    return text.format(target="{{ $labels.target }}", value=value)
+
+
+def _alert(spec: AlertSpec, expr: str, config: Mapping, holds: Mapping[str, float]) -> dict:
+    hold = holds.get(spec.name, spec.hold_seconds)
+    return {
+        "alert": spec.name,
+        "expr": expr,
+        "for": _seconds(hold),
+        "labels": {"severity": spec.severity},
+        "annotations": {
+            "summary": _templated(spec.summary, spec.value_format),
+            "description": _templated(spec.description, spec.value_format),
+            "runbook_url": f"{config['runbook_base']}#{spec.runbook_anchor}",
+        },
+    }
+
+
+def total_selector(config: Mapping, extra: str = "") -> str:
+    """The matchers that pick a target total among the exporter's series (no series label)."""
+    matchers = [f'{label}=""' for label in config["series_labels"]]
+    return "{" + ", ".join(([extra] if extra else []) + matchers) + "}"
+
+
+def _diagnosed(config: Mapping, state: str) -> str:
+    selector = total_selector(config, 'state="' + state + '"')
+    return f"max by (target) (batchscope_diagnosis{selector}) == 1"
+
+
+def exporter_alerts(config: Mapping, holds: Mapping[str, float] | None = None) -> dict:
+    """Alerts on the exporter's series: one alert per target, labelled as the exporter posts.
+
+    `holds` overrides an alert's `for:` by name (tests use short ones).
+    """
+    holds = holds or {}
+    total = total_selector(config)
+    threshold = config["saturation_threshold"]
+    rules = [
+        _alert(
+            BUDGET_SATURATED,
+            f"max by (target) (batchscope_budget_utilization_ratio{total}) >= {threshold:g}",
+            config,
+            holds,
+        ),
+        _alert(
+            MEMORY_BOUND,
+            f"max by (target) (batchscope_waiting_requests{total})\n"
+            f"and on (target) {_diagnosed(config, 'memory_bound')}",
+            config,
+            holds,
+        ),
+        _alert(
+            PREEMPTIONS_CLIMBING,
+            f"max by (target) (batchscope_preemptions_per_second{total}) > 0",
+            config,
+            holds,
+        ),
+        _alert(
+            STALLED,
+            f"max by (target) (batchscope_generation_tokens_per_second{total})\n"
+            f"and on (target) {_diagnosed(config, 'stalled')}",
+            config,
+            holds,
+        ),
+        _alert(TARGET_DOWN, "max by (target) (batchscope_target_up) == 0", config, holds),
+        _alert(
+            EXPORTER_DOWN,
+            f"up{{{config['exporter_selector']}}} == 0 or absent(up{{{config['exporter_selector']}}})",
+            config,
+            holds,
+        ),
+        _alert(
+            SCRAPES_SLOW,
+            f"max by (target) (batchscope_scrape_duration_seconds) > {config['slow_scrape_seconds']:g}",
+            config,
+            holds,
+        ),
+    ]
+    return {"groups": [{"name": "batchscope-exporter-alerts", "rules": rules}]}
+
+
+def vllm_alerts(config: Mapping, holds: Mapping[str, float] | None = None) -> dict:
+    """Alerts on the recorded vLLM signals, per target, model and engine."""
+    holds = holds or {}
+    threshold = config["saturation_threshold"]
+    rules = [
+        _alert(BUDGET_SATURATED, f"{BUDGET_UTILIZATION} >= {threshold:g}", config, holds),
+        _alert(
+            MEMORY_BOUND,
+            f"{WAITING}\nand on ({_by(config)}) {MEMORY_BOUND_RULE} == 1",
+            config,
+            holds,
+        ),
+        _alert(PREEMPTIONS_CLIMBING, f"{PREEMPTIONS} > 0", config, holds),
+        _alert(
+            STALLED,
+            f"{GENERATION_TOKENS}\nand on ({_by(config)}) {STALLED_RULE} == 1",
+            config,
+            holds,
+        ),
+        _alert(TARGET_DOWN, 'max by (target) (up{target!=""}) == 0', config, holds),
+    ]
+    return {"groups": [{"name": "batchscope-vllm-alerts", "rules": rules}]}

@@ -1,0 +1,193 @@
+"""The exporter's own alerts: which fire when, their v2 payloads, and their delivery."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import aiohttp
+from aiohttp import web
+
+from exporter.alert_specs import BUDGET_SATURATED, MEMORY_BOUND, STALLED, TARGET_DOWN
+from exporter.alertmanager import AlertmanagerDelivery
+from exporter.alerts import RESEND_SECONDS, AlertBook, delivered, payload, step
+from exporter.signals import Diagnosis
+from exporter.target import SeriesSignals, TargetSignals
+from tests.monitoring_stack import alertmanager, http_get, wait_until, webhook
+
+
+def signals(target="llm", *, up=True, saturated=False, utilization=0.5, state="healthy",
+            waiting=0.0, tokens=100.0) -> TargetSignals:  # fmt: skip
+    total = SeriesSignals(
+        waiting=waiting,
+        budget_utilization=utilization,
+        budget_saturated=saturated,
+        generation_tokens_per_second=tokens,
+        diagnosis=Diagnosis(state, ""),
+    )
+    return TargetSignals(target, "http://127.0.0.1:8000/metrics", 0.0, up, None if up else "refused",
+                         (), total)  # fmt: skip
+
+
+def names(book: AlertBook) -> dict[tuple[str, str], float | None]:
+    return {key: alert.resolved_at for key, alert in book.unsent.items()}
+
+
+def test_sustained_saturation_is_posted_at_once_with_the_rules_labels():
+    book = step(AlertBook(), [signals(saturated=True, utilization=0.97)], now=1_800_000_000.0)
+    [alert] = book.unsent.values()
+    body = payload(alert, "http://127.0.0.1:9500/api/v1/signals")
+    assert body["labels"] == {"alertname": "BatchingBudgetSaturated", "severity": "warning",
+                              "target": "llm"}  # fmt: skip
+    assert body["annotations"]["summary"] == "llm: latency budget saturated for a minute"
+    assert body["annotations"]["description"].startswith("Budget utilisation on llm is 97%:")
+    assert body["annotations"]["runbook_url"] == "docs/runbook.md#batchingbudgetsaturated"
+    assert body["startsAt"] == "2027-01-15T08:00:00Z"
+    # Valid for four resends: a dead exporter's alerts resolve on their own.
+    assert body["endsAt"] == "2027-01-15T08:04:00Z"
+
+
+def test_memory_bound_is_posted_only_after_its_two_minute_hold():
+    book = AlertBook()
+    for now in (0.0, 60.0, 119.0):
+        book = step(book, [signals(state="memory_bound", waiting=12)], now)
+        assert book.unsent == {}
+    book = step(book, [signals(state="memory_bound", waiting=12)], 120.0)
+    assert names(book) == {(MEMORY_BOUND.name, "llm"): None}
+    body = payload(book.unsent[(MEMORY_BOUND.name, "llm")], "")
+    assert body["annotations"]["description"].startswith("On llm 12 requests wait")
+
+
+def test_a_condition_that_clears_inside_its_hold_is_never_posted():
+    book = step(AlertBook(), [signals(state="stalled", tokens=0.0)], 0.0)
+    book = step(book, [signals(state="healthy")], 30.0)
+    book = step(book, [signals(state="healthy")], 90.0)
+    assert book.unsent == {} and book.active == {}
+
+
+def test_a_down_target_fires_target_down_after_a_minute_and_resolves_when_back():
+    book = AlertBook()
+    for now in (0.0, 59.0):
+        book = step(book, [signals(up=False)], now)
+    assert book.unsent == {}
+    book = delivered(step(book, [signals(up=False)], 60.0))
+    book = step(book, [signals()], 75.0)
+    assert names(book) == {(TARGET_DOWN.name, "llm"): 75.0}
+    resolved = payload(book.unsent[(TARGET_DOWN.name, "llm")], "")
+    assert resolved["startsAt"] == "1970-01-01T00:00:00Z"
+    assert resolved["endsAt"] == "1970-01-01T00:01:15Z"
+
+
+def test_a_firing_alert_is_posted_again_every_resend_interval_only():
+    book = delivered(step(AlertBook(), [signals(state="stalled", tokens=0.0)], 0.0,
+                          holds={STALLED.name: 0}))  # fmt: skip
+    book = step(book, [signals(state="stalled", tokens=0.0)], RESEND_SECONDS - 1, {STALLED.name: 0})
+    assert book.unsent == {}
+    book = step(book, [signals(state="stalled", tokens=0.0)], RESEND_SECONDS, {STALLED.name: 0})
+    assert names(book) == {(STALLED.name, "llm"): None}
+
+
+def test_a_target_removed_from_the_config_resolves_its_alerts():
+    book = delivered(step(AlertBook(), [signals("a", saturated=True), signals("b")], 10.0))
+    book = step(book, [signals("b")], 20.0)
+    assert names(book) == {(BUDGET_SATURATED.name, "a"): 20.0}
+
+
+def test_unsent_alerts_keep_their_latest_state_until_delivered():
+    book = step(AlertBook(), [signals(saturated=True)], 10.0)
+    book = step(book, [signals()], 20.0)  # resolved before the first post got through
+    assert names(book) == {(BUDGET_SATURATED.name, "llm"): 20.0}
+
+
+async def test_delivery_backs_off_while_alertmanager_fails_then_posts():
+    received: list[list[dict]] = []
+    failures = 2
+
+    async def alerts(request: web.Request) -> web.Response:
+        nonlocal failures
+        if failures:
+            failures -= 1
+            return web.Response(status=503, text="not ready")
+        received.append(await request.json())
+        return web.Response(status=200)
+
+    app = web.Application()
+    app.router.add_post("/api/v2/alerts", alerts)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]
+    delivery = AlertmanagerDelivery(f"http://127.0.0.1:{port}", lambda: [signals(saturated=True)],
+                                    generator_url="g", interval_seconds=0.1)  # fmt: skip
+    try:
+        async with aiohttp.ClientSession() as session:
+            await delivery.deliver_once(session)
+            assert (delivery.backoff, received) == (1.0, [])
+            await delivery.deliver_once(session)  # inside the backoff: no post
+            assert failures == 1
+            delivery.retry_at = 0.0
+            await delivery.deliver_once(session)
+            assert (delivery.backoff, received) == (2.0, [])
+            delivery.retry_at = 0.0
+            await delivery.deliver_once(session)
+    finally:
+        await runner.cleanup()
+    assert delivery.backoff == 0.0 and delivery.book.unsent == {}
+    assert [[a["labels"]["alertname"] for a in body] for body in received] == [
+        ["BatchingBudgetSaturated"]
+    ]
+
+
+async def test_a_hanging_alertmanager_does_not_hold_the_event_loop():
+    hang = asyncio.Event()
+
+    async def accept(reader, writer):
+        await hang.wait()  # reads nothing, answers nothing
+        writer.close()
+
+    server = await asyncio.start_server(accept, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    delivery = AlertmanagerDelivery(f"http://127.0.0.1:{port}", lambda: [signals(saturated=True)],
+                                    generator_url="g", interval_seconds=0.1)  # fmt: skip
+    ticks = 0
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=1.0)) as session:
+        posting = asyncio.create_task(delivery.deliver_once(session))
+        while not posting.done():
+            ticks += 1  # a scrape round would run here
+            await asyncio.sleep(0.01)
+        await posting
+    hang.set()
+    server.close()
+    assert ticks >= 10
+    assert delivery.backoff == 1.0 and len(delivery.book.unsent) == 1
+
+
+def test_alerts_reach_a_real_alertmanager_and_resolve(tmp_path):
+    state = {"saturated": True}
+    with webhook() as hook, alertmanager(tmp_path, hook.url) as am:
+
+        async def run() -> None:
+            delivery = AlertmanagerDelivery(
+                am.url, lambda: [signals(saturated=state["saturated"], utilization=0.99)],
+                generator_url="http://127.0.0.1:9500/api/v1/signals", interval_seconds=0.2,
+            )  # fmt: skip
+            async with aiohttp.ClientSession() as session:
+                await delivery.deliver_once(session)
+                active = json.loads(http_get(f"{am.url}/api/v2/alerts"))
+                assert [a["labels"] for a in active] == [
+                    {"alertname": "BatchingBudgetSaturated", "severity": "warning",
+                     "target": "llm"}
+                ]  # fmt: skip
+                await asyncio.to_thread(wait_until, lambda: hook.alerts(BUDGET_SATURATED.name),
+                                        30, "the firing notification")  # fmt: skip
+                state["saturated"] = False
+                await delivery.deliver_once(session)
+
+        asyncio.run(run())
+        wait_until(lambda: hook.alerts(BUDGET_SATURATED.name, "resolved"), 30,
+                   "the resolved notification")  # fmt: skip
+        [firing] = hook.alerts(BUDGET_SATURATED.name)
+        assert firing["annotations"]["summary"] == "llm: latency budget saturated for a minute"
+        # Resolved: Alertmanager lists it no more.
+        assert json.loads(http_get(f"{am.url}/api/v2/alerts")) == []

@@ -1,0 +1,202 @@
+"""The dashboard's pure parts: formatting, ordering, episodes, calculator, load test files,
+Prometheus history and the seed 003 checklist."""
+
+from __future__ import annotations
+
+import io
+
+import pandas as pd
+import pytest
+
+from dashboard.advice import checklist
+from dashboard.calculator import (
+    TOY_EXAMPLES,
+    continuous_picture,
+    static_picture,
+    summarize_lengths,
+)
+from dashboard.client import SourceError, check_api_version
+from dashboard.episodes import saturation_episodes
+from dashboard.formatting import percent, plain_markdown, seconds
+from dashboard.frames import fleet_frame, history_frame, series_choices, series_points
+from dashboard.loadtests import ResultError, good_share, load_result, run_from_record
+from dashboard.prometheus import history_query, points_from_matrix
+from dashboard.states import look
+from exporter.static_util import exact_static_utilization
+
+
+def test_percentages_are_percentages() -> None:
+    assert percent(0.9) == "90%"
+    assert percent(0.5234375, 1) == "52.3%"
+    assert percent(None) == "–"
+    assert seconds(0.045) == "45 ms"
+    assert seconds(4.975) == "4.97 s"
+
+
+def test_target_text_cannot_become_markdown_or_html() -> None:
+    assert plain_markdown("**x** <b>y</b> $z$ :red[w]") == (
+        r"\*\*x\*\* \<b\>y\</b\> \$z\$ \:red\[w\]"
+    )
+
+
+def test_an_unknown_api_major_version_is_refused_in_words() -> None:
+    assert check_api_version({"api_version": 1, "targets": []}, "u") == {
+        "api_version": 1, "targets": []}  # fmt: skip
+    assert check_api_version({"targets": []}, "u") == {"targets": []}
+    with pytest.raises(SourceError, match="speaks API version 2; this dashboard reads version 1"):
+        check_api_version({"api_version": 2}, "http://x/api/v1/signals")
+
+
+def _target(name: str, state: str, utilization: float | None = None, kv: float | None = None):
+    return {"target": name, "up": state != "down", "error": None,
+            "total": {"diagnosis": {"state": state, "reason": f"{name} reason"},
+                      "budget_utilization": utilization, "kv_cache_usage": kv},
+            "series": []}  # fmt: skip
+
+
+def test_fleet_table_is_worst_first() -> None:
+    doc = {"targets": [
+        _target("ok", "healthy"), _target("full", "memory_bound", 0.5, 0.97),
+        _target("fuller", "memory_bound", 0.7, 0.91), _target("gone", "down"),
+        _target("new", "some_new_state"), _target("hot", "budget_saturated", 1.2),
+        _target("stuck", "stalled"),
+    ]}  # fmt: skip
+    frame = fleet_frame(doc)
+    assert list(frame["target"]) == ["gone", "hot", "stuck", "fuller", "full", "new", "ok"]
+    assert list(frame["state"])[-2:] == ["some new state", "healthy"]
+    assert look("memory_bound").hex == look("memory_bound").hex != look("healthy").hex
+
+
+def test_series_choices_name_each_model() -> None:
+    target = {"total": {"running": 5}, "series": [
+        {"labels": {"model_name": "a", "engine": "0"}, "running": 2},
+        {"labels": {"model_name": "b", "engine": "0"}, "running": 3}]}  # fmt: skip
+    choices = series_choices(target)
+    assert list(choices) == ["all models (target total)", "model_name=a, engine=0",
+                             "model_name=b, engine=0"]  # fmt: skip
+    assert choices["model_name=b, engine=0"]["running"] == 3
+
+
+def _history(flags: list[bool], utilization: list[float], **extra) -> pd.DataFrame:
+    points = [{"t": 100.0 + 5 * i, "budget_saturated": f, "budget_utilization": u,
+               **{k: v[i] for k, v in extra.items()}}
+              for i, (f, u) in enumerate(zip(flags, utilization, strict=True))]  # fmt: skip
+    return history_frame(points)
+
+
+def test_saturation_episodes_have_start_end_and_peak() -> None:
+    frame = _history([False, True, True, True, False, False, True, True],
+                     [0.5, 1.0, 1.3, 0.97, 0.8, 0.99, 1.1, 1.05])  # fmt: skip
+    first, second = saturation_episodes(frame, "t1")
+    assert (first.start, first.end, first.peak_utilization) == (105.0, 120.0, 1.3)
+    assert (second.start, second.end, second.peak_utilization) == (130.0, None, 1.1)
+    assert second.seconds(now=150.0) == 20.0
+
+
+def test_an_episode_starts_when_utilisation_reached_the_threshold() -> None:
+    frame = _history([False, True, False], [0.99, 1.0, 0.5],
+                     budget_saturated_seconds=[0.0, 60.0, 0.0])  # fmt: skip
+    (episode,) = saturation_episodes(frame)
+    assert (episode.start, episode.end) == (105.0 - 60.0, 110.0)
+
+
+def test_slot_pictures_match_seed_003_and_the_exact_count() -> None:
+    lengths = TOY_EXAMPLES["seed 003: mixed lengths"]
+    static = static_picture(lengths, 8)
+    assert (static.useful_slot_steps, static.total_slot_steps) == (67, 128)
+    assert static.utilization == 0.5234375
+    assert static.grid[0].tolist() == [0, 0, 0] + [-1] * 13  # 3 tokens, then idle
+    continuous = continuous_picture(lengths, 8, 16)
+    assert (continuous.useful_slot_steps, continuous.total_slot_steps) == (128, 128)
+    assert continuous.grid[0].tolist()[:4] == [0, 0, 0, 8]  # the next request takes the slot
+    partial = static_picture([2, 3, 1], 2)
+    assert partial.total_slot_steps == exact_static_utilization([2, 3, 1], 2).total_slot_steps
+
+
+def test_lengths_are_summarised_in_chunks_with_progress() -> None:
+    seen: list[int] = []
+    text = "\n".join(str(i % 7 + 1) for i in range(200_000))
+    summary = summarize_lengths(io.StringIO(text), "x", [8, 32], progress=seen.append)
+    assert seen[-1] == 200_000 and len(seen) >= 3
+    lengths = [i % 7 + 1 for i in range(200_000)]
+    assert summary.results[8] == exact_static_utilization(lengths, 8)
+    assert summary.results[32] == exact_static_utilization(lengths, 32)
+    assert summary.first == lengths[:64]
+    assert summary.counts[7] == sum(1 for v in lengths if v == 7)
+
+
+def test_vllm_bench_names_are_read_beside_loadgen_names() -> None:
+    run = run_from_record({"request_rate": "inf", "request_throughput": 12.5,
+                           "median_e2el_ms": 40.0, "p99_e2el_ms": 90.0, "p99_ttft_ms": 5.0,
+                           "max_concurrency": 16}, "bench.json")  # fmt: skip
+    assert (run.rate_per_s, run.throughput_per_s) == (float("inf"), 12.5)
+    assert (run.p50_ms, run.p99_ms) == (40.0, 90.0)
+    assert run.setting == "max_concurrency=16"
+    loadgen = run_from_record({"setting": {"b": 2, "a": 1}, "rate_per_s": 5,
+                               "throughput_per_s": 4.9, "p50_ms": 10, "p99_ms": 30}, "s")  # fmt: skip
+    assert (loadgen.setting, loadgen.p99_ms) == ("a=1, b=2", 30.0)
+
+
+def test_goodput_share_is_exact_with_latencies_and_bounded_without() -> None:
+    exact = run_from_record({"request_throughput": 1.0, "latencies": [0.1, 0.2, 0.3, 2.0]}, "v")
+    assert good_share(exact, 250.0) == (0.5, 0.5)
+    bounded = run_from_record({"throughput_per_s": 1.0, "p50_ms": 100, "p99_ms": 500}, "l")
+    assert good_share(bounded, 200.0) == (0.5, 0.99)
+    assert good_share(bounded, 600.0) == (0.99, 1.0)
+    assert good_share(bounded, 50.0) == (0.0, 0.5)
+
+
+def test_a_file_without_runs_is_refused() -> None:
+    with pytest.raises(ResultError, match="no run found"):
+        load_result('{"hello": 1}', "x.json")
+    assert len(load_result('{"runs": [{"rate_per_s": 1, "p99_ms": 3}]}', "y.json")) == 1
+
+
+def test_prometheus_range_results_become_history_points() -> None:
+    result = [
+        {"metric": {"__name__": "batchscope_budget_utilization_ratio", "target": "a"},
+         "values": [[10, "0.5"], [20, "1.2"]]},
+        {"metric": {"__name__": "batchscope_budget_utilization_ratio", "target": "a",
+                    "model_name": "m"}, "values": [[10, "9"]]},
+        {"metric": {"__name__": "batchscope_budget_saturated", "target": "a"},
+         "values": [[10, "0"], [20, "1"]]},
+        {"metric": {"__name__": "batchscope_static_utilization_ratio", "target": "a",
+                    "bound": "lower"}, "values": [[10, "0.1"]]},
+        {"metric": {"__name__": "batchscope_static_utilization_ratio", "target": "a",
+                    "bound": "estimate"}, "values": [[10, "0.6"]]},
+        {"metric": {"__name__": "batchscope_diagnosis", "target": "a", "state": "healthy"},
+         "values": [[10, "1"], [20, "0"]]},
+        {"metric": {"__name__": "batchscope_diagnosis", "target": "a",
+                    "state": "budget_saturated"}, "values": [[10, "0"], [20, "1"]]},
+    ]  # fmt: skip
+    assert points_from_matrix(result) == [
+        {"t": 10.0, "budget_utilization": 0.5, "budget_saturated": False,
+         "static_utilization": 0.6, "diagnosis": "healthy"},
+        {"t": 20.0, "budget_utilization": 1.2, "budget_saturated": True,
+         "diagnosis": "budget_saturated"},
+    ]  # fmt: skip
+    assert history_query('we"ird').endswith(',target="we\\"ird"}')
+
+
+def test_checklist_answers_seed_003_from_the_signals() -> None:
+    series = {"running": 3, "waiting": 5, "cap": 8, "running_vs_cap": 0.375,
+              "preemptions_per_second": 0.5, "static_utilization": None}  # fmt: skip
+    near_cap, preempted, static = checklist(series)
+    assert not near_cap.ok and near_cap.answer == (
+        "running 3 of 8 (38%) while 5 wait: something else limits the batch"
+    )
+    assert not preempted.ok and preempted.answer == "0.50 preemptions/s"
+    assert static.ok is None
+
+
+def test_one_models_history_is_picked_from_the_target_points() -> None:
+    a, b = {"model_name": "a"}, {"model_name": "b"}
+    points = [{"t": 1.0, "up": True, "running": 5, "series": [
+        {"labels": a, "running": 2}, {"labels": b, "running": 3}]},
+        {"t": 2.0, "up": True, "running": 4, "series": [{"labels": b, "running": 4}]}]  # fmt: skip
+    assert series_points(points, b) == [
+        {"labels": b, "running": 3, "t": 1.0, "up": True},
+        {"labels": b, "running": 4, "t": 2.0, "up": True},
+    ]
+    assert series_points(points, {"model_name": "c"}) == []
+    assert "series" not in history_frame(points).columns
