@@ -132,18 +132,20 @@ class BadRequest(ValueError):
 
 
 def history_page_request(query: Mapping[str, str], history_points: int) -> tuple[int, int]:
-    """(page, points per target) from the query of GET /api/v1/history; raises BadRequest."""
+    """(page, points per target) from the query of GET /api/v1/history; raises BadRequest.
+    More points than a history keeps means all of them."""
 
-    def whole(name: str, default: int, lowest: int, highest: int) -> int:
+    def whole(name: str, default: int) -> int:
         text = query.get(name)
         if text is None:
             return default
-        if not text.isdigit() or not lowest <= int(text) <= highest:
-            raise BadRequest(f"{name} must be a whole number from {lowest} to {highest}")
+        if not text.isdigit() or (name == "points" and int(text) < 1):
+            lowest = 1 if name == "points" else 0
+            raise BadRequest(f"{name} must be a whole number >= {lowest}")
         return int(text)
 
-    points = whole("points", min(DEFAULT_POINTS_PER_TARGET, history_points), 1, history_points)
-    return whole("page", 0, 0, 1_000_000), points
+    points = whole("points", DEFAULT_POINTS_PER_TARGET)
+    return whole("page", 0), min(points, history_points)
 
 
 def pages(targets: int) -> int:
