@@ -60,13 +60,14 @@ async def test_healthy_targets_keep_their_schedule_while_a_fifth_of_the_fleet_ha
     # every healthy target was scraped once an interval, give or take the edges
     late = {n: scraped[n] for n in healthy if scraped[n] < MEASURED_INTERVALS - 1}
     assert not late, f"{len(late)} healthy targets scraped late: {list(late.items())[:5]}"
-    # and no gap between two evaluations of a healthy target reached 1.5 intervals
+    # and no gap between two evaluations of a healthy target reached 2 intervals (on main
+    # they were 2.5: two scrapes in five intervals); a loaded machine adds jitter below it
     gaps = {
         name: max(b["t"] - a["t"] for a, b in itertools.pairwise(points[name][-6:]))
         for name in healthy
     }
     worst = max(gaps.values())
-    assert worst < 1.5 * INTERVAL, f"worst gap {worst:.1f} s"
+    assert worst < 2 * INTERVAL, f"worst gap {worst:.1f} s"
     # the hung targets are backed off: fewer scrapes than the healthy ones got
     hung_scrapes = sum(scraped[n] for n in hung) / HUNG
     assert hung_scrapes < 0.6 * MEASURED_INTERVALS, hung_scrapes
