@@ -6,7 +6,10 @@ bench_fleet.py + fleet_sim.py), `prometheus` (the exporter beside a real Prometh
 2.42 on the same 1000 targets, bench_prometheus.py), `fuzz` (5 minutes of atheris on
 the parser, fuzz_parser.py), `batching` (static vs continuous batching on the
 demo server's scheduler, bench_batching.py, run as a subprocess when it is there) and
-`dashboard` (server-side time to build the Live page, bench_dashboard.py).
+`dashboard` (server-side time to build the Live page, bench_dashboard.py) and
+`batcher` (the embedding batcher, fixed vs adaptive, seeds 000 and 001, and its
+overhead against seed 000's plain Batcher: bench_batcher.py, a subprocess; its charts
+go to `bench/` beside the report).
 The report names the machine, the command and the date: numbers from a shared 2-core
 machine only mean something next to those.
 
@@ -40,7 +43,8 @@ BATCHING_SCRIPT = ROOT / "scripts/bench_batching.py"
 BATCHING_QUICK_ARGS = ("--requests", "64", "--repeat", "1")
 PACKAGES = ("batchscope", "aiohttp", "prometheus-client", "psutil", "PyYAML", "torch",
             "streamlit", "plotly", "pandas")  # fmt: skip
-BENCHMARKS = ("parser", "fleet", "prometheus", "fuzz", "batching", "dashboard")
+BATCHER_SCRIPT = ROOT / "scripts/bench_batcher.py"
+BENCHMARKS = ("parser", "fleet", "prometheus", "fuzz", "batching", "dashboard", "batcher")
 # Run only when named with --only: the soak takes 30 minutes (--soak-minutes).
 ON_REQUEST = ("soak",)
 FUZZ_SCRIPT = ROOT / "scripts/fuzz_parser.py"
@@ -104,23 +108,23 @@ def machine_section(command: str) -> str:
     )
 
 
-def batching_section(quick: bool) -> str:
-    """Run bench_batching.py in its own process and take its report as a section."""
-    if not BATCHING_SCRIPT.exists():
-        return "## Batching\n\nSkipped: `scripts/bench_batching.py` is not there.\n"
+def script_section(script: Path, title: str, extra_args: list[str]) -> str:
+    """Run a benchmark script in its own process (`--output` a temporary report, plus
+    `extra_args`) and take its report as a section."""
+    if not script.exists():
+        return f"## {title}\n\nSkipped: `scripts/{script.name}` is not there.\n"
     with tempfile.TemporaryDirectory() as tmp:
-        report = Path(tmp) / "batching.md"
-        args = [sys.executable, str(BATCHING_SCRIPT), "--output", str(report)]
-        if quick:
-            args += BATCHING_QUICK_ARGS
+        report = Path(tmp) / "report.md"
+        args = [sys.executable, str(script), "--output", str(report), *extra_args]
         # Its stdout is its progress; the report it writes is what goes into ours.
-        done = subprocess.run(args, cwd=ROOT, stdout=sys.stderr, check=False)
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        done = subprocess.run(args, cwd=ROOT, stdout=sys.stderr, check=False, env=env)
         text = report.read_text(encoding="utf-8") if report.exists() else ""
     if not text:
-        return f"## Batching\n\n`bench_batching.py` failed (exit code {done.returncode}).\n"
+        return f"## {title}\n\n`{script.name}` failed (exit code {done.returncode}).\n"
     # One level down: its title becomes a section of this report.
     body = "\n".join("#" + line if line.startswith("#") else line for line in text.splitlines())
-    note = "" if done.returncode == 0 else f"\n`bench_batching.py` exit code: {done.returncode}.\n"
+    note = "" if done.returncode == 0 else f"\n`{script.name}` exit code: {done.returncode}.\n"
     return body + "\n" + note
 
 
@@ -178,9 +182,15 @@ def main(argv: list[str] | None = None) -> int:
         sections.append(bench_soak.markdown(bench_soak.run(minutes), minutes))
     if "batching" in selected:
         print("batching: running scripts/bench_batching.py", file=sys.stderr, flush=True)
-        sections.append(batching_section(args.quick))
+        quick_args = list(BATCHING_QUICK_ARGS) if args.quick else []
+        sections.append(script_section(BATCHING_SCRIPT, "Batching", quick_args))
     if "dashboard" in selected:
         sections.append(bench_dashboard.markdown(bench_dashboard.run(args.quick)))
+    if "batcher" in selected:
+        print("batcher: running scripts/bench_batcher.py", file=sys.stderr, flush=True)
+        chart_args = ["--chart-dir", str(args.output.parent / "bench")]
+        quick_args = ["--quick"] if args.quick else []
+        sections.append(script_section(BATCHER_SCRIPT, "Batcher", chart_args + quick_args))
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text("\n".join(sections), encoding="utf-8")
     print("\n".join(sections[1:]))

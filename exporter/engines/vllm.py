@@ -6,7 +6,13 @@ with `_created` siblings. vLLM does not expose `max_num_seqs`: the cap comes fro
 
 from __future__ import annotations
 
-from exporter.samples import SamplesByName, histograms_by_key, values_by_key
+from exporter.samples import (
+    SamplesByName,
+    histograms_by_key,
+    histograms_by_kind,
+    of_key,
+    values_by_key,
+)
 from exporter.snapshot import SeriesSnapshot
 
 NAME = "vllm"
@@ -47,10 +53,7 @@ def to_series(by_name: SamplesByName) -> list[SeriesSnapshot]:
     finished = values_by_key(by_name, REQUEST_SUCCESS + "_total", KEY_LABELS)
     tokens = values_by_key(by_name, GENERATION_TOKENS + "_total", KEY_LABELS)
     output_tokens = histograms_by_key(by_name, OUTPUT_TOKENS, KEY_LABELS)
-    latency = {
-        kind: histograms_by_key(by_name, family, KEY_LABELS)
-        for kind, family in LATENCY_FAMILIES.items()
-    }
+    latency = histograms_by_kind(by_name, LATENCY_FAMILIES, KEY_LABELS)
     keys = sorted(set(running) | set(waiting) | set(kv) | set(preemptions) | set(finished))
     return [
         SeriesSnapshot(
@@ -63,7 +66,7 @@ def to_series(by_name: SamplesByName) -> list[SeriesSnapshot]:
             kv_usage=kv.get(key),
             requests_total=finished.get(key),
             generation_tokens_total=tokens.get(key),
-            latency={kind: h[key] for kind, h in latency.items() if key in h},
+            latency=of_key(latency, key),
             output_tokens=output_tokens.get(key),
         )
         for key in keys
