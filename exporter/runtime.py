@@ -83,6 +83,18 @@ def snapshot_from_payload(
     error: str | None,
     seconds: float,
     sample_limit: int | None = None,
+) -> Snapshot:
+    """Turn a scrape into a snapshot (`read_payload` without the error reason)."""
+    return read_payload(target, t, text, error, seconds, sample_limit)[0]
+
+
+def read_payload(
+    target: Target,
+    t: float,
+    text: str | None,
+    error: str | None,
+    seconds: float,
+    sample_limit: int | None = None,
 ) -> tuple[Snapshot, str | None]:
     """Turn a scrape into a snapshot, and the error reason when the payload was unreadable.
 
@@ -238,7 +250,7 @@ class Exporter:
         with this target: it is up with the error as its state, counted and logged."""
         target = state.target
         try:
-            snapshot, reason = snapshot_from_payload(
+            snapshot, reason = read_payload(
                 target, now, result.text, result.error, result.seconds, self.settings.sample_limit
             )
             signals = self.ingest(state, snapshot, now)
