@@ -49,7 +49,7 @@ from prometheus_client import CollectorRegistry
 from demo_server import loadgen
 from demo_server.batcher import Batcher
 from demo_server.batcher_settings import BatcherSettings
-from demo_server.devices import H200_ENCODER_MS, Device, select_device
+from demo_server.devices import Device, select_device
 from demo_server.embedding import Encoder
 from demo_server.queueing import QueueFull
 from exporter.instrumentation import BatcherMetrics
@@ -391,26 +391,6 @@ def _met(ok: bool) -> str:
     return "met" if ok else "MISSED"
 
 
-def light_load_note(rate: float, ratio: float) -> list[str]:
-    """Why the 10%-load row reads as it does, when it misses its target."""
-    if ratio <= TARGET_P99_RATIO:
-        return []
-    unbatched = 1000.0 / H200_ENCODER_MS[0][1]
-    return [
-        f"Why the 10% row misses: in-process the peak is set by the Python event loop "
-        f"(~{rate * 10:,.0f} req/s), not by the simulated device, so 10% of it, {rate:g} "
-        f"req/s, is already above what the device serves one request at a time "
-        f"(1 / {H200_ENCODER_MS[0][1]:.2f} ms = {unbatched:,.0f} req/s). There the "
-        "adaptive policy batches as large as the budget allows, by design (seed 001's "
-        "rule; the test `test_adaptive_batcher_grows_batches_under_heavy_traffic_within_"
-        "the_budget` requires batches of tens at 600 req/s against a 2 ms model), so its "
-        "p99 sits near the budget while the fixed pair fills 8 items in about 10 ms. Below "
-        f"{unbatched:,.0f} req/s the adaptive policy fires at once (the HTTP row at "
-        f"{HTTP_RATE:g} req/s; seed 001's 10% load, 191 req/s on 4 GPUs, is in that regime).",
-        "",
-    ]
-
-
 def markdown(one: dict[str, Any], http_by_rate: dict[float, dict[str, dict[str, Any]]],
              sweep: list[tuple[str, float, Run]], charts: list[str],
              over: dict[str, list[float]], command: str) -> str:  # fmt: skip
@@ -476,7 +456,6 @@ def markdown(one: dict[str, Any], http_by_rate: dict[float, dict[str, dict[str, 
         "refuses at once (429) what its measured costs say cannot make the budget, where "
         "the fixed pair queues.",
         "",
-        *light_load_note(light_adaptive.rate, light_ratio),
         "The in-process sweep (offered rate: completed req/s, p99 ms, refused):",
         "",
         "| offered req/s | fixed | adaptive |",
