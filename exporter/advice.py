@@ -1,0 +1,546 @@
+"""From diagnosis to advice: what to change, and by how much, with the arithmetic shown.
+
+Pure functions over plain data (no I/O, no clock). `exporter.target` gathers an
+`AdviceInputs` from a series' window; `advise` turns it into `Advice` items, each a
+number with the inputs it used and how far to trust it.
+
+Two families, after the seeds:
+- LLM engines (seed 003): how many requests of today's length mix the KV cache holds,
+  set against the cap (`--max-num-seqs`); the KV tokens that would make the cap
+  reachable; what continuous batching gains over a static loop on this traffic.
+- In-house batchers (seeds 000 and 001): the fixed `max_wait` / `max_batch_size` pair
+  that would keep today's rate in the budget, whether any can, and the rate at which the
+  batcher runs out.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from exporter.static_util import UtilizationEstimate
+
+# Below these the window says too little to advise anything.
+MIN_WINDOW_SECONDS = 10.0
+MIN_SCRAPES = 3
+# A window shorter than this gives advice flagged "low" confidence.
+SHORT_WINDOW_SECONDS = 60.0
+# Busy scrapes (something running, KV usage known) needed to measure tokens per request.
+MIN_BUSY_SCRAPES = 3
+# A fixed batcher is sized to keep the device busy at most this share of the time: queueing
+# delay grows as 1 / (1 - load), so a fuller device leaves nothing for the tail.
+MAX_DEVICE_LOAD = 0.7
+
+
+@dataclass(frozen=True, slots=True)
+class AdviceItem:
+    """One number of advice: what it is (`kind`), its value and unit, a sentence saying
+    what to do with it, the inputs it came from, and how far to trust it."""
+
+    kind: str
+    value: float
+    unit: str
+    text: str
+    inputs: Mapping[str, float] = field(default_factory=dict)
+    confidence: str = "high"
+    caveats: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Advice:
+    """The advice for one series: the items and a one-line summary; with too little data
+    no items, and `summary` says what is missing."""
+
+    items: tuple[AdviceItem, ...] = ()
+    summary: str = ""
+    enough_data: bool = False
+
+    def item(self, kind: str) -> AdviceItem | None:
+        """The item of that kind, if advised."""
+        return next((i for i in self.items if i.kind == kind), None)
+
+
+@dataclass(frozen=True, slots=True)
+class AdviceInputs:
+    """What the advice reads from one series' window. Unknown stays None (or empty)."""
+
+    engine: str = ""
+    window_seconds: float = 0.0
+    scrapes: int = 0
+    running: float | None = None
+    waiting: float | None = None
+    cap: float | None = None
+    kv_usage: float | None = None
+    # vllm:cache_config_info
+    kv_capacity_tokens: float | None = None
+    block_size: float | None = None
+    gpu_memory_utilization: float | None = None
+    kv_cache_memory_bytes: float | None = None
+    # Over the window: (running, kv_usage) at each scrape, and whether requests waited
+    # while the batch was at the cap.
+    running_and_usage: Sequence[tuple[float, float]] = ()
+    waited_at_cap: bool = False
+    # Length mix over the window, from the histograms' increases.
+    mean_prompt_tokens: float | None = None
+    mean_output_tokens: float | None = None
+    length_requests: float = 0.0
+    static: UtilizationEstimate | None = None
+    # In-house batchers.
+    arrival_per_second: float | None = None
+    cost_by_size: Mapping[int, float] = field(default_factory=dict)
+    budget_seconds: float | None = None
+    latency_seconds: float | None = None
+    latency_quantile: float = 0.99
+    max_wait_seconds: float | None = None
+    near_cap: float = 0.9
+
+
+# ---------------------------------------------------------------- KV cache arithmetic
+
+
+def kv_capacity_tokens(
+    size_tokens: float | None, num_blocks: float | None, block_size: float | None
+) -> float | None:
+    """KV cache capacity in tokens: vLLM's `kv_cache_size_tokens` where it says so (0.11+),
+    else `num_gpu_blocks x block_size` (older versions); None when neither is there."""
+    if size_tokens is not None and size_tokens > 0:
+        return size_tokens
+    if num_blocks is not None and block_size is not None and num_blocks > 0 and block_size > 0:
+        return num_blocks * block_size
+    return None
+
+
+def tokens_per_running_request(
+    kv_usage: float | None, capacity_tokens: float | None, running: float | None
+) -> float | None:
+    """KV tokens one running request holds now: usage x capacity / running."""
+    if kv_usage is None or capacity_tokens is None or not running or running <= 0:
+        return None
+    return kv_usage * capacity_tokens / running
+
+
+def tokens_per_request_over_window(
+    running_and_usage: Sequence[tuple[float, float]], capacity_tokens: float
+) -> float | None:
+    """KV tokens a running request holds, averaged over every request seen at every scrape:
+    sum(usage x capacity) / sum(running) over the scrapes with something running."""
+    busy = [(r, u) for r, u in running_and_usage if r > 0]
+    running = sum(r for r, _ in busy)
+    if not busy or running <= 0:
+        return None
+    return sum(u for _, u in busy) * capacity_tokens / running
+
+
+def tokens_per_request_from_lengths(
+    mean_prompt: float, mean_output: float, block_size: float | None
+) -> float:
+    """KV tokens a running request holds on average, from the length mix: its prompt, half
+    its output (a request holds prompt + tokens generated so far, and is seen at every age
+    of its life equally often), and half a block lost to the last partly filled block.
+
+    A mean: long requests stay longer, so with widely spread output lengths this is low.
+    """
+    partial_block = (block_size - 1) / 2 if block_size and block_size > 1 else 0.0
+    return mean_prompt + mean_output / 2 + partial_block
+
+
+def sustainable_concurrency(capacity_tokens: float, tokens_per_request: float) -> float:
+    """How many requests of this length mix the KV cache holds at once."""
+    return capacity_tokens / tokens_per_request
+
+
+def kv_tokens_for(concurrency: float, tokens_per_request: float) -> float:
+    """The KV cache, in tokens, that holds `concurrency` requests of this length mix."""
+    return concurrency * tokens_per_request
+
+
+def kv_bytes_for(
+    tokens: float, capacity_tokens: float, capacity_bytes: float | None
+) -> float | None:
+    """The KV cache memory for `tokens`, scaling today's bytes per token."""
+    if capacity_bytes is None or capacity_tokens <= 0:
+        return None
+    return capacity_bytes * tokens / capacity_tokens
+
+
+# ---------------------------------------------------------------- fixed batchers
+
+
+def cost_per_batch(by_size: Mapping[int, tuple[float, float]]) -> dict[int, float]:
+    """Seconds one batch of each size takes: execution seconds / batches executed."""
+    return {size: s / n for size, (n, s) in sorted(by_size.items()) if n > 0 and s > 0}
+
+
+def batch_cost(costs: Mapping[int, float], size: float) -> float | None:
+    """Cost of a batch of `size`, interpolated linearly between measured sizes (below the
+    smallest measured: its cost); None above the largest measured (not extrapolated)."""
+    if not costs:
+        return None
+    sizes = sorted(costs)
+    if size > sizes[-1]:
+        return None
+    if size <= sizes[0]:
+        return costs[sizes[0]]
+    for low, high in zip(sizes, sizes[1:], strict=False):
+        if low <= size <= high:
+            share = (size - low) / (high - low)
+            return costs[low] + share * (costs[high] - costs[low])
+    return None
+
+
+def device_load(arrival_per_second: float, batch_size: float, cost_seconds: float) -> float:
+    """Share of time the device executes when batches of `batch_size` carry the arrivals."""
+    return arrival_per_second * cost_seconds / batch_size
+
+
+def rate_limit(
+    max_batch_size: float, cost_seconds: float, max_load: float = MAX_DEVICE_LOAD
+) -> float:
+    """The arrival rate at which full batches of `max_batch_size` keep the device
+    `max_load` busy: where a fixed batcher runs out of headroom."""
+    return max_load * max_batch_size / cost_seconds
+
+
+def worst_latency(max_wait_seconds: float, cost_seconds: float) -> float:
+    """A request's latency bound under a fixed batcher: its batch's wait, one batch already
+    on the device, then its own batch: max_wait + 2 x cost."""
+    return max_wait_seconds + 2 * cost_seconds
+
+
+@dataclass(frozen=True, slots=True)
+class FixedPair:
+    """The fixed (max_wait, max_batch_size) a batcher needs at one arrival rate.
+
+    `batch_size`: what batches hold at that rate; `feasible`: its worst latency fits the
+    budget; `rate_limit_per_second`: the rate at which full `max_batch_size` batches keep
+    the device `max_load` busy, where this pair runs out.
+    """
+
+    max_wait_seconds: float
+    max_batch_size: int
+    batch_size: int
+    worst_latency_seconds: float
+    load: float
+    feasible: bool
+    rate_limit_per_second: float
+
+
+def fixed_pair(
+    arrival_per_second: float,
+    costs: Mapping[int, float],
+    budget_seconds: float,
+    max_load: float = MAX_DEVICE_LOAD,
+) -> FixedPair | None:
+    """The smallest batch that keeps the device under `max_load` at this rate, the max_wait
+    that gathers it ((b - 1) / rate), and the largest max_batch_size whose worst latency
+    still fits the budget (bigger batches drain bursts). None without measured costs or
+    arrivals. Not feasible when no measured batch size carries the rate within the budget.
+    """
+    if not costs or arrival_per_second <= 0:
+        return None
+    largest = max(costs)
+    batch = next(
+        (
+            b
+            for b in range(1, largest + 1)
+            if device_load(arrival_per_second, b, _cost(costs, b)) <= max_load
+        ),
+        largest,
+    )
+    wait = (batch - 1) / arrival_per_second
+    latency = worst_latency(wait, _cost(costs, batch))
+    load = device_load(arrival_per_second, batch, _cost(costs, batch))
+    fits = [
+        m for m in range(batch, largest + 1)
+        if worst_latency(wait, _cost(costs, m)) <= budget_seconds
+    ]  # fmt: skip
+    max_batch = max(fits) if fits else batch
+    return FixedPair(
+        max_wait_seconds=wait,
+        max_batch_size=max_batch,
+        batch_size=batch,
+        worst_latency_seconds=latency,
+        load=load,
+        feasible=latency <= budget_seconds and load <= max_load,
+        rate_limit_per_second=rate_limit(max_batch, _cost(costs, max_batch), max_load),
+    )
+
+
+def _cost(costs: Mapping[int, float], size: int) -> float:
+    cost = batch_cost(costs, size)
+    assert cost is not None  # callers stay within the measured sizes
+    return cost
+
+
+def budget_headroom(latency_seconds: float, budget_seconds: float) -> float:
+    """Share of the budget left at the observed latency quantile: 1 - latency / budget."""
+    return 1 - latency_seconds / budget_seconds
+
+
+# ---------------------------------------------------------------- assembly
+
+
+def _fmt(x: float) -> str:
+    if abs(x) >= 100 or float(x).is_integer():
+        return f"{x:,.0f}"
+    return f"{x:.1f}" if abs(x) >= 10 else f"{x:.2f}"
+
+
+def _caveats(inputs: AdviceInputs) -> tuple[str, ...]:
+    if inputs.window_seconds < SHORT_WINDOW_SECONDS:
+        return (f"short window ({inputs.window_seconds:.0f} s of {inputs.scrapes} scrapes)",)
+    return ()
+
+
+def _confidence(caveats: Sequence[str]) -> str:
+    return "low" if len(caveats) > 1 else "medium" if caveats else "high"
+
+
+def _item(
+    kind: str,
+    value: float,
+    unit: str,
+    text: str,
+    inputs: Mapping[str, float | None],
+    caveats: Sequence[str] = (),
+) -> AdviceItem:
+    return AdviceItem(kind, float(value), unit, text, dict(inputs), _confidence(caveats),
+                      tuple(caveats))  # fmt: skip
+
+
+def kv_advice(inputs: AdviceInputs) -> list[AdviceItem]:
+    """The KV cache items for an LLM engine that states its KV capacity."""
+    capacity = inputs.kv_capacity_tokens
+    if capacity is None:
+        return []
+    window = _caveats(inputs)
+    items = [
+        _item("kv_capacity_tokens", capacity, "tokens",
+              f"the KV cache holds {_fmt(capacity)} tokens",
+              {"kv_capacity_tokens": capacity,
+               **({"block_size": inputs.block_size} if inputs.block_size else {})}),
+    ]  # fmt: skip
+    now = tokens_per_running_request(inputs.kv_usage, capacity, inputs.running)
+    if now is not None:
+        items.append(_item(
+            "kv_tokens_per_request", now, "tokens",
+            f"each running request holds {_fmt(now)} KV tokens now",
+            {"kv_usage": inputs.kv_usage, "kv_capacity_tokens": capacity,
+             "running": inputs.running}))  # fmt: skip
+    busy = [(r, u) for r, u in inputs.running_and_usage if r > 0]
+    measured = (
+        tokens_per_request_over_window(busy, capacity) if len(busy) >= MIN_BUSY_SCRAPES else None
+    )
+    if measured is not None:
+        items.append(_item(
+            "kv_tokens_per_request_window", measured, "tokens",
+            f"over the window a running request held {_fmt(measured)} KV tokens on average",
+            {"kv_capacity_tokens": capacity, "busy_scrapes": len(busy),
+             "mean_running": sum(r for r, _ in busy) / len(busy)}, window))  # fmt: skip
+    from_lengths = None
+    if inputs.mean_prompt_tokens is not None and inputs.mean_output_tokens is not None:
+        from_lengths = tokens_per_request_from_lengths(
+            inputs.mean_prompt_tokens, inputs.mean_output_tokens, inputs.block_size
+        )
+        items.append(_item(
+            "kv_tokens_per_request_lengths", from_lengths, "tokens",
+            f"today's length mix (prompt {_fmt(inputs.mean_prompt_tokens)}, output "
+            f"{_fmt(inputs.mean_output_tokens)} tokens on average) holds {_fmt(from_lengths)} "
+            "KV tokens per running request",
+            {"mean_prompt_tokens": inputs.mean_prompt_tokens,
+             "mean_output_tokens": inputs.mean_output_tokens,
+             "requests": inputs.length_requests},
+            (*window, "means of the length histograms: long outputs hold the cache longer "
+                      "than the mean says")))  # fmt: skip
+    if measured is not None:
+        per_request, source = measured, "measured in the cache over the window"
+        source_caveats: tuple[str, ...] = window
+    elif from_lengths is not None:
+        per_request, source = from_lengths, "from the length mix"
+        source_caveats = (*window, "tokens per request from the length mix, not measured")
+    else:
+        return items
+    if per_request <= 0:
+        return items
+    sustainable = sustainable_concurrency(capacity, per_request)
+    basis = {"kv_capacity_tokens": capacity, "kv_tokens_per_request": per_request}
+    items.append(_item(
+        "sustainable_concurrency", sustainable, "requests",
+        f"the KV cache holds {_fmt(sustainable)} requests of today's mix "
+        f"({_fmt(capacity)} tokens / {_fmt(per_request)} per request, {source})",
+        basis, source_caveats))  # fmt: skip
+    items += cap_advice(inputs, sustainable, per_request, basis, source_caveats)
+    return items
+
+
+def cap_advice(
+    inputs: AdviceInputs,
+    sustainable: float,
+    per_request: float,
+    basis: Mapping[str, float],
+    caveats: Sequence[str],
+) -> list[AdviceItem]:
+    """The verdict on raising the cap, and the KV cache the cap would need."""
+    cap = inputs.cap
+    capacity = inputs.kv_capacity_tokens
+    if cap is None or capacity is None:
+        return []
+    inputs_used = {**basis, "cap": cap, "sustainable_concurrency": sustainable}
+    items = []
+    if sustainable < cap:
+        items.append(_item(
+            "raise_cap_helps", 0, "bool",
+            f"memory-bound: raising max-num-seqs will not help: the KV cache holds "
+            f"{_fmt(sustainable)} requests of today's mix, below the cap of {_fmt(cap)}",
+            inputs_used, caveats))  # fmt: skip
+    elif inputs.waited_at_cap:
+        items.append(_item(
+            "raise_cap_helps", 1, "bool",
+            f"requests waited at the cap of {_fmt(cap)} and the KV cache holds "
+            f"{_fmt(sustainable)} of today's mix: raising max-num-seqs can help, up to "
+            f"{math.floor(sustainable)}",
+            inputs_used, caveats))  # fmt: skip
+    needed = kv_tokens_for(cap, per_request)
+    if needed > capacity:
+        extra_bytes = kv_bytes_for(needed, capacity, inputs.kv_cache_memory_bytes)
+        memory = ""
+        if extra_bytes is not None and inputs.kv_cache_memory_bytes is not None:
+            gib = 1024**3
+            memory = (
+                f" ({extra_bytes / gib:.2f} GiB of KV memory, "
+                f"+{(extra_bytes - inputs.kv_cache_memory_bytes) / gib:.2f} GiB"
+                + (f": raise gpu_memory_utilization from {inputs.gpu_memory_utilization:g}"
+                   if inputs.gpu_memory_utilization is not None else "")
+                + ")"
+            )  # fmt: skip
+        fit = capacity / cap
+        items.append(_item(
+            "kv_tokens_for_cap", needed, "tokens",
+            f"the cap of {_fmt(cap)} needs {_fmt(needed)} KV tokens at today's lengths, "
+            f"{needed / capacity:.1f}x the {_fmt(capacity)} there{memory}; or requests "
+            f"holding at most {_fmt(fit)} tokens each (max_model_len, shorter prompts)",
+            {**inputs_used, "kv_tokens_needed": needed,
+             **({"kv_cache_memory_bytes": inputs.kv_cache_memory_bytes}
+                if inputs.kv_cache_memory_bytes else {})}, caveats))  # fmt: skip
+    return items
+
+
+def static_advice(inputs: AdviceInputs) -> list[AdviceItem]:
+    """What continuous batching gains over a static loop on this traffic (seed 003)."""
+    static = inputs.static
+    if static is None:
+        return []
+    gain = static.continuous_batching_gain
+    continuous = inputs.engine in {"vllm", "tgi", "sglang"}
+    text = (
+        f"continuous batching does {gain:.2f}x the useful work a static loop of "
+        f"{static.batch_size} would on this traffic (bounds {static.gain_lower:.2f}-"
+        f"{static.gain_upper:.2f}x)"
+        if continuous
+        else f"switching from static to continuous batching would gain {gain:.2f}x "
+        f"(bounds {static.gain_lower:.2f}-{static.gain_upper:.2f}x): a static batch of "
+        f"{static.batch_size} wastes {1 - static.estimate:.0%} of its slot-steps"
+    )
+    return [_item("continuous_batching_gain", gain, "ratio", text,
+                  {"static_utilization": static.estimate, "lower": static.lower,
+                   "upper": static.upper, "batch_size": static.batch_size,
+                   "requests": static.requests},
+                  (*_caveats(inputs), "estimated from the output-length histogram"))]  # fmt: skip
+
+
+def batcher_advice(inputs: AdviceInputs) -> list[AdviceItem]:
+    """The fixed pair for today's rate, the budget headroom, and the rate the batcher's
+    current max batch size runs out at."""
+    rate = inputs.arrival_per_second
+    costs = inputs.cost_by_size
+    budget = inputs.budget_seconds
+    if rate is None or rate <= 0 or not costs or budget is None:
+        return []
+    caveats = _caveats(inputs)
+    measured = {f"cost_b{size}_seconds": cost for size, cost in costs.items()}
+    items = [
+        _item(
+            "arrival_per_second",
+            rate,
+            "items/s",
+            f"{_fmt(rate)} items/s arrive",
+            {"arrival_per_second": rate},
+            caveats,
+        )
+    ]
+    if inputs.latency_seconds is not None:
+        headroom = budget_headroom(inputs.latency_seconds, budget)
+        items.append(_item(
+            "budget_headroom", headroom, "ratio",
+            f"p{inputs.latency_quantile * 100:g} {inputs.latency_seconds * 1000:.1f} ms of a "
+            f"{budget * 1000:.0f} ms budget: {headroom:.0%} headroom",
+            {"latency_seconds": inputs.latency_seconds, "budget_seconds": budget},
+            caveats))  # fmt: skip
+    cap = int(inputs.cap) if inputs.cap else None
+    if cap is not None and (cost := batch_cost(costs, cap)) is not None:
+        limit = rate_limit(cap, cost)
+        items.append(_item(
+            "rate_limit_per_second", limit, "items/s",
+            f"at its max batch of {cap} ({cost * 1000:.2f} ms) this batcher keeps the device "
+            f"{MAX_DEVICE_LOAD:.0%} busy at {_fmt(limit)} items/s: today's rate is "
+            f"{rate / limit:.0%} of it",
+            {"max_batch_size": cap, "arrival_per_second": rate, **measured}, caveats))  # fmt: skip
+    pair = fixed_pair(rate, costs, budget)
+    if pair is None:
+        return items
+    pair_inputs = {"arrival_per_second": rate, "budget_seconds": budget, **measured}
+    sizes = f"cost measured for batches of {min(costs)}-{max(costs)}"
+    pair_caveats = (*caveats, sizes)
+    if pair.feasible:
+        low = (
+            f"; at a tenth of this rate the same pair makes each request wait up to "
+            f"{pair.max_wait_seconds * 1000:.1f} ms for a batch that does not fill"
+            if pair.max_wait_seconds > 0
+            else ""
+        )
+        text = (
+            f"a fixed batcher needs max_wait {pair.max_wait_seconds * 1000:.1f} ms and "
+            f"max_batch_size {pair.max_batch_size} at {_fmt(rate)} items/s: batches of "
+            f"{pair.batch_size}, device {pair.load:.0%} busy, worst latency "
+            f"{pair.worst_latency_seconds * 1000:.1f} ms of {budget * 1000:.0f} ms; it runs "
+            f"out at {_fmt(pair.rate_limit_per_second)} items/s{low}"
+        )
+    else:
+        text = (
+            f"no fixed pair keeps {_fmt(rate)} items/s in the {budget * 1000:.0f} ms budget "
+            f"({sizes}): the best, batches of {pair.batch_size}, leaves the device "
+            f"{pair.load:.0%} busy with a worst latency of "
+            f"{pair.worst_latency_seconds * 1000:.1f} ms; add capacity or raise the budget"
+        )
+    items += [
+        _item("fixed_pair_feasible", int(pair.feasible), "bool", text, pair_inputs, pair_caveats),
+        _item("advised_max_wait_seconds", pair.max_wait_seconds, "s", text, pair_inputs,
+              pair_caveats),
+        _item("advised_max_batch_size", pair.max_batch_size, "items", text, pair_inputs,
+              pair_caveats),
+    ]  # fmt: skip
+    return items
+
+
+def advise(inputs: AdviceInputs) -> Advice:
+    """Every piece of advice the window supports, or none and why when it supports none."""
+    if inputs.scrapes < MIN_SCRAPES or inputs.window_seconds < MIN_WINDOW_SECONDS:
+        return Advice(
+            summary=f"too little data to advise: {inputs.scrapes} scrapes over "
+            f"{inputs.window_seconds:.0f} s (needs {MIN_SCRAPES} over {MIN_WINDOW_SECONDS:.0f} s)"
+        )
+    items = [*kv_advice(inputs), *static_advice(inputs), *batcher_advice(inputs)]
+    if not items:
+        return Advice(
+            summary="nothing to advise from: no KV capacity (vllm:cache_config_info), no "
+            "length histograms and no batch cost by size in this window",
+            enough_data=True,
+        )
+    lead = next(
+        (i for kind in ("raise_cap_helps", "fixed_pair_feasible", "sustainable_concurrency",
+                        "continuous_batching_gain")
+         for i in items if i.kind == kind),
+        items[0],
+    )  # fmt: skip
+    return Advice(items=tuple(items), summary=lead.text, enough_data=True)

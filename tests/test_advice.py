@@ -1,0 +1,220 @@
+"""The advice arithmetic (exporter/advice.py): each formula with numbers worked by hand."""
+
+from __future__ import annotations
+
+import pytest
+
+from exporter.advice import (
+    AdviceInputs,
+    advise,
+    batch_cost,
+    budget_headroom,
+    cost_per_batch,
+    fixed_pair,
+    kv_bytes_for,
+    kv_capacity_tokens,
+    kv_tokens_for,
+    rate_limit,
+    sustainable_concurrency,
+    tokens_per_request_from_lengths,
+    tokens_per_request_over_window,
+    tokens_per_running_request,
+    worst_latency,
+)
+from exporter.static_util import UtilizationEstimate
+
+# vLLM 0.32's cache_config_info in tests/fixtures/vllm-0.32.0-cpu-load.txt.
+FIXTURE_TOKENS, FIXTURE_BLOCKS, FIXTURE_BLOCK_SIZE = 1048576.0, 8192.0, 128.0
+
+
+def test_kv_capacity_prefers_the_stated_tokens_and_falls_back_to_blocks():
+    assert kv_capacity_tokens(FIXTURE_TOKENS, FIXTURE_BLOCKS, FIXTURE_BLOCK_SIZE) == 1048576
+    assert kv_capacity_tokens(None, 8, 128) == 1024  # older vLLM: blocks x block size
+    assert kv_capacity_tokens(None, None, 128) is None
+    assert kv_capacity_tokens(0, None, None) is None
+
+
+def test_tokens_per_running_request_now():
+    # 1024 tokens, 75% used by 3 requests: 256 each.
+    assert tokens_per_running_request(0.75, 1024, 3) == 256
+    assert tokens_per_running_request(0.75, 1024, 0) is None
+    assert tokens_per_running_request(None, 1024, 3) is None
+
+
+def test_tokens_per_request_over_window_weights_every_request_seen():
+    # (running, usage): 2 requests at 50%, 6 at 90%, an idle scrape ignored:
+    # (0.5 + 0.9) * 1000 / 8 = 175.
+    assert tokens_per_request_over_window([(2, 0.5), (6, 0.9), (0, 0.0)], 1000) == 175
+    assert tokens_per_request_over_window([(0, 0.0)], 1000) is None
+
+
+def test_tokens_per_request_from_lengths_is_prompt_plus_half_output_plus_half_a_block():
+    assert tokens_per_request_from_lengths(20, 100, None) == 70
+    assert tokens_per_request_from_lengths(20, 100, 1) == 70
+    # 128-token blocks: 63.5 tokens lost on average in the last block.
+    assert tokens_per_request_from_lengths(58.5, 275, 128) == 58.5 + 137.5 + 63.5
+
+
+def test_sustainable_concurrency_and_the_tokens_for_a_cap():
+    assert sustainable_concurrency(1024, 256) == 4
+    assert kv_tokens_for(8, 256) == 2048
+    assert kv_bytes_for(2048, 1024, 1 << 30) == 2 * (1 << 30)
+    assert kv_bytes_for(2048, 1024, None) is None
+
+
+def test_cost_per_batch_and_interpolation_between_measured_sizes():
+    costs = cost_per_batch({1: (10, 0.0167), 128: (4, 4 * 0.00195), 64: (0, 0.0)})
+    assert costs == pytest.approx({1: 0.00167, 128: 0.00195})
+    assert batch_cost(costs, 1) == pytest.approx(0.00167)
+    # Halfway from 1 to 128 (64.5): halfway from 1.67 to 1.95 ms.
+    assert batch_cost(costs, 64.5) == pytest.approx(0.00181)
+    assert batch_cost(costs, 129) is None  # never extrapolated
+    assert batch_cost({}, 1) is None
+
+
+def test_worst_latency_headroom_and_rate_limit():
+    assert worst_latency(0.005, 0.002) == pytest.approx(0.009)
+    assert budget_headroom(0.035, 0.050) == pytest.approx(0.3)
+    # 32 items per 4 ms batch, 70% busy: 0.7 * 32 / 0.004 = 5600 items/s.
+    assert rate_limit(32, 0.004) == pytest.approx(5600)
+
+
+# A CPU-like curve: cost grows with the batch (1 ms + 1 ms per item).
+LINEAR = {b: 0.001 + 0.001 * b for b in (1, 2, 4, 8, 16, 32)}
+
+
+def test_fixed_pair_takes_the_smallest_batch_under_the_load_line():
+    # 300 items/s: load(b) = 300 (0.001 + 0.001 b) / b = 0.3 / b + 0.3 <= 0.7 from b = 1
+    # (0.6): no waiting needed; the largest max batch with 2 c(m) <= 100 ms is 32.
+    pair = fixed_pair(300, LINEAR, budget_seconds=0.100)
+    assert pair.batch_size == 1 and pair.max_wait_seconds == 0
+    assert pair.load == pytest.approx(0.6)
+    assert pair.max_batch_size == 32
+    assert pair.feasible
+    # 550 items/s: load(b) = 0.55 / b + 0.55 <= 0.7 needs b >= 3.7: 4, wait 3 / 550 s.
+    pair = fixed_pair(550, LINEAR, budget_seconds=0.100)
+    assert pair.batch_size == 4
+    assert pair.max_wait_seconds == pytest.approx(3 / 550)
+    assert pair.worst_latency_seconds == pytest.approx(3 / 550 + 2 * 0.005)
+    assert pair.rate_limit_per_second == pytest.approx(0.7 * 32 / 0.033)
+
+
+def test_no_fixed_pair_carries_a_rate_past_the_devices_capacity():
+    # 1000 items/s on a curve of 1 ms per item: load >= 1 at every size.
+    pair = fixed_pair(1000, LINEAR, budget_seconds=0.100)
+    assert not pair.feasible
+    assert pair.batch_size == 32 and pair.load > 1
+
+
+def test_a_tight_budget_makes_the_needed_wait_infeasible():
+    flat = {1: 0.010, 64: 0.011}  # GPU-like: batching is nearly free
+    # 500 items/s: load(1) = 5, load(b) = 500 c(b) / b <= 0.7 needs b >= 8; waiting
+    # 7 / 500 = 14 ms plus 2 x ~10 ms is over a 25 ms budget.
+    pair = fixed_pair(500, flat, budget_seconds=0.025)
+    assert pair.batch_size == 8
+    assert pair.worst_latency_seconds > 0.025
+    assert not pair.feasible
+
+
+def _window(**kw) -> AdviceInputs:
+    return AdviceInputs(window_seconds=120, scrapes=24, engine="vllm", **kw)
+
+
+def test_too_little_data_advises_nothing_and_says_why():
+    advice = advise(AdviceInputs(window_seconds=4, scrapes=2, kv_capacity_tokens=1024))
+    assert advice.items == ()
+    assert not advice.enough_data
+    assert "too little data" in advice.summary and "2 scrapes over 4 s" in advice.summary
+
+
+def test_memory_bound_advice_says_raising_the_cap_will_not_help_with_both_numbers():
+    # The e2e shape: 1024 KV tokens, cap 8, about 3 requests of ~300 tokens fill it.
+    advice = advise(_window(
+        running=3, waiting=100, cap=8, kv_usage=0.9, kv_capacity_tokens=1024, block_size=128,
+        running_and_usage=[(3, 0.9), (4, 1.0), (3, 0.8)],
+        mean_prompt_tokens=10, mean_output_tokens=275, length_requests=40,
+    ))  # fmt: skip
+    per_request = (0.9 + 1.0 + 0.8) * 1024 / 10
+    assert advice.item("kv_tokens_per_request").value == pytest.approx(0.9 * 1024 / 3)
+    assert advice.item("kv_tokens_per_request_window").value == pytest.approx(per_request)
+    sustainable = advice.item("sustainable_concurrency")
+    assert sustainable.value == pytest.approx(1024 / per_request)
+    verdict = advice.item("raise_cap_helps")
+    assert verdict.value == 0
+    assert verdict.text.startswith("memory-bound: raising max-num-seqs will not help")
+    assert "3.70 requests" in verdict.text and "cap of 8" in verdict.text
+    assert verdict.inputs["cap"] == 8
+    assert advice.summary == verdict.text
+    needed = advice.item("kv_tokens_for_cap")
+    assert needed.value == pytest.approx(8 * per_request)
+    assert "128 tokens each" in needed.text  # 1024 / 8
+    assert verdict.confidence == "high"
+
+
+def test_cap_bound_advice_says_raising_the_cap_helps_up_to_the_sustainable_count():
+    advice = advise(_window(
+        running=16, waiting=40, cap=16, kv_usage=0.25, kv_capacity_tokens=8192,
+        running_and_usage=[(16, 0.25)] * 4, waited_at_cap=True,
+    ))  # fmt: skip
+    # 0.25 * 8192 / 16 = 128 tokens per request: 64 fit.
+    assert advice.item("sustainable_concurrency").value == pytest.approx(64)
+    verdict = advice.item("raise_cap_helps")
+    assert verdict.value == 1 and "up to 64" in verdict.text
+    assert advice.item("kv_tokens_for_cap") is None  # the cap already fits
+
+
+def test_length_mix_stands_in_when_the_cache_was_not_seen_busy_and_lowers_confidence():
+    advice = advise(AdviceInputs(
+        window_seconds=30, scrapes=6, engine="vllm", cap=8, kv_capacity_tokens=1024,
+        running_and_usage=[(1, 0.1)], mean_prompt_tokens=20, mean_output_tokens=200,
+    ))  # fmt: skip
+    assert advice.item("kv_tokens_per_request_window") is None
+    sustainable = advice.item("sustainable_concurrency")
+    assert sustainable.value == pytest.approx(1024 / 120)
+    assert sustainable.confidence == "low"
+    assert any("length mix" in c for c in sustainable.caveats)
+    assert any("short window" in c for c in sustainable.caveats)
+
+
+def test_kv_memory_is_named_from_cache_config_bytes():
+    advice = advise(_window(
+        running=2, waiting=5, cap=8, kv_usage=1.0, kv_capacity_tokens=1024,
+        kv_cache_memory_bytes=1 << 30, gpu_memory_utilization=0.92,
+        running_and_usage=[(2, 1.0)] * 3,
+    ))  # fmt: skip
+    # 512 tokens per request, cap 8: 4096 tokens = 4 GiB (+3 GiB).
+    needed = advice.item("kv_tokens_for_cap")
+    assert needed.value == 4096
+    assert "4.00 GiB of KV memory, +3.00 GiB" in needed.text
+    assert "gpu_memory_utilization from 0.92" in needed.text
+
+
+def test_static_gain_is_the_inverse_of_the_static_estimate():
+    static = UtilizationEstimate(batch_size=8, requests=64, estimate=0.5234375, lower=0.4,
+                                 upper=0.6)  # fmt: skip
+    advice = advise(AdviceInputs(window_seconds=120, scrapes=24, engine="inhouse",
+                                 static=static))  # fmt: skip
+    gain = advice.item("continuous_batching_gain")
+    assert gain.value == pytest.approx(128 / 67)
+    assert gain.text.startswith("switching from static to continuous batching would gain 1.91x")
+    assert "48% of its slot-steps" in gain.text
+
+
+def test_batcher_advice_gives_the_pair_headroom_and_rate_limit():
+    advice = advise(AdviceInputs(
+        window_seconds=120, scrapes=24, engine="inhouse", cap=32,
+        arrival_per_second=550, cost_by_size=LINEAR, budget_seconds=0.1,
+        latency_seconds=0.04,
+    ))  # fmt: skip
+    assert advice.item("budget_headroom").value == pytest.approx(0.6)
+    assert advice.item("rate_limit_per_second").value == pytest.approx(0.7 * 32 / 0.033)
+    assert advice.item("advised_max_batch_size").value == 32
+    assert advice.item("advised_max_wait_seconds").value == pytest.approx(3 / 550)
+    assert advice.item("fixed_pair_feasible").value == 1
+    assert advice.summary.startswith("a fixed batcher needs max_wait 5.5 ms and max_batch_size 32")
+
+
+def test_no_inputs_for_any_advice_says_so():
+    advice = advise(AdviceInputs(window_seconds=120, scrapes=24, engine="tgi", running=3))
+    assert advice.items == () and advice.enough_data
+    assert advice.summary.startswith("nothing to advise from")
