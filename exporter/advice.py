@@ -93,7 +93,6 @@ class AdviceInputs:
     latency_seconds: float | None = None
     latency_quantile: float = 0.99
     max_wait_seconds: float | None = None
-    near_cap: float = 0.9
 
 
 # ---------------------------------------------------------------- KV cache arithmetic
@@ -490,6 +489,11 @@ def batcher_advice(inputs: AdviceInputs) -> list[AdviceItem]:
     if pair is None:
         return items
     pair_inputs = {"arrival_per_second": rate, "budget_seconds": budget, **measured}
+    today = (
+        f" (today: max_wait {inputs.max_wait_seconds * 1000:.1f} ms, max_batch_size {cap})"
+        if inputs.max_wait_seconds is not None and cap is not None
+        else ""
+    )
     sizes = f"cost measured for batches of {min(costs)}-{max(costs)}"
     pair_caveats = (*caveats, sizes)
     if pair.feasible:
@@ -501,7 +505,7 @@ def batcher_advice(inputs: AdviceInputs) -> list[AdviceItem]:
         )
         text = (
             f"a fixed batcher needs max_wait {pair.max_wait_seconds * 1000:.1f} ms and "
-            f"max_batch_size {pair.max_batch_size} at {_fmt(rate)} items/s: batches of "
+            f"max_batch_size {pair.max_batch_size} at {_fmt(rate)} items/s{today}: batches of "
             f"{pair.batch_size}, device {pair.load:.0%} busy, worst latency "
             f"{pair.worst_latency_seconds * 1000:.1f} ms of {budget * 1000:.0f} ms; it runs "
             f"out at {_fmt(pair.rate_limit_per_second)} items/s{low}"

@@ -84,6 +84,11 @@ class SignalsCollector(Collector):
         diagnosis = _gauge(
             "batchscope_diagnosis", "1 for the current diagnosis state of the target or series."
         )
+        advice = _gauge(
+            "batchscope_advice_value",
+            "One number of advice (kind label: what it is; /api/v1/advice has its inputs, "
+            "confidence and the sentence).",
+        )
         for t in targets:
             target_labels = {"target": t.target, **t.extra_labels}
             up.add_sample(up.name, target_labels, 1.0 if t.up else 0.0)
@@ -110,6 +115,8 @@ class SignalsCollector(Collector):
                                          ("upper", u.upper)):  # fmt: skip
                         static.add_sample(static.name, {**labels, "bound": bound}, value)
                     gain.add_sample(gain.name, labels, u.continuous_batching_gain)
+                for item in s.advice.items:
+                    advice.add_sample(advice.name, {**labels, "kind": item.kind}, item.value)
                 for state in DIAGNOSIS_STATES:
                     diagnosis.add_sample(
                         diagnosis.name,
@@ -124,3 +131,4 @@ class SignalsCollector(Collector):
         yield static
         yield gain
         yield diagnosis
+        yield advice

@@ -22,6 +22,7 @@ INDEX = """<!doctype html><title>batchscope exporter</title>
 <ul><li><a href="/metrics">/metrics</a> (Prometheus)</li>
 <li><a href="/api/v1/signals">/api/v1/signals</a> (current signals, JSON)</li>
 <li><a href="/api/v1/history">/api/v1/history</a> (?target=NAME, bounded history, JSON)</li>
+<li><a href="/api/v1/advice">/api/v1/advice</a> (what to change, with the numbers, JSON)</li>
 <li><a href="/api/v1/targets">/api/v1/targets</a> (configured targets)</li></ul>
 """
 
@@ -59,6 +60,10 @@ def create_app(exporter: Exporter) -> web.Application:
         exporter, lambda: api.encode(api.signals_response(exporter.clock(), exporter.current()))
     )
 
+    advice_body = _per_round(
+        exporter, lambda: api.encode(api.advice_response(exporter.clock(), exporter.current()))
+    )
+
     async def metrics(_: web.Request) -> web.Response:
         return web.Response(
             body=await metrics_body(), headers={"Content-Type": CONTENT_TYPE_LATEST}
@@ -66,6 +71,9 @@ def create_app(exporter: Exporter) -> web.Application:
 
     async def signals(_: web.Request) -> web.Response:
         return web.Response(body=await signals_body(), content_type="application/json")
+
+    async def advice(_: web.Request) -> web.Response:
+        return web.Response(body=await advice_body(), content_type="application/json")
 
     async def history(request: web.Request) -> web.Response:
         name = request.query.get("target")
@@ -96,6 +104,7 @@ def create_app(exporter: Exporter) -> web.Application:
     app.router.add_get("/health", health)
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/api/v1/signals", signals)
+    app.router.add_get("/api/v1/advice", advice)
     app.router.add_get("/api/v1/history", history)
     app.router.add_get("/api/v1/targets", targets)
     return app

@@ -9,7 +9,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from exporter.histogram import histogram_increase, histogram_quantile
+from exporter.advice import Advice, AdviceInputs, advise, cost_per_batch
+from exporter.histogram import Histogram, histogram_increase, histogram_quantile
 from exporter.signals import (
     Diagnosis,
     SaturationState,
@@ -64,6 +65,7 @@ class SeriesSignals:
     static_utilization: UtilizationEstimate | None = None
     batch_size_distribution: list[tuple[float, float]] = field(default_factory=list)
     diagnosis: Diagnosis = Diagnosis("idle", "")
+    advice: Advice = Advice()
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +84,60 @@ class TargetSignals:
     total: SeriesSignals
     scrape_seconds: float | None = None
     extra_labels: Mapping[str, str] = field(default_factory=dict)
+
+
+def _mean(hist: Histogram | None) -> float | None:
+    return hist.sum / hist.count if hist is not None and hist.count > 0 else None
+
+
+def advice_inputs(
+    snapshots: Sequence[SeriesSnapshot],
+    span: float,
+    cap: float | None,
+    settings: SignalSettings,
+    *,
+    static: UtilizationEstimate | None,
+    arrival_per_second: float | None,
+    budget_seconds: float | None,
+    latency_seconds: float | None,
+) -> AdviceInputs:
+    """What the advice reads from one series' window of snapshots, oldest first, beside
+    the signals already computed over it (static estimate, arrivals, budget, latency)."""
+    last = snapshots[-1]
+    output_tokens = histogram_increase([p.output_tokens for p in snapshots])
+    prompt_tokens = histogram_increase([p.prompt_tokens for p in snapshots])
+    near_cap = settings.near_cap * cap if cap else None
+    return AdviceInputs(
+        engine=last.engine,
+        window_seconds=span,
+        scrapes=len(snapshots),
+        running=last.running,
+        waiting=last.waiting,
+        cap=cap,
+        kv_usage=last.kv_usage,
+        kv_capacity_tokens=last.kv_capacity_tokens,
+        block_size=last.block_size,
+        gpu_memory_utilization=last.gpu_memory_utilization,
+        kv_cache_memory_bytes=last.kv_cache_memory_bytes,
+        running_and_usage=[
+            (p.running, p.kv_usage)
+            for p in snapshots
+            if p.running is not None and p.kv_usage is not None
+        ],
+        waited_at_cap=near_cap is not None
+        and any((p.running or 0) >= near_cap and (p.waiting or 0) > 0 for p in snapshots),
+        mean_prompt_tokens=_mean(prompt_tokens),
+        mean_output_tokens=_mean(output_tokens),
+        length_requests=output_tokens.count if output_tokens is not None else 0.0,
+        # The cost curve belongs to the model and device, not to this window's traffic.
+        cost_by_size=cost_per_batch(dict(last.execution_by_size)),
+        max_wait_seconds=last.max_wait_seconds,
+        latency_quantile=settings.quantile,
+        static=static,
+        arrival_per_second=arrival_per_second,
+        budget_seconds=budget_seconds,
+        latency_seconds=latency_seconds,
+    )
 
 
 def series_signals(
@@ -166,6 +222,18 @@ def series_signals(
         fired_batches=fired_batches,
         settings=settings,
     )
+    advice = advise(
+        advice_inputs(
+            snapshots,
+            span,
+            cap,
+            settings,
+            static=static,
+            arrival_per_second=per_second(items, span) if fired_batches else None,
+            budget_seconds=budget,
+            latency_seconds=latency,
+        )
+    )
     signals = SeriesSignals(
         labels=last.labels,
         engine=last.engine,
@@ -191,6 +259,7 @@ def series_signals(
             running_samples if last.batch_size is None else [], batch_hist
         ),
         diagnosis=diagnosis,
+        advice=advice,
     )
     return signals, saturation
 
@@ -254,7 +323,8 @@ def evaluate_target(
     current_keys = {s.key for s in latest.series}
     by_key = _points_by_key(snapshots, lambda snap: ((s.key, s) for s in snap.series))
     totals = _points_by_key(
-        snapshots, lambda snap: [(TOTAL, merge_series(snap.series, settings.cap, settings.budget_seconds))]
+        snapshots,
+        lambda snap: [(TOTAL, merge_series(snap.series, settings.cap, settings.budget_seconds))],
     )
     next_states: dict[LabelKey, SaturationState] = {}
     series = []

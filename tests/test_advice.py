@@ -21,7 +21,10 @@ from exporter.advice import (
     tokens_per_running_request,
     worst_latency,
 )
+from exporter.signals import SignalSettings
+from exporter.snapshot import SeriesSnapshot, Snapshot
 from exporter.static_util import UtilizationEstimate
+from exporter.target import evaluate_target
 
 # vLLM 0.32's cache_config_info in tests/fixtures/vllm-0.32.0-cpu-load.txt.
 FIXTURE_TOKENS, FIXTURE_BLOCKS, FIXTURE_BLOCK_SIZE = 1048576.0, 8192.0, 128.0
@@ -218,3 +221,57 @@ def test_no_inputs_for_any_advice_says_so():
     advice = advise(AdviceInputs(window_seconds=120, scrapes=24, engine="tgi", running=3))
     assert advice.items == () and advice.enough_data
     assert advice.summary.startswith("nothing to advise from")
+
+
+# ---------------------------------------------------------------- through the evaluator
+
+
+def _evaluate(series_at, settings: SignalSettings):
+    """Five scrapes 5 s apart (a 20 s window) of one series; the last evaluation."""
+    snapshots, states, signals = [], {}, None
+    for i in range(5):
+        t = 100.0 + 5 * i
+        snapshots.append(Snapshot("x", t, True, (series_at(i),)))
+        signals, states = evaluate_target("x", "http://x", snapshots, settings, states, t)
+    return signals
+
+
+def test_the_evaluator_advises_a_memory_bound_vllm_from_its_window():
+    def at(i: int) -> SeriesSnapshot:
+        return SeriesSnapshot(key=(("engine", "0"),), engine="vllm", running=3, waiting=50,
+                              kv_usage=0.96, preemptions_total=10.0 * i,
+                              kv_capacity_tokens=1024, block_size=128)  # fmt: skip
+
+    signals = _evaluate(at, SignalSettings(cap=8))
+    (series,) = signals.series
+    assert series.diagnosis.state == "memory_bound"
+    advice = series.advice
+    # 0.96 x 1024 / 3 = 327.68 tokens per request at each of 5 scrapes: 3.125 fit.
+    assert advice.item("kv_tokens_per_request_window").value == pytest.approx(327.68)
+    assert advice.item("sustainable_concurrency").value == pytest.approx(1024 / 327.68)
+    assert advice.item("raise_cap_helps").value == 0
+    assert advice.item("kv_tokens_for_cap").value == pytest.approx(8 * 327.68)
+    assert advice.item("sustainable_concurrency").caveats == ("short window (20 s of 5 scrapes)",)
+    assert signals.total.advice.item("raise_cap_helps").value == 0
+
+
+def test_the_evaluator_advises_an_inhouse_batcher_from_its_cost_by_size():
+    # 100 batches of 8 per 5 s (160 items/s), 2 ms each; batches of 1 cost 1.5 ms.
+    def at(i: int) -> SeriesSnapshot:
+        return SeriesSnapshot(
+            key=(("batcher", "embed"),), engine="inhouse", waiting=0, cap=32,
+            budget_seconds=0.05, max_wait_seconds=0.005,
+            items_total=800.0 * i + 10, batches_total=100.0 * i + 10,
+            execution_by_size={1: (10.0, 0.015), 8: (100.0 * i + 1, 0.002 * (100 * i + 1))},
+        )  # fmt: skip
+
+    (series,) = _evaluate(at, SignalSettings()).series
+    advice = series.advice
+    assert advice.item("arrival_per_second").value == pytest.approx(160)
+    # 160 items/s: load(1) = 0.24 <= 0.7: no waiting; every measured size fits 50 ms.
+    assert advice.item("advised_max_wait_seconds").value == 0
+    assert advice.item("advised_max_batch_size").value == 8
+    assert advice.item("fixed_pair_feasible").value == 1
+    assert "(today: max_wait 5.0 ms, max_batch_size 32)" in advice.summary
+    # Its max batch of 32 is beyond the measured sizes: no rate limit is extrapolated.
+    assert advice.item("rate_limit_per_second") is None
