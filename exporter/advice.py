@@ -21,8 +21,7 @@ from dataclasses import dataclass, field
 
 from exporter.static_util import UtilizationEstimate
 
-# Below these the window says too little to advise anything.
-MIN_WINDOW_SECONDS = 10.0
+# Fewer scrapes than this in the window say too little to advise anything.
 MIN_SCRAPES = 3
 # A window shorter than this gives advice flagged "low" confidence.
 SHORT_WINDOW_SECONDS = 60.0
@@ -529,10 +528,10 @@ def batcher_advice(inputs: AdviceInputs) -> list[AdviceItem]:
 
 def advise(inputs: AdviceInputs) -> Advice:
     """Every piece of advice the window supports, or none and why when it supports none."""
-    if inputs.scrapes < MIN_SCRAPES or inputs.window_seconds < MIN_WINDOW_SECONDS:
+    if inputs.scrapes < MIN_SCRAPES or inputs.window_seconds <= 0:
         return Advice(
             summary=f"too little data to advise: {inputs.scrapes} scrapes over "
-            f"{inputs.window_seconds:.0f} s (needs {MIN_SCRAPES} over {MIN_WINDOW_SECONDS:.0f} s)"
+            f"{inputs.window_seconds:.0f} s (needs at least {MIN_SCRAPES})"
         )
     items = [*kv_advice(inputs), *static_advice(inputs), *batcher_advice(inputs)]
     if not items:
