@@ -101,6 +101,7 @@ ADVICE_LABELS: dict[str, str] = {
     "kv_tokens_per_request": "KV tokens per running request, now",
     "kv_tokens_per_request_window": "KV tokens per running request, over the window",
     "kv_tokens_per_request_lengths": "KV tokens per request, from the length mix",
+    "kv_cache_fill": "KV cache kept full while requests wait",
     "sustainable_concurrency": "Requests the KV cache holds at today's mix",
     "raise_cap_helps": "Would a higher cap help?",
     "kv_tokens_for_cap": "KV tokens the cap needs",

@@ -76,10 +76,11 @@ class AdviceInputs:
     block_size: float | None = None
     gpu_memory_utilization: float | None = None
     kv_cache_memory_bytes: float | None = None
-    # Over the window: (running, kv_usage) at each scrape, and whether requests waited
-    # while the batch was at the cap.
-    running_and_usage: Sequence[tuple[float, float]] = ()
+    # Over the window: (running, kv_usage, waiting) at each scrape, and whether requests
+    # waited while the batch was at the cap (at least near_cap x cap).
+    kv_scrapes: Sequence[tuple[float, float, float]] = ()
     waited_at_cap: bool = False
+    near_cap: float = 0.9
     # Length mix over the window, from the histograms' increases.
     mean_prompt_tokens: float | None = None
     mean_output_tokens: float | None = None
@@ -119,15 +120,36 @@ def tokens_per_running_request(
 
 
 def tokens_per_request_over_window(
-    running_and_usage: Sequence[tuple[float, float]], capacity_tokens: float
+    kv_scrapes: Sequence[tuple[float, float, float]], capacity_tokens: float
 ) -> float | None:
     """KV tokens a running request holds, averaged over every request seen at every scrape:
-    sum(usage x capacity) / sum(running) over the scrapes with something running."""
-    busy = [(r, u) for r, u in running_and_usage if r > 0]
+    sum(usage x capacity) / sum(running) over the (running, usage, waiting) scrapes with
+    something running."""
+    busy = [(r, u) for r, u, _ in kv_scrapes if r > 0]
     running = sum(r for r, _ in busy)
     if not busy or running <= 0:
         return None
     return sum(u for _, u in busy) * capacity_tokens / running
+
+
+def memory_limited(
+    kv_scrapes: Sequence[tuple[float, float, float]], cap: float | None, near_cap: float
+) -> list[tuple[float, float, float]]:
+    """The (running, usage, waiting) scrapes in which requests waited with the batch below
+    near_cap x cap (any batch when no cap is known): the cache, not the cap, held them."""
+    return [
+        (r, u, w) for r, u, w in kv_scrapes
+        if w > 0 and r > 0 and (cap is None or r < near_cap * cap)
+    ]  # fmt: skip
+
+
+def cache_fill(limited: Sequence[tuple[float, float, float]]) -> float | None:
+    """The share of the KV cache the scheduler keeps full while requests wait for memory:
+    mean usage over the memory-limited scrapes. Below 1: admission needs a request's whole
+    context to fit, and preemptions free more than the next step needs."""
+    if not limited:
+        return None
+    return sum(u for _, u, _ in limited) / len(limited)
 
 
 def tokens_per_request_from_lengths(
@@ -143,14 +165,18 @@ def tokens_per_request_from_lengths(
     return mean_prompt + mean_output / 2 + partial_block
 
 
-def sustainable_concurrency(capacity_tokens: float, tokens_per_request: float) -> float:
-    """How many requests of this length mix the KV cache holds at once."""
-    return capacity_tokens / tokens_per_request
+def sustainable_concurrency(
+    capacity_tokens: float, tokens_per_request: float, fill: float = 1.0
+) -> float:
+    """How many requests of this length mix the KV cache holds at once, when the scheduler
+    keeps `fill` of it in use: fill x capacity / tokens per request."""
+    return fill * capacity_tokens / tokens_per_request
 
 
-def kv_tokens_for(concurrency: float, tokens_per_request: float) -> float:
-    """The KV cache, in tokens, that holds `concurrency` requests of this length mix."""
-    return concurrency * tokens_per_request
+def kv_tokens_for(concurrency: float, tokens_per_request: float, fill: float = 1.0) -> float:
+    """The KV cache, in tokens, that holds `concurrency` requests of this length mix when
+    the scheduler keeps `fill` of it in use: concurrency x tokens per request / fill."""
+    return concurrency * tokens_per_request / fill
 
 
 def kv_bytes_for(
@@ -326,7 +352,7 @@ def kv_advice(inputs: AdviceInputs) -> list[AdviceItem]:
             f"each running request holds {_fmt(now)} KV tokens now",
             {"kv_usage": inputs.kv_usage, "kv_capacity_tokens": capacity,
              "running": inputs.running}))  # fmt: skip
-    busy = [(r, u) for r, u in inputs.running_and_usage if r > 0]
+    busy = [(r, u, w) for r, u, w in inputs.kv_scrapes if r > 0]
     measured = (
         tokens_per_request_over_window(busy, capacity) if len(busy) >= MIN_BUSY_SCRAPES else None
     )
@@ -335,7 +361,14 @@ def kv_advice(inputs: AdviceInputs) -> list[AdviceItem]:
             "kv_tokens_per_request_window", measured, "tokens",
             f"over the window a running request held {_fmt(measured)} KV tokens on average",
             {"kv_capacity_tokens": capacity, "busy_scrapes": len(busy),
-             "mean_running": sum(r for r, _ in busy) / len(busy)}, window))  # fmt: skip
+             "mean_running": sum(r for r, _, _ in busy) / len(busy)}, window))  # fmt: skip
+    limited = memory_limited(inputs.kv_scrapes, inputs.cap, inputs.near_cap)
+    fill = cache_fill(limited) if len(limited) >= MIN_BUSY_SCRAPES else None
+    if fill is not None:
+        items.append(_item(
+            "kv_cache_fill", fill, "ratio",
+            f"while requests waited for memory the scheduler kept the KV cache {fill:.0%} full",
+            {"memory_limited_scrapes": len(limited)}, window))  # fmt: skip
     from_lengths = None
     if inputs.mean_prompt_tokens is not None and inputs.mean_output_tokens is not None:
         from_lengths = tokens_per_request_from_lengths(
@@ -361,14 +394,20 @@ def kv_advice(inputs: AdviceInputs) -> list[AdviceItem]:
         return items
     if per_request <= 0:
         return items
-    sustainable = sustainable_concurrency(capacity, per_request)
-    basis = {"kv_capacity_tokens": capacity, "kv_tokens_per_request": per_request}
+    filled = (
+        f", filled to {fill:.0%} as measured while requests waited"
+        if fill is not None
+        else ", if the scheduler fills it (no memory-limited scrapes to measure the fill)"
+    )
+    sustainable = sustainable_concurrency(capacity, per_request, fill or 1.0)
+    basis = {"kv_capacity_tokens": capacity, "kv_tokens_per_request": per_request,
+             "kv_cache_fill": fill or 1.0}  # fmt: skip
     items.append(_item(
         "sustainable_concurrency", sustainable, "requests",
         f"the KV cache holds {_fmt(sustainable)} requests of today's mix "
-        f"({_fmt(capacity)} tokens / {_fmt(per_request)} per request, {source})",
+        f"({_fmt(capacity)} tokens / {_fmt(per_request)} per request, {source}{filled})",
         basis, source_caveats))  # fmt: skip
-    items += cap_advice(inputs, sustainable, per_request, basis, source_caveats)
+    items += cap_advice(inputs, sustainable, per_request, fill or 1.0, basis, source_caveats)
     return items
 
 
@@ -376,6 +415,7 @@ def cap_advice(
     inputs: AdviceInputs,
     sustainable: float,
     per_request: float,
+    fill: float,
     basis: Mapping[str, float],
     caveats: Sequence[str],
 ) -> list[AdviceItem]:
@@ -399,7 +439,7 @@ def cap_advice(
             f"{_fmt(sustainable)} of today's mix: raising max-num-seqs can help, up to "
             f"{math.floor(sustainable)}",
             inputs_used, caveats))  # fmt: skip
-    needed = kv_tokens_for(cap, per_request)
+    needed = kv_tokens_for(cap, per_request, fill)
     if needed > capacity:
         extra_bytes = kv_bytes_for(needed, capacity, inputs.kv_cache_memory_bytes)
         memory = ""
@@ -412,7 +452,7 @@ def cap_advice(
                    if inputs.gpu_memory_utilization is not None else "")
                 + ")"
             )  # fmt: skip
-        fit = capacity / cap
+        fit = fill * capacity / cap
         items.append(_item(
             "kv_tokens_for_cap", needed, "tokens",
             f"the cap of {_fmt(cap)} needs {_fmt(needed)} KV tokens at today's lengths, "

@@ -119,11 +119,12 @@ def advice_inputs(
         block_size=last.block_size,
         gpu_memory_utilization=last.gpu_memory_utilization,
         kv_cache_memory_bytes=last.kv_cache_memory_bytes,
-        running_and_usage=[
-            (p.running, p.kv_usage)
+        kv_scrapes=[
+            (p.running, p.kv_usage, p.waiting or 0.0)
             for p in snapshots
             if p.running is not None and p.kv_usage is not None
         ],
+        near_cap=settings.near_cap,
         waited_at_cap=near_cap is not None
         and any((p.running or 0) >= near_cap and (p.waiting or 0) > 0 for p in snapshots),
         mean_prompt_tokens=_mean(prompt_tokens),

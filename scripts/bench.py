@@ -3,8 +3,10 @@
 Benchmarks: `parser` (promtext vs prometheus_client on a real vLLM payload,
 bench_parser.py), `fleet` (the exporter process scraping 1000 simulated vLLM targets,
 bench_fleet.py + fleet_sim.py), `batching` (static vs continuous batching on the
-demo server's scheduler, bench_batching.py, run as a subprocess when it is there) and
-`dashboard` (server-side time to build the Live page, bench_dashboard.py).
+demo server's scheduler, bench_batching.py, run as a subprocess when it is there),
+`dashboard` (server-side time to build the Live page, bench_dashboard.py) and `advice`
+(the exporter's advice held against the demo server's truth, bench_advice.py, a
+subprocess: it starts demo servers).
 The report names the machine, the command and the date: numbers from a shared 2-core
 machine only mean something next to those.
 
@@ -23,6 +25,7 @@ import shlex
 import subprocess
 import sys
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 
 import bench_dashboard
@@ -35,7 +38,8 @@ BATCHING_SCRIPT = ROOT / "scripts/bench_batching.py"
 BATCHING_QUICK_ARGS = ("--requests", "64", "--repeat", "1")
 PACKAGES = ("batchscope", "aiohttp", "prometheus-client", "psutil", "PyYAML", "torch",
             "streamlit", "plotly", "pandas")  # fmt: skip
-BENCHMARKS = ("parser", "fleet", "batching", "dashboard")
+ADVICE_SCRIPT = ROOT / "scripts/bench_advice.py"
+BENCHMARKS = ("parser", "fleet", "batching", "dashboard", "advice")
 
 
 def _cpu_model() -> str:
@@ -94,23 +98,22 @@ def machine_section(command: str) -> str:
     )
 
 
-def batching_section(quick: bool) -> str:
-    """Run bench_batching.py in its own process and take its report as a section."""
-    if not BATCHING_SCRIPT.exists():
-        return "## Batching\n\nSkipped: `scripts/bench_batching.py` is not there.\n"
+def subprocess_section(title: str, script: Path, extra_args: Sequence[str], demote: bool) -> str:
+    """Run a benchmark script in its own process and take the report it writes as a section
+    (`demote`: its headings go one level down, its title becoming a section of ours)."""
+    if not script.exists():
+        return f"## {title}\n\nSkipped: `scripts/{script.name}` is not there.\n"
     with tempfile.TemporaryDirectory() as tmp:
-        report = Path(tmp) / "batching.md"
-        args = [sys.executable, str(BATCHING_SCRIPT), "--output", str(report)]
-        if quick:
-            args += BATCHING_QUICK_ARGS
+        report = Path(tmp) / "report.md"
+        args = [sys.executable, str(script), "--output", str(report), *extra_args]
         # Its stdout is its progress; the report it writes is what goes into ours.
         done = subprocess.run(args, cwd=ROOT, stdout=sys.stderr, check=False)
         text = report.read_text(encoding="utf-8") if report.exists() else ""
     if not text:
-        return f"## Batching\n\n`bench_batching.py` failed (exit code {done.returncode}).\n"
-    # One level down: its title becomes a section of this report.
-    body = "\n".join("#" + line if line.startswith("#") else line for line in text.splitlines())
-    note = "" if done.returncode == 0 else f"\n`bench_batching.py` exit code: {done.returncode}.\n"
+        return f"## {title}\n\n`{script.name}` failed (exit code {done.returncode}).\n"
+    lines = text.splitlines()
+    body = "\n".join("#" + line if demote and line.startswith("#") else line for line in lines)
+    note = "" if done.returncode == 0 else f"\n`{script.name}` exit code: {done.returncode}.\n"
     return body + "\n" + note
 
 
@@ -139,9 +142,14 @@ def main(argv: list[str] | None = None) -> int:
         sections.append(bench_fleet.markdown(bench_fleet.run(args.quick)))
     if "batching" in selected:
         print("batching: running scripts/bench_batching.py", file=sys.stderr, flush=True)
-        sections.append(batching_section(args.quick))
+        quick_args = BATCHING_QUICK_ARGS if args.quick else ()
+        sections.append(subprocess_section("Batching", BATCHING_SCRIPT, quick_args, demote=True))
     if "dashboard" in selected:
         sections.append(bench_dashboard.markdown(bench_dashboard.run(args.quick)))
+    if "advice" in selected:
+        print("advice: running scripts/bench_advice.py", file=sys.stderr, flush=True)
+        quick_args = ("--quick",) if args.quick else ()
+        sections.append(subprocess_section("Advice", ADVICE_SCRIPT, quick_args, demote=False))
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text("\n".join(sections), encoding="utf-8")
     print("\n".join(sections[1:]))

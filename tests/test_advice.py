@@ -9,11 +9,13 @@ from exporter.advice import (
     advise,
     batch_cost,
     budget_headroom,
+    cache_fill,
     cost_per_batch,
     fixed_pair,
     kv_bytes_for,
     kv_capacity_tokens,
     kv_tokens_for,
+    memory_limited,
     rate_limit,
     sustainable_concurrency,
     tokens_per_request_from_lengths,
@@ -45,10 +47,20 @@ def test_tokens_per_running_request_now():
 
 
 def test_tokens_per_request_over_window_weights_every_request_seen():
-    # (running, usage): 2 requests at 50%, 6 at 90%, an idle scrape ignored:
+    # (running, usage, waiting): 2 requests at 50%, 6 at 90%, an idle scrape ignored:
     # (0.5 + 0.9) * 1000 / 8 = 175.
-    assert tokens_per_request_over_window([(2, 0.5), (6, 0.9), (0, 0.0)], 1000) == 175
-    assert tokens_per_request_over_window([(0, 0.0)], 1000) is None
+    assert tokens_per_request_over_window([(2, 0.5, 0), (6, 0.9, 3), (0, 0.0, 0)], 1000) == 175
+    assert tokens_per_request_over_window([(0, 0.0, 0)], 1000) is None
+
+
+def test_cache_fill_is_the_mean_usage_while_requests_wait_below_the_cap():
+    scrapes = [(4, 0.9, 10), (5, 0.8, 10), (8, 0.5, 10), (3, 0.2, 0), (0, 0.0, 4)]
+    # Waiting, something running, below 0.9 x 8: the first two.
+    limited = memory_limited(scrapes, cap=8, near_cap=0.9)
+    assert limited == [(4, 0.9, 10), (5, 0.8, 10)]
+    assert cache_fill(limited) == pytest.approx(0.85)
+    assert len(memory_limited(scrapes, cap=None, near_cap=0.9)) == 3
+    assert cache_fill([]) is None
 
 
 def test_tokens_per_request_from_lengths_is_prompt_plus_half_output_plus_half_a_block():
@@ -61,6 +73,9 @@ def test_tokens_per_request_from_lengths_is_prompt_plus_half_output_plus_half_a_
 def test_sustainable_concurrency_and_the_tokens_for_a_cap():
     assert sustainable_concurrency(1024, 256) == 4
     assert kv_tokens_for(8, 256) == 2048
+    # A scheduler that keeps the cache 80% full holds 3.2 and needs 2560 tokens for 8.
+    assert sustainable_concurrency(1024, 256, fill=0.8) == pytest.approx(3.2)
+    assert kv_tokens_for(8, 256, fill=0.8) == pytest.approx(2560)
     assert kv_bytes_for(2048, 1024, 1 << 30) == 2 * (1 << 30)
     assert kv_bytes_for(2048, 1024, None) is None
 
@@ -134,30 +149,32 @@ def test_memory_bound_advice_says_raising_the_cap_will_not_help_with_both_number
     # The e2e shape: 1024 KV tokens, cap 8, about 3 requests of ~300 tokens fill it.
     advice = advise(_window(
         running=3, waiting=100, cap=8, kv_usage=0.9, kv_capacity_tokens=1024, block_size=128,
-        running_and_usage=[(3, 0.9), (4, 1.0), (3, 0.8)],
+        kv_scrapes=[(3, 0.9, 100), (4, 1.0, 100), (3, 0.8, 100)],
         mean_prompt_tokens=10, mean_output_tokens=275, length_requests=40,
     ))  # fmt: skip
-    per_request = (0.9 + 1.0 + 0.8) * 1024 / 10
+    per_request = (0.9 + 1.0 + 0.8) * 1024 / 10  # 276.48
     assert advice.item("kv_tokens_per_request").value == pytest.approx(0.9 * 1024 / 3)
     assert advice.item("kv_tokens_per_request_window").value == pytest.approx(per_request)
+    assert advice.item("kv_cache_fill").value == pytest.approx(0.9)  # every scrape waited
     sustainable = advice.item("sustainable_concurrency")
-    assert sustainable.value == pytest.approx(1024 / per_request)
+    assert sustainable.value == pytest.approx(0.9 * 1024 / per_request)  # 3.33
+    assert "filled to 90% as measured while requests waited" in sustainable.text
     verdict = advice.item("raise_cap_helps")
     assert verdict.value == 0
     assert verdict.text.startswith("memory-bound: raising max-num-seqs will not help")
-    assert "3.70 requests" in verdict.text and "cap of 8" in verdict.text
+    assert "3.33 requests" in verdict.text and "cap of 8" in verdict.text
     assert verdict.inputs["cap"] == 8
     assert advice.summary == verdict.text
     needed = advice.item("kv_tokens_for_cap")
-    assert needed.value == pytest.approx(8 * per_request)
-    assert "128 tokens each" in needed.text  # 1024 / 8
+    assert needed.value == pytest.approx(8 * per_request / 0.9)
+    assert "115 tokens each" in needed.text  # 0.9 x 1024 / 8
     assert verdict.confidence == "high"
 
 
 def test_cap_bound_advice_says_raising_the_cap_helps_up_to_the_sustainable_count():
     advice = advise(_window(
         running=16, waiting=40, cap=16, kv_usage=0.25, kv_capacity_tokens=8192,
-        running_and_usage=[(16, 0.25)] * 4, waited_at_cap=True,
+        kv_scrapes=[(16, 0.25, 40)] * 4, waited_at_cap=True,
     ))  # fmt: skip
     # 0.25 * 8192 / 16 = 128 tokens per request: 64 fit.
     assert advice.item("sustainable_concurrency").value == pytest.approx(64)
@@ -169,7 +186,7 @@ def test_cap_bound_advice_says_raising_the_cap_helps_up_to_the_sustainable_count
 def test_length_mix_stands_in_when_the_cache_was_not_seen_busy_and_lowers_confidence():
     advice = advise(AdviceInputs(
         window_seconds=30, scrapes=6, engine="vllm", cap=8, kv_capacity_tokens=1024,
-        running_and_usage=[(1, 0.1)], mean_prompt_tokens=20, mean_output_tokens=200,
+        kv_scrapes=[(1, 0.1, 0)], mean_prompt_tokens=20, mean_output_tokens=200,
     ))  # fmt: skip
     assert advice.item("kv_tokens_per_request_window") is None
     sustainable = advice.item("sustainable_concurrency")
@@ -183,7 +200,7 @@ def test_kv_memory_is_named_from_cache_config_bytes():
     advice = advise(_window(
         running=2, waiting=5, cap=8, kv_usage=1.0, kv_capacity_tokens=1024,
         kv_cache_memory_bytes=1 << 30, gpu_memory_utilization=0.92,
-        running_and_usage=[(2, 1.0)] * 3,
+        kv_scrapes=[(2, 1.0, 5)] * 3,
     ))  # fmt: skip
     # 512 tokens per request, cap 8: 4096 tokens = 4 GiB (+3 GiB).
     needed = advice.item("kv_tokens_for_cap")
@@ -246,11 +263,12 @@ def test_the_evaluator_advises_a_memory_bound_vllm_from_its_window():
     (series,) = signals.series
     assert series.diagnosis.state == "memory_bound"
     advice = series.advice
-    # 0.96 x 1024 / 3 = 327.68 tokens per request at each of 5 scrapes: 3.125 fit.
+    # 0.96 x 1024 / 3 = 327.68 tokens per request at each of 5 scrapes, the cache kept
+    # 96% full: 3 fit, the running count it settled at.
     assert advice.item("kv_tokens_per_request_window").value == pytest.approx(327.68)
-    assert advice.item("sustainable_concurrency").value == pytest.approx(1024 / 327.68)
+    assert advice.item("sustainable_concurrency").value == pytest.approx(3)
     assert advice.item("raise_cap_helps").value == 0
-    assert advice.item("kv_tokens_for_cap").value == pytest.approx(8 * 327.68)
+    assert advice.item("kv_tokens_for_cap").value == pytest.approx(8 * 327.68 / 0.96)
     assert advice.item("sustainable_concurrency").caveats == ("short window (20 s of 5 scrapes)",)
     assert signals.total.advice.item("raise_cap_helps").value == 0
 

@@ -1,0 +1,44 @@
+"""The KV advice held against the demo server's truth (a short scripts/bench_advice.py).
+
+One run, three phases of 16 s on a small KV cache (about a minute in all, so `slow`):
+the advised sustainable concurrency against the running count the server settles at
+while requests wait; the cap raised past it (admin endpoint) without more throughput;
+the server restarted with the advised KV tokens reaching the cap.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
+import bench_advice  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+
+def test_kv_advice_predicts_the_running_count_and_the_memory_for_the_cap() -> None:
+    args = bench_advice.build_parser().parse_args(
+        ["--phase-seconds", "16", "--warmup-seconds", "7", "--cap", "16", "--kv-tokens", "400"]
+    )
+    small, raised, given = asyncio.run(bench_advice.kv_check(args))
+    print(bench_advice.kv_markdown([small, raised, given], args))
+
+    # The small cache holds about 4-5 requests of 3-12 words + 64 tokens: far below 16.
+    assert small.advice["raise_cap_helps"] == 0
+    sustainable = small.advice["sustainable_concurrency"]
+    assert sustainable < args.cap
+    assert len(small.running) >= 10
+    assert abs(sustainable - small.settled_running) <= 0.10 * small.settled_running
+
+    # Twice the cap: the batch stays where memory holds it, and so does throughput
+    # (a 15% allowance for a shared 2-core machine).
+    assert raised.settled_running < 1.2 * small.settled_running
+    assert raised.tokens_per_s < 1.15 * small.tokens_per_s
+
+    # The advised KV tokens for cap 16: the batch reaches the cap while requests wait.
+    assert given.kv_cache_tokens == pytest.approx(small.advice["kv_tokens_for_cap"], abs=1)
+    assert given.settled_running >= 0.9 * args.cap
