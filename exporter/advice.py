@@ -363,7 +363,10 @@ def kv_advice(inputs: AdviceInputs) -> list[AdviceItem]:
             {"kv_capacity_tokens": capacity, "busy_scrapes": len(busy),
              "mean_running": sum(r for r, _, _ in busy) / len(busy)}, window))  # fmt: skip
     limited = memory_limited(inputs.kv_scrapes, inputs.cap, inputs.near_cap)
-    fill = cache_fill(limited) if len(limited) >= MIN_BUSY_SCRAPES else None
+    # Memory must hold the batch for most of the window: a few scrapes of a batch still
+    # ramping up after a start also wait below the cap, with the cache nearly empty.
+    held = len(limited) >= MIN_BUSY_SCRAPES and 2 * len(limited) >= len(busy)
+    fill = cache_fill(limited) if held else None
     if fill is not None:
         items.append(_item(
             "kv_cache_fill", fill, "ratio",

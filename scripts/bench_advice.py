@@ -35,6 +35,7 @@ from pathlib import Path
 import aiohttp
 
 from demo_server import loadgen
+from exporter import promtext
 from exporter.config import Settings, Target
 from exporter.engines import read_series
 from exporter.runtime import Exporter
@@ -44,6 +45,7 @@ ROOT = Path(__file__).resolve().parent.parent
 WINDOW_S = 20.0
 INTERVAL_S = 1.0
 SAMPLE_S = 0.5
+STEPS = "batchscope_demo_steps_total"
 
 
 @dataclass
@@ -55,12 +57,16 @@ class Phase:
     kv_cache_tokens: int
     running: list[float] = field(default_factory=list)  # sampled while requests waited
     tokens_per_s: float = 0.0
+    # Generated tokens per busy step (the server's counters): every running request makes
+    # one token a step, so this is the mean running batch over every step, and the
+    # throughput per step of the device, which the shared CPU's speed does not change.
+    tokens_per_step: float = 0.0
     advice: dict[str, float] = field(default_factory=dict)
     summary: str = ""
 
     @property
-    def settled_running(self) -> float:
-        """Mean running count while requests waited."""
+    def sampled_running(self) -> float:
+        """Mean of the running counts sampled while requests waited."""
         return statistics.fmean(self.running) if self.running else math.nan
 
 
@@ -152,13 +158,15 @@ async def kv_phase(
         Settings(targets=(Target("demo", f"{url}/metrics", engine="vllm", cap=cap),),
                  interval_seconds=INTERVAL_S, window_seconds=WINDOW_S, timeout_seconds=1.0)
     )  # fmt: skip
-    tokens: list[tuple[float, float]] = []
+    counters: list[tuple[float, float, float]] = []  # (t, generated tokens, busy steps)
 
     def on_sample(text: str, t: float) -> None:
-        (series,) = [s for s in read_series(text, "vllm")]
-        if (series.waiting or 0) > 0 and series.running is not None:
+        (series,) = read_series(text, "vllm")
+        # Requests wait and the scheduler steps (a fresh server's first seconds run nothing).
+        if (series.waiting or 0) > 0 and (series.running or 0) > 0:
             phase.running.append(series.running)
-        tokens.append((t, series.generation_tokens_total or 0.0))
+        (steps,) = [s.value for s in promtext.parse(text, [STEPS]) if s.name == STEPS]
+        counters.append((t, series.generation_tokens_total or 0.0, steps))
 
     def make_load(session: aiohttp.ClientSession):
         return loadgen.run_rate(
@@ -168,15 +176,17 @@ async def kv_phase(
 
     _, signals = await drive(url, exporter, args.phase_seconds, args.warmup_seconds,
                              make_load, on_sample)  # fmt: skip
-    if len(tokens) >= 2:
-        (t0, n0), (t1, n1) = tokens[0], tokens[-1]
+    if len(counters) >= 2:
+        (t0, n0, s0), (t1, n1, s1) = counters[0], counters[-1]
         phase.tokens_per_s = (n1 - n0) / (t1 - t0)
+        phase.tokens_per_step = (n1 - n0) / (s1 - s0) if s1 > s0 else 0.0
     if signals is not None:
         series = engine_series(signals, "vllm")
         phase.advice = advice_numbers(series)
         phase.summary = series.advice.summary
-    print(f"{name}: running {phase.settled_running} (n={len(phase.running)}), "
-          f"{phase.tokens_per_s:.0f} tokens/s, advice {phase.advice}", file=sys.stderr)  # fmt: skip
+    print(f"{name}: running {phase.sampled_running} (n={len(phase.running)}), "
+          f"{phase.tokens_per_s:.0f} tokens/s, {phase.tokens_per_step:.2f} tokens/step, "
+          f"advice {phase.advice}", file=sys.stderr)  # fmt: skip
     return phase
 
 
@@ -266,33 +276,41 @@ def kv_markdown(phases: Sequence[Phase], args: argparse.Namespace) -> str:
         f"{args.in_flight} in flight, prompts of 3-12 words, max_tokens {args.max_tokens} "
         f"(ignore_eos), {args.phase_seconds:g} s per phase ({args.warmup_seconds:g} s "
         f"warm-up); exporter window {WINDOW_S:g} s at {INTERVAL_S:g} s. Running is the "
-        "server's own `vllm:num_requests_running`, mean of samples every "
-        f"{SAMPLE_S:g} s while requests waited; throughput from its generation-token counter.",
+        "server's: generated tokens per busy step from its counters, i.e. the mean running "
+        "batch over every step while requests waited (also the throughput per device step, "
+        "whatever the shared CPU's speed), and the mean of `vllm:num_requests_running` "
+        f"sampled every {SAMPLE_S:g} s (a scrape can fall between a finish and the next "
+        "admission). Tokens/s: wall clock, noisy on a shared machine.",
         "",
         "### KV cache: sustainable concurrency, the cap, the memory",
         "",
-        "| phase | cap | KV tokens | running (mean while waiting) | tokens/s | advised sustainable | advice |",
-        "|---|---|---|---|---|---|---|",
+        "| phase | cap | KV tokens | running per step | running sampled | tokens/s | advised sustainable | advice |",
+        "|---|---|---|---|---|---|---|---|",
     ]  # fmt: skip
     for p in phases:
         lines.append(
-            f"| {p.name} | {p.cap} | {p.kv_cache_tokens} | {p.settled_running:.2f} | "
-            f"{p.tokens_per_s:.0f} | {p.advice.get('sustainable_concurrency', math.nan):.2f} | "
+            f"| {p.name} | {p.cap} | {p.kv_cache_tokens} | {p.tokens_per_step:.2f} | "
+            f"{p.sampled_running:.2f} | {p.tokens_per_s:.0f} | {p.advice.get('sustainable_concurrency', math.nan):.2f} | "
             f"{p.summary} |"
         )
-    error = abs(sustainable - small.settled_running) / small.settled_running
-    lines += ["", f"- Advised sustainable concurrency {sustainable:.2f} vs running "
-              f"{small.settled_running:.2f}: {error:.1%} apart (target: within 10%)."]  # fmt: skip
+    error = abs(sustainable - small.tokens_per_step) / small.tokens_per_step
+    lines += ["", f"- Advised sustainable concurrency {sustainable:.2f} vs the running batch "
+              f"the server settled at, {small.tokens_per_step:.2f} per step: {error:.1%} apart "
+              "(target: within 10%)."]  # fmt: skip
     if len(phases) >= 2:
-        ratio = phases[1].tokens_per_s / small.tokens_per_s
-        lines.append(f"- Cap raised to {phases[1].cap}: throughput x{ratio:.2f}, running "
-                     f"{phases[1].settled_running:.2f} (the advice said it would not help).")  # fmt: skip
+        raised = phases[1]
+        lines.append(f"- Cap raised to {raised.cap}: tokens per step "
+                     f"x{raised.tokens_per_step / small.tokens_per_step:.2f}, tokens/s "
+                     f"x{raised.tokens_per_s / small.tokens_per_s:.2f} (the advice said it would "
+                     "not help).")  # fmt: skip
     if len(phases) >= 3:
         given = phases[2]
         lines.append(
             f"- Restarted with the advised {given.kv_cache_tokens} KV tokens "
-            f"(`kv_tokens_for_cap`): running {given.settled_running:.2f} of cap {given.cap}, "
-            f"throughput x{given.tokens_per_s / small.tokens_per_s:.2f}."
+            f"(`kv_tokens_for_cap`): running {given.tokens_per_step:.2f} per step of cap "
+            f"{given.cap} ({given.tokens_per_step / given.cap:.0%}), tokens per step "
+            f"x{given.tokens_per_step / small.tokens_per_step:.2f}, tokens/s "
+            f"x{given.tokens_per_s / small.tokens_per_s:.2f}."
         )
     return "\n".join(lines) + "\n"
 

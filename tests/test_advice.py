@@ -293,3 +293,14 @@ def test_the_evaluator_advises_an_inhouse_batcher_from_its_cost_by_size():
     assert "(today: max_wait 5.0 ms, max_batch_size 32)" in advice.summary
     # Its max batch of 32 is beyond the measured sizes: no rate limit is extrapolated.
     assert advice.item("rate_limit_per_second") is None
+
+
+def test_a_few_ramp_up_scrapes_below_the_cap_do_not_set_the_fill():
+    # A fresh server: 3 scrapes ramping up (waiting, cache nearly empty), then 7 at the cap.
+    scrapes = [(2, 0.1, 30), (5, 0.2, 30), (9, 0.3, 30)] + [(16, 0.8, 30)] * 7
+    advice = advise(_window(running=16, waiting=30, cap=16, kv_usage=0.8,
+                            kv_capacity_tokens=1500, kv_scrapes=scrapes, waited_at_cap=True))  # fmt: skip
+    assert advice.item("kv_cache_fill") is None
+    per_request = (0.1 + 0.2 + 0.3 + 7 * 0.8) * 1500 / (2 + 5 + 9 + 7 * 16)
+    assert advice.item("sustainable_concurrency").value == pytest.approx(1500 / per_request)
+    assert advice.item("raise_cap_helps").value == 1

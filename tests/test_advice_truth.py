@@ -2,8 +2,9 @@
 
 One run, three phases of 16 s on a small KV cache (about a minute in all, so `slow`):
 the advised sustainable concurrency against the running count the server settles at
-while requests wait; the cap raised past it (admin endpoint) without more throughput;
-the server restarted with the advised KV tokens reaching the cap.
+while requests wait; the cap raised past it (admin endpoint) without more tokens per step;
+the server restarted with the advised KV tokens reaching the cap. Counts and counters
+only: wall-clock throughput is the benchmark's (docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -31,14 +32,14 @@ def test_kv_advice_predicts_the_running_count_and_the_memory_for_the_cap() -> No
     assert small.advice["raise_cap_helps"] == 0
     sustainable = small.advice["sustainable_concurrency"]
     assert sustainable < args.cap
-    assert len(small.running) >= 10
-    assert abs(sustainable - small.settled_running) <= 0.10 * small.settled_running
+    assert len(small.running) >= 10  # requests waited throughout
+    # The running batch it settles at: tokens per step (every running request makes one).
+    assert abs(sustainable - small.tokens_per_step) <= 0.10 * small.tokens_per_step
 
-    # Twice the cap: the batch stays where memory holds it, and so does throughput
-    # (a 15% allowance for a shared 2-core machine).
-    assert raised.settled_running < 1.2 * small.settled_running
-    assert raised.tokens_per_s < 1.15 * small.tokens_per_s
+    # Twice the cap: the batch, and so the tokens each step makes, stays where memory
+    # holds it (counters, not timings).
+    assert raised.tokens_per_step < 1.15 * small.tokens_per_step
 
     # The advised KV tokens for cap 16: the batch reaches the cap while requests wait.
     assert given.kv_cache_tokens == pytest.approx(small.advice["kv_tokens_for_cap"], abs=1)
-    assert given.settled_running >= 0.9 * args.cap
+    assert given.tokens_per_step >= 0.9 * args.cap
