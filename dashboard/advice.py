@@ -112,6 +112,7 @@ ADVICE_LABELS: dict[str, str] = {
     "fixed_pair_feasible": "Can a fixed pair keep the budget?",
     "advised_max_wait_seconds": "Advised max_wait",
     "advised_max_batch_size": "Advised max_batch_size",
+    "padding_waste": "Padding in batched positions",
 }
 
 

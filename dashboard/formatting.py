@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 
 MISSING = "–"
+# A signal whose raw series the target's engine does not publish (the JSON's not_exposed).
+NOT_EXPOSED = "not exposed by this engine"
 
 # Characters Streamlit's markdown gives a meaning to (emphasis, links, code, LaTeX,
 # colour directives, HTML): a backslash before each shows it as itself.
@@ -49,6 +51,16 @@ def age(value: float) -> str:
     if value < 7200:
         return f"{value / 60:.0f} min ago"
     return f"{value / 3600:.1f} h ago"
+
+
+def exposed(series: dict, field: str) -> bool:
+    """Whether the series' engine publishes what the signal `field` is computed from."""
+    return field not in (series.get("not_exposed") or ())
+
+
+def shown(series: dict, field: str, text: str) -> str:
+    """The signal's text, or NOT_EXPOSED where the engine does not publish it."""
+    return text if exposed(series, field) else NOT_EXPOSED
 
 
 def plain_markdown(text: str) -> str:

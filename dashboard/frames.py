@@ -7,10 +7,12 @@ import math
 import pandas as pd
 
 from dashboard.states import look
+from exporter.engines import ADAPTERS
 
 TOTAL_CHOICE = "all models (target total)"
-# Series labels that name a model or a batcher, in the order they are shown.
-SERIES_NAME_LABELS = ("model_name", "model", "batcher", "engine", "version")
+# Series labels that name a model, a batcher or a deployment: every engine adapter's, in
+# the registry's order.
+SERIES_NAME_LABELS = tuple(dict.fromkeys(n for a in ADAPTERS.values() for n in a.KEY_LABELS))
 
 FLEET_COLUMNS = (
     "target", "up", "state", "running", "cap", "running_vs_cap", "waiting",

@@ -1,8 +1,9 @@
 """Load test results (batchscope-loadgen and `vllm bench serve --save-result`) as runs.
 
-Both tools' field names are read: loadgen's (`rate_per_s`, `throughput_per_s`,
-`p50_ms`, `p99_ms`) and vLLM's (`request_rate`, `request_throughput`,
-`median_e2el_ms`, `p99_e2el_ms`, per-request `latencies` in seconds).
+Both tools' field names are read: loadgen's (`--json`: `rate_per_s`, `throughput_per_s`,
+`p50_ms`, `p99_ms`; `--output` files: `rate`, then vLLM's names) and vLLM's
+(`request_rate`, `request_throughput`, `median_e2el_ms`, `p99_e2el_ms`, per-request
+`latencies` in seconds).
 """
 
 from __future__ import annotations
@@ -105,7 +106,7 @@ def run_from_record(record: dict, source: str) -> Run:
     return Run(
         source=source,
         setting=_setting(record, source),
-        rate_per_s=_first(record, "rate_per_s", "request_rate"),
+        rate_per_s=_first(record, "rate_per_s", "rate", "request_rate"),
         throughput_per_s=_first(record, "throughput_per_s", "request_throughput"),
         percentiles_ms=dict(sorted(percentiles.items())),
         latencies_ms=latencies or None,

@@ -5,13 +5,22 @@ Two batching policies share one queue and one worker (`Batcher`):
 
 - `fixed` (seed 000): fire when `max_batch_size` items wait, or when the oldest has
   waited `max_wait_seconds`; triggers `full` and `timeout`.
-- `adaptive` (seed 001): given `latency_budget_seconds`, fire the largest batch that can
-  form and finish inside the oldest item's remaining budget, from a live arrival rate
-  and a cost-by-batch-size curve learned from the batches it ran; triggers `full` and
-  `budget`.
+- `adaptive` (seed 001): given `latency_budget_seconds`, from a live arrival rate and a
+  cost-by-batch-size curve learned from the batches it ran: fire at once while the
+  device keeps up with arrivals one item at a time (waiting would only add latency);
+  when it does not, wait for the largest batch that can still form and finish inside
+  the oldest item's remaining budget; triggers `full` and `budget`. Admission control:
+  an item the queue ahead of it would push past the budget is refused at once
+  (`OverBudget`, a 429), not served late.
 
-The decisions are pure functions (`fixed_decision`, `adaptive_decision`) over plain
-numbers; the worker feeds them the queue, the clock and its `BatcherSettings`. The
+Items are grouped by shape: texts whose lengths differ by more than `SHAPE_CLASS_RATIO`
+wait in separate groups, so a short text is not padded to a long one's length. Each
+fired batch records the padding it pays and the padding the split avoided (against the
+same number of items taken in arrival order).
+
+The decisions are pure functions (`fixed_decision`, `adaptive_decision`,
+`predicted_drain_seconds`) over plain numbers; the worker feeds them the queue, the
+clock and its `BatcherSettings`. The
 batch function runs on a dedicated thread so the event loop keeps accepting requests
 while a batch executes. An item that fails inside a batch fails alone: the rest of the
 batch is retried without it.
@@ -22,15 +31,17 @@ from __future__ import annotations
 import asyncio
 import bisect
 import collections
+import heapq
+import itertools
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from demo_server.batcher_settings import BatcherSettings
-from demo_server.queueing import QueueFull, QueueStopping
+from demo_server.queueing import OverBudget, QueueFull, QueueStopping
 from exporter.instrumentation import BatcherMetrics
 
 # Share of the latency budget kept free for what the plan does not see: timer and
@@ -39,9 +50,29 @@ BUDGET_HEADROOM = 0.1
 
 # The arrival rate forgets with this time constant ("smoothed over the last second").
 ARRIVAL_WINDOW_SECONDS = 1.0
+# ...and a burst shows within this one: the rate used is the higher of the two, so a
+# rise in traffic is batched for at once instead of a second later.
+BURST_WINDOW_SECONDS = 0.05
 
 # Weight of a new observation in a batch size's running cost estimate.
 COST_SMOOTHING = 0.2
+# An observation is taken as at most this many times the current estimate: a batch
+# stalled by a busy machine is scheduling lag, not what the size costs.
+COST_OUTLIER_FACTOR = 4.0
+
+# How fast the measured scheduling lag (a late wake-up, a batch slower than its
+# estimate) is forgotten; while remembered, plans and admission reserve it, up to
+# MAX_LAG_RESERVE of the budget (a lag beyond that is a stall no plan absorbs, and
+# reserving it would refuse every request).
+LAG_MEMORY_SECONDS = 2.0
+MAX_LAG_RESERVE = 0.25
+# Lag comes in spikes, and the next one is rarely the size of the last: reserve twice it.
+LAG_RESERVE_FACTOR = 2.0
+
+# Texts of the smallest shape class have at most this many tokens; each next class
+# holds lengths up to SHAPE_CLASS_RATIO times the previous one's.
+SHAPE_CLASS_BASE_TOKENS = 64
+SHAPE_CLASS_RATIO = 4
 
 
 class ItemError(Exception):
@@ -90,14 +121,22 @@ def adaptive_decision(
     cost_seconds: Callable[[int], float],
     latency_budget_seconds: float,
     max_batch_size: int,
+    reserve_seconds: float = 0.0,
 ) -> Decision:
-    """Seed 001's rule: wait for the largest batch that can still form and finish
-    inside the oldest item's remaining budget; fire now when no larger batch can.
+    """Seed 001's rule: fire now unless the traffic needs batching and the budget
+    leaves room to wait.
 
-    A batch of k items is expected to form after (k - queue_len) / arrival_rate more
-    seconds and to take `cost_seconds(k)` to run; it fits when the oldest item's wait
-    plus both stays within the budget less `BUDGET_HEADROOM`. With no larger k fitting the
-    batch fires now (`budget`), so under light traffic every item runs at once; with
+    The traffic needs batching once arrivals outpace the device running one item at a
+    time: `arrival_rate * cost(1) > 1`. Below that, at light load, waiting cannot pay
+    for itself (the device keeps up without company, so a wait only adds latency): the
+    batch fires at once (`budget`), whatever is queued.
+
+    When it needs batching, it waits for the largest batch that can form and finish
+    inside the oldest item's remaining budget: k items form after (k - queue_len) /
+    arrival_rate more seconds and take `cost_seconds(k)`; they fit when the oldest
+    item's wait plus both stays within the budget less `BUDGET_HEADROOM` and less
+    `reserve_seconds` (the scheduling lag lately measured). With no larger k fitting,
+    the remaining budget only just covers this batch: it fires (`budget`). With
     `max_batch_size` items waiting it fires `full`. When waiting, the worker decides
     again when the queue reaches the planned size or the planned time is up.
     """
@@ -105,13 +144,47 @@ def adaptive_decision(
         return Decision(fire=False)
     if queue_len >= max_batch_size:
         return Decision(fire=True, trigger="full")
-    remaining_seconds = latency_budget_seconds * (1.0 - BUDGET_HEADROOM) - oldest_wait_seconds
-    if arrival_rate_per_s > 0.0:
-        for size in range(max_batch_size, queue_len, -1):
-            form_seconds = (size - queue_len) / arrival_rate_per_s
-            if form_seconds + cost_seconds(size) <= remaining_seconds:
-                return Decision(fire=False, wait_seconds=form_seconds, target_size=size)
+    if arrival_rate_per_s * cost_seconds(1) <= 1.0:
+        return Decision(fire=True, trigger="budget")
+    remaining_seconds = (
+        latency_budget_seconds * (1.0 - BUDGET_HEADROOM) - reserve_seconds - oldest_wait_seconds
+    )
+    for size in range(max_batch_size, queue_len, -1):
+        form_seconds = (size - queue_len) / arrival_rate_per_s
+        if form_seconds + cost_seconds(size) <= remaining_seconds:
+            return Decision(fire=False, wait_seconds=form_seconds, target_size=size)
     return Decision(fire=True, trigger="budget")
+
+
+def predicted_drain_seconds(
+    group_sizes: Sequence[int],
+    running_left_seconds: float,
+    cost_seconds: Callable[[int], float],
+    max_batch_size: int,
+) -> float:
+    """Seconds until every queued item has run, firing back to back: what is left of
+    the running batch, then each shape group in batches of at most `max_batch_size`."""
+    total = running_left_seconds
+    for size in group_sizes:
+        full, rest = divmod(size, max_batch_size)
+        total += full * cost_seconds(max_batch_size) + (cost_seconds(rest) if rest else 0.0)
+    return total
+
+
+def shape_class(tokens: int) -> int:
+    """The shape group of a text of `tokens` tokens: 0 up to SHAPE_CLASS_BASE_TOKENS, then
+    one more for each factor of SHAPE_CLASS_RATIO."""
+    group = 0
+    limit = SHAPE_CLASS_BASE_TOKENS
+    while tokens > limit:
+        group += 1
+        limit *= SHAPE_CLASS_RATIO
+    return group
+
+
+def padding_tokens(lengths: Sequence[int]) -> int:
+    """Pad tokens a batch of these lengths carries when each row is padded to the longest."""
+    return len(lengths) * max(lengths) - sum(lengths) if lengths else 0
 
 
 # --- live estimates (pure: time is passed in) ----------------------------------------
@@ -157,7 +230,11 @@ class CostCurve:
         self._sizes = sorted(self._cost)
 
     def observe(self, size: int, seconds: float) -> None:
-        """Fold one measured execution of a batch of `size` items into the curve."""
+        """Fold one measured execution of a batch of `size` items into the curve, taken
+        as at most COST_OUTLIER_FACTOR times the current estimate (when there is one)."""
+        expected = self.estimate(size)
+        if expected > 0.0:
+            seconds = min(seconds, COST_OUTLIER_FACTOR * expected)
         if size not in self._cost:
             bisect.insort(self._sizes, size)
             self._cost[size] = seconds
@@ -183,6 +260,25 @@ class CostCurve:
     def points(self) -> dict[int, float]:
         """The measured sizes and their current cost estimates, in seconds."""
         return {size: self._cost[size] for size in self._sizes}
+
+
+class DecayingPeak:
+    """The largest recent observation, forgotten exponentially: a peak of p observed at t
+    counts as p * exp(-(now - t) / memory_seconds). Pure: time is passed in."""
+
+    def __init__(self, memory_seconds: float = LAG_MEMORY_SECONDS) -> None:
+        self._memory_seconds = memory_seconds
+        self._peak = 0.0
+        self._at = 0.0
+
+    def observe(self, now: float, value: float) -> None:
+        """Fold in one observation (seconds) made at `now`."""
+        if value >= self.value(now):
+            self._peak, self._at = value, now
+
+    def value(self, now: float) -> float:
+        """The remembered peak at `now`."""
+        return self._peak * math.exp(-max(0.0, now - self._at) / self._memory_seconds)
 
 
 def run_isolating_failures(
@@ -230,18 +326,38 @@ def _halves_or_fail(indices: list[int], error: Exception, results: list[Any]) ->
 @dataclass(eq=False, slots=True)
 class _Item:
     text: str
+    tokens: int
     future: asyncio.Future[Any]
     enqueued_at: float
     taken: bool = False
+
+
+@dataclass(slots=True)
+class _ShapeGroup:
+    """The items of one shape class waiting for a batch, and their arrival rate."""
+
+    queue: collections.deque[_Item] = field(default_factory=collections.deque)
+    arrivals: ArrivalRate = field(default_factory=ArrivalRate)
+    burst_arrivals: ArrivalRate = field(default_factory=lambda: ArrivalRate(BURST_WINDOW_SECONDS))
+
+    def record_arrival(self, now: float) -> None:
+        self.arrivals.record(now)
+        self.burst_arrivals.record(now)
+
+    def arrival_rate(self, now: float) -> float:
+        """Items per second: the smoothed rate, or a burst's when higher."""
+        return max(self.arrivals.rate(now), self.burst_arrivals.rate(now))
 
 
 class Batcher:
     """A queue of items in front of `run_batch`, fired as batches by the chosen policy.
 
     `run_batch(texts)` returns one result per text and runs on the batcher's own
-    thread, one batch at a time. Every item ends with exactly one outcome in
-    `metrics`: ok, error, rejected (queue full or stopping) or cancelled (its caller
-    went away). `clock` is monotonic seconds, the same clock for every timestamp.
+    thread, one batch at a time. `count_tokens(text)` gives a text's length in the
+    model's tokens, which decides its shape group (default: characters). Every item
+    ends with exactly one outcome in `metrics`: ok, error, rejected (queue full,
+    over budget or stopping) or cancelled (its caller went away). `clock` is monotonic
+    seconds, the same clock for every timestamp.
     """
 
     def __init__(
@@ -252,6 +368,7 @@ class Batcher:
         max_queue: int,
         metrics: BatcherMetrics,
         cost_prior: Mapping[int, float] | None = None,
+        count_tokens: Callable[[str], int] = len,
         clock: Callable[[], float] = time.perf_counter,
     ) -> None:
         if max_queue < 1:
@@ -260,11 +377,15 @@ class Batcher:
         self.metrics = metrics
         self.cost_curve = CostCurve(cost_prior)
         self._run_batch = run_batch
+        self._count_tokens = count_tokens
         self._clock = clock
         self._arrivals = ArrivalRate()
-        self._queue: collections.deque[_Item] = collections.deque()
+        self._groups: dict[int, _ShapeGroup] = collections.defaultdict(_ShapeGroup)
+        self._queued = 0
+        self._lag = DecayingPeak()
         self._in_flight = 0
-        self._wake_at_size = 1
+        self._running_until = 0.0
+        self._wake_at_sizes: dict[int, int] = {}
         self._wake = asyncio.Event()
         self._accepting = False
         self._worker: asyncio.Task[None] | None = None
@@ -285,11 +406,13 @@ class Batcher:
         without, queued items fail with QueueStopping and only the running batch ends."""
         self._accepting = False
         if not drain:
-            while self._queue:
-                item = self._queue.popleft()
-                if not item.future.cancelled():  # else its caller's withdrawal counts it
-                    item.future.set_exception(QueueStopping("the service stopped"))
-                    self.metrics.observe_request("rejected")
+            for group in self._groups.values():
+                while group.queue:
+                    item = group.queue.popleft()
+                    if not item.future.cancelled():  # else its caller's withdrawal counts it
+                        item.future.set_exception(QueueStopping("the service stopped"))
+                        self.metrics.observe_request("rejected", reason="stopping")
+            self._queued = 0
             self.metrics.set_queue_depth(0)
         self._wake.set()
         if self._worker is not None:
@@ -320,13 +443,19 @@ class Batcher:
         )
 
     def snapshot(self) -> dict[str, Any]:
-        """Mode, settings, queue depth, items running, arrival rate and the cost curve."""
+        """Mode, settings, queue depth (and by shape group), items running, arrival rate,
+        the scheduling lag reserved and the cost curve."""
+        now = self._clock()
         return {
             "mode": self.settings.mode,
             "config": {**self.settings.as_ms(), "max_queue": self.max_queue},
-            "queue_depth": len(self._queue),
+            "queue_depth": self._queued,
+            "queue_depth_by_shape": {
+                shape: len(group.queue) for shape, group in sorted(self._groups.items())
+            },
             "in_flight": self._in_flight,
-            "arrival_rate_per_s": round(self._arrivals.rate(self._clock()), 3),
+            "arrival_rate_per_s": round(self._arrivals.rate(now), 3),
+            "reserved_lag_ms": round(self._lag_reserve_seconds(now) * 1000.0, 3),
             "cost_ms_by_batch_size": {
                 size: round(seconds * 1000.0, 4)
                 for size, seconds in self.cost_curve.points().items()
@@ -337,28 +466,47 @@ class Batcher:
         """Queue each text as one item and return their results in order.
 
         Raises QueueFull (nothing queued) when the items do not fit in `max_queue`,
-        QueueStopping once stopping, and ItemError when an item failed (after all of
-        the request's items are done). A caller cancelled while waiting takes its
-        queued items out of the queue, counted `cancelled`.
+        OverBudget (nothing queued; adaptive policy) when the queue ahead of them would
+        keep them past the latency budget, QueueStopping once stopping, and ItemError
+        when an item failed (after all of the request's items are done). A caller
+        cancelled while waiting takes its queued items out of the queue, counted
+        `cancelled`.
         """
         if not self._accepting:
             raise QueueStopping("the service is stopping")
-        if len(self._queue) + len(texts) > self.max_queue:
-            for _ in texts:
-                self.metrics.observe_request("rejected")
+        now = self._clock()
+        if self._queued + len(texts) > self.max_queue:
+            self._reject(len(texts), "queue_full")
             raise QueueFull(
-                f"queue full: {len(self._queue)} of {self.max_queue} items waiting",
-                self._retry_after_seconds(),
+                f"queue full: {self._queued} of {self.max_queue} items waiting",
+                self._retry_after_seconds(now),
             )
         loop = asyncio.get_running_loop()
-        now = self._clock()
-        items = [_Item(text, loop.create_future(), now) for text in texts]
-        self._queue.extend(items)
+        items = [_Item(text, self._count_tokens(text), loop.create_future(), now) for text in texts]
+        if self.settings.mode == "adaptive":
+            drain_seconds = self._drain_seconds(now, items)
+            allowed_seconds = self.settings.latency_budget_seconds * (1.0 - BUDGET_HEADROOM)
+            if drain_seconds > allowed_seconds - self._lag_reserve_seconds(now):
+                self._reject(len(texts), "budget")
+                raise OverBudget(
+                    f"over budget: the {self._queued} items queued ahead would take "
+                    f"{drain_seconds * 1000.0:.1f} ms, the latency budget is "
+                    f"{self.settings.latency_budget_seconds * 1000.0:g} ms",
+                    self._retry_after_seconds(now),
+                )
+        for item in items:
+            shape = shape_class(item.tokens)
+            group = self._groups[shape]
+            group.queue.append(item)
+            group.record_arrival(now)
+            if len(group.queue) >= self._wake_at_sizes.get(shape, 1):
+                self._wake.set()
+        self._queued += len(items)
         self._arrivals.record(now, len(items))
-        self.metrics.set_queue_depth(len(self._queue))
-        if len(self._queue) >= self._wake_at_size:
-            self._wake.set()
+        self.metrics.set_queue_depth(self._queued)
         try:
+            if len(items) == 1:  # the common case, without gather's machinery
+                return [await items[0].future]
             results = await asyncio.gather(*(item.future for item in items), return_exceptions=True)
         except asyncio.CancelledError:
             self._withdraw(items)
@@ -368,67 +516,104 @@ class Batcher:
                 raise result
         return results
 
+    def _reject(self, count: int, reason: str) -> None:
+        for _ in range(count):
+            self.metrics.observe_request("rejected", reason=reason)
+
+    def _drain_seconds(self, now: float, arriving: Sequence[_Item]) -> float:
+        """Seconds until the queue, with `arriving` added, has run."""
+        sizes = {shape: len(group.queue) for shape, group in self._groups.items()}
+        for item in arriving:
+            shape = shape_class(item.tokens)
+            sizes[shape] = sizes.get(shape, 0) + 1
+        return predicted_drain_seconds(
+            list(sizes.values()),
+            max(0.0, self._running_until - now),
+            self.cost_curve.estimate,
+            self.settings.max_batch_size,
+        )
+
     def _withdraw(self, items: list[_Item]) -> None:
         """Take a cancelled caller's still-queued items out; running ones finish unseen."""
         queued = {id(item) for item in items if not item.taken}
         if not queued:
             return
-        self._queue = collections.deque(i for i in self._queue if id(i) not in queued)
+        for group in self._groups.values():
+            group.queue = collections.deque(i for i in group.queue if id(i) not in queued)
+        self._queued -= len(queued)
         for _ in queued:
             self.metrics.observe_request("cancelled")
-        self.metrics.set_queue_depth(len(self._queue))
+        self.metrics.set_queue_depth(self._queued)
 
-    def _retry_after_seconds(self) -> int:
+    def _retry_after_seconds(self, now: float) -> int:
         """Whole seconds until the current queue is expected to have run, at least 1."""
-        max_batch_size = self.settings.max_batch_size
-        batches = math.ceil(len(self._queue) / max_batch_size)
-        return max(1, math.ceil(batches * self.cost_curve.estimate(max_batch_size)))
+        return max(1, math.ceil(self._drain_seconds(now, ())))
 
-    def _decide(self, now: float) -> Decision:
+    def _decide(self, group: _ShapeGroup, now: float) -> Decision:
         settings = self.settings
-        oldest_wait_seconds = now - self._queue[0].enqueued_at
+        oldest_wait_seconds = now - group.queue[0].enqueued_at
         if settings.mode == "fixed":
             return fixed_decision(
-                len(self._queue),
+                len(group.queue),
                 oldest_wait_seconds,
                 settings.max_batch_size,
                 settings.max_wait_seconds,
             )
         # Once draining no more items come: waiting for them would only add latency.
-        rate = self._arrivals.rate(now) if self._accepting else 0.0
+        rate = group.arrival_rate(now) if self._accepting else 0.0
         return adaptive_decision(
-            len(self._queue),
+            len(group.queue),
             oldest_wait_seconds,
             rate,
             self.cost_curve.estimate,
             settings.latency_budget_seconds,
             settings.max_batch_size,
+            self._lag_reserve_seconds(now),
+        )
+
+    def _lag_reserve_seconds(self, now: float) -> float:
+        """The scheduling lag plans and admission keep free: LAG_RESERVE_FACTOR times the
+        recent peak, capped at MAX_LAG_RESERVE of the budget."""
+        return min(
+            LAG_RESERVE_FACTOR * self._lag.value(now),
+            MAX_LAG_RESERVE * self.settings.latency_budget_seconds,
         )
 
     async def _work(self) -> None:
         while True:
             self._wake.clear()
-            if not self._queue:
+            waiting = {shape: g for shape, g in self._groups.items() if g.queue}
+            if not waiting:
                 if not self._accepting:
                     return
-                self._wake_at_size = 1
+                self._wake_at_sizes = {}
                 await self._wake.wait()
                 continue
-            decision = self._decide(self._clock())
-            if decision.fire:
-                await self._fire(decision.trigger)
+            now = self._clock()
+            decisions = {shape: self._decide(group, now) for shape, group in waiting.items()}
+            firing = [shape for shape, decision in decisions.items() if decision.fire]
+            if firing:
+                # The group whose oldest item has waited longest goes first.
+                shape = min(firing, key=lambda s: waiting[s].queue[0].enqueued_at)
+                await self._fire(waiting[shape], decisions[shape].trigger)
                 continue
-            self._wake_at_size = decision.target_size
+            self._wake_at_sizes = {s: d.target_size for s, d in decisions.items()}
+            waits = [d.wait_seconds for d in decisions.values() if d.wait_seconds is not None]
+            wait_seconds = min(waits) if waits else None
             try:
-                async with asyncio.timeout(decision.wait_seconds):
+                async with asyncio.timeout(wait_seconds):
                     await self._wake.wait()
             except TimeoutError:
-                pass
+                # A timer that fires late (a busy event loop) delays every batch planned
+                # on it: remember by how much.
+                woke_at = self._clock()
+                self._lag.observe(woke_at, woke_at - now - (wait_seconds or 0.0))
 
-    async def _fire(self, trigger: str) -> None:
+    def _take(self, group: _ShapeGroup) -> list[_Item]:
         batch: list[_Item] = []
-        while self._queue and len(batch) < self.settings.max_batch_size:
-            item = self._queue.popleft()
+        while group.queue and len(batch) < self.settings.max_batch_size:
+            item = group.queue.popleft()
+            self._queued -= 1
             item.taken = True
             # A caller cancelled a moment ago whose items are not withdrawn yet: its slot
             # goes to the next item instead of to work nobody will read.
@@ -436,12 +621,28 @@ class Batcher:
                 self.metrics.observe_request("cancelled")
             else:
                 batch.append(item)
-        self.metrics.set_queue_depth(len(self._queue))
+        self.metrics.set_queue_depth(self._queued)
+        return batch
+
+    def _padding_without_groups(self, size: int) -> int:
+        """The padding a batch of `size` items would carry if taken in arrival order
+        from every group, as an ungrouped queue would take them (the queue before the
+        batch was taken, so call it first)."""
+        in_order = heapq.merge(*(g.queue for g in self._groups.values()), key=_arrival)
+        return padding_tokens([item.tokens for item in itertools.islice(in_order, size)])
+
+    async def _fire(self, group: _ShapeGroup, trigger: str) -> None:
+        ungrouped_padding = self._padding_without_groups(
+            min(len(group.queue), self.settings.max_batch_size)
+        )
+        batch = self._take(group)
         if not batch:
             return
         size = len(batch)
+        estimate_seconds = self.cost_curve.estimate(size)
         fired_at = self._clock()
         self._in_flight = size
+        self._running_until = fired_at + estimate_seconds
         loop = asyncio.get_running_loop()
         results, seconds = await loop.run_in_executor(
             self._executor, self._execute, [item.text for item in batch]
@@ -449,9 +650,15 @@ class Batcher:
         done_at = self._clock()
         self._in_flight = 0
         self.metrics.observe_batch(size, trigger, seconds)
+        lengths = [item.tokens for item in batch]
+        paid = padding_tokens(lengths)
+        self.metrics.observe_padding(
+            tokens=sum(lengths), padding=paid, avoided=max(0, ungrouped_padding - paid)
+        )
         if not any(isinstance(result, ItemError) for result in results):
             # The budget also pays the hand-off to the model thread and back, so the curve
             # learns the round trip; a batch with retries would overstate its size's cost.
+            self._lag.observe(done_at, done_at - fired_at - estimate_seconds)
             self.cost_curve.observe(size, done_at - fired_at)
         for item, result in zip(batch, results, strict=True):
             if item.future.cancelled():
@@ -472,3 +679,7 @@ class Batcher:
         started = time.perf_counter()
         results = run_isolating_failures(self._run_batch, texts)
         return results, time.perf_counter() - started
+
+
+def _arrival(item: _Item) -> float:
+    return item.enqueued_at

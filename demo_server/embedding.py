@@ -56,6 +56,10 @@ class Encoder(torch.nn.Module):
             )
             self.encoder = torch.nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
 
+    def count_tokens(self, text: str) -> int:
+        """How many tokens `text` becomes (its row's length before padding)."""
+        return 1 + min(len(text.encode("utf-8")), self.max_tokens - 1)
+
     def tokenize(self, texts: Sequence[str]) -> torch.Tensor:
         """Token ids, one padded row per text; raises ItemError(index) for a text that
         carries FAIL_MARKER."""
@@ -112,6 +116,7 @@ class EmbeddingService:
             settings=settings,
             max_queue=max_queue,
             metrics=metrics,
+            count_tokens=self._encoder.count_tokens,
         )
 
     async def start(self) -> None:

@@ -16,3 +16,8 @@ class QueueFull(Exception):
 
 class QueueStopping(QueueFull):
     """The queue is draining or stopped and takes nothing new; like a full queue, retry later."""
+
+
+class OverBudget(QueueFull):
+    """The queue ahead would keep the request past its latency budget: it is refused at
+    once rather than served late; like a full queue, retry later."""

@@ -30,6 +30,8 @@ MIN_BUSY_SCRAPES = 3
 # A fixed batcher is sized to keep the device busy at most this share of the time: queueing
 # delay grows as 1 / (1 - load), so a fuller device leaves nothing for the tail.
 MAX_DEVICE_LOAD = 0.7
+# Padding above this share of the batched positions is worth bucketing by length for.
+PADDING_WORTH_FIXING = 0.2
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,7 +94,11 @@ class AdviceInputs:
     budget_seconds: float | None = None
     latency_seconds: float | None = None
     latency_quantile: float = 0.99
+    # The engine gave no latency histogram: latency_seconds is a mean per request.
+    latency_is_mean: bool = False
     max_wait_seconds: float | None = None
+    # Share of batched token positions that were padding (batchers that expose lengths).
+    padding_waste: float | None = None
 
 
 # ---------------------------------------------------------------- KV cache arithmetic
@@ -512,12 +518,16 @@ def batcher_advice(inputs: AdviceInputs) -> list[AdviceItem]:
     ]
     if inputs.latency_seconds is not None:
         headroom = budget_headroom(inputs.latency_seconds, budget)
+        statistic = "mean" if inputs.latency_is_mean else f"p{inputs.latency_quantile * 100:g}"
+        mean = (
+            ("a mean latency (no histogram): the tail is longer",) if inputs.latency_is_mean else ()
+        )
         items.append(_item(
             "budget_headroom", headroom, "ratio",
-            f"p{inputs.latency_quantile * 100:g} {inputs.latency_seconds * 1000:.1f} ms of a "
+            f"{statistic} {inputs.latency_seconds * 1000:.1f} ms of a "
             f"{budget * 1000:.0f} ms budget: {headroom:.0%} headroom",
             {"latency_seconds": inputs.latency_seconds, "budget_seconds": budget},
-            caveats))  # fmt: skip
+            (*caveats, *mean)))  # fmt: skip
     cap = int(inputs.cap) if inputs.cap else None
     if cap is not None and (cost := batch_cost(costs, cap)) is not None:
         limit = rate_limit(cap, cost)
@@ -569,6 +579,23 @@ def batcher_advice(inputs: AdviceInputs) -> list[AdviceItem]:
     return items
 
 
+def padding_advice(inputs: AdviceInputs) -> list[AdviceItem]:
+    """Padding waste where the batcher exposes its token positions (seed 000's bucketing,
+    seed 001's split by shape)."""
+    waste = inputs.padding_waste
+    if waste is None:
+        return []
+    text = (
+        f"{waste:.0%} of the token positions batched were padding: bucket requests by length "
+        "before batching, or split very different shapes into their own batches"
+        if waste >= PADDING_WORTH_FIXING
+        else f"{waste:.0%} of the token positions batched were padding: little to gain "
+        "from bucketing by length"
+    )
+    return [_item("padding_waste", waste, "ratio", text, {"padding_waste": waste},
+                  _caveats(inputs))]  # fmt: skip
+
+
 def advise(inputs: AdviceInputs) -> Advice:
     """Every piece of advice the window supports, or none and why when it supports none."""
     if inputs.scrapes < MIN_SCRAPES or inputs.window_seconds <= 0:
@@ -576,7 +603,10 @@ def advise(inputs: AdviceInputs) -> Advice:
             summary=f"too little data to advise: {inputs.scrapes} scrapes over "
             f"{inputs.window_seconds:.0f} s (needs at least {MIN_SCRAPES})"
         )
-    items = [*kv_advice(inputs), *static_advice(inputs), *batcher_advice(inputs)]
+    items = [
+        *kv_advice(inputs), *static_advice(inputs), *batcher_advice(inputs),
+        *padding_advice(inputs),
+    ]  # fmt: skip
     if not items:
         return Advice(
             summary="nothing to advise from: no KV capacity (vllm:cache_config_info), no "

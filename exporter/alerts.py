@@ -31,22 +31,28 @@ RESEND_VALIDITY = 4
 
 
 def conditions(signals: TargetSignals) -> list[tuple[AlertSpec, float]]:
-    """The alerts whose condition holds for this target now, each with its reading.
+    """The alerts whose condition holds for this target now, each with its worst reading.
 
-    From the target total. Sustained saturation already held for the exporter's hold
-    time; memory-bound and stalled are the diagnosis (first match wins); down is the scrape.
+    Over every series and the total: one saturated model (or a batcher beside an LLM,
+    whose total keeps no latency) fires for its target. Sustained saturation already held
+    for the exporter's hold time; memory-bound and stalled are the diagnosis (first match
+    wins); down is the scrape.
     """
     if not signals.up:
         return [(TARGET_DOWN, 0.0)]
-    total = signals.total
-    found = []
-    if total.budget_saturated and total.budget_utilization is not None:
-        found.append((BUDGET_SATURATED, total.budget_utilization))
-    if total.diagnosis.state == "memory_bound":
-        found.append((MEMORY_BOUND, total.waiting or 0.0))
-    if total.diagnosis.state == "stalled":
-        found.append((STALLED, total.generation_tokens_per_second or 0.0))
-    return found
+    views = (signals.total, *signals.series)
+    readings = {
+        BUDGET_SATURATED: [
+            s.budget_utilization
+            for s in views
+            if s.budget_saturated and s.budget_utilization is not None
+        ],
+        MEMORY_BOUND: [s.waiting or 0.0 for s in views if s.diagnosis.state == "memory_bound"],
+        STALLED: [
+            s.generation_tokens_per_second or 0.0 for s in views if s.diagnosis.state == "stalled"
+        ],
+    }
+    return [(spec, max(values)) for spec, values in readings.items() if values]
 
 
 def hold_seconds(spec: AlertSpec) -> float:

@@ -127,6 +127,7 @@ def _compact(series: SeriesSignals) -> dict[str, Any]:
         "budget_saturated": series.budget_saturated,
         "budget_saturated_seconds": series.budget_saturated_seconds,
         "throughput_gain": series.throughput_gain,
+        "padding_waste": series.padding_waste,
         "static_utilization": static.estimate if static is not None else None,
         "diagnosis": series.diagnosis.state,
         # Kept in every point of every history: one copy per distinct reason.
@@ -171,6 +172,7 @@ def targets_response(
                     "url": t.url,
                     "engine": t.engine,
                     "cap": t.cap,
+                    "token_cap": t.token_cap,
                     "budget_seconds": t.budget_seconds,
                     "quantile": t.quantile,
                     "histogram": t.histogram,

@@ -23,6 +23,11 @@ SERIES_GAUGES = (
     ("batchscope_running_vs_cap_ratio",
      "Running batch over its cap (in-house: mean batch size over max batch size).",
      "running_vs_cap"),
+    ("batchscope_batch_tokens", "Tokens the running batch holds or reserves (TGI).",
+     "batch_tokens"),
+    ("batchscope_token_cap", "Token budget of the running batch (configured token_cap).",
+     "token_cap"),
+    ("batchscope_tokens_vs_cap_ratio", "Batch tokens over the token budget.", "tokens_vs_cap"),
     ("batchscope_mean_batch_size", "Mean executed batch size over the window.",
      "mean_batch_size"),
     ("batchscope_preemptions_per_second", "Preemptions per second over the window.",
@@ -42,6 +47,9 @@ SERIES_GAUGES = (
     ("batchscope_throughput_gain_ratio",
      "Items per execution-second at the observed batch sizes over that at batch size 1.",
      "throughput_gain"),
+    ("batchscope_padding_waste_ratio",
+     "Share of the token positions in fired batches that were padding (in-house batchers).",
+     "padding_waste"),
 )  # fmt: skip
 
 
@@ -51,6 +59,11 @@ def _gauge(name: str, documentation: str) -> Metric:
 
 def _labels(target: TargetSignals, series: SeriesSignals) -> dict[str, str]:
     return {"target": target.target, **target.extra_labels, **series.labels}
+
+
+def _statistic(series: SeriesSignals) -> str:
+    """The `quantile` label: the quantile, or `mean` where the engine exposes only a mean."""
+    return "mean" if series.latency_statistic == "mean" else f"{series.latency_quantile:g}"
 
 
 class SignalsCollector(Collector):
@@ -103,8 +116,7 @@ class SignalsCollector(Collector):
                 if s.latency_seconds is not None:
                     latency.add_sample(
                         latency.name,
-                        {**labels, "quantile": f"{s.latency_quantile:g}",
-                         "histogram": s.latency_histogram},
+                        {**labels, "quantile": _statistic(s), "histogram": s.latency_histogram},
                         s.latency_seconds,
                     )  # fmt: skip
                 if t.up:

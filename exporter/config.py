@@ -92,6 +92,8 @@ class Target:
     histogram: str = "e2e"
     auth: Auth | None = None
     labels: tuple[tuple[str, str], ...] = ()
+    # A token budget for the running batch (TGI's --max-batch-total-tokens), beside `cap`.
+    token_cap: float | None = None
 
 
 @dataclass(frozen=True)
@@ -298,11 +300,12 @@ _TARGET_FIELDS: dict[str, Callable[[object], Any]] = {
     "url": _url,
     "engine": _engine,
     "cap": _positive,
+    "token_cap": _positive,
     "budget_seconds": _positive,
     "quantile": _quantile,
     "histogram": _histogram,
 }
-_NUMERIC_TARGET_FIELDS = ("cap", "budget_seconds", "quantile")
+_NUMERIC_TARGET_FIELDS = ("cap", "token_cap", "budget_seconds", "quantile")
 
 # Settings keys: their parser and the flag that overrides them.
 _SETTINGS_FIELDS: dict[str, tuple[Callable[[object], Any], str]] = {
@@ -544,7 +547,7 @@ def _claim_name(
 # ---------------------------------------------------------------- Prometheus file_sd targets
 
 # Labels that configure a file_sd target instead of labelling it (besides the names).
-_CONFIG_LABELS = ("engine", "cap", "budget_seconds", "quantile", "histogram")
+_CONFIG_LABELS = ("engine", "cap", "token_cap", "budget_seconds", "quantile", "histogram")
 _NAME_LABELS = ("batchscope_name", "name")
 
 
@@ -554,7 +557,7 @@ def load_file_sd(path: str | Path) -> list[Target]:
     The file is a list of `{"targets": ["host:port", ...], "labels": {...}}` groups.
     Each host:port becomes `http://host:port/metrics`; labels `__scheme__`,
     `__metrics_path__` and `__param_<name>` change the URL; `batchscope_name` or
-    `name` names the target (else host:port); `engine`, `cap`, `budget_seconds`,
+    `name` names the target (else host:port); `engine`, `cap`, `token_cap`, `budget_seconds`,
     `quantile`, `histogram` configure it; other `__` labels are dropped and the rest
     become `Target.labels`. Raises ConfigError for any problem, names unique within
     the file.

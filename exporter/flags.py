@@ -28,6 +28,7 @@ _TARGET_FLAGS = {
     "name": "--name",
     "engine": "--engine",
     "cap": "--cap",
+    "token_cap": "--token-cap",
     "budget_seconds": "--budget-seconds",
     "quantile": "--quantile",
     "histogram": "--histogram",
@@ -65,6 +66,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="N",
         help="max concurrent sequences (vLLM --max-num-seqs); "
         "without it running/cap is not reported",
+    )
+    group.add_argument(
+        "--token-cap",
+        type=float,
+        metavar="N",
+        help="token budget of the running batch (TGI --max-batch-total-tokens): "
+        "a token cap, reported beside the request cap",
     )
     group.add_argument(
         "--budget-seconds",

@@ -19,6 +19,9 @@ REQUEST_LATENCY = PREFIX + "request_latency_seconds"
 EXECUTION = PREFIX + "execution_seconds"
 BATCH_EXECUTION_BY_SIZE = PREFIX + "batch_execution_seconds"
 REQUESTS = PREFIX + "requests"
+REJECTED = PREFIX + "rejected_requests"
+BATCH_TOKENS = PREFIX + "batch_tokens"
+PADDING_AVOIDED = PREFIX + "padding_avoided_tokens"
 BATCHES = PREFIX + "batches"
 MAX_BATCH_SIZE = PREFIX + "max_batch_size"
 MAX_WAIT = PREFIX + "max_wait_seconds"
@@ -26,6 +29,7 @@ LATENCY_BUDGET = PREFIX + "latency_budget_seconds"
 
 OUTCOMES = ("ok", "error", "rejected", "cancelled")
 TRIGGERS = ("full", "timeout", "budget")
+REJECT_REASONS = ("queue_full", "budget", "stopping")
 
 BATCH_SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 LATENCY_BUCKETS = (
@@ -89,6 +93,24 @@ class BatcherMetrics:
             REQUESTS, "Requests by outcome: ok, error, rejected, cancelled.",
             ["batcher", "outcome"], registry=registry,
         )  # fmt: skip
+        self._rejected = Counter(
+            REJECTED, "Rejected requests by reason: queue_full, budget, stopping.",
+            ["batcher", "reason"], registry=registry,
+        )  # fmt: skip
+        self._batch_tokens = Counter(
+            BATCH_TOKENS,
+            "Token positions in fired batches: real tokens, and padding up to each batch's "
+            "longest item.",
+            ["batcher", "kind"],
+            registry=registry,
+        )
+        self._padding_avoided = Counter(
+            PADDING_AVOIDED,
+            "Padding tokens not paid because items of different lengths batched in "
+            "separate groups (against the same number of items in arrival order).",
+            label,
+            registry=registry,
+        )
         self._batches = Counter(
             BATCHES, "Batches fired, by trigger: full, timeout, budget.",
             ["batcher", "trigger"], registry=registry,
@@ -100,11 +122,21 @@ class BatcherMetrics:
             MAX_WAIT, "Configured maximum wait before a batch fires.", label, registry=registry
         )
         self._budget = Gauge(LATENCY_BUDGET, "Configured latency budget.", label, registry=registry)
-        for outcome in OUTCOMES:
-            self._requests.labels(batcher, outcome)
-        for trigger in TRIGGERS:
-            self._batches.labels(batcher, trigger)
-        self._queue_depth.labels(batcher).set(0)
+        # Every series exists from the start (a rate over a window needs its zero), and
+        # the hot path keeps its children: a labels() lookup per request costs more
+        # than the observation itself.
+        self._by_outcome = {o: self._requests.labels(batcher, o) for o in OUTCOMES}
+        self._by_trigger = {t: self._batches.labels(batcher, t) for t in TRIGGERS}
+        self._by_reason = {r: self._rejected.labels(batcher, r) for r in REJECT_REASONS}
+        self._real_tokens = self._batch_tokens.labels(batcher, "real")
+        self._padding_tokens = self._batch_tokens.labels(batcher, "padding")
+        self._avoided = self._padding_avoided.labels(batcher)
+        self._depth = self._queue_depth.labels(batcher)
+        self._depth.set(0)
+        self._size_child = self._batch_size.labels(batcher)
+        self._execution_child = self._execution.labels(batcher)
+        self._queue_wait_child = self._queue_wait.labels(batcher)
+        self._latency_child = self._latency.labels(batcher)
         self.set_config(
             max_batch_size=max_batch_size,
             max_wait_seconds=max_wait_seconds,
@@ -127,29 +159,46 @@ class BatcherMetrics:
             self._budget.labels(self.batcher).set(latency_budget_seconds)
 
     def set_queue_depth(self, depth: int) -> None:
-        self._queue_depth.labels(self.batcher).set(depth)
+        self._depth.set(depth)
 
     def observe_batch(self, size: int, trigger: str, execution_seconds: float) -> None:
         """Record one fired batch: its size, what fired it, and how long it ran."""
         if trigger not in TRIGGERS:
             raise ValueError(f"trigger must be one of {TRIGGERS}, got {trigger!r}")
-        self._batch_size.labels(self.batcher).observe(size)
-        self._batches.labels(self.batcher, trigger).inc()
-        self._execution.labels(self.batcher).observe(execution_seconds)
+        self._size_child.observe(size)
+        self._by_trigger[trigger].inc()
+        self._execution_child.observe(execution_seconds)
         self._execution_by_size.labels(self.batcher, str(size)).observe(execution_seconds)
+
+    def observe_padding(self, *, tokens: int, padding: int, avoided: int) -> None:
+        """Record one fired batch's real tokens, the padding it carried, and the padding
+        that grouping by length avoided."""
+        self._real_tokens.inc(tokens)
+        self._padding_tokens.inc(padding)
+        self._avoided.inc(avoided)
 
     def observe_request(
         self,
         outcome: str,
         *,
+        reason: str | None = None,
         queue_wait_seconds: float | None = None,
         latency_seconds: float | None = None,
     ) -> None:
-        """Record one finished request and, when it ran, its queue wait and latency."""
+        """Record one finished request and, when it ran, its queue wait and latency.
+        A rejected request may name its `reason` (one of REJECT_REASONS), counted by
+        reason too."""
         if outcome not in OUTCOMES:
             raise ValueError(f"outcome must be one of {OUTCOMES}, got {outcome!r}")
-        self._requests.labels(self.batcher, outcome).inc()
+        if reason is not None and (outcome != "rejected" or reason not in REJECT_REASONS):
+            raise ValueError(
+                f"only a rejected request has a reason, one of {REJECT_REASONS}; "
+                f"got outcome {outcome!r} with reason {reason!r}"
+            )
+        self._by_outcome[outcome].inc()
+        if reason is not None:
+            self._by_reason[reason].inc()
         if queue_wait_seconds is not None:
-            self._queue_wait.labels(self.batcher).observe(queue_wait_seconds)
+            self._queue_wait_child.observe(queue_wait_seconds)
         if latency_seconds is not None:
-            self._latency.labels(self.batcher).observe(latency_seconds)
+            self._latency_child.observe(latency_seconds)

@@ -12,7 +12,10 @@ from exporter.engines import ADAPTERS
 
 EXPORTER_LABELS = ("target", "state", "bound", "quantile", "histogram", "kind", "le")
 
+# The labels that tell one series of a target from another; a series with none is the total.
+SERIES_LABELS = tuple(sorted({name for a in ADAPTERS.values() for name in a.KEY_LABELS}))
+
 RESERVED_LABELS = (
     *EXPORTER_LABELS,
-    *sorted({name for a in ADAPTERS.values() for name in a.KEY_LABELS} - set(EXPORTER_LABELS)),
+    *(name for name in SERIES_LABELS if name not in EXPORTER_LABELS),
 )

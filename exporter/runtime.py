@@ -35,6 +35,7 @@ MAX_CONCURRENT_SCRAPES = 128
 def signal_settings(target: Target, settings: Settings) -> SignalSettings:
     return SignalSettings(
         cap=target.cap,
+        token_cap=target.token_cap,
         budget_seconds=target.budget_seconds,
         quantile=target.quantile,
         histogram=target.histogram,

@@ -47,20 +47,23 @@ def values_by_key(
 
 
 def histograms_by_key(
-    by_name: SamplesByName, family: str, key_labels: Sequence[str]
+    by_name: SamplesByName, family: str, key_labels: Sequence[str], scale: float = 1.0
 ) -> dict[LabelKey, Histogram]:
-    """Assemble `family`'s `_bucket`/`_sum`/`_count` samples into one Histogram per series."""
+    """Assemble `family`'s `_bucket`/`_sum`/`_count` samples into one Histogram per series.
+
+    `scale` multiplies bounds and sums: 0.001 reads a histogram in milliseconds as seconds.
+    """
     buckets: dict[LabelKey, dict[float, float]] = defaultdict(dict)
     for s in by_name.get(family + "_bucket", ()):
         le = s.labels.get("le")
         if le is None:
             continue
         key = series_key(s.labels, key_labels)
-        bound = float(le)
+        bound = float(le) * scale
         buckets[key][bound] = buckets[key].get(bound, 0.0) + s.value
     sums: dict[LabelKey, float] = defaultdict(float)
     for s in by_name.get(family + "_sum", ()):
-        sums[series_key(s.labels, key_labels)] += s.value
+        sums[series_key(s.labels, key_labels)] += s.value * scale
     counts: dict[LabelKey, float] = defaultdict(float)
     for s in by_name.get(family + "_count", ()):
         counts[series_key(s.labels, key_labels)] += s.value
@@ -69,3 +72,36 @@ def histograms_by_key(
         for key, b in buckets.items()
         if b and math.isinf(max(b))
     }
+
+
+def histograms_by_kind(
+    by_name: SamplesByName,
+    families: Mapping[str, str],
+    key_labels: Sequence[str],
+    scale: float = 1.0,
+) -> dict[str, dict[LabelKey, Histogram]]:
+    """Each latency kind's histograms by series key, from an adapter's LATENCY_FAMILIES."""
+    return {
+        kind: histograms_by_key(by_name, family, key_labels, scale)
+        for kind, family in families.items()
+    }
+
+
+def of_key(
+    by_kind: Mapping[str, Mapping[LabelKey, Histogram]], key: LabelKey
+) -> dict[str, Histogram]:
+    """One series' histograms by kind: the kinds it has."""
+    return {kind: hists[key] for kind, hists in by_kind.items() if key in hists}
+
+
+def quantiles_by_key(
+    by_name: SamplesByName, family: str, key_labels: Sequence[str], scale: float = 1.0
+) -> dict[LabelKey, dict[float, float]]:
+    """A summary's `{quantile: value}` per series (NaN quantiles of an idle window left out)."""
+    out: dict[LabelKey, dict[float, float]] = defaultdict(dict)
+    for s in by_name.get(family, ()):
+        q = s.labels.get("quantile")
+        if q is None or math.isnan(s.value):
+            continue
+        out[series_key(s.labels, key_labels)][float(q)] = s.value * scale
+    return dict(out)

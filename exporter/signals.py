@@ -32,6 +32,8 @@ class SignalSettings:
     """How signals are computed for one target (from config)."""
 
     cap: float | None = None
+    # A token budget for the running batch (TGI's --max-batch-total-tokens), beside `cap`.
+    token_cap: float | None = None
     budget_seconds: float | None = None
     quantile: float = 0.99
     histogram: str = "e2e"
@@ -184,6 +186,15 @@ def throughput_gain(
     return (items / seconds) / (single_n / single_seconds)
 
 
+def padding_waste(padding_tokens: float | None, batch_tokens: float | None) -> float | None:
+    """Share of the token positions batches carried that were padding: padding over
+    real tokens plus padding, from their increases over the window. None without
+    tokens batched in the window."""
+    if padding_tokens is None or not batch_tokens or batch_tokens <= 0:
+        return None
+    return padding_tokens / batch_tokens
+
+
 def execution_increase(
     first: dict[int, tuple[float, float]], last: dict[int, tuple[float, float]]
 ) -> dict[int, tuple[float, float]]:
@@ -208,6 +219,27 @@ class Diagnosis:
 
 def _fmt(x: float) -> str:
     return f"{x:.0f}" if float(x).is_integer() else f"{x:.2f}"
+
+
+def _batch(
+    running: float | None, cap: float | None, tokens: float | None, token_cap: float | None
+) -> str:
+    """The running batch against whichever caps are known: requests, and tokens."""
+    text = f"running {_fmt(running or 0)}" + (f" of cap {_fmt(cap)}" if cap is not None else "")
+    if tokens is not None and token_cap is not None:
+        text += f" holding {_fmt(tokens)} of {_fmt(token_cap)} batch tokens"
+    return text
+
+
+def mean_latency_note(diagnosis: Diagnosis, mean_seconds: float) -> Diagnosis:
+    """The diagnosis, saying that the latency it was judged on is a mean, not a quantile."""
+    if diagnosis.state in ("down", "idle"):
+        return diagnosis
+    return Diagnosis(
+        diagnosis.state,
+        f"{diagnosis.reason} (latency: only a mean is exposed, {mean_seconds:.3f} s per request "
+        "over the window; the tail is longer, so budget utilisation is a lower bound)",
+    )
 
 
 def progress_stopped(
@@ -240,6 +272,8 @@ def diagnose(
     finished_per_second: float | None = None,
     window_seconds: float = 0.0,
     fired_batches: bool = False,
+    batch_tokens: float | None = None,
+    token_cap: float | None = None,
     settings: SignalSettings = SignalSettings(),
 ) -> Diagnosis:
     """One state, with a plain-language reason an operator can act on (seed 003's advice).
@@ -247,7 +281,8 @@ def diagnose(
     `generated_per_second`: tokens generated (a batcher: items executed) per second over
     the window; `finished_per_second`: requests finished (or batches executed) per second.
     `fired_batches`: `running` is the mean size of batches a batcher filled and fired,
-    not a continuously refilled batch.
+    not a continuously refilled batch. `batch_tokens` of `token_cap`: the batch against
+    a token budget; whichever cap is nearer full is the one the reason names.
     """
     if not up:
         return Diagnosis(
@@ -265,21 +300,24 @@ def diagnose(
         )
     waits = (waiting or 0) > 0
     ratio = running_vs_cap(running, cap)
-    below_cap = ratio is not None and ratio < settings.near_cap
+    token_ratio = running_vs_cap(batch_tokens, token_cap)
+    known = [r for r in (ratio, token_ratio) if r is not None]
+    fullest = max(known) if known else None
+    below_cap = fullest is not None and fullest < settings.near_cap
+    batch = _batch(running, cap, batch_tokens, token_cap)
     preempting = (preemptions_per_second or 0) > 0
     kv_full = kv_usage is not None and kv_usage >= settings.kv_high
     if (
         waits
-        and (ratio is None or below_cap)
+        and (fullest is None or below_cap)
         and not kv_full
         and not preempting
         and progress_stopped(generated_per_second, finished_per_second, window_seconds, settings)
     ):
-        room = f" of cap {_fmt(cap)}" if cap is not None else ""
         kv = f", KV cache {kv_usage:.0%} used" if kv_usage is not None else ""
         return Diagnosis(
             "stalled",
-            f"{_fmt(waiting)} requests wait, running {_fmt(running or 0)}{room}{kv}, no "
+            f"{_fmt(waiting)} requests wait, {batch}{kv}, no "
             f"preemptions, yet almost nothing was generated or finished in the last "
             f"{window_seconds:.0f} s: the scheduler admits nothing while the server still "
             "answers /metrics. Check the engine's logs for a hung worker or a scheduler "
@@ -293,7 +331,7 @@ def diagnose(
             evidence.append(f"{preemptions_per_second:.2f} preemptions/s")
         return Diagnosis(
             "memory_bound",
-            f"running {_fmt(running or 0)} of cap {_fmt(cap)} while {_fmt(waiting)} wait, "
+            f"{batch} while {_fmt(waiting)} wait, "
             f"{' and '.join(evidence)}: KV cache memory limits the batch, a higher cap "
             "will not help",
         )
@@ -306,9 +344,17 @@ def diagnose(
     if ratio is not None and ratio >= settings.near_cap:
         return Diagnosis(
             "healthy",
-            f"running {_fmt(running)} of cap {_fmt(cap)}"
+            batch
             + (f" with {_fmt(waiting)} waiting" if waits else "")
             + ": continuous batching is doing its job; the next limit is elsewhere",
+        )
+    if token_ratio is not None and token_ratio >= settings.near_cap:
+        return Diagnosis(
+            "healthy",
+            batch
+            + (f" with {_fmt(waiting)} waiting" if waits else "")
+            + ": the batch is at its token budget (a token cap, not a request cap): "
+            "continuous batching is doing its job, and longer requests make smaller batches",
         )
     if waits and ratio is not None and fired_batches:
         return Diagnosis(
@@ -317,10 +363,10 @@ def diagnose(
             "wait: the batcher fires before batches fill (its max wait or latency budget is "
             "short for this traffic) or execution cannot keep up",
         )
-    if waits and ratio is not None:
+    if waits and fullest is not None:
         return Diagnosis(
             "batch_limited",
-            f"running {_fmt(running or 0)} of cap {_fmt(cap)} while {_fmt(waiting)} wait, "
+            f"{batch} while {_fmt(waiting)} wait, "
             "with no sign of KV pressure: something else limits the batch (e.g. the "
             "per-step token budget)",
         )

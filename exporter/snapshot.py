@@ -29,12 +29,26 @@ class SeriesSnapshot:
     preemptions_total: float | None = None
     kv_usage: float | None = None
     cap: float | None = None
+    # The most requests the engine reports it runs at once (TensorRT-LLM's max, Ray's
+    # max_batch_size): used when the configuration gives no cap, where `cap` (an
+    # in-house batcher's own setting) wins over the configuration.
+    engine_cap: float | None = None
     budget_seconds: float | None = None
     requests_total: float | None = None
     generation_tokens_total: float | None = None
     items_total: float | None = None
     batches_total: float | None = None
+    # in-house batchers: token positions in fired batches (real + padding), and padding
+    batch_tokens_total: float | None = None
+    padding_tokens_total: float | None = None
     latency: Mapping[str, Histogram] = field(default_factory=dict)
+    # Engines with no latency histogram: kind -> (requests, seconds), both cumulative
+    # (Triton's duration counters over its request count): a mean over the window.
+    latency_means: Mapping[str, tuple[float, float]] = field(default_factory=dict)
+    # kind -> {quantile: seconds} over the engine's own sliding window (a summary).
+    latency_quantiles: Mapping[str, Mapping[float, float]] = field(default_factory=dict)
+    # Tokens the running batch holds or reserves, against a token cap (TGI).
+    batch_tokens: float | None = None
     output_tokens: Histogram | None = None
     batch_size: Histogram | None = None
     # batch size -> (batches executed, execution seconds), cumulative
@@ -78,6 +92,14 @@ def _merge_histograms(hists: Sequence[Histogram]) -> Histogram | None:
     return merged
 
 
+def effective_cap(series: SeriesSnapshot, configured: float | None) -> float | None:
+    """The cap a series is judged against: its own `cap`, else the configured one, else
+    the maximum the engine reports."""
+    if series.cap is not None:
+        return series.cap
+    return configured if configured is not None else series.engine_cap
+
+
 def merge_series(
     series: Sequence[SeriesSnapshot],
     default_cap: float | None,
@@ -85,15 +107,16 @@ def merge_series(
 ) -> SeriesSnapshot:
     """All series of one scrape as one (the target total): counts and histograms add up,
     KV usage is the fullest engine's, the cap is the sum of the series' caps (None if any
-    is unknown). A histogram whose series use different bucket layouts is left out. The
-    KV cache's settings are kept only when the target has one series (a total's KV usage
-    is the fullest engine's, which no summed capacity matches).
+    is unknown). A histogram whose series use different bucket layouts is left out, and
+    so are summary quantiles when there are several series. The KV cache's settings are
+    kept only when the target has one series (a total's KV usage is the fullest engine's,
+    which no summed capacity matches).
 
     Series held to different latency budgets (an in-house batcher's own beside the
     configured one) have no common budget: the total keeps no latency, so one service's
     latency is never judged against another's budget.
     """
-    caps = [s.cap if s.cap is not None else default_cap for s in series]
+    caps = [effective_cap(s, default_cap) for s in series]
     budgets = {s.budget_seconds if s.budget_seconds is not None else default_budget
                for s in series}  # fmt: skip
     one_budget = len(budgets) <= 1
@@ -102,6 +125,11 @@ def merge_series(
         merged = _merge_histograms([s.latency[kind] for s in series if kind in s.latency])
         if merged is not None:
             latency[kind] = merged
+    means: dict[str, tuple[float, float]] = {}
+    for s in series if one_budget else ():
+        for kind, (n, secs) in s.latency_means.items():
+            n0, s0 = means.get(kind, (0.0, 0.0))
+            means[kind] = (n0 + n, s0 + secs)
     by_size: dict[int, tuple[float, float]] = {}
     for s in series:
         for size, (n, secs) in s.execution_by_size.items():
@@ -122,7 +150,13 @@ def merge_series(
         generation_tokens_total=_sum_known([s.generation_tokens_total for s in series]),
         items_total=_sum_known([s.items_total for s in series]),
         batches_total=_sum_known([s.batches_total for s in series]),
+        batch_tokens_total=_sum_known([s.batch_tokens_total for s in series]),
+        padding_tokens_total=_sum_known([s.padding_tokens_total for s in series]),
         latency=latency,
+        latency_means=means,
+        # Quantiles of several series do not add up: the total has them for one series only.
+        latency_quantiles=series[0].latency_quantiles if len(series) == 1 else {},
+        batch_tokens=_sum_known([s.batch_tokens for s in series]),
         output_tokens=_merge_histograms(
             [s.output_tokens for s in series if s.output_tokens is not None]
         ),

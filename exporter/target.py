@@ -20,13 +20,15 @@ from exporter.signals import (
     counter_increase,
     diagnose,
     execution_increase,
+    mean_latency_note,
+    padding_waste,
     per_second,
     running_vs_cap,
     saturated_seconds,
     step_saturation,
     throughput_gain,
 )
-from exporter.snapshot import LabelKey, SeriesSnapshot, Snapshot, merge_series
+from exporter.snapshot import LabelKey, SeriesSnapshot, Snapshot, effective_cap, merge_series
 from exporter.static_util import UtilizationEstimate, estimate_from_histogram
 
 TOTAL: LabelKey = ()
@@ -49,6 +51,9 @@ class SeriesSignals:
     waiting: float | None = None
     cap: float | None = None
     running_vs_cap: float | None = None
+    batch_tokens: float | None = None
+    token_cap: float | None = None
+    tokens_vs_cap: float | None = None
     mean_batch_size: float | None = None
     preemptions_per_second: float | None = None
     kv_cache_usage: float | None = None
@@ -57,14 +62,19 @@ class SeriesSignals:
     latency_quantile: float = 0.99
     latency_histogram: str = "e2e"
     latency_seconds: float | None = None
+    # "quantile" (a histogram's or summary's), or "mean" where the engine exposes only that.
+    latency_statistic: str | None = None
     budget_seconds: float | None = None
     budget_utilization: float | None = None
     budget_saturated: bool = False
     budget_saturated_seconds: float = 0.0
     throughput_gain: float | None = None
+    padding_waste: float | None = None
     static_utilization: UtilizationEstimate | None = None
     batch_size_distribution: list[tuple[float, float]] = field(default_factory=list)
     diagnosis: Diagnosis = Diagnosis("idle", "")
+    # Signals whose raw series this engine does not publish (absent, not merely unknown).
+    not_exposed: tuple[str, ...] = ()
     advice: Advice = Advice()
 
 
@@ -100,9 +110,12 @@ def advice_inputs(
     arrival_per_second: float | None,
     budget_seconds: float | None,
     latency_seconds: float | None,
+    latency_statistic: str | None,
+    padding_waste: float | None,
 ) -> AdviceInputs:
     """What the advice reads from one series' window of snapshots, oldest first, beside
-    the signals already computed over it (static estimate, arrivals, budget, latency)."""
+    the signals already computed over it (static estimate, arrivals, budget, latency and
+    whether it is a quantile or a mean, padding waste)."""
     last = snapshots[-1]
     output_tokens = histogram_increase([p.output_tokens for p in snapshots])
     prompt_tokens = histogram_increase([p.prompt_tokens for p in snapshots])
@@ -138,7 +151,54 @@ def advice_inputs(
         arrival_per_second=arrival_per_second,
         budget_seconds=budget_seconds,
         latency_seconds=latency_seconds,
+        latency_is_mean=latency_statistic == "mean",
+        padding_waste=padding_waste,
     )
+
+
+def window_latency(
+    snapshots: Sequence[SeriesSnapshot], settings: SignalSettings
+) -> tuple[float | None, str | None]:
+    """The latency of the configured kind over the window, and which statistic it is.
+
+    The configured quantile from the histogram's increase; else from the engine's own
+    summary (its sliding window); else the mean per request from the increase of
+    cumulative (requests, seconds) counters. (None, None) without traffic or data.
+    """
+    kind = settings.histogram
+    hist = histogram_increase([p.latency.get(kind) for p in snapshots])
+    if hist is not None and hist.count > 0:
+        return histogram_quantile(settings.quantile, hist), "quantile"
+    summary = snapshots[-1].latency_quantiles.get(kind, {})
+    if settings.quantile in summary:
+        return summary[settings.quantile], "quantile"
+    means = [p.latency_means.get(kind) for p in snapshots]
+    requests = counter_increase([m[0] if m else None for m in means])
+    seconds = counter_increase([m[1] if m else None for m in means])
+    if requests and seconds is not None:
+        return seconds / requests, "mean"
+    return None, None
+
+
+def not_exposed(last: SeriesSnapshot, settings: SignalSettings) -> tuple[str, ...]:
+    """The signals whose raw series the engine does not publish at all, by signal name."""
+    kind = settings.histogram
+    latency = kind in last.latency or kind in last.latency_quantiles or kind in last.latency_means
+    missing = {
+        "running": last.running is None,
+        "waiting": last.waiting is None,
+        "mean_batch_size": last.items_total is None or last.batches_total is None,
+        "batch_tokens": last.batch_tokens is None,
+        "preemptions_per_second": last.preemptions_total is None,
+        "kv_cache_usage": last.kv_usage is None,
+        "requests_per_second": last.requests_total is None,
+        "generation_tokens_per_second": last.generation_tokens_total is None,
+        "latency_seconds": not latency,
+        "budget_utilization": not latency,
+        "throughput_gain": not last.execution_by_size,
+        "static_utilization": last.output_tokens is None,
+    }
+    return tuple(name for name, absent in missing.items() if absent)
 
 
 def series_signals(
@@ -156,8 +216,8 @@ def series_signals(
     t_last, last = points[-1]
     span = t_last - t_first
     snapshots = [p for _, p in points]
-    cap = last.cap if last.cap is not None else settings.cap
-    # An engine's own published setting (an in-house batcher's cap or budget) wins;
+    cap = effective_cap(last, settings.cap)
+    # An in-house batcher's own published setting (its cap or budget) wins;
     # configuration fills in what the engine does not say.
     budget = last.budget_seconds if last.budget_seconds is not None else settings.budget_seconds
 
@@ -169,12 +229,7 @@ def series_signals(
     mean_batch = items / batches if items is not None and batches else None
     batch = last.running if last.running is not None else mean_batch
 
-    latency_hist = histogram_increase([p.latency.get(settings.histogram) for p in snapshots])
-    latency = (
-        histogram_quantile(settings.quantile, latency_hist)
-        if latency_hist is not None and latency_hist.count > 0
-        else None
-    )
+    latency, statistic = window_latency(snapshots, settings)
     utilization = budget_utilization(latency, budget)
     saturation = step_saturation(
         saturation,
@@ -221,7 +276,15 @@ def series_signals(
         else per_second(batches, span),
         window_seconds=span,
         fired_batches=fired_batches,
+        batch_tokens=last.batch_tokens,
+        token_cap=settings.token_cap,
         settings=settings,
+    )
+    if statistic == "mean" and latency is not None:
+        diagnosis = mean_latency_note(diagnosis, latency)
+    padding = padding_waste(
+        counter_increase([p.padding_tokens_total for p in snapshots]),
+        counter_increase([p.batch_tokens_total for p in snapshots]),
     )
     advice = advise(
         advice_inputs(
@@ -233,6 +296,8 @@ def series_signals(
             arrival_per_second=per_second(items, span) if fired_batches else None,
             budget_seconds=budget,
             latency_seconds=latency,
+            latency_statistic=statistic,
+            padding_waste=padding,
         )
     )
     signals = SeriesSignals(
@@ -242,6 +307,9 @@ def series_signals(
         waiting=last.waiting,
         cap=cap,
         running_vs_cap=running_vs_cap(batch, cap),
+        batch_tokens=last.batch_tokens,
+        token_cap=settings.token_cap,
+        tokens_vs_cap=running_vs_cap(last.batch_tokens, settings.token_cap),
         mean_batch_size=mean_batch,
         preemptions_per_second=preemption_rate,
         kv_cache_usage=last.kv_usage,
@@ -250,16 +318,19 @@ def series_signals(
         latency_quantile=settings.quantile,
         latency_histogram=settings.histogram,
         latency_seconds=latency,
+        latency_statistic=statistic,
         budget_seconds=budget,
         budget_utilization=utilization,
         budget_saturated=saturation.saturated,
         budget_saturated_seconds=saturated_seconds(saturation, now),
         throughput_gain=gain,
+        padding_waste=padding,
         static_utilization=static,
         batch_size_distribution=batch_size_distribution(
             running_samples if last.batch_size is None else [], batch_hist
         ),
         diagnosis=diagnosis,
+        not_exposed=not_exposed(last, settings),
         advice=advice,
     )
     return signals, saturation
@@ -269,6 +340,7 @@ def down_signals(error: str | None, settings: SignalSettings) -> SeriesSignals:
     """The signals of a target that did not answer: only the diagnosis says anything."""
     return SeriesSignals(
         cap=settings.cap,
+        token_cap=settings.token_cap,
         latency_quantile=settings.quantile,
         latency_histogram=settings.histogram,
         budget_seconds=settings.budget_seconds,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from exporter.alert_specs import RUNBOOK_PATH
 from exporter.config import Settings
+from exporter.labels import SERIES_LABELS
 from exporter.signals import SignalSettings
 
 _EXPORTER = Settings(targets=())
@@ -27,8 +28,8 @@ CONFIG = {
     "slow_scrape_seconds": _EXPORTER.interval_seconds / 2,
     # Labels that tell one vLLM engine from another inside a target.
     "instance_labels": ("target", "model_name", "engine"),
-    # The exporter's series labels; a series with none of them is the target total.
-    "series_labels": ("model_name", "engine", "batcher", "model", "version"),
+    # The exporter's series labels (every engine adapter's keys); none of them: the total.
+    "series_labels": SERIES_LABELS,
     # How Prometheus' job for the exporter is selected (grafana/prometheus/prometheus.yml).
     "exporter_selector": 'job="batchscope-exporter"',
     # Where runbook_url points: set it to where your operators read docs/runbook.md.

@@ -31,6 +31,9 @@ DATASOURCE = DataSourceRef(type_val="prometheus", uid="${datasource}")
 # Grafana 11's dashboard schema; the import screen migrates anything older.
 SCHEMA_VERSION = 39
 PANEL_HEIGHT = 8
+# What an empty panel says: an engine may not publish the signal at all (llama.cpp has
+# no latency histogram, Triton no KV cache), which is not a zero.
+NO_VALUE = "not exposed by this engine, or no data yet"
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,6 +135,7 @@ def layout(rows: Sequence[Sequence[tuple[object, int]]]) -> list:
         for panel, width in row:
             placed.append(
                 panel.id(len(placed) + 1)
+                .no_value(NO_VALUE)
                 .datasource(DATASOURCE)
                 .grid_pos(GridPos(h=PANEL_HEIGHT, w=width, x=x, y=y))
             )

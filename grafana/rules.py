@@ -170,43 +170,43 @@ def total_selector(config: Mapping, extra: str = "") -> str:
     return "{" + ", ".join(([extra] if extra else []) + matchers) + "}"
 
 
-def _diagnosed(config: Mapping, state: str) -> str:
-    selector = total_selector(config, 'state="' + state + '"')
-    return f"max by (target) (batchscope_diagnosis{selector}) == 1"
+def _diagnosed(state: str) -> str:
+    """A target any of whose series (or its total) is in this diagnosis state."""
+    return f'max by (target) (batchscope_diagnosis{{state="{state}"}}) == 1'
 
 
 def exporter_alerts(config: Mapping, holds: Mapping[str, float] | None = None) -> dict:
-    """Alerts on the exporter's series: one alert per target, labelled as the exporter posts.
+    """Alerts on the exporter's series: one alert per target, labelled as the exporter posts,
+    from the worst of its series (a saturated model fires even when the total has no latency).
 
     `holds` overrides an alert's `for:` by name (tests use short ones).
     """
     holds = holds or {}
-    total = total_selector(config)
     threshold = config["saturation_threshold"]
     rules = [
         _alert(
             BUDGET_SATURATED,
-            f"max by (target) (batchscope_budget_utilization_ratio{total}) >= {threshold:g}",
+            f"max by (target) (batchscope_budget_utilization_ratio) >= {threshold:g}",
             config,
             holds,
         ),
         _alert(
             MEMORY_BOUND,
-            f"max by (target) (batchscope_waiting_requests{total})\n"
-            f"and on (target) {_diagnosed(config, 'memory_bound')}",
+            f"max by (target) (batchscope_waiting_requests)\n"
+            f"and on (target) {_diagnosed('memory_bound')}",
             config,
             holds,
         ),
         _alert(
             PREEMPTIONS_CLIMBING,
-            f"max by (target) (batchscope_preemptions_per_second{total}) > 0",
+            "max by (target) (batchscope_preemptions_per_second) > 0",
             config,
             holds,
         ),
         _alert(
             STALLED,
-            f"max by (target) (batchscope_generation_tokens_per_second{total})\n"
-            f"and on (target) {_diagnosed(config, 'stalled')}",
+            f"max by (target) (batchscope_generation_tokens_per_second)\n"
+            f"and on (target) {_diagnosed('stalled')}",
             config,
             holds,
         ),

@@ -4,9 +4,11 @@ Benchmarks: `parser` (promtext vs prometheus_client on a real vLLM payload,
 bench_parser.py), `fleet` (the exporter process scraping 1000 simulated vLLM targets,
 bench_fleet.py + fleet_sim.py), `batching` (static vs continuous batching on the
 demo server's scheduler, bench_batching.py, run as a subprocess when it is there),
-`dashboard` (server-side time to build the Live page, bench_dashboard.py) and `advice`
-(the exporter's advice held against the demo server's truth, bench_advice.py, a
-subprocess: it starts demo servers).
+`dashboard` (server-side time to build the Live page, bench_dashboard.py),
+`batcher` (the embedding batcher, fixed vs adaptive, seeds 000 and 001, and its
+overhead against seed 000's plain Batcher: bench_batcher.py, a subprocess; its charts
+go to `bench/` beside the report) and `advice` (the exporter's advice held against the
+demo server's truth: bench_advice.py, a subprocess; it starts demo servers).
 The report names the machine, the command and the date: numbers from a shared 2-core
 machine only mean something next to those.
 
@@ -25,7 +27,6 @@ import shlex
 import subprocess
 import sys
 import tempfile
-from collections.abc import Sequence
 from pathlib import Path
 
 import bench_dashboard
@@ -38,8 +39,9 @@ BATCHING_SCRIPT = ROOT / "scripts/bench_batching.py"
 BATCHING_QUICK_ARGS = ("--requests", "64", "--repeat", "1")
 PACKAGES = ("batchscope", "aiohttp", "prometheus-client", "psutil", "PyYAML", "torch",
             "streamlit", "plotly", "pandas")  # fmt: skip
+BATCHER_SCRIPT = ROOT / "scripts/bench_batcher.py"
 ADVICE_SCRIPT = ROOT / "scripts/bench_advice.py"
-BENCHMARKS = ("parser", "fleet", "batching", "dashboard", "advice")
+BENCHMARKS = ("parser", "fleet", "batching", "dashboard", "batcher", "advice")
 
 
 def _cpu_model() -> str:
@@ -98,21 +100,22 @@ def machine_section(command: str) -> str:
     )
 
 
-def subprocess_section(title: str, script: Path, extra_args: Sequence[str], demote: bool) -> str:
-    """Run a benchmark script in its own process and take the report it writes as a section
-    (`demote`: its headings go one level down, its title becoming a section of ours)."""
+def script_section(script: Path, title: str, extra_args: list[str]) -> str:
+    """Run a benchmark script in its own process (`--output` a temporary report, plus
+    `extra_args`) and take its report as a section."""
     if not script.exists():
         return f"## {title}\n\nSkipped: `scripts/{script.name}` is not there.\n"
     with tempfile.TemporaryDirectory() as tmp:
         report = Path(tmp) / "report.md"
         args = [sys.executable, str(script), "--output", str(report), *extra_args]
         # Its stdout is its progress; the report it writes is what goes into ours.
-        done = subprocess.run(args, cwd=ROOT, stdout=sys.stderr, check=False)
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        done = subprocess.run(args, cwd=ROOT, stdout=sys.stderr, check=False, env=env)
         text = report.read_text(encoding="utf-8") if report.exists() else ""
     if not text:
         return f"## {title}\n\n`{script.name}` failed (exit code {done.returncode}).\n"
-    lines = text.splitlines()
-    body = "\n".join("#" + line if demote and line.startswith("#") else line for line in lines)
+    # One level down: its title becomes a section of this report.
+    body = "\n".join("#" + line if line.startswith("#") else line for line in text.splitlines())
     note = "" if done.returncode == 0 else f"\n`{script.name}` exit code: {done.returncode}.\n"
     return body + "\n" + note
 
@@ -142,14 +145,19 @@ def main(argv: list[str] | None = None) -> int:
         sections.append(bench_fleet.markdown(bench_fleet.run(args.quick)))
     if "batching" in selected:
         print("batching: running scripts/bench_batching.py", file=sys.stderr, flush=True)
-        quick_args = BATCHING_QUICK_ARGS if args.quick else ()
-        sections.append(subprocess_section("Batching", BATCHING_SCRIPT, quick_args, demote=True))
+        quick_args = list(BATCHING_QUICK_ARGS) if args.quick else []
+        sections.append(script_section(BATCHING_SCRIPT, "Batching", quick_args))
     if "dashboard" in selected:
         sections.append(bench_dashboard.markdown(bench_dashboard.run(args.quick)))
+    if "batcher" in selected:
+        print("batcher: running scripts/bench_batcher.py", file=sys.stderr, flush=True)
+        chart_args = ["--chart-dir", str(args.output.parent / "bench")]
+        quick_args = ["--quick"] if args.quick else []
+        sections.append(script_section(BATCHER_SCRIPT, "Batcher", chart_args + quick_args))
     if "advice" in selected:
         print("advice: running scripts/bench_advice.py", file=sys.stderr, flush=True)
-        quick_args = ("--quick",) if args.quick else ()
-        sections.append(subprocess_section("Advice", ADVICE_SCRIPT, quick_args, demote=False))
+        quick_args = ["--quick"] if args.quick else []
+        sections.append(script_section(ADVICE_SCRIPT, "Advice", quick_args))
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text("\n".join(sections), encoding="utf-8")
     print("\n".join(sections[1:]))

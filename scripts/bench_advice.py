@@ -269,7 +269,7 @@ def kv_markdown(phases: Sequence[Phase], args: argparse.Namespace) -> str:
     small = phases[0]
     sustainable = small.advice.get("sustainable_concurrency", math.nan)
     lines = [
-        "## Advice against the truth (demo server)",
+        "# Advice against the truth (demo server)",
         "",
         f"`scripts/bench_advice.py`: the demo server on `{args.device}`, continuous "
         f"batching, the load generator at {args.rate:g} requests/s offered with at most "
@@ -282,7 +282,7 @@ def kv_markdown(phases: Sequence[Phase], args: argparse.Namespace) -> str:
         f"sampled every {SAMPLE_S:g} s (a scrape can fall between a finish and the next "
         "admission). Tokens/s: wall clock, noisy on a shared machine.",
         "",
-        "### KV cache: sustainable concurrency, the cap, the memory",
+        "## KV cache: sustainable concurrency, the cap, the memory",
         "",
         "| phase | cap | KV tokens | running per step | running sampled | tokens/s | advised sustainable | advice |",
         "|---|---|---|---|---|---|---|---|",
@@ -317,7 +317,7 @@ def kv_markdown(phases: Sequence[Phase], args: argparse.Namespace) -> str:
 
 def batcher_markdown(runs: Sequence[BatcherRun], args: argparse.Namespace) -> str:
     lines = [
-        "### In-house batcher: the advised fixed pair (sim:h200, SIMULATED device)",
+        "## In-house batcher: the advised fixed pair (sim:h200, SIMULATED device)",
         "",
         f"Embeddings at {args.embed_rate:g} requests/s (Poisson) for {args.phase_seconds:g} s, "
         f"budget {args.budget_ms:g} ms (the exporter target's), fixed batching. The device is "

@@ -304,3 +304,25 @@ def test_a_few_ramp_up_scrapes_below_the_cap_do_not_set_the_fill():
     per_request = (0.1 + 0.2 + 0.3 + 7 * 0.8) * 1500 / (2 + 5 + 9 + 7 * 16)
     assert advice.item("sustainable_concurrency").value == pytest.approx(1500 / per_request)
     assert advice.item("raise_cap_helps").value == 1
+
+
+def test_padding_waste_advises_bucketing_above_a_fifth_and_nothing_to_gain_below():
+    high = advise(AdviceInputs(window_seconds=120, scrapes=24, engine="inhouse",
+                               padding_waste=0.25)).item("padding_waste")  # fmt: skip
+    assert high.value == 0.25
+    assert high.text.startswith("25% of the token positions batched were padding: bucket")
+    low = advise(AdviceInputs(window_seconds=120, scrapes=24, engine="inhouse",
+                              padding_waste=0.05)).item("padding_waste")  # fmt: skip
+    assert "little to gain" in low.text
+
+
+def test_a_mean_latency_is_named_and_lowers_the_headroom_confidence():
+    advice = advise(AdviceInputs(
+        window_seconds=120, scrapes=24, engine="triton", arrival_per_second=100,
+        cost_by_size=LINEAR, budget_seconds=0.1, latency_seconds=0.02, latency_is_mean=True,
+    ))  # fmt: skip
+    headroom = advice.item("budget_headroom")
+    assert headroom.value == pytest.approx(0.8)
+    assert headroom.text.startswith("mean 20.0 ms of a 100 ms budget")
+    assert headroom.confidence == "medium"
+    assert headroom.caveats == ("a mean latency (no histogram): the tail is longer",)

@@ -47,6 +47,18 @@ def test_sustained_saturation_is_posted_at_once_with_the_rules_labels():
     assert body["endsAt"] == "2027-01-15T08:04:00Z"
 
 
+def test_a_saturated_series_fires_for_its_target_when_the_total_has_no_latency():
+    # An LLM beside an embedding batcher with its own budget: the total keeps no latency.
+    llm = SeriesSignals(labels={"model_name": "m"}, budget_utilization=0.99,
+                        budget_saturated=True, diagnosis=Diagnosis("budget_saturated", ""))  # fmt: skip
+    batcher = SeriesSignals(labels={"batcher": "embed"}, budget_utilization=0.4)
+    target = TargetSignals("demo", "http://127.0.0.1:8000/metrics", 0.0, True, None,
+                           (llm, batcher), SeriesSignals())  # fmt: skip
+    book = step(AlertBook(), [target], now=0.0)
+    assert list(book.unsent) == [(BUDGET_SATURATED.name, "demo")]
+    assert book.unsent[(BUDGET_SATURATED.name, "demo")].value == 0.99
+
+
 def test_memory_bound_is_posted_only_after_its_two_minute_hold():
     book = AlertBook()
     for now in (0.0, 60.0, 119.0):

@@ -96,6 +96,32 @@ def test_a_down_target_exports_up_0_and_the_down_state_only() -> None:
     assert sample(s, "batchscope_running_requests", **TOTAL) is None
 
 
+def test_padding_waste_of_an_in_house_batcher_is_read_back_and_exported() -> None:
+    from exporter.api import series_json
+    from exporter.instrumentation import BatcherMetrics
+    from exporter.signals import padding_waste
+
+    registry = CollectorRegistry()
+    batcher = BatcherMetrics("embed", max_batch_size=8, registry=registry)
+    batcher.observe_padding(tokens=500, padding=500, avoided=0)  # before the window
+    snapshots, states = [], {}
+    for t, (tokens, padding) in ((100.0, (0, 0)), (105.0, (300, 100))):
+        batcher.observe_padding(tokens=tokens, padding=padding, avoided=40)
+        snapshots.append(Snapshot("b", t, True, read_series(generate_latest(registry).decode())))
+        signals, states = evaluate_target("b", "http://x", snapshots, SignalSettings(), states, t)
+    [series] = snapshots[-1].series
+    assert (series.batch_tokens_total, series.padding_tokens_total) == (1400.0, 600.0)
+    # In the window: 300 real and 100 padding tokens batched, a quarter of it padding.
+    assert padding_waste(100.0, 400.0) == 0.25
+    assert signals.total.padding_waste == 0.25
+    assert series_json(signals.total)["padding_waste"] == 0.25
+    exported = CollectorRegistry()
+    exported.register(SignalsCollector(lambda: [signals]))
+    text = generate_latest(exported).decode()
+    assert 'batchscope_padding_waste_ratio{target="b"} 0.25' in text
+    assert padding_waste(None, 400.0) is None and padding_waste(0.0, 0.0) is None
+
+
 def test_advice_is_exported_per_kind_with_the_fixture_numbers() -> None:
     s = exposition(SignalSettings(cap=8, budget_seconds=2.0), PAYLOADS)
     for labels in (SERIES, TOTAL):

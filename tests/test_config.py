@@ -100,7 +100,7 @@ def test_flags_default_to_none_so_not_given_is_visible():
     parser = argparse.ArgumentParser()
     add_arguments(parser)
     args = vars(parser.parse_args([]))
-    assert len(args) == 17  # 16 + --alertmanager-url
+    assert len(args) == 18  # 16 + --alertmanager-url + --token-cap
     assert set(args.values()) == {None}
 
 
@@ -324,7 +324,7 @@ T = "targets:\n  - name: a\n    url: http://a:1/metrics\n"
         (T + "    histogram: p99\n",
          "4: targets[0].histogram: must be one of e2e, ttft, queue, inference (got 'p99')"),
         (T + "    engine: VLLM\n",
-         "4: targets[0].engine: must be one of auto, vllm, inhouse, sglang, tgi, triton (got 'VLLM')"),
+         "4: targets[0].engine: must be one of auto, vllm, inhouse, sglang, tgi, trtllm, triton, rayserve, llamacpp (got 'VLLM')"),
         (T + "    name: b\n", "4: targets[0].name: duplicate key (first at line 2)"),
         (T + "  - name: b\n    url: ftp://b/metrics\n",
          "5: targets[1].url: must be an http:// or https:// URL (got 'ftp://b/metrics')"),
@@ -338,8 +338,8 @@ T = "targets:\n  - name: a\n    url: http://a:1/metrics\n"
         (T + "    name2: x\n", "4: targets[0].name2: unknown key; did you mean 'name'?"),
         (T + "    labels: {target: x}\n",
          "4: targets[0].labels.target: the exporter sets this label itself; reserved are "
-         "target, state, bound, quantile, histogram, kind, le, batcher, engine, model, model_name, version "
-         "and names starting with __"),
+         "target, state, bound, quantile, histogram, kind, le, application, batcher, deployment, engine, "
+         "function_name, model, model_name, version and names starting with __"),
         (T + "    labels: {9lives: x}\n",
          "4: targets[0].labels.9lives: label names are letters, digits and _, not a digit first"),
         (T + "    labels: {team: 7}\n", "4: targets[0].labels.team: must be a string, not an integer (got 7)"),
@@ -625,7 +625,7 @@ def test_file_sd_name_clashing_with_a_config_target_names_both_files(tmp_path):
         ('[\n  {"targets": ["a:1"], "labels": {"budget_seconds": "NaN"}}\n]',
          "2: [0].labels.budget_seconds: must be a finite number (got nan)"),
         ('[\n  {"targets": ["a:1"], "labels": {"engine": "llama"}}\n]',
-         "2: [0].labels.engine: must be one of auto, vllm, inhouse, sglang, tgi, triton (got 'llama')"),
+         "2: [0].labels.engine: must be one of auto, vllm, inhouse, sglang, tgi, trtllm, triton, rayserve, llamacpp (got 'llama')"),
         ('[\n  {"targets": ["a:1"], "labels": {"cap": 4}}\n]',
          "2: [0].labels.cap: must be a string, not an integer (got 4)"),
         ('[\n  {"targets": ["a:1"],\n   "labels": {"__scheme__": "ftp"}}\n]',
@@ -634,8 +634,8 @@ def test_file_sd_name_clashing_with_a_config_target_names_both_files(tmp_path):
          "2: [0].labels.__metrics_path__: must start with / (got 'metrics')"),
         ('[\n  {"targets": ["a:1"], "labels": {"model_name": "x"}}\n]',
          "2: [0].labels.model_name: the exporter sets this label itself; reserved are "
-         "target, state, bound, quantile, histogram, kind, le, batcher, engine, model, model_name, version "
-         "and names starting with __"),
+         "target, state, bound, quantile, histogram, kind, le, application, batcher, deployment, engine, "
+         "function_name, model, model_name, version and names starting with __"),
         ('[\n  {"targets": ["a:1",\n     "b"]}\n]',
          "3: [0].targets[1]: must be HOST:PORT, e.g. 127.0.0.1:9500 (got 'b')"),
         ('[\n  {"targets": [":80"]}\n]', "2: [0].targets[0]: must be host:port with a port from 1 to 65535 (got ':80')"),

@@ -17,6 +17,7 @@ from streamlit.testing.v1 import AppTest
 
 from dashboard.formatting import plain_markdown
 from exporter.config import Target
+from tests.conftest import fixture_text
 from tests.scripted_fleet import (
     BackgroundServer,
     ScriptedTargets,
@@ -335,3 +336,72 @@ def test_the_app_opens_on_the_live_page(fleet) -> None:
     assert not at.exception
     assert texts(at.title) == ["Is batching doing its job?"]
     assert list(at.dataframe[0].value["target"])[0] == "dead"
+
+
+def _in_turn(payloads: list[str]):
+    """A handler answering each payload in turn, then the last one again."""
+    queue = list(payloads)
+
+    async def handler(_: web.Request) -> web.Response:
+        return web.Response(text=queue.pop(0) if len(queue) > 1 else queue[0])
+
+    return handler
+
+
+def _serving(payloads: dict[str, list[str]]) -> BackgroundServer:
+    """/NAME/metrics for each target's payloads."""
+    app = web.Application()
+    for name, texts_ in payloads.items():
+        app.router.add_get(f"/{name}/metrics", _in_turn(texts_))
+    return BackgroundServer(app)
+
+
+@pytest.fixture(scope="module")
+def engines_fleet():
+    """A llama.cpp server and a TGI router, from their written payloads."""
+    server = _serving(
+        {
+            "llama": [fixture_text("llamacpp-b4500-a.txt"), fixture_text("llamacpp-b4500-b.txt")],
+            "tgi": [fixture_text("tgi-3.x-a.txt"), fixture_text("tgi-3.x-b.txt")],
+        }
+    )
+    server.start()
+    settings = fast_settings(
+        (
+            Target("llama", f"{server.url}/llama/metrics", cap=4),
+            Target("tgi", f"{server.url}/tgi/metrics", token_cap=16000),
+        )
+    )
+    exporter = start_exporter(settings)
+    wait_for_states(exporter.url, {"llama": "healthy", "tgi": "healthy"})
+    yield exporter.url
+    exporter.stop()
+    server.stop()
+
+
+def test_a_signal_the_engine_lacks_says_so_instead_of_a_blank(engines_fleet) -> None:
+    at = page("live.py", engines_fleet)
+    at.selectbox(key="live_target").set_value("llama").run()
+    assert not at.exception
+    values = metrics(at)
+    assert values["running / cap"] == "4 / 4"
+    assert values["KV cache"] == "74%"
+    assert values["preemptions/s"] == "not exposed by this engine"
+    assert values["p99 latency"] == "not exposed by this engine"
+    assert values["budget used"] == "not exposed by this engine"
+    notes = [t for t in texts(at.info) if "not exposed by this engine" in t]
+    assert "**Preemptions**: not exposed by this engine (llamacpp)." in notes
+    assert "**Latency budget utilisation (shaded: sustained saturation)**: not exposed by " \
+        "this engine (llamacpp)." in notes  # fmt: skip
+    titles = {plotly.io.from_json(c.proto.spec).layout.title.text for c in at.get("plotly_chart")}
+    assert {"Running batch vs cap", "KV cache usage", "Waiting requests"} <= titles
+    assert "Preemptions" not in titles
+
+
+def test_a_token_cap_is_shown_beside_the_request_cap(engines_fleet) -> None:
+    at = page("live.py", engines_fleet)
+    at.selectbox(key="live_target").set_value("tgi").run()
+    values = metrics(at)
+    assert values["batch tokens / token cap"] == "15500 / 16000"
+    assert values["KV cache"] == "not exposed by this engine"
+    assert any("a token cap, not a request cap" in t for t in texts(at.markdown))

@@ -371,3 +371,33 @@ def test_sigterm_drains_in_flight_requests_then_exits_zero(tmp_path: Path) -> No
     assert [r.json()["usage"]["completion_tokens"] for r in responses] == [600] * 6
     records = [json.loads(line) for line in log.read_text().splitlines()]
     assert [r["finish_reason"] for r in records] == ["length"] * 6
+
+
+def test_models_lists_the_served_model_as_openai_and_vllm_do(server: str) -> None:
+    body = httpx.get(f"{server}/v1/models").json()
+    assert body["object"] == "list"
+    assert [(m["id"], m["object"], m["owned_by"]) for m in body["data"]] == [
+        ("batchscope-demo", "model", "batchscope")
+    ]
+
+
+def test_the_openai_python_client_lists_embeds_and_completes(server: str) -> None:
+    import openai  # the test extra's; imported here so only this test needs it
+
+    client = openai.OpenAI(base_url=f"{server}/v1", api_key="unused", max_retries=0)
+    assert [m.id for m in client.models.list()] == ["batchscope-demo"]
+    embedded = client.embeddings.create(model="batchscope-demo", input=["one", "two words"])
+    assert [len(d.embedding) for d in embedded.data] == [64, 64]
+    assert sum(x * x for x in embedded.data[0].embedding) == pytest.approx(1.0, rel=1e-4)
+    completed = client.completions.create(
+        model="batchscope-demo", prompt="hello", max_tokens=5, extra_body={"ignore_eos": True}
+    )
+    assert completed.usage is not None and completed.usage.completion_tokens == 5
+    assert completed.choices[0].finish_reason == "length"
+    streamed = client.completions.create(
+        model="batchscope-demo", prompt="hello", max_tokens=3, stream=True,
+        extra_body={"ignore_eos": True},
+    )  # fmt: skip
+    chunks = [c for c in streamed if c.choices]
+    assert len(chunks) == 4  # one per token, then the one carrying finish_reason
+    assert chunks[-1].choices[0].finish_reason == "length"

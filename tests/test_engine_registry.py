@@ -19,42 +19,42 @@ from tests.conftest import fixture_text
 from tests.test_metrics_doc import DOC, undocumented_engines
 
 PAYLOAD = """\
-# TYPE llamacpp:requests_processing gauge
-llamacpp:requests_processing 3
-# TYPE llamacpp:requests_deferred gauge
-llamacpp:requests_deferred 2
-# TYPE llamacpp:time_per_output_token_seconds histogram
-llamacpp:time_per_output_token_seconds_bucket{le="0.05"} 40
-llamacpp:time_per_output_token_seconds_bucket{le="+Inf"} 50
-llamacpp:time_per_output_token_seconds_sum 2.0
-llamacpp:time_per_output_token_seconds_count 50
+# TYPE example:requests_running gauge
+example:requests_running 3
+# TYPE example:requests_waiting gauge
+example:requests_waiting 2
+# TYPE example:time_per_output_token_seconds histogram
+example:time_per_output_token_seconds_bucket{le="0.05"} 40
+example:time_per_output_token_seconds_bucket{le="+Inf"} 50
+example:time_per_output_token_seconds_sum 2.0
+example:time_per_output_token_seconds_count 50
 """
 FLEET = (
-    "targets:\n  - url: http://127.0.0.1:8080/metrics\n    engine: llamacpp\n    histogram: tpot\n"
+    "targets:\n  - url: http://127.0.0.1:8080/metrics\n    engine: example\n    histogram: tpot\n"
 )
 
 
-def llamacpp_adapter() -> ModuleType:
+def example_adapter() -> ModuleType:
     """An adapter module as a new engine's file would define it, with a new latency kind."""
-    adapter = ModuleType("llamacpp")
-    adapter.NAME = "llamacpp"
-    adapter.MARKER = "llamacpp:"
+    adapter = ModuleType("example")
+    adapter.NAME = "example"
+    adapter.MARKER = "example:"
     adapter.KEY_LABELS = ()
-    adapter.LATENCY_FAMILIES = {"tpot": "llamacpp:time_per_output_token_seconds"}
+    adapter.LATENCY_FAMILIES = {"tpot": "example:time_per_output_token_seconds"}
     adapter.FAMILIES = (
-        "llamacpp:requests_processing",
-        "llamacpp:requests_deferred",
+        "example:requests_running",
+        "example:requests_waiting",
         *adapter.LATENCY_FAMILIES.values(),
     )
 
     def to_series(by_name: SamplesByName) -> list[SeriesSnapshot]:
-        running = values_by_key(by_name, "llamacpp:requests_processing", ())
-        waiting = values_by_key(by_name, "llamacpp:requests_deferred", ())
-        tpot = histograms_by_key(by_name, "llamacpp:time_per_output_token_seconds", ())
+        running = values_by_key(by_name, "example:requests_running", ())
+        waiting = values_by_key(by_name, "example:requests_waiting", ())
+        tpot = histograms_by_key(by_name, "example:time_per_output_token_seconds", ())
         return [
             SeriesSnapshot(
                 key=(),
-                engine="llamacpp",
+                engine="example",
                 running=running.get(()),
                 waiting=waiting.get(()),
                 latency={"tpot": tpot[()]} if () in tpot else {},
@@ -68,13 +68,15 @@ def llamacpp_adapter() -> ModuleType:
 @pytest.fixture
 def registered(monkeypatch) -> ModuleType:
     """The one line a new engine adds: its module in ADAPTERS."""
-    adapter = llamacpp_adapter()
+    adapter = example_adapter()
     monkeypatch.setitem(engines.ADAPTERS, adapter.NAME, adapter)
     return adapter
 
 
 def test_the_choices_are_the_registered_adapters_and_the_kinds_they_fill() -> None:
-    assert engine_choices() == ("auto", "vllm", "inhouse", "sglang", "tgi", "triton")
+    assert engine_choices() == (
+        "auto", "vllm", "inhouse", "sglang", "tgi", "trtllm", "triton", "rayserve", "llamacpp",
+    )  # fmt: skip
     assert latency_kinds() == ("e2e", "ttft", "queue", "inference")
 
 
@@ -85,37 +87,37 @@ def test_an_unregistered_engine_is_refused_by_the_config(tmp_path) -> None:
         load_config(path)
     assert str(caught.value) == (
         f"{path}:3: targets[0].engine: must be one of auto, vllm, inhouse, sglang, tgi, "
-        "triton (got 'llamacpp')"
+        "trtllm, triton, rayserve, llamacpp (got 'example')"
     )
 
 
 def test_a_registered_engine_and_its_latency_kind_are_accepted_by_yaml(tmp_path, registered):
-    assert engine_choices()[-1] == "llamacpp"
+    assert engine_choices()[-1] == "example"
     assert latency_kinds() == ("e2e", "ttft", "queue", "inference", "tpot")
     path = tmp_path / "fleet.yaml"
     path.write_text(FLEET)
     (target,) = load_config(path).targets
-    assert (target.name, target.engine, target.histogram) == ("127.0.0.1:8080", "llamacpp", "tpot")
+    assert (target.name, target.engine, target.histogram) == ("127.0.0.1:8080", "example", "tpot")
 
 
 def test_a_registered_engine_is_accepted_by_the_flags(registered) -> None:
     parser = argparse.ArgumentParser()
     add_arguments(parser)
     args = parser.parse_args(
-        ["--target", "http://127.0.0.1:8080", "--engine", "llamacpp", "--histogram", "tpot"]
+        ["--target", "http://127.0.0.1:8080", "--engine", "example", "--histogram", "tpot"]
     )
     (target,) = settings_from_args(args).targets
     assert (target.url, target.engine, target.histogram) == (
         "http://127.0.0.1:8080/metrics",
-        "llamacpp",
+        "example",
         "tpot",
     )
 
 
 def test_a_registered_engine_is_detected_by_auto(registered) -> None:
-    assert detect(PAYLOAD) == ["llamacpp"]
+    assert detect(PAYLOAD) == ["example"]
     (series,) = read_series(PAYLOAD, "auto")
-    assert (series.engine, series.running, series.waiting) == ("llamacpp", 3.0, 2.0)
+    assert (series.engine, series.running, series.waiting) == ("example", 3.0, 2.0)
     assert series.latency["tpot"].count == 50.0
     assert series.latency["tpot"].counts == (40.0, 50.0)
 
@@ -125,23 +127,23 @@ def test_the_unrecognised_payload_message_lists_every_registered_engine(register
         read_series("<html>hello</html>")
     assert str(caught.value) == (
         "no known engine's metrics in the payload (looked for vllm vllm:*, "
-        "inhouse batchscope_batcher_*, sglang sglang:*, tgi tgi_*, triton nv_inference_*, "
-        "llamacpp llamacpp:*)"
+        "inhouse batchscope_batcher_*, sglang sglang:*, tgi tgi_*, trtllm nv_trt_llm_*, "
+        "triton nv_inference_*, rayserve ray_serve_*, llamacpp llamacpp:*, example example:*)"
     )
 
 
 def test_a_registered_engine_must_be_documented_in_metrics_md(registered) -> None:
     assert undocumented_engines(DOC, engines.ADAPTERS) == {
-        "llamacpp": [
+        "example": [
             "a row in 'What the exporter reads'",
-            "llamacpp:requests_processing",
-            "llamacpp:requests_deferred",
-            "llamacpp:time_per_output_token_seconds",
+            "example:requests_running",
+            "example:requests_waiting",
+            "example:time_per_output_token_seconds",
         ]
     }
     row = (
-        "| llama.cpp (`llamacpp`) | `llamacpp:requests_processing`, "
-        "`llamacpp:requests_deferred`, `llamacpp:time_per_output_token_seconds` | running |\n"
+        "| Example (`example`) | `example:requests_running`, "
+        "`example:requests_waiting`, `example:time_per_output_token_seconds` | running |\n"
     )
     documented = DOC.replace("\n\nvLLM labels series", "\n" + row + "\nvLLM labels series", 1)
     assert documented != DOC
@@ -153,6 +155,10 @@ def test_every_adapter_fills_only_the_latency_kinds_it_declares() -> None:
         "vllm": fixture_text("vllm-0.32.0-cpu-load.txt"),
         "sglang": fixture_text("sglang-0.4-docs.txt"),
         "triton": fixture_text("triton-23.11-docs.txt"),
+        "tgi": fixture_text("tgi-3.x-b.txt"),
+        "trtllm": fixture_text("trtllm-triton-24.07-b.txt"),
+        "rayserve": fixture_text("rayserve-2.50-b.txt"),
+        "llamacpp": fixture_text("llamacpp-b4500-b.txt"),
     }
     filled = {
         name: {kind for s in read_series(text, name) for kind in s.latency}
@@ -162,6 +168,10 @@ def test_every_adapter_fills_only_the_latency_kinds_it_declares() -> None:
         "vllm": {"e2e", "ttft", "queue", "inference"},
         "sglang": {"e2e", "ttft"},
         "triton": set(),
+        "tgi": {"e2e", "queue", "inference"},
+        "trtllm": set(),  # its latencies come from Triton's families, the triton adapter's
+        "rayserve": {"queue", "inference"},
+        "llamacpp": set(),
     }
     for name, kinds in filled.items():
         assert kinds <= set(engines.ADAPTERS[name].LATENCY_FAMILIES), name

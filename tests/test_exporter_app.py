@@ -289,4 +289,7 @@ def test_a_target_label_the_exporter_sets_is_refused_at_start(tmp_path, label) -
         load_config(config)
     message = str(caught.value)
     assert message.startswith(f"{config}:4: targets[0].labels.{label}: the exporter sets")
-    assert "reserved are target, state, bound, quantile, histogram, kind, le, batcher" in message
+    assert (
+        "reserved are target, state, bound, quantile, histogram, kind, le, application, batcher, "
+        "deployment, engine, function_name, model, model_name, version" in message
+    )

@@ -213,3 +213,22 @@ def test_the_name_check_catches_the_public_anchors_mistakes():
     assert _metric_names('{__name__=~"vllm:kv_cache_usage_perc|vllm:gpu_cache_usage_perc"}') == {
         "vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"
     }  # fmt: skip
+
+
+@pytest.mark.parametrize(("name", "board"), _dashboards())
+def test_an_empty_panel_says_the_engine_may_not_expose_the_signal(name, board):
+    for panel in board["panels"]:
+        no_value = panel["fieldConfig"]["defaults"].get("noValue")
+        assert no_value == "not exposed by this engine, or no data yet", (name, panel["title"])
+
+
+def test_a_ray_serve_or_tensorrt_llm_series_is_never_taken_for_a_target_total():
+    from exporter.engines import ADAPTERS
+    from grafana.config import CONFIG
+    from grafana.rules import total_selector
+
+    selector = total_selector(CONFIG)
+    for adapter in ADAPTERS.values():
+        for label in adapter.KEY_LABELS:
+            assert f'{label}=""' in selector, (adapter.NAME, label)
+    assert 'function_name=""' in selector and 'model=""' in selector

@@ -43,7 +43,7 @@ def undocumented_engines(doc: str, adapters: Mapping[str, ModuleType]) -> dict[s
 
 
 def test_every_registered_engine_has_its_row_and_its_metrics_documented() -> None:
-    assert len(ADAPTERS) == 5
+    assert len(ADAPTERS) == 8
     assert undocumented_engines(DOC, ADAPTERS) == {}
 
 
@@ -73,5 +73,5 @@ def test_every_instrumentation_metric_is_documented() -> None:
     m.observe_batch(2, "full", 0.01)
     m.observe_request("ok", queue_wait_seconds=0.001, latency_seconds=0.02)
     emitted = family_names(generate_latest(registry).decode())
-    assert len(emitted) == 11
+    assert len(emitted) == 14  # 11, plus rejected by reason, batch tokens, padding avoided
     assert emitted <= DOCUMENTED, emitted - DOCUMENTED

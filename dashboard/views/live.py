@@ -9,7 +9,16 @@ import streamlit as st
 from dashboard import charts, ui
 from dashboard.advice import advice_rows, checklist, next_step
 from dashboard.episodes import saturation_episodes
-from dashboard.formatting import MISSING, number, percent, plain_markdown, seconds
+from dashboard.formatting import (
+    MISSING,
+    NOT_EXPOSED,
+    exposed,
+    number,
+    percent,
+    plain_markdown,
+    seconds,
+    shown,
+)
 from dashboard.frames import (
     TOTAL_CHOICE,
     batch_size_frame,
@@ -70,21 +79,45 @@ def fleet_overview(doc: dict) -> None:
     st.caption("The Alerts page charts every target's budget utilisation over time.")
 
 
+def batch_cell(series: dict) -> tuple[str, str]:
+    """The running batch against its cap, or the mean fired batch where an engine fires
+    batches (no running gauge), or NOT_EXPOSED."""
+    cap = number(series.get("cap"))
+    if exposed(series, "running"):
+        return "running / cap", f"{number(series.get('running'))} / {cap}"
+    if exposed(series, "mean_batch_size"):
+        return "mean batch / cap", f"{number(series.get('mean_batch_size'), 1)} / {cap}"
+    return "running / cap", NOT_EXPOSED
+
+
 def metrics_row(series: dict) -> None:
     static = series.get("static_utilization")
-    latency_label = f"p{series.get('latency_quantile', 0.99) * 100:g} latency"
+    statistic = (
+        "mean"
+        if series.get("latency_statistic") == "mean"
+        else (f"p{series.get('latency_quantile', 0.99) * 100:g}")
+    )
+    gain = series.get("throughput_gain")
     cells = [
-        ("running / cap", f"{number(series.get('running'))} / {number(series.get('cap'))}"),
-        ("waiting", number(series.get("waiting"))),
-        ("preemptions/s", number(series.get("preemptions_per_second"), 2)),
-        ("KV cache", percent(series.get("kv_cache_usage"))),
-        (latency_label, seconds(series.get("latency_seconds"))),
-        ("budget used", percent(series.get("budget_utilization"))),
-        ("throughput gain", MISSING if series.get("throughput_gain") is None
-         else f"{series['throughput_gain']:.1f}x"),
-        ("static batching would use", percent(static["estimate"]) if static else MISSING),
+        batch_cell(series),
+        ("waiting", shown(series, "waiting", number(series.get("waiting")))),
+        ("preemptions/s", shown(series, "preemptions_per_second",
+                                number(series.get("preemptions_per_second"), 2))),
+        ("KV cache", shown(series, "kv_cache_usage", percent(series.get("kv_cache_usage")))),
+        (f"{statistic} latency", shown(series, "latency_seconds",
+                                       seconds(series.get("latency_seconds")))),
+        ("budget used", shown(series, "budget_utilization",
+                              percent(series.get("budget_utilization")))),
+        ("throughput gain", shown(series, "throughput_gain",
+                                  MISSING if gain is None else f"{gain:.1f}x")),
+        ("static batching would use", shown(series, "static_utilization",
+                                            percent(static["estimate"]) if static else MISSING)),
     ]  # fmt: skip
-    for row in (cells[:4], cells[4:]):
+    if series.get("token_cap") is not None:
+        cells.insert(1, ("batch tokens / token cap", shown(series, "batch_tokens",
+                         f"{number(series.get('batch_tokens'))} / "
+                         f"{number(series.get('token_cap'))}")))  # fmt: skip
+    for row in (cells[:-4], cells[-4:]):
         for column, (label, value) in zip(st.columns(len(row)), row, strict=True):
             column.metric(label, value)
 
@@ -149,19 +182,25 @@ def history_for(sources: ui.Sources, name: str, labels: dict | None,
 def charts_grid(frame, series: dict, name: str, now: float) -> None:
     episodes = saturation_episodes(frame, name)
     distribution = batch_size_frame(series.get("batch_size_distribution") or [])
+    # (the signal a chart draws, the chart): the same panels for every engine
     figures = [
-        charts.budget_chart(frame, DEFAULTS.saturation_threshold, episodes, now),
-        charts.running_chart(frame),
-        charts.waiting_chart(frame),
-        charts.kv_chart(frame, DEFAULTS.kv_high),
-        charts.preemptions_chart(frame),
-        charts.batch_distribution_chart(distribution, series.get("cap")),
-        charts.gain_chart(frame),
-        charts.static_chart(frame),
-    ]
+        ("budget_utilization",
+         charts.budget_chart(frame, DEFAULTS.saturation_threshold, episodes, now)),
+        ("running", charts.running_chart(frame)),
+        ("waiting", charts.waiting_chart(frame)),
+        ("kv_cache_usage", charts.kv_chart(frame, DEFAULTS.kv_high)),
+        ("preemptions_per_second", charts.preemptions_chart(frame)),
+        ("", charts.batch_distribution_chart(distribution, series.get("cap"))),
+        ("throughput_gain", charts.gain_chart(frame)),
+        ("static_utilization", charts.static_chart(frame)),
+    ]  # fmt: skip
     columns = st.columns(2)
-    for i, figure in enumerate(figures):
-        columns[i % 2].plotly_chart(figure, width="stretch", key=f"chart_{i}")
+    for i, (field, figure) in enumerate(figures):
+        if exposed(series, field):
+            columns[i % 2].plotly_chart(figure, width="stretch", key=f"chart_{i}")
+        else:
+            columns[i % 2].info(f"**{figure.layout.title.text}**: {NOT_EXPOSED} "
+                                f"({plain_markdown(series.get('engine') or '')}).")  # fmt: skip
     st.plotly_chart(charts.diagnosis_chart(frame), width="stretch", key="chart_diagnosis")
 
 

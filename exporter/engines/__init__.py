@@ -11,14 +11,19 @@ all read this registry.
 
 from __future__ import annotations
 
+from dataclasses import fields, replace
 from types import ModuleType
 
 from exporter import promtext
-from exporter.engines import inhouse, sglang, tgi, triton, vllm
+from exporter.engines import inhouse, llamacpp, rayserve, sglang, tgi, triton, trtllm, vllm
 from exporter.samples import group_by_name
 from exporter.snapshot import SeriesSnapshot
 
-ADAPTERS: dict[str, ModuleType] = {m.NAME: m for m in (vllm, inhouse, sglang, tgi, triton)}
+# Order matters where two adapters read the same series: the first one's fields win
+# (TensorRT-LLM's waiting requests over Triton's pending count for the same model).
+ADAPTERS: dict[str, ModuleType] = {
+    m.NAME: m for m in (vllm, inhouse, sglang, tgi, trtllm, triton, rayserve, llamacpp)
+}
 
 
 def engine_choices() -> tuple[str, ...]:
@@ -57,7 +62,29 @@ def read_series(text: str, engine: str = "auto") -> tuple[SeriesSnapshot, ...]:
         )
     families = [f for name in names for f in ADAPTERS[name].FAMILIES]
     by_name = group_by_name(promtext.parse(text, families))
-    series = tuple(s for name in names for s in ADAPTERS[name].to_series(by_name))
+    series = join_series([s for name in names for s in ADAPTERS[name].to_series(by_name)])
     if not series:
-        raise UnrecognisedPayload(f"no {'/'.join(names)} series in the payload")
+        raise UnrecognisedPayload(
+            f"no {'/'.join(names)} series in the payload (looked for "
+            + ", ".join(", ".join(ADAPTERS[name].FAMILIES) for name in names)
+            + ")"
+        )
     return series
+
+
+def join_series(series: list[SeriesSnapshot]) -> tuple[SeriesSnapshot, ...]:
+    """One series per key: where two adapters read the same model (Triton's counters and
+    its TensorRT-LLM backend's gauges), each field comes from the first that fills it."""
+    joined: dict = {}
+    for s in series:
+        first = joined.get(s.key)
+        if first is None:
+            joined[s.key] = s
+            continue
+        missing = {
+            f.name: getattr(s, f.name)
+            for f in fields(s)
+            if getattr(first, f.name) in (None, {}) and f.name != "engine"
+        }
+        joined[s.key] = replace(first, engine=f"{first.engine}+{s.engine}", **missing)
+    return tuple(joined.values())

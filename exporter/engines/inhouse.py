@@ -7,7 +7,14 @@ is read as the mean batch size over the window, against its own max-batch-size g
 from __future__ import annotations
 
 from exporter import instrumentation as names
-from exporter.samples import SamplesByName, histograms_by_key, series_key, values_by_key
+from exporter.samples import (
+    SamplesByName,
+    histograms_by_key,
+    histograms_by_kind,
+    of_key,
+    series_key,
+    values_by_key,
+)
 from exporter.snapshot import LabelKey, SeriesSnapshot
 
 NAME = "inhouse"
@@ -17,7 +24,7 @@ KEY_LABELS = ("batcher",)
 FAMILIES = (
     names.QUEUE_DEPTH, names.BATCH_SIZE, names.REQUEST_LATENCY, names.QUEUE_WAIT,
     names.EXECUTION, names.BATCH_EXECUTION_BY_SIZE, names.REQUESTS,
-    names.MAX_BATCH_SIZE, names.MAX_WAIT, names.LATENCY_BUDGET,
+    names.MAX_BATCH_SIZE, names.MAX_WAIT, names.LATENCY_BUDGET, names.BATCH_TOKENS,
 )  # fmt: skip
 LATENCY_FAMILIES = {
     "e2e": names.REQUEST_LATENCY,
@@ -49,10 +56,12 @@ def to_series(by_name: SamplesByName) -> list[SeriesSnapshot]:
     max_wait = values_by_key(by_name, names.MAX_WAIT, KEY_LABELS)
     ok = values_by_key(by_name, names.REQUESTS + "_total", KEY_LABELS, where={"outcome": "ok"})
     batch_size = histograms_by_key(by_name, names.BATCH_SIZE, KEY_LABELS)
-    latency = {
-        kind: histograms_by_key(by_name, family, KEY_LABELS)
-        for kind, family in LATENCY_FAMILIES.items()
-    }
+    # Every kind adds up to the positions batched; the padding kind alone is the waste.
+    batch_tokens = values_by_key(by_name, names.BATCH_TOKENS + "_total", KEY_LABELS)
+    padding = values_by_key(
+        by_name, names.BATCH_TOKENS + "_total", KEY_LABELS, where={"kind": "padding"}
+    )
+    latency = histograms_by_kind(by_name, LATENCY_FAMILIES, KEY_LABELS)
     by_size = _execution_by_size(by_name)
     keys = sorted(set(depth) | set(batch_size))
     return [
@@ -66,7 +75,9 @@ def to_series(by_name: SamplesByName) -> list[SeriesSnapshot]:
             requests_total=ok.get(key),
             items_total=batch_size[key].sum if key in batch_size else None,
             batches_total=batch_size[key].count if key in batch_size else None,
-            latency={kind: h[key] for kind, h in latency.items() if key in h},
+            batch_tokens_total=batch_tokens.get(key),
+            padding_tokens_total=padding.get(key),
+            latency=of_key(latency, key),
             batch_size=batch_size.get(key),
             execution_by_size=by_size.get(key, {}),
         )

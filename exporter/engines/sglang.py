@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-from exporter.samples import SamplesByName, histograms_by_key, values_by_key
+from exporter.samples import (
+    SamplesByName,
+    histograms_by_kind,
+    of_key,
+    values_by_key,
+)
 from exporter.snapshot import SeriesSnapshot
 
 NAME = "sglang"
@@ -26,10 +31,7 @@ def to_series(by_name: SamplesByName) -> list[SeriesSnapshot]:
     waiting = values_by_key(by_name, WAITING, KEY_LABELS)
     usage = values_by_key(by_name, TOKEN_USAGE, KEY_LABELS)
     tokens = values_by_key(by_name, GENERATION_TOKENS + "_total", KEY_LABELS)
-    latency = {
-        kind: histograms_by_key(by_name, family, KEY_LABELS)
-        for kind, family in LATENCY_FAMILIES.items()
-    }
+    latency = histograms_by_kind(by_name, LATENCY_FAMILIES, KEY_LABELS)
     finished = {key: h.count for key, h in latency["e2e"].items()}
     return [
         SeriesSnapshot(
@@ -40,7 +42,7 @@ def to_series(by_name: SamplesByName) -> list[SeriesSnapshot]:
             kv_usage=usage.get(key),
             requests_total=finished.get(key),
             generation_tokens_total=tokens.get(key),
-            latency={kind: h[key] for kind, h in latency.items() if key in h},
+            latency=of_key(latency, key),
         )
         for key in sorted(set(running) | set(waiting))
     ]

@@ -9,7 +9,13 @@ and `kv_cache_memory_bytes` from 0.11 on, `num_gpu_blocks` and `block_size` befo
 from __future__ import annotations
 
 from exporter.advice import kv_capacity_tokens
-from exporter.samples import SamplesByName, histograms_by_key, values_by_key
+from exporter.samples import (
+    SamplesByName,
+    histograms_by_key,
+    histograms_by_kind,
+    of_key,
+    values_by_key,
+)
 from exporter.snapshot import LabelKey, SeriesSnapshot
 
 NAME = "vllm"
@@ -90,10 +96,7 @@ def to_series(by_name: SamplesByName) -> list[SeriesSnapshot]:
     output_tokens = histograms_by_key(by_name, OUTPUT_TOKENS, KEY_LABELS)
     prompt_tokens = histograms_by_key(by_name, PROMPT_TOKENS, KEY_LABELS)
     cache_configs = cache_config_by_engine(by_name)
-    latency = {
-        kind: histograms_by_key(by_name, family, KEY_LABELS)
-        for kind, family in LATENCY_FAMILIES.items()
-    }
+    latency = histograms_by_kind(by_name, LATENCY_FAMILIES, KEY_LABELS)
     keys = sorted(set(running) | set(waiting) | set(kv) | set(preemptions) | set(finished))
     return [
         SeriesSnapshot(
@@ -106,7 +109,7 @@ def to_series(by_name: SamplesByName) -> list[SeriesSnapshot]:
             kv_usage=kv.get(key),
             requests_total=finished.get(key),
             generation_tokens_total=tokens.get(key),
-            latency={kind: h[key] for kind, h in latency.items() if key in h},
+            latency=of_key(latency, key),
             output_tokens=output_tokens.get(key),
             prompt_tokens=prompt_tokens.get(key),
             **_cache_config_of(key, cache_configs),

@@ -59,7 +59,8 @@ def exporter_command(target_url: str, listen_port: int) -> list[str]:
         *base,
         "--target", target_url,
         "--name", "vllm",
-        "--engine", "vllm",
+        # auto: the exporter must recognise a real vLLM from its payload alone
+        "--engine", "auto",
         "--cap", str(CAP),
         "--budget-seconds", str(BUDGET_S),
         "--listen", f"127.0.0.1:{listen_port}",
@@ -289,6 +290,13 @@ def test_continuous_batching_at_cap(vllm: VllmManager, exporter: Exporter):
     srv = vllm.ensure(CAP_ARGS)
     t = wait_for(lambda t: t["up"] and t["total"].get("running") is not None, 15, "up", exporter)
     assert t["total"]["running"] == 0
+    # --engine auto recognised the real vLLM: one series, read by the vllm adapter
+    assert [s["engine"] for s in t["series"]] == ["vllm"], t["series"]
+    assert t["series"][0]["not_exposed"] == [
+        "mean_batch_size",
+        "batch_tokens",
+        "throughput_gain",
+    ], t["series"][0]["not_exposed"]
     up = up_lines(exporter.metrics_text())
     assert up and all(sample_value(ln) == 1.0 for ln in up), up
 
