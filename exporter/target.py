@@ -9,7 +9,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from exporter.advice import Advice, AdviceInputs, advise, cost_per_batch
+from exporter.advice import Advice, AdviceInputs, advise
+from exporter.capacity import cost_per_batch
 from exporter.histogram import Histogram, histogram_increase, histogram_quantile
 from exporter.signals import (
     Diagnosis,

@@ -8,7 +8,7 @@ and `kv_cache_memory_bytes` from 0.11 on, `num_gpu_blocks` and `block_size` befo
 
 from __future__ import annotations
 
-from exporter.advice import kv_capacity_tokens
+from exporter.capacity import kv_capacity_tokens
 from exporter.samples import (
     SamplesByName,
     histograms_by_key,
