@@ -128,7 +128,7 @@ async def drive(
     """Run `make_load(session)` while the exporter scrapes every INTERVAL_S and
     `on_sample(text, t)` reads the server's /metrics every SAMPLE_S (after the warm-up,
     while load is offered). Returns the load's result and the signals of the last round
-    taken while load was offered."""
+    that reached the server while load was offered."""
     timeout = aiohttp.ClientTimeout(total=120)
     async with aiohttp.ClientSession(timeout=timeout) as session:
         task = asyncio.create_task(make_load(session))
@@ -141,8 +141,10 @@ async def drive(
             if now >= next_round:
                 await exporter.run_round(session)
                 next_round += INTERVAL_S
-                if elapsed < phase_seconds:
-                    last = exporter.current()[0]
+                current = exporter.current()[0]
+                # A scrape can time out on a loaded machine: keep the last answered round.
+                if elapsed < phase_seconds and current.up:
+                    last = current
             if warmup_seconds <= elapsed < phase_seconds:
                 async with session.get(f"{url}/metrics") as response:
                     on_sample(await response.text(), elapsed)
