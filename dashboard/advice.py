@@ -16,6 +16,11 @@ NEXT_STEP: dict[str, str] = {
     "down": "Check that the server runs and that its /metrics URL answers from the "
     "exporter's machine (host, port, firewall, credentials); the exporter's log has the "
     "scrape error.",
+    "unreadable": "The server answers, but a value in its /metrics cannot be read (the "
+    "reason names it): check the server's version and metric labels; the other targets are "
+    "unaffected.",
+    "no_data": "The server answers with its metrics registered but no samples yet: send a "
+    "request, or check that its metrics (stats logging) are enabled.",
     "budget_saturated": "The budget is too tight for this traffic, or the server needs "
     "more capacity: raise the budget, add replicas, or shed load. Batching cannot buy "
     "more headroom here.",

@@ -76,8 +76,18 @@ def signals(base: str) -> dict:
     return get_json(api_url(base, "/api/v1/signals"))
 
 
+# More points than any history keeps: the exporter answers each target's whole history.
+ALL_POINTS = 1_000_000
+
+
 def history(base: str, target: str | None = None) -> dict:
-    """One target's history ({"target", "points"}) or, without a target, every target's."""
-    if target is None:
-        return get_json(api_url(base, "/api/v1/history"))
-    return get_json(api_url(base, "/api/v1/history", target=target))
+    """One target's history ({"target", "points"}) or, without a target, every target's
+    ({"targets": name -> points}, gathered from the exporter's pages of targets)."""
+    if target is not None:
+        return get_json(api_url(base, "/api/v1/history", target=target))
+    first = get_json(api_url(base, "/api/v1/history", points=str(ALL_POINTS)))
+    targets = dict(first["targets"])
+    for page in range(1, first["pages"]):
+        body = get_json(api_url(base, "/api/v1/history", points=str(ALL_POINTS), page=str(page)))
+        targets.update(body["targets"])
+    return {**first, "targets": targets}

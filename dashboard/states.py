@@ -21,6 +21,7 @@ class StateLook:
 
 STATES: dict[str, StateLook] = {
     "down": StateLook("down", "red", "#7f1d1d", 0),
+    "unreadable": StateLook("unreadable payload", "red", "#991b1b", 0),
     "budget_saturated": StateLook("budget saturated", "red", "#dc2626", 1),
     "stalled": StateLook("stalled", "violet", "#7c3aed", 2),
     "memory_bound": StateLook("memory-bound", "orange", "#ea580c", 3),
@@ -29,6 +30,7 @@ STATES: dict[str, StateLook] = {
     "queueing": StateLook("queueing", "blue", "#0891b2", 6),
     "underloaded": StateLook("underloaded", "gray", "#64748b", 8),
     "idle": StateLook("idle", "gray", "#94a3b8", 9),
+    "no_data": StateLook("no data yet", "gray", "#cbd5e1", 9),
     "healthy": StateLook("healthy", "green", "#16a34a", 10),
 }
 UNKNOWN_SEVERITY = 7

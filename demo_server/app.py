@@ -10,7 +10,12 @@ service and Prometheus registry), so tests can run several in one process.
   `vllm bench serve` among them, ask for it first).
 - `GET /health`, `GET /metrics` (vLLM's names, see `vllm_metrics`).
 - `GET|POST /admin/config`: batch cap and embedding batch settings at run time; answers
-  only requests from 127.0.0.1 or ::1.
+  only requests from 127.0.0.1 or ::1 that name a local `Host` (a DNS-rebinding page
+  names its own), and, when the server has an admin token, carry it as a bearer token.
+
+A request body over MAX_REQUEST_BYTES gets a 413 before it is read further, with or
+without Content-Length. A failing embedding answers 500 without the exception's text
+(the server log has it).
 
 A malformed request gets a 400 whose message names the field, before anything is queued.
 A full queue answers 429 with Retry-After. A client that disconnects has its request
@@ -24,11 +29,12 @@ import asyncio
 import codecs
 import contextlib
 import gc
+import hmac
 import json
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, Request
@@ -43,6 +49,7 @@ from prometheus_client import (
     generate_latest,
 )
 from pydantic import BaseModel, ConfigDict, Field
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from demo_server.batcher import ItemError
 from demo_server.batcher_settings import BatcherSettings
@@ -66,6 +73,10 @@ from demo_server.vllm_metrics import SchedulerCollector, VllmRequestMetrics
 log = logging.getLogger(__name__)
 
 LOCAL_HOSTS = frozenset({"127.0.0.1", "::1"})
+# Host names a local admin request may carry (without the port).
+LOCAL_HOST_NAMES = frozenset({"127.0.0.1", "localhost", "[::1]", "::1"})
+# The largest request body read: a prompt or a list of inputs fits many times over.
+MAX_REQUEST_BYTES = 4 * 1024 * 1024
 MAX_NUM_SEQS_LIMIT = 256  # each slot holds a full-length KV cache (1 MiB at this model size)
 MAX_EMBEDDING_INPUTS = 2048  # OpenAI's limit per request
 
@@ -86,6 +97,8 @@ class ServerConfig:
     request_log: str | None = None
     model_name: str = "batchscope-demo"
     seed: int = 0
+    # Required as a bearer token on /admin/config when set; never shown.
+    admin_token: str | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         if not 1 <= self.max_num_seqs <= MAX_NUM_SEQS_LIMIT:
@@ -142,8 +155,9 @@ def error_response(
     status: int, message: str, *, param: str | None = None, headers: dict[str, str] | None = None
 ) -> JSONResponse:
     """An OpenAI-style error body: {"error": {"message", "type", "param", "code"}}."""
-    kinds = {400: "BadRequestError", 403: "PermissionDeniedError", 404: "NotFoundError",
-             429: "RateLimitError", 503: "ServiceUnavailableError"}  # fmt: skip
+    kinds = {400: "BadRequestError", 401: "AuthenticationError", 403: "PermissionDeniedError",
+             404: "NotFoundError", 413: "RequestTooLargeError", 429: "RateLimitError",
+             503: "ServiceUnavailableError"}  # fmt: skip
     body = {
         "error": {
             "message": message,
@@ -173,6 +187,59 @@ async def _client_gone(request: Request) -> None:
     for the disconnect)."""
     while (await request.receive())["type"] != "http.disconnect":
         pass
+
+
+class BodyLimit:
+    """ASGI middleware: a body over `max_bytes` is answered 413 and never read whole.
+
+    Content-Length over the limit is refused at once; a body without one is counted as
+    it arrives and refused when it passes the limit. The body read is replayed to the app.
+    """
+
+    def __init__(self, app: Any, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        declared = dict(scope["headers"]).get(b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
+            return await self._refuse(scope, receive, send)
+        chunks, size = [], 0
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                return await self.app(scope, _replay([message], receive), send)
+            size += len(message.get("body", b""))
+            if size > self.max_bytes:
+                return await self._refuse(scope, receive, send)
+            chunks.append(message.get("body", b""))
+            if not message.get("more_body", False):
+                break
+        whole = {"type": "http.request", "body": b"".join(chunks), "more_body": False}
+        await self.app(scope, _replay([whole], receive), send)
+
+    async def _refuse(self, scope: dict, receive: Any, send: Any) -> None:
+        response = error_response(413, f"the request body is over {self.max_bytes} bytes")
+        await response(scope, receive, send)
+
+
+def _replay(messages: list[dict], receive: Any) -> Any:
+    """A `receive` that gives `messages` first, then the connection's own."""
+    pending = list(messages)
+
+    async def replayed() -> dict:
+        return pending.pop(0) if pending else await receive()
+
+    return replayed
+
+
+def _host_name(host_header: str) -> str:
+    """The Host header without its port (an IPv6 literal keeps its brackets)."""
+    if host_header.startswith("["):
+        return host_header[: host_header.find("]") + 1]
+    return host_header.rsplit(":", 1)[0]
 
 
 class _Server:
@@ -286,14 +353,31 @@ def create_app(config: ServerConfig) -> FastAPI:
         message, field = validation_message(error)
         return error_response(400, message, param=field)
 
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(_: Request, error: StarletteHTTPException) -> JSONResponse:
+        # e.g. a body that is not UTF-8 JSON at all: the same error shape as every other
+        return error_response(error.status_code, str(error.detail), headers=error.headers)
+
+    app.add_middleware(BodyLimit, max_bytes=MAX_REQUEST_BYTES)
+    expected_token = (
+        f"Bearer {config.admin_token}".encode() if config.admin_token is not None else None
+    )
+
     def local_only(request: Request) -> None:
         host = request.client.host if request.client else None
         if host not in LOCAL_HOSTS:
-            raise _Forbidden()
+            raise _Forbidden("the admin endpoint answers only 127.0.0.1 and ::1")
+        # A DNS-rebinding page reaches 127.0.0.1 under its own name: refuse that Host.
+        if _host_name(request.headers.get("host", "")) not in LOCAL_HOST_NAMES:
+            raise _Forbidden("the admin endpoint answers only requests for a local Host")
+        if expected_token is not None:
+            given = request.headers.get("authorization", "").encode()
+            if not hmac.compare_digest(given, expected_token):
+                raise _Forbidden("the admin endpoint needs the admin token", status=401)
 
     @app.exception_handler(_Forbidden)
-    async def forbidden(_: Request, __: _Forbidden) -> JSONResponse:
-        return error_response(403, "the admin endpoint answers only 127.0.0.1 and ::1")
+    async def forbidden(_: Request, refusal: _Forbidden) -> JSONResponse:
+        return error_response(refusal.status, str(refusal))
 
     @app.post("/v1/completions", response_model=None)
     async def completions(body: CompletionRequest, request: Request) -> Response:
@@ -361,7 +445,11 @@ def create_app(config: ServerConfig) -> FastAPI:
                 429, str(error), headers={"Retry-After": str(error.retry_after_seconds)}
             )
         except ItemError as error:
-            return error_response(500, f"input: {error.message}", param="input")
+            # The exception's text may name paths and internals: it stays in the log.
+            log.warning("embedding failed: %s", error.message)
+            return error_response(
+                500, "input: the embedding failed; the server log has the details", param="input"
+            )
         prompt_tokens = sum(len(encode_prompt(t)) for t in texts)
         return JSONResponse(
             {
@@ -434,7 +522,11 @@ def create_app(config: ServerConfig) -> FastAPI:
 
 
 class _Forbidden(Exception):
-    """A non-local client asked for an admin endpoint."""
+    """A request the admin endpoint refuses: not local, a foreign Host, no token."""
+
+    def __init__(self, message: str, status: int = 403) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 def _usage(result: CompletionResult) -> dict[str, int]:

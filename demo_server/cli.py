@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from types import FrameType
 
 import torch
@@ -87,6 +89,14 @@ def build_parser() -> argparse.ArgumentParser:
         default=defaults.max_queue,
         help="waiting requests (and embedding items) beyond this get 429 (default %(default)s)",
     )
+    admin = server.add_mutually_exclusive_group()
+    admin.add_argument(
+        "--admin-token-env",
+        metavar="NAME",
+        help="environment variable holding a token /admin/config requires (as a bearer "
+        "token) besides coming from 127.0.0.1",
+    )
+    admin.add_argument("--admin-token-file", metavar="PATH", help="that token from a file")
     server.add_argument(
         "--request-log",
         metavar="PATH",
@@ -165,6 +175,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     torch.set_num_threads(args.torch_threads)
+    try:
+        admin_token = _admin_token(args.admin_token_env, args.admin_token_file)
+    except ValueError as error:
+        parser.error(str(error))
     config = ServerConfig(
         host=args.host,
         port=args.port,
@@ -182,6 +196,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         request_log=args.request_log,
         model_name=args.model_name,
         seed=args.seed,
+        admin_token=admin_token,
     )
     try:
         app = create_app(config)
@@ -194,6 +209,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     # re-raises the signal to the handler above.
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
     return 0
+
+
+def _admin_token(env: str | None, path: str | None) -> str | None:
+    """The admin token from the environment variable or file; ValueError naming where
+    (never the token) when it is unset, empty or unreadable."""
+    if env is not None:
+        token, where = os.environ.get(env, "").strip(), f"environment variable {env}"
+    elif path is not None:
+        try:
+            token, where = Path(path).read_text(encoding="utf-8").strip(), f"file {path}"
+        except (OSError, UnicodeDecodeError):
+            raise ValueError(f"--admin-token-file: cannot read {path}") from None
+    else:
+        return None
+    if not token:
+        raise ValueError(f"the admin token in {where} is empty")
+    return token
 
 
 def _exit_cleanly(signum: int, frame: FrameType | None) -> None:

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict
 from typing import Any
 
-from exporter.config import Target
+from exporter.config import Target, redacted_url
 from exporter.target import SeriesSignals, TargetSignals
 
 API_VERSION = 1
@@ -61,7 +61,7 @@ def target_json(signals: TargetSignals) -> dict[str, Any]:
     """One target at its latest evaluation: up/down, each series and the total."""
     return {
         "target": signals.target,
-        "url": signals.url,
+        "url": redacted_url(signals.url),
         "labels": dict(signals.extra_labels),
         "t": signals.t,
         "up": signals.up,
@@ -152,9 +152,50 @@ def history_response(target: str, points: Sequence[dict[str, Any]]) -> dict[str,
     return _versioned({"target": target, "points": list(points)})
 
 
-def all_histories_response(histories: Mapping[str, Sequence[dict[str, Any]]]) -> dict[str, Any]:
-    """GET /api/v1/history without a target: every target's points by name."""
-    return _versioned({"targets": {name: list(points) for name, points in histories.items()}})
+# GET /api/v1/history without a target answers a page of targets, the last points of each:
+# a bounded body whatever the fleet and history sizes.
+HISTORY_PAGE_TARGETS = 100
+DEFAULT_POINTS_PER_TARGET = 60
+
+
+class BadRequest(ValueError):
+    """A query parameter out of range; `str()` is the error answered with HTTP 400."""
+
+
+def history_page_request(query: Mapping[str, str], history_points: int) -> tuple[int, int]:
+    """(page, points per target) from the query of GET /api/v1/history; raises BadRequest.
+    More points than a history keeps means all of them."""
+
+    def whole(name: str, default: int) -> int:
+        text = query.get(name)
+        if text is None:
+            return default
+        if not text.isdigit() or (name == "points" and int(text) < 1):
+            lowest = 1 if name == "points" else 0
+            raise BadRequest(f"{name} must be a whole number >= {lowest}")
+        return int(text)
+
+    points = whole("points", DEFAULT_POINTS_PER_TARGET)
+    return whole("page", 0), min(points, history_points)
+
+
+def pages(targets: int) -> int:
+    """How many pages of HISTORY_PAGE_TARGETS targets hold `targets` (at least one)."""
+    return max(1, -(-targets // HISTORY_PAGE_TARGETS))
+
+
+def all_histories_response(
+    histories: Mapping[str, Sequence[dict[str, Any]]], page: int, page_count: int, points: int
+) -> dict[str, Any]:
+    """GET /api/v1/history without a target: one page of targets, their last points each."""
+    return _versioned(
+        {
+            "page": page,
+            "pages": page_count,
+            "points_per_target": points,
+            "targets": {name: list(p) for name, p in histories.items()},
+        }
+    )
 
 
 # ---------------------------------------------------------------- /api/v1/targets
@@ -163,13 +204,14 @@ def all_histories_response(histories: Mapping[str, Sequence[dict[str, Any]]]) ->
 def targets_response(
     targets: Iterable[Target], interval_seconds: float, window_seconds: float
 ) -> dict[str, Any]:
-    """GET /api/v1/targets: what is monitored and how it is judged (never credentials)."""
+    """GET /api/v1/targets: what is monitored and how it is judged (never credentials, and
+    query values, which may hold keys, redacted)."""
     return _versioned(
         {
             "targets": [
                 {
                     "name": t.name,
-                    "url": t.url,
+                    "url": redacted_url(t.url),
                     "engine": t.engine,
                     "cap": t.cap,
                     "token_cap": t.token_cap,

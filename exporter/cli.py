@@ -6,14 +6,17 @@ import argparse
 import asyncio
 import logging
 import signal
+import ssl
 import sys
 
 from aiohttp import web
 
 from exporter.alertmanager import AlertmanagerDelivery
 from exporter.config import ConfigError, Settings
+from exporter.exposure import exposure_warnings
 from exporter.flags import add_arguments, settings_from_args
 from exporter.runtime import Exporter
+from exporter.scrape import read_secret
 from exporter.server import create_app
 
 log = logging.getLogger("batchscope.exporter")
@@ -41,14 +44,38 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _web_token(settings: Settings) -> str | None:
+    if settings.web_token_env is None and settings.web_token_file is None:
+        return None
+    return read_secret("web token", settings.web_token_env, settings.web_token_file)
+
+
+def _tls(settings: Settings) -> ssl.SSLContext | None:
+    if settings.tls_cert_file is None:
+        return None
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    try:
+        context.load_cert_chain(settings.tls_cert_file, settings.tls_key_file)
+    except (OSError, ssl.SSLError) as err:
+        raise ConfigError(f"TLS: cannot load {settings.tls_cert_file}: {err}") from None
+    return context
+
+
 async def serve(settings: Settings) -> int:
     """Run until SIGINT/SIGTERM; returns the exit code."""
+    try:
+        token, tls = _web_token(settings), _tls(settings)
+    except ConfigError as err:
+        print(f"batchscope-exporter: error: {err}", file=sys.stderr)
+        return 2
     exporter = Exporter(settings)
+    for warning in exposure_warnings(settings, exporter.targets()):
+        log.warning("%s", warning)
     host, port = settings.listen_host_port()
-    runner = web.AppRunner(create_app(exporter), access_log=None)
+    runner = web.AppRunner(create_app(exporter, token), access_log=None)
     await runner.setup()
     try:
-        await web.TCPSite(runner, host, port).start()
+        await web.TCPSite(runner, host, port, ssl_context=tls).start()
     except OSError as err:
         await runner.cleanup()
         print(f"batchscope-exporter: error: cannot listen on {host}:{port}: {err}", file=sys.stderr)
@@ -58,8 +85,8 @@ async def serve(settings: Settings) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     log.info(
-        "scraping %d target(s) every %g s; serving http://%s:%d/metrics and /api/v1/signals",
-        len(exporter.states), settings.interval_seconds, host, port,
+        "scraping %d target(s) every %g s; serving %s://%s:%d/metrics and /api/v1/signals",
+        len(exporter.states), settings.interval_seconds, "https" if tls else "http", host, port,
     )  # fmt: skip
     tasks = [exporter.run_forever(stop)]
     if settings.alertmanager_url:

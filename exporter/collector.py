@@ -6,10 +6,12 @@ A value that cannot be known is left out, never filled with a made-up number.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable
 
 from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
 
 from exporter.signals import DIAGNOSIS_STATES
 from exporter.target import SeriesSignals, TargetSignals
@@ -61,6 +63,30 @@ def _labels(target: TargetSignals, series: SeriesSignals) -> dict[str, str]:
     return {"target": target.target, **target.extra_labels, **series.labels}
 
 
+def _escape(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def render_exposition(families: Iterable[Metric]) -> bytes:
+    """The text exposition (0.0.4) of gauge and counter families: byte for byte what
+    prometheus_client's generate_latest writes, several times faster at a fleet's size,
+    since each label set (a target's, a series') is escaped once for all its metrics."""
+    label_texts: dict[tuple[tuple[str, str], ...], str] = {}
+    out: list[str] = []
+    for metric in families:
+        name = metric.name + "_total" if metric.type == "counter" else metric.name
+        help_text = metric.documentation.replace("\\", "\\\\").replace("\n", "\\n")
+        out.append(f"# HELP {name} {help_text}\n# TYPE {name} {metric.type}\n")
+        for sample in metric.samples:
+            key = tuple(sample.labels.items())
+            labels = label_texts.get(key)
+            if labels is None:
+                pairs = ",".join(f'{k}="{_escape(v)}"' for k, v in sorted(key))
+                labels = label_texts[key] = f"{{{pairs}}}" if pairs else ""
+            out.append(f"{sample.name}{labels} {floatToGoString(sample.value)}\n")
+    return "".join(out).encode()
+
+
 def _statistic(series: SeriesSignals) -> str:
     """The `quantile` label: the quantile, or `mean` where the engine exposes only a mean."""
     return "mean" if series.latency_statistic == "mean" else f"{series.latency_quantile:g}"
@@ -102,18 +128,32 @@ class SignalsCollector(Collector):
             "One number of advice (kind label: what it is; /api/v1/advice has its inputs, "
             "confidence and the sentence).",
         )
+        errors = Metric(
+            "batchscope_target_errors",
+            "Payloads of the target that could not be read or evaluated, by reason.",
+            "counter",
+        )
+        resets = Metric(
+            "batchscope_window_resets",
+            "Times the target's window started again, by reason (engine_changed).",
+            "counter",
+        )
         for t in targets:
             target_labels = {"target": t.target, **t.extra_labels}
             up.add_sample(up.name, target_labels, 1.0 if t.up else 0.0)
+            for counter, counts in ((errors, t.errors_total), (resets, t.window_resets_total)):
+                for reason, count in sorted(counts.items()):
+                    counter.add_sample(counter.name + "_total",
+                                       {**target_labels, "reason": reason}, float(count))  # fmt: skip
             if t.scrape_seconds is not None:
                 duration.add_sample(duration.name, target_labels, t.scrape_seconds)
             for s in (*t.series, t.total) if t.up else (t.total,):
                 labels = _labels(t, s)
                 for name, _, attribute in SERIES_GAUGES:
                     value = getattr(s, attribute)
-                    if value is not None:
+                    if value is not None and math.isfinite(value):
                         gauges[name].add_sample(name, labels, float(value))
-                if s.latency_seconds is not None:
+                if s.latency_seconds is not None and math.isfinite(s.latency_seconds):
                     latency.add_sample(
                         latency.name,
                         {**labels, "quantile": _statistic(s), "histogram": s.latency_histogram},
@@ -128,7 +168,8 @@ class SignalsCollector(Collector):
                         static.add_sample(static.name, {**labels, "bound": bound}, value)
                     gain.add_sample(gain.name, labels, u.continuous_batching_gain)
                 for item in s.advice.items:
-                    advice.add_sample(advice.name, {**labels, "kind": item.kind}, item.value)
+                    if math.isfinite(item.value):
+                        advice.add_sample(advice.name, {**labels, "kind": item.kind}, item.value)
                 for state in DIAGNOSIS_STATES:
                     diagnosis.add_sample(
                         diagnosis.name,
@@ -144,3 +185,5 @@ class SignalsCollector(Collector):
         yield gain
         yield diagnosis
         yield advice
+        yield errors
+        yield resets

@@ -11,6 +11,7 @@ command line is `flags`.
 
 from __future__ import annotations
 
+import hashlib
 import ipaddress
 import math
 import re
@@ -117,6 +118,25 @@ class Settings:
     history_points: int = 720
     # Where the exporter posts its own alerts (Alertmanager's base URL); None: it does not.
     alertmanager_url: str | None = None
+    # Samples of the engine's families one payload may hold, as Prometheus's sample_limit.
+    sample_limit: int = 50_000
+    # The exporter's own endpoints: a bearer token every request but /health must carry
+    # (where it lives, never the token), and TLS. Both off by default, on 127.0.0.1.
+    web_token_env: str | None = None
+    web_token_file: str | None = None
+    tls_cert_file: str | None = None
+    tls_key_file: str | None = None
+    # "K/N": this exporter keeps the targets whose name hashes to K modulo N (`in_shard`).
+    shard: str | None = None
+
+    def in_shard(self, name: str) -> bool:
+        """Whether this exporter monitors the target `name`: always without a shard, else
+        when md5(name)'s last 8 bytes modulo N are K, as Prometheus's hashmod computes."""
+        if self.shard is None:
+            return True
+        index, count = (int(part) for part in self.shard.split("/"))
+        digest = hashlib.md5(name.encode(), usedforsecurity=False).digest()
+        return int.from_bytes(digest[8:], "big") % count == index
 
     def __post_init__(self) -> None:
         if self.timeout_seconds is None:
@@ -166,6 +186,14 @@ def _positive(value: object) -> float:
     return number
 
 
+def _cap(value: object) -> float:
+    """A batch cap: a whole number of sequences, at least 1 (256 and 256.0 alike)."""
+    number = _positive(value)
+    if not number.is_integer():
+        raise _Invalid(f"must be a whole number >= 1 (got {as_written(value)})")
+    return number
+
+
 def _non_negative(value: object) -> float:
     number = _number(value)
     if number < 0:
@@ -193,6 +221,14 @@ def _count(value: object) -> int:
     if value < 1:
         raise _Invalid(f"must be >= 1 (got {value})")
     return value
+
+
+def _shard(value: object) -> str:
+    text = _text(value)
+    index, slash, count = text.partition("/")
+    if not (slash and index.isdigit() and count.isdigit() and int(index) < int(count)):
+        raise _Invalid(f"must be K/N with 0 <= K < N, e.g. 0/4 (got {text!r})")
+    return f"{int(index)}/{int(count)}"
 
 
 def _text(value: object) -> str:
@@ -256,6 +292,24 @@ def _http_url(value: object) -> str:
     return text
 
 
+def redacted_url(url: str) -> str:
+    """The URL with every query value replaced: `__param_*` values may hold keys."""
+    parts = urlsplit(url)
+    if not parts.query:
+        return url
+    names = [pair.split("=", 1)[0] for pair in parts.query.split("&")]
+    return urlunsplit(parts._replace(query="&".join(f"{n}=REDACTED" for n in names)))
+
+
+def redact_url_in(text: str, url: str) -> str:
+    """`text` (an error message) with the URL and its query shown as `redacted_url` does."""
+    query = urlsplit(url).query
+    if not query:
+        return text
+    redacted = redacted_url(url)
+    return text.replace(url, redacted).replace(query, urlsplit(redacted).query)
+
+
 def _split_host_port(text: str) -> tuple[str, int]:
     """HOST:PORT or [IPv6]:PORT, port 0-65535; an empty host is returned as ''."""
     if text.startswith("["):
@@ -299,7 +353,7 @@ _TARGET_FIELDS: dict[str, Callable[[object], Any]] = {
     "name": _name,
     "url": _url,
     "engine": _engine,
-    "cap": _positive,
+    "cap": _cap,
     "token_cap": _positive,
     "budget_seconds": _positive,
     "quantile": _quantile,
@@ -317,6 +371,12 @@ _SETTINGS_FIELDS: dict[str, tuple[Callable[[object], Any], str]] = {
     "timeout_seconds": (_positive, "--timeout-seconds"),
     "max_response_bytes": (_count, "--max-response-bytes"),
     "history_points": (_count, "--history-points"),
+    "sample_limit": (_count, "--sample-limit"),
+    "web_token_env": (_env_name, "--web-token-env"),
+    "web_token_file": (_text, "--web-token-file"),
+    "tls_cert_file": (_text, "--tls-cert-file"),
+    "tls_key_file": (_text, "--tls-key-file"),
+    "shard": (_shard, "--shard"),
     "alertmanager_url": (_http_url, "--alertmanager-url"),
 }
 SETTINGS_FLAGS = {key: flag for key, (_, flag) in _SETTINGS_FIELDS.items()}
@@ -369,6 +429,13 @@ def settings_from_values(
             f"{origins['interval_seconds']}: must be <= window_seconds "
             f"({settings.window_seconds:g}, the default) (got {interval:g})"
         )
+    if settings.web_token_env is not None and settings.web_token_file is not None:
+        raise ConfigError(
+            f"{origins['web_token_file']}: give web_token_env or web_token_file, not both"
+        )
+    if (settings.tls_cert_file is None) != (settings.tls_key_file is None):
+        given = "tls_cert_file" if settings.tls_cert_file is not None else "tls_key_file"
+        raise ConfigError(f"{origins[given]}: TLS needs both tls_cert_file and tls_key_file")
     timeout = settings.timeout_seconds
     if "timeout_seconds" in origins and timeout is not None and timeout > interval:
         raise ConfigError(

@@ -142,6 +142,33 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"largest /metrics body accepted (default: {setting['max_response_bytes']})",
     )
     group.add_argument(
+        "--sample-limit",
+        type=int,
+        metavar="N",
+        help="most samples of the engine's metrics one payload may hold, else the target "
+        f"is down, as Prometheus's sample_limit (default: {setting['sample_limit']})",
+    )
+    group.add_argument(
+        "--shard",
+        metavar="K/N",
+        help="monitor only the targets whose name hashes to K modulo N (Prometheus's "
+        "hashmod): N exporters with 0/N .. N-1/N share one fleet file",
+    )
+    group = parser.add_argument_group(
+        "the exporter's own endpoints (off by default; advised beyond 127.0.0.1)"
+    )
+    group.add_argument(
+        "--web-token-env",
+        metavar="NAME",
+        help="environment variable holding a bearer token every request but /health must carry",
+    )
+    group.add_argument(
+        "--web-token-file", metavar="PATH", help="file holding that token (instead of the env)"
+    )
+    group.add_argument("--tls-cert-file", metavar="PATH", help="serve HTTPS with this cert (PEM)")
+    group.add_argument("--tls-key-file", metavar="PATH", help="and this private key (PEM)")
+    group = parser.add_argument_group("history and alerts")
+    group.add_argument(
         "--history-points",
         type=int,
         metavar="N",

@@ -7,9 +7,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
+import itertools
 import logging
+import math
 import time
-from collections import deque
+import zlib
+from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -17,19 +21,39 @@ import aiohttp
 
 from exporter import api
 from exporter.config import ConfigError, Settings, Target, load_file_sd
-from exporter.engines import UnrecognisedPayload, read_series
+from exporter.engines import NoSamplesYet, UnrecognisedPayload, read_series
 from exporter.file_sd import expand_file_sd
-from exporter.promtext import ParseError
-from exporter.scrape import scrape
+from exporter.promtext import ParseError, SampleLimitExceeded
+from exporter.scrape import ScrapeResult, scrape
 from exporter.signals import SaturationState, SignalSettings
 from exporter.snapshot import LabelKey, Snapshot
-from exporter.target import TargetSignals, evaluate_target
+from exporter.target import TargetSignals, evaluate_target, unreadable_signals
 from exporter.window import Window
 
 log = logging.getLogger("batchscope.exporter")
 
 # At most this many scrapes in flight: 1000 targets do not open 1000 sockets at once.
 MAX_CONCURRENT_SCRAPES = 128
+# Targets whose last scrape failed wait for slots of their own: a hung fleet never takes
+# the slots of the healthy targets.
+MAX_CONCURRENT_FAILING_SCRAPES = 32
+# Consecutive failures before a dead target is backed off, and the longest back-off.
+BACKOFF_AFTER_FAILURES = 3
+MAX_BACKOFF_INTERVALS = 8
+
+
+def backoff_intervals(failures: int) -> int:
+    """Intervals until a target's next scrape after `failures` consecutive failed scrapes:
+    1 until BACKOFF_AFTER_FAILURES, then doubling up to MAX_BACKOFF_INTERVALS."""
+    if failures < BACKOFF_AFTER_FAILURES:
+        return 1
+    return min(2 ** (failures - BACKOFF_AFTER_FAILURES + 1), MAX_BACKOFF_INTERVALS)
+
+
+def phase(name: str) -> float:
+    """Where in the interval a target is scraped, 0..1, fixed by its name: scrapes spread
+    over the interval (no thundering herd) and each target keeps its own rhythm."""
+    return zlib.crc32(name.encode()) / 2**32
 
 
 def signal_settings(target: Target, settings: Settings) -> SignalSettings:
@@ -44,18 +68,63 @@ def signal_settings(target: Target, settings: Settings) -> SignalSettings:
     )
 
 
+# Why a payload could not be read, as `batchscope_target_errors_total` counts it.
+PAYLOAD_ERRORS: dict[type[Exception], str] = {
+    SampleLimitExceeded: "series_limit",
+    ParseError: "parse",
+    UnrecognisedPayload: "unrecognised",
+}
+
+
 def snapshot_from_payload(
-    target: Target, t: float, text: str | None, error: str | None, seconds: float
+    target: Target,
+    t: float,
+    text: str | None,
+    error: str | None,
+    seconds: float,
+    sample_limit: int | None = None,
 ) -> Snapshot:
-    """Turn a scrape into a snapshot; a payload no adapter can read marks the target down."""
+    """Turn a scrape into a snapshot (`read_payload` without the error reason)."""
+    return read_payload(target, t, text, error, seconds, sample_limit)[0]
+
+
+def read_payload(
+    target: Target,
+    t: float,
+    text: str | None,
+    error: str | None,
+    seconds: float,
+    sample_limit: int | None = None,
+) -> tuple[Snapshot, str | None]:
+    """Turn a scrape into a snapshot, and the error reason when the payload was unreadable.
+
+    A payload no adapter can read marks the target down; registered families without
+    samples are up with no series. Any other exception (a value an adapter cannot read)
+    propagates: the caller isolates it to this target.
+    """
     if text is None:
-        return Snapshot(target.name, t, False, error=error, scrape_seconds=seconds)
+        return Snapshot(target.name, t, False, error=error, scrape_seconds=seconds), None
     try:
-        series = read_series(text, target.engine)
-    except (ParseError, UnrecognisedPayload) as err:
+        series = read_series(text, target.engine, sample_limit, target.histogram)
+    except NoSamplesYet:
+        return Snapshot(target.name, t, True, (), scrape_seconds=seconds), None
+    except (ParseError, SampleLimitExceeded, UnrecognisedPayload) as err:
+        reason = next(r for kind, r in PAYLOAD_ERRORS.items() if isinstance(err, kind))
         return Snapshot(target.name, t, False, error=f"unreadable payload: {err}",
-                        scrape_seconds=seconds)  # fmt: skip
-    return Snapshot(target.name, t, True, series, scrape_seconds=seconds)
+                        scrape_seconds=seconds), reason  # fmt: skip
+    return Snapshot(target.name, t, True, series, scrape_seconds=seconds), None
+
+
+@dataclass
+class Gates:
+    """Scrape slots: the healthy targets' and, apart, those of targets that failed."""
+
+    healthy: asyncio.Semaphore = field(
+        default_factory=lambda: asyncio.Semaphore(MAX_CONCURRENT_SCRAPES)
+    )
+    failing: asyncio.Semaphore = field(
+        default_factory=lambda: asyncio.Semaphore(MAX_CONCURRENT_FAILING_SCRAPES)
+    )
 
 
 @dataclass
@@ -65,6 +134,15 @@ class TargetState:
     history: deque
     saturation: dict[LabelKey, SaturationState] = field(default_factory=dict)
     signals: TargetSignals | None = None
+    errors: Counter[str] = field(default_factory=Counter)
+    window_resets: Counter[str] = field(default_factory=Counter)
+    # The engines of the last readable payload: another one on the same URL resets the window.
+    engines: frozenset[str] = frozenset()
+    # Scrapes failed in a row (no payload): backs a dead target off, and moves it to the
+    # failing targets' slots.
+    failures: int = 0
+    # The last problem logged, so that each one is logged once, when it changes.
+    logged_error: str | None = None
 
 
 class Exporter:
@@ -77,6 +155,7 @@ class Exporter:
         self._file_sd_targets: dict[str, list[Target]] = {}
         # Rounds completed: readers cache what they render once per round.
         self.rounds = 0
+        self._round_event = asyncio.Event()
         self._sync_targets()
 
     # -- target set -------------------------------------------------------------
@@ -94,13 +173,15 @@ class Exporter:
                 log.warning("file_sd %s not reloaded: %s", path, err)
 
     def targets(self) -> list[Target]:
-        """The targets to monitor: configured ones, then those file_sd discovered."""
+        """The targets to monitor: configured ones, then those file_sd discovered; with a
+        shard, only those of this exporter's shard."""
         found = list(self.settings.targets)
         for targets in self._file_sd_targets.values():
             found.extend(targets)
         unique: dict[str, Target] = {}
         for t in found:
-            unique.setdefault(t.name, t)
+            if self.settings.in_shard(t.name):
+                unique.setdefault(t.name, t)
         return list(unique.values())
 
     def _sync_targets(self) -> None:
@@ -122,7 +203,21 @@ class Exporter:
     # -- one round ----------------------------------------------------------------
 
     def ingest(self, state: TargetState, snapshot: Snapshot, now: float) -> TargetSignals:
-        """Add a snapshot to a target's window and re-evaluate its signals."""
+        """Add a snapshot to a target's window and re-evaluate its signals.
+
+        Another engine on the same URL (a port taken over) starts the window again: two
+        engines' counters in one window would read as a false rate.
+        """
+        engines = frozenset(s.engine for s in snapshot.series)
+        if engines and state.engines and engines != state.engines:
+            log.warning("target %s: engine changed from %s to %s; its window starts again",
+                        state.target.name, "+".join(sorted(state.engines)),
+                        "+".join(sorted(engines)))  # fmt: skip
+            state.window = Window(self.settings.window_seconds)
+            state.saturation = {}
+            state.window_resets["engine_changed"] += 1
+        if engines:
+            state.engines = engines
         state.window.add(snapshot)
         signals, state.saturation = evaluate_target(
             state.target.name,
@@ -138,47 +233,120 @@ class Exporter:
         return signals
 
     async def _scrape_one(
-        self, session: aiohttp.ClientSession, gate: asyncio.Semaphore, state: TargetState
+        self, session: aiohttp.ClientSession, gates: Gates, state: TargetState
     ) -> None:
-        async with gate:
+        async with gates.failing if state.failures else gates.healthy:
             result = await scrape(
                 session,
                 state.target,
                 self.settings.timeout_seconds,
                 self.settings.max_response_bytes,
             )
-        now = self.clock()
-        snapshot = snapshot_from_payload(
-            state.target, now, result.text, result.error, result.seconds
+        state.failures = 0 if result.text is not None else state.failures + 1
+        self.evaluate(state, result, self.clock())
+
+    def evaluate(self, state: TargetState, result: ScrapeResult, now: float) -> TargetSignals:
+        """Ingest one scrape of one target. Whatever its payload does, the exception stays
+        with this target: it is up with the error as its state, counted and logged."""
+        target = state.target
+        try:
+            snapshot, reason = read_payload(
+                target, now, result.text, result.error, result.seconds, self.settings.sample_limit
+            )
+            signals = self.ingest(state, snapshot, now)
+        except Exception as err:  # noqa: BLE001 - one target's payload must not end the round
+            reason = "evaluation"
+            error = f"evaluation failed: {type(err).__name__}: {err}"
+            signals = unreadable_signals(target.name, target.url, now, error,
+                                         signal_settings(target, self.settings),
+                                         result.seconds, dict(target.labels))  # fmt: skip
+            state.history.append(api.history_point(signals))
+        if reason is not None:
+            state.errors[reason] += 1
+        if signals.error != state.logged_error:
+            if signals.error is None:
+                log.info("target %s: readable again", target.name)
+            else:
+                log.warning("target %s: %s", target.name, signals.error)
+            state.logged_error = signals.error
+        state.signals = dataclasses.replace(
+            signals, errors_total=dict(state.errors), window_resets_total=dict(state.window_resets)
         )
-        if not snapshot.up:
-            log.debug("target %s down: %s", state.target.name, snapshot.error)
-        self.ingest(state, snapshot, now)
+        return state.signals
 
     async def run_round(self, session: aiohttp.ClientSession) -> None:
-        """Scrape every target concurrently; a slow one only delays itself, up to its timeout."""
+        """Scrape every target now, concurrently, and wait for all (tests, profiling)."""
         self._sync_targets()
-        gate = asyncio.Semaphore(MAX_CONCURRENT_SCRAPES)
+        gates = Gates()
         await asyncio.gather(
-            *(self._scrape_one(session, gate, s) for s in list(self.states.values()))
+            *(self._scrape_one(session, gates, s) for s in list(self.states.values()))
         )
-        self.rounds += 1
+        self._next_round()
+
+    async def _watch(
+        self, session: aiohttp.ClientSession, gates: Gates, name: str, start: float
+    ) -> None:
+        """Scrape one target at its phase of every interval, for as long as it is monitored.
+
+        A slow scrape delays only this target; a dead one is backed off. A scrape never
+        overlaps the previous one of the same target.
+        """
+        interval = self.settings.interval_seconds
+        due = start + phase(name) * interval
+        while True:
+            await asyncio.sleep(max(0.0, due - time.monotonic()))
+            state = self.states.get(name)
+            if state is None:
+                return
+            try:
+                await self._scrape_one(session, gates, state)
+            except Exception:  # a bug must not end this target's monitoring
+                log.exception("target %s: scrape failed", name)
+            due += interval * backoff_intervals(state.failures)
+            late = time.monotonic() - due
+            if late > 0:  # skip the slots already missed, keep the phase
+                due += interval * math.ceil(late / interval)
 
     async def run_forever(self, stop: asyncio.Event) -> None:
-        """Run a round every interval until `stop` is set."""
-        connector = aiohttp.TCPConnector(limit=MAX_CONCURRENT_SCRAPES, ttl_dns_cache=300)
+        """Scrape every target once an interval, spread over it, until `stop` is set.
+
+        Every interval the target set is synced (file_sd) and `rounds` advances: readers
+        render once per round.
+        """
+        gates = Gates()
+        connector = aiohttp.TCPConnector(
+            limit=MAX_CONCURRENT_SCRAPES + MAX_CONCURRENT_FAILING_SCRAPES, ttl_dns_cache=300
+        )
+        watchers: dict[str, asyncio.Task] = {}
+        start = time.monotonic()
         async with aiohttp.ClientSession(connector=connector) as session:
-            while not stop.is_set():
-                started = time.monotonic()
-                try:
-                    await self.run_round(session)
-                except Exception:  # a bug in one round must not end monitoring
-                    log.exception("scrape round failed")
-                elapsed = time.monotonic() - started
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(
-                        stop.wait(), timeout=max(0.0, self.settings.interval_seconds - elapsed)
-                    )
+            try:
+                while not stop.is_set():
+                    self._sync_targets()
+                    for name in set(watchers) - set(self.states):
+                        watchers.pop(name).cancel()
+                    for name in set(self.states) - set(watchers):
+                        watchers[name] = asyncio.create_task(
+                            self._watch(session, gates, name, start)
+                        )
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(stop.wait(), self.settings.interval_seconds)
+                    self._next_round()
+            finally:
+                for task in watchers.values():
+                    task.cancel()
+                await asyncio.gather(*watchers.values(), return_exceptions=True)
+
+    def _next_round(self) -> None:
+        self.rounds += 1
+        self._round_event.set()
+        self._round_event = asyncio.Event()
+
+    async def round_after(self, seen: int) -> int:
+        """Wait until a round later than `seen` has completed; returns its number."""
+        while self.rounds <= seen:
+            await self._round_event.wait()
+        return self.rounds
 
     # -- views ----------------------------------------------------------------------
 
@@ -191,6 +359,14 @@ class Exporter:
         state = self.states.get(name)
         return None if state is None else list(state.history)
 
-    def histories(self) -> dict[str, list[dict]]:
-        """Every monitored target's history points by name."""
-        return {name: list(state.history) for name, state in self.states.items()}
+    def histories(self, page: int, page_size: int, points: int) -> dict[str, list[dict]]:
+        """One page of targets (by name) with the last `points` history points of each.
+
+        Copies references only: cheap enough for the event loop, whatever the fleet size.
+        """
+        names = sorted(self.states)[page * page_size : (page + 1) * page_size]
+        return {name: _last(self.states[name].history, points) for name in names}
+
+
+def _last(points: deque, n: int) -> list[dict]:
+    return list(itertools.islice(points, max(0, len(points) - n), None))

@@ -38,7 +38,7 @@ def values_by_key(
     """
     out: dict[LabelKey, float] = defaultdict(float)
     for s in by_name.get(name, ()):
-        if math.isnan(s.value):
+        if not math.isfinite(s.value):  # a NaN or infinite gauge is unknown, never a signal
             continue
         if where and any(s.labels.get(k) != v for k, v in where.items()):
             continue
@@ -59,7 +59,10 @@ def histograms_by_key(
         if le is None:
             continue
         key = series_key(s.labels, key_labels)
-        bound = float(le) * scale
+        try:
+            bound = float(le) * scale
+        except ValueError:
+            raise ValueError(f"{family}_bucket: le={le!r} is not a number") from None
         buckets[key][bound] = buckets[key].get(bound, 0.0) + s.value
     sums: dict[LabelKey, float] = defaultdict(float)
     for s in by_name.get(family + "_sum", ()):

@@ -6,12 +6,13 @@ import asyncio
 import base64
 import os
 import time
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
 import aiohttp
 
-from exporter.config import Auth, ConfigError, Target
+from exporter.config import Auth, ConfigError, Target, redact_url_in
 
 CHUNK = 64 * 1024
 
@@ -32,13 +33,16 @@ def authorization_header(auth: Auth) -> str:
     unset, empty or unreadable. Reading at every scrape picks up rotated secrets.
     """
     if auth.type == "bearer":
-        return "Bearer " + _read_secret("token", auth.token_env, auth.token_file)
-    password = _read_secret("password", auth.password_env, auth.password_file)
+        return "Bearer " + read_secret("token", auth.token_env, auth.token_file)
+    password = read_secret("password", auth.password_env, auth.password_file)
     pair = f"{auth.username}:{password}".encode()
     return "Basic " + base64.b64encode(pair).decode("ascii")
 
 
-def _read_secret(kind: str, env: str | None, path: str | None) -> str:
+def read_secret(kind: str, env: str | None, path: str | None) -> str:
+    """A secret from the environment variable `env`, else the file `path`, stripped.
+
+    Raises ConfigError naming where it looked (never the value)."""
     if env is not None:
         value = os.environ.get(env, "").strip()
         if not value:
@@ -59,18 +63,56 @@ def _read_secret(kind: str, env: str | None, path: str | None) -> str:
     return value
 
 
-async def _read_capped(response: aiohttp.ClientResponse, max_bytes: int) -> bytes | None:
+class BodyRefused(Exception):
+    """The body is over the size cap, or in an encoding the exporter does not read."""
+
+
+def _inflater(encoding: str) -> zlib._Decompress | None:
+    """A decompressor for the Content-Encoding (None: the body is as sent)."""
+    if encoding in ("", "identity"):
+        return None
+    if encoding in ("gzip", "x-gzip"):
+        return zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
+    if encoding == "deflate":
+        return zlib.decompressobj()
+    raise BodyRefused(f"unsupported Content-Encoding {encoding!r}")
+
+
+async def read_capped(response: aiohttp.ClientResponse, max_bytes: int) -> bytes:
+    """The body, decompressed here, never more than `max_bytes` of it at any moment.
+
+    The inflation itself is bounded: each chunk inflates at most up to the cap, so a
+    gzip bomb costs the cap, not its inflated size. A body without Content-Length is
+    counted as it comes. Raises BodyRefused.
+    """
+    too_large = BodyRefused(f"response larger than {max_bytes} bytes")
     declared = response.content_length
     if declared is not None and declared > max_bytes:
-        return None
-    chunks = []
-    size = 0
-    async for chunk in response.content.iter_chunked(CHUNK):
-        size += len(chunk)
-        if size > max_bytes:
-            return None
-        chunks.append(chunk)
-    return b"".join(chunks)
+        raise too_large
+    inflater = _inflater(response.headers.get("Content-Encoding", "").strip().lower())
+    body = bytearray()
+    wire = 0
+    try:
+        async for chunk in response.content.iter_chunked(CHUNK):
+            wire += len(chunk)
+            if wire > max_bytes:
+                raise too_large
+            if inflater is not None:
+                chunk = inflater.decompress(chunk, max_bytes + 1 - len(body))
+                if inflater.unconsumed_tail:
+                    raise too_large
+            body += chunk
+            if len(body) > max_bytes:
+                raise too_large
+        if inflater is not None:
+            body += inflater.flush(max_bytes + 1 - len(body))
+            if not inflater.eof:
+                raise BodyRefused("truncated compressed body")
+    except zlib.error as err:
+        raise BodyRefused(f"invalid compressed body: {err}") from None
+    if len(body) > max_bytes:
+        raise too_large
+    return bytes(body)
 
 
 async def scrape(
@@ -80,9 +122,10 @@ async def scrape(
     started = time.perf_counter()
 
     def failed(reason: str) -> ScrapeResult:
-        return ScrapeResult(None, reason, time.perf_counter() - started)
+        # Query values (file_sd __param_*) may hold keys: never in an error.
+        return ScrapeResult(None, redact_url_in(reason, target.url), time.perf_counter() - started)
 
-    headers = {"Accept": "text/plain;version=0.0.4;q=1,*/*;q=0.1"}
+    headers = {"Accept": "text/plain;version=0.0.4;q=1,*/*;q=0.1", "Accept-Encoding": "gzip"}
     if target.auth is not None:
         try:
             headers["Authorization"] = authorization_header(target.auth)
@@ -90,12 +133,15 @@ async def scrape(
             return failed(f"credentials unavailable: {err}")
     try:
         async with asyncio.timeout(timeout):
-            async with session.get(target.url, headers=headers, allow_redirects=False) as resp:
+            # Redirects are refused: following one would send the credentials elsewhere.
+            async with session.get(
+                target.url, headers=headers, allow_redirects=False, auto_decompress=False
+            ) as resp:
                 if resp.status != 200:
                     return failed(f"HTTP {resp.status} {resp.reason or ''}".strip())
-                body = await _read_capped(resp, max_bytes)
-                if body is None:
-                    return failed(f"response larger than {max_bytes} bytes")
+                body = await read_capped(resp, max_bytes)
+    except BodyRefused as err:
+        return failed(str(err))
     except TimeoutError:
         return failed(f"timed out after {timeout:g} s")
     except aiohttp.ClientError as err:

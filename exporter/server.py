@@ -7,15 +7,21 @@ never fetches a URL it is given.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+import contextlib
+import gzip
+import hmac
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST
 
 from exporter import api
-from exporter.collector import SignalsCollector
+from exporter.collector import SignalsCollector, render_exposition
 from exporter.runtime import Exporter
+from exporter.target import TargetSignals
+
+Render = Callable[[list[TargetSignals]], bytes]
 
 INDEX = """<!doctype html><title>batchscope exporter</title>
 <h1>batchscope exporter</h1>
@@ -31,54 +37,150 @@ def _json(body: dict[str, Any], status: int = 200) -> web.Response:
     return web.Response(body=api.encode(body), status=status, content_type="application/json")
 
 
-def _per_round(exporter: Exporter, render: Callable[[], bytes]) -> Callable[[], Awaitable[bytes]]:
-    """`render` run at most once per scrape round, off the event loop.
+# How long a request waits for its round's body before it gets the previous round's.
+STALE_AFTER_SECONDS = 0.05
 
-    Rendering 1000 targets takes a few hundred ms of CPU: done in a thread, scrapes
-    keep going meanwhile, and every request of the same round gets the same bytes.
+
+class RoundCache:
+    """The bodies of each scrape round, each rendered at most once, off the event loop.
+
+    At a round's first render the targets' signals are taken once; every body of that
+    round (/metrics, /api/v1/signals, plain or gzip) is rendered from that same list, so
+    they agree with each other. Rendering 1000 targets takes a few hundred ms of CPU,
+    done in a thread while scrapes go on. A request waits for its round's body at most
+    STALE_AFTER_SECONDS, then gets the previous round's: a scrape is never held by a
+    render. `keep_fresh` renders /metrics right after each round, before anyone asks.
     """
-    lock = asyncio.Lock()
-    cache: dict[str, Any] = {"round": None, "body": b""}
 
-    async def get() -> bytes:
-        async with lock:
-            rounds = exporter.rounds
-            if cache["round"] != rounds:
-                cache["body"] = await asyncio.to_thread(render)
-                cache["round"] = rounds
-            return cache["body"]
+    def __init__(self, exporter: Exporter, renders: dict[str, Render]) -> None:
+        self.exporter = exporter
+        self.renders = renders
+        self._targets: tuple[int, list[TargetSignals]] | None = None
+        # kind -> (round, its render: a task giving (plain, gzip))
+        self._renders: dict[str, tuple[int, asyncio.Task[tuple[bytes, bytes]]]] = {}
+        self._previous: dict[str, tuple[bytes, bytes]] = {}
 
-    return get
+    def _render_of(self, kind: str) -> asyncio.Task[tuple[bytes, bytes]]:
+        rounds = self.exporter.rounds
+        started = self._renders.get(kind)
+        if started is not None and started[0] == rounds:
+            return started[1]
+        if started is not None and started[1].done() and not started[1].exception():
+            self._previous[kind] = started[1].result()
+        if self._targets is None or self._targets[0] != rounds:
+            self._targets = (rounds, self.exporter.current())
+        task = asyncio.create_task(asyncio.to_thread(self._render, kind, self._targets[1]))
+        self._renders[kind] = (rounds, task)
+        return task
+
+    async def body(self, kind: str, compressed: bool) -> bytes:
+        """The `kind` body, gzip-compressed when asked: this round's, or the previous
+        round's when this one's is not ready within STALE_AFTER_SECONDS."""
+        task = self._render_of(kind)
+        previous = self._previous.get(kind)
+        if previous is not None and not task.done():
+            done, _ = await asyncio.wait({task}, timeout=STALE_AFTER_SECONDS)
+            if not done:
+                return previous[compressed]
+        return (await task)[compressed]
+
+    def _render(self, kind: str, targets: list[TargetSignals]) -> tuple[bytes, bytes]:
+        plain = self.renders[kind](targets)
+        return plain, gzip.compress(plain, compresslevel=1)
+
+    async def keep_fresh(self, kind: str) -> None:
+        """Render `kind` after every round, so that requests find it ready."""
+        seen = self.exporter.rounds
+        while True:
+            seen = await self.exporter.round_after(seen)
+            await self._render_of(kind)
 
 
-def create_app(exporter: Exporter) -> web.Application:
-    """The exporter's web application over a running Exporter."""
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(SignalsCollector(exporter.current))
-    metrics_body = _per_round(exporter, lambda: generate_latest(registry))
-    signals_body = _per_round(
-        exporter, lambda: api.encode(api.signals_response(exporter.clock(), exporter.current()))
+def _accepts_gzip(request: web.Request) -> bool:
+    return "gzip" in request.headers.get("Accept-Encoding", "")
+
+
+def cross_origin(request: web.Request) -> bool:
+    """A browser request made by a page of another origin (a script reading the API)."""
+    origin = request.headers.get("Origin")
+    if origin is not None and origin != f"{request.scheme}://{request.host}":
+        return True
+    return (
+        request.headers.get("Sec-Fetch-Site") == "cross-site"
+        and request.headers.get("Sec-Fetch-Mode") != "navigate"
     )
 
-    advice_body = _per_round(
-        exporter, lambda: api.encode(api.advice_response(exporter.clock(), exporter.current()))
+
+def guard(token: str | None) -> Callable:
+    """Middleware: the bearer token on every path but /health when one is set, and no
+    cross-origin browser request to the JSON API (another site's page must not read it)."""
+    expected = f"Bearer {token}".encode() if token is not None else None
+
+    @web.middleware
+    async def check(request: web.Request, handler: Callable) -> web.StreamResponse:
+        if expected is not None and request.path != "/health":
+            given = request.headers.get("Authorization", "").encode()
+            if not hmac.compare_digest(given, expected):
+                return _json(api.error_response("a bearer token is required"), status=401)
+        if request.path.startswith("/api/") and cross_origin(request):
+            return _json(api.error_response("cross-origin requests are refused"), status=403)
+        return await handler(request)
+
+    return check
+
+
+def render_metrics(targets: list[TargetSignals]) -> bytes:
+    """The /metrics exposition of these targets' signals."""
+    return render_exposition(SignalsCollector(lambda: targets).collect())
+
+
+def create_app(exporter: Exporter, token: str | None = None) -> web.Application:
+    """The exporter's web application over a running Exporter; `token`, when given, is
+    required as `Authorization: Bearer TOKEN` on every path but /health."""
+    bodies = RoundCache(
+        exporter,
+        {
+            "metrics": render_metrics,
+            "signals": lambda targets: api.encode(api.signals_response(exporter.clock(), targets)),
+            "advice": lambda targets: api.encode(api.advice_response(exporter.clock(), targets)),
+        },
     )
 
-    async def metrics(_: web.Request) -> web.Response:
-        return web.Response(
-            body=await metrics_body(), headers={"Content-Type": CONTENT_TYPE_LATEST}
-        )
+    async def cached(request: web.Request, kind: str, content_type: str) -> web.Response:
+        compressed = _accepts_gzip(request)
+        headers = {"Content-Type": content_type}
+        if compressed:
+            headers["Content-Encoding"] = "gzip"
+        return web.Response(body=await bodies.body(kind, compressed), headers=headers)
 
-    async def signals(_: web.Request) -> web.Response:
-        return web.Response(body=await signals_body(), content_type="application/json")
+    async def metrics(request: web.Request) -> web.Response:
+        return await cached(request, "metrics", CONTENT_TYPE_LATEST)
 
-    async def advice(_: web.Request) -> web.Response:
-        return web.Response(body=await advice_body(), content_type="application/json")
+    async def signals(request: web.Request) -> web.Response:
+        return await cached(request, "signals", "application/json")
+
+    async def advice(request: web.Request) -> web.Response:
+        return await cached(request, "advice", "application/json")
 
     async def history(request: web.Request) -> web.Response:
         name = request.query.get("target")
         if name is None:
-            return _json(api.all_histories_response(exporter.histories()))
+            try:
+                page, points = api.history_page_request(
+                    request.query, exporter.settings.history_points
+                )
+            except api.BadRequest as err:
+                return _json(api.error_response(str(err)), status=400)
+            page_count = api.pages(len(exporter.states))
+            if page >= page_count:
+                message = f"page must be below {page_count} (pages of this fleet)"
+                return _json(api.error_response(message), status=400)
+            histories = exporter.histories(page, api.HISTORY_PAGE_TARGETS, points)
+            # Encoding is the cost: done off the event loop, scrapes go on meanwhile.
+            body = await asyncio.to_thread(
+                api.encode, api.all_histories_response(histories, page, page_count, points)
+            )
+            return web.Response(body=body, content_type="application/json")
         points = exporter.history(name)
         if points is None:
             return _json(api.error_response(f"no configured target named {name!r}"), status=404)
@@ -99,7 +201,15 @@ def create_app(exporter: Exporter) -> web.Application:
     async def health(_: web.Request) -> web.Response:
         return web.Response(text="ok\n")
 
-    app = web.Application()
+    async def render_metrics_every_round(_: web.Application) -> AsyncIterator[None]:
+        task = asyncio.create_task(bodies.keep_fresh("metrics"))
+        yield
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    app = web.Application(middlewares=[guard(token)])
+    app.cleanup_ctx.append(render_metrics_every_round)
     app.router.add_get("/", index)
     app.router.add_get("/health", health)
     app.router.add_get("/metrics", metrics)

@@ -15,6 +15,8 @@ from exporter.histogram import Histogram
 # States of the diagnosis, most specific first; docs/metrics.md explains each.
 DIAGNOSIS_STATES = (
     "down",
+    "unreadable",
+    "no_data",
     "idle",
     "budget_saturated",
     "stalled",
@@ -215,6 +217,27 @@ def execution_increase(
 class Diagnosis:
     state: str
     reason: str
+
+
+def unreadable_diagnosis(error: str) -> Diagnosis:
+    """A target that answered but whose payload could not be evaluated."""
+    return Diagnosis(
+        "unreadable",
+        f"the target answers its /metrics but its payload cannot be evaluated: {error}. "
+        "Its signals are held back until the payload reads again; other targets are "
+        "unaffected. Check the server's metric values and labels",
+    )
+
+
+def no_data_diagnosis() -> Diagnosis:
+    """A target whose metric families are registered but carry no sample yet."""
+    return Diagnosis(
+        "no_data",
+        "the target answers its /metrics with its engine's metric families registered but "
+        "no samples yet: it has served no request since it started, or its metrics are "
+        "not enabled (vLLM: logging of stats must be on). Send a request, or check the "
+        "server's metrics settings",
+    )
 
 
 def _fmt(x: float) -> str:

@@ -22,12 +22,14 @@ from exporter.signals import (
     diagnose,
     execution_increase,
     mean_latency_note,
+    no_data_diagnosis,
     padding_waste,
     per_second,
     running_vs_cap,
     saturated_seconds,
     step_saturation,
     throughput_gain,
+    unreadable_diagnosis,
 )
 from exporter.snapshot import LabelKey, SeriesSnapshot, Snapshot, effective_cap, merge_series
 from exporter.static_util import UtilizationEstimate, estimate_from_histogram
@@ -84,6 +86,8 @@ class TargetSignals:
     """What the exporter knows about one target at one evaluation.
 
     `extra_labels`: the target's configured `labels:`, carried by every series it exports.
+    `errors_total`: payloads this target sent that could not be read, by reason, since start.
+    `window_resets_total`: times its window started again, by reason, since start.
     """
 
     target: str
@@ -95,6 +99,8 @@ class TargetSignals:
     total: SeriesSignals
     scrape_seconds: float | None = None
     extra_labels: Mapping[str, str] = field(default_factory=dict)
+    errors_total: Mapping[str, int] = field(default_factory=dict)
+    window_resets_total: Mapping[str, int] = field(default_factory=dict)
 
 
 def _mean(hist: Histogram | None) -> float | None:
@@ -337,15 +343,22 @@ def series_signals(
     return signals, saturation
 
 
-def down_signals(error: str | None, settings: SignalSettings) -> SeriesSignals:
-    """The signals of a target that did not answer: only the diagnosis says anything."""
+def signals_without_series(diagnosis: Diagnosis, settings: SignalSettings) -> SeriesSignals:
+    """The total of a target with no series to evaluate: only the diagnosis says anything."""
     return SeriesSignals(
         cap=settings.cap,
         token_cap=settings.token_cap,
         latency_quantile=settings.quantile,
         latency_histogram=settings.histogram,
         budget_seconds=settings.budget_seconds,
-        diagnosis=diagnose(
+        diagnosis=diagnosis,
+    )
+
+
+def down_signals(error: str | None, settings: SignalSettings) -> SeriesSignals:
+    """The signals of a target that did not answer: only the diagnosis says anything."""
+    return signals_without_series(
+        diagnose(
             up=False,
             error=error,
             running=None,
@@ -356,7 +369,24 @@ def down_signals(error: str | None, settings: SignalSettings) -> SeriesSignals:
             budget_saturated=False,
             budget_utilization=None,
         ),
+        settings,
     )
+
+
+def unreadable_signals(
+    name: str,
+    url: str,
+    t: float,
+    error: str,
+    settings: SignalSettings,
+    scrape_seconds: float | None,
+    extra_labels: Mapping[str, str],
+) -> TargetSignals:
+    """A target that answered (up, as Prometheus would say) whose payload could not be
+    evaluated: the error is its state and its diagnosis, and it has no series."""
+    total = signals_without_series(unreadable_diagnosis(error), settings)
+    return TargetSignals(name, url, t, True, error, (), total, scrape_seconds,
+                         dict(extra_labels))  # fmt: skip
 
 
 def _points_by_key(
@@ -384,7 +414,8 @@ def evaluate_target(
 ) -> tuple[TargetSignals, dict[LabelKey, SaturationState]]:
     """Signals for one target from its window; returns them and the next saturation states.
 
-    The newest snapshot decides up/down. Series absent from the newest snapshot (a model
+    The newest snapshot decides up/down; up without a series means the engine's families
+    are registered with no samples yet. Series absent from the newest snapshot (a model
     that was unloaded) are dropped; the total is computed like any series, over the
     merged series of each scrape, so its own saturation state is kept under key ().
     """
@@ -393,6 +424,10 @@ def evaluate_target(
     if not latest.up:
         down = down_signals(latest.error, settings)
         return TargetSignals(name, url, latest.t, False, latest.error, (), down,
+                             latest.scrape_seconds, labels), {}  # fmt: skip
+    if not latest.series:
+        total = signals_without_series(no_data_diagnosis(), settings)
+        return TargetSignals(name, url, latest.t, True, None, (), total,
                              latest.scrape_seconds, labels), {}  # fmt: skip
     current_keys = {s.key for s in latest.series}
     by_key = _points_by_key(snapshots, lambda snap: ((s.key, s) for s in snap.series))

@@ -2,7 +2,9 @@
 
 Benchmarks: `parser` (promtext vs prometheus_client on a real vLLM payload,
 bench_parser.py), `fleet` (the exporter process scraping 1000 simulated vLLM targets,
-bench_fleet.py + fleet_sim.py), `batching` (static vs continuous batching on the
+bench_fleet.py + fleet_sim.py), `prometheus` (the exporter beside a real Prometheus
+2.42 on the same 1000 targets, bench_prometheus.py), `fuzz` (5 minutes of atheris on
+the parser, fuzz_parser.py), `batching` (static vs continuous batching on the
 demo server's scheduler, bench_batching.py, run as a subprocess when it is there),
 `dashboard` (server-side time to build the Live page, bench_dashboard.py),
 `batcher` (the embedding batcher, fixed vs adaptive, seeds 000 and 001, and its
@@ -12,7 +14,8 @@ demo server's truth: bench_advice.py, a subprocess; it starts demo servers).
 The report names the machine, the command and the date: numbers from a shared 2-core
 machine only mean something next to those.
 
-    .venv/bin/python scripts/bench.py                  # everything, ~3 minutes
+    .venv/bin/python scripts/bench.py                  # everything, ~15 minutes
+    .venv/bin/python scripts/bench.py --only soak       # 30 minutes at 80% of peak
     .venv/bin/python scripts/bench.py --quick --only parser --output /tmp/b.md
 """
 
@@ -32,6 +35,8 @@ from pathlib import Path
 import bench_dashboard
 import bench_fleet
 import bench_parser
+import bench_prometheus
+import bench_soak
 
 ROOT = Path(__file__).resolve().parent.parent
 BATCHING_SCRIPT = ROOT / "scripts/bench_batching.py"
@@ -41,7 +46,14 @@ PACKAGES = ("batchscope", "aiohttp", "prometheus-client", "psutil", "PyYAML", "t
             "streamlit", "plotly", "pandas")  # fmt: skip
 BATCHER_SCRIPT = ROOT / "scripts/bench_batcher.py"
 ADVICE_SCRIPT = ROOT / "scripts/bench_advice.py"
-BENCHMARKS = ("parser", "fleet", "batching", "dashboard", "batcher", "advice")
+BENCHMARKS = (
+    "parser", "fleet", "prometheus", "fuzz", "batching", "dashboard", "batcher", "advice",
+)  # fmt: skip
+# Run only when named with --only: the soak takes 30 minutes (--soak-minutes).
+ON_REQUEST = ("soak",)
+FUZZ_SCRIPT = ROOT / "scripts/fuzz_parser.py"
+FUZZ_SECONDS = 300
+FUZZ_QUICK_SECONDS = 20
 
 
 def _cpu_model() -> str:
@@ -120,9 +132,31 @@ def script_section(script: Path, title: str, extra_args: list[str]) -> str:
     return body + "\n" + note
 
 
+def fuzz_section(quick: bool) -> str:
+    """The atheris harness on the parser for a bounded time: runs done, and crashes."""
+    seconds = FUZZ_QUICK_SECONDS if quick else FUZZ_SECONDS
+    print(f"fuzz: {seconds} s of atheris on the parser", file=sys.stderr, flush=True)
+    done = subprocess.run(
+        [sys.executable, str(FUZZ_SCRIPT), f"-max_total_time={seconds}", "-rss_limit_mb=2048"],
+        cwd=ROOT, capture_output=True, text=True,
+    )  # fmt: skip
+    runs = [line for line in done.stderr.splitlines() if line.startswith("Done ")]
+    verdict = "no crash" if done.returncode == 0 else f"FAILED (exit code {done.returncode})"
+    return (
+        "## Parser fuzzing (atheris)\n\n"
+        f"`scripts/fuzz_parser.py` for {seconds} s, seeded with the real payloads: "
+        f"{runs[-1] if runs else 'no run count'}; {verdict}. The oracle: only ParseError, "
+        "the same samples as prometheus_client where both read, the selective parse equal "
+        "to the full one.\n"
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--only", choices=BENCHMARKS, help="run one benchmark")
+    parser.add_argument("--only", choices=BENCHMARKS + ON_REQUEST, help="run one benchmark")
+    parser.add_argument(
+        "--soak-minutes", type=float, default=30.0, help="length of the soak (--only soak)"
+    )
     parser.add_argument(
         "--quick", action="store_true", help="small counts: a smoke run, not a measurement"
     )
@@ -143,6 +177,13 @@ def main(argv: list[str] | None = None) -> int:
         sections.append(bench_parser.markdown(*bench_parser.run(args.quick)))
     if "fleet" in selected:
         sections.append(bench_fleet.markdown(bench_fleet.run(args.quick)))
+    if "prometheus" in selected:
+        sections.append(bench_prometheus.markdown(bench_prometheus.run(args.quick)))
+    if "fuzz" in selected:
+        sections.append(fuzz_section(args.quick))
+    if "soak" in selected:
+        minutes = 1.0 if args.quick else args.soak_minutes
+        sections.append(bench_soak.markdown(bench_soak.run(minutes), minutes))
     if "batching" in selected:
         print("batching: running scripts/bench_batching.py", file=sys.stderr, flush=True)
         quick_args = list(BATCHING_QUICK_ARGS) if args.quick else []

@@ -228,7 +228,12 @@ def _round_spans(base: str) -> tuple[list[tuple[float, float]], list[int]]:
 
     The last round may still be running: its start is known, its end and count are not.
     """
-    histories = list(json.loads(_fetch(base + "/api/v1/history")[1])["targets"].values())
+    histories: list[list[dict]] = []
+    page, pages = 0, 1
+    while page < pages:  # the history comes a page of targets at a time
+        body = json.loads(_fetch(f"{base}/api/v1/history?points=720&page={page}")[1])
+        histories.extend(body["targets"].values())
+        page, pages = page + 1, body["pages"]
     spans, up = [], []
     for k in range(max(len(h) for h in histories)):
         points = [h[k] for h in histories if len(h) > k]

@@ -23,7 +23,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from exporter import api
 from exporter.collector import SignalsCollector
 from exporter.config import Settings, Target
-from exporter.runtime import MAX_CONCURRENT_SCRAPES, Exporter
+from exporter.runtime import MAX_CONCURRENT_FAILING_SCRAPES, MAX_CONCURRENT_SCRAPES, Exporter
 
 
 def _report(
@@ -35,7 +35,9 @@ def _report(
 
 async def _rounds(exporter: Exporter, args: argparse.Namespace) -> None:
     # The same connection pool as Exporter.run_forever.
-    connector = aiohttp.TCPConnector(limit=MAX_CONCURRENT_SCRAPES, ttl_dns_cache=300)
+    connector = aiohttp.TCPConnector(
+        limit=MAX_CONCURRENT_SCRAPES + MAX_CONCURRENT_FAILING_SCRAPES, ttl_dns_cache=300
+    )
     async with aiohttp.ClientSession(connector=connector) as session:
         await exporter.run_round(session)
         profile = cProfile.Profile()

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter.collector import SignalsCollector
+from exporter.collector import SignalsCollector, render_exposition
 from exporter.engines import read_series
 from exporter.signals import DIAGNOSIS_STATES, SignalSettings
 from exporter.snapshot import Snapshot
@@ -94,6 +96,21 @@ def test_a_down_target_exports_up_0_and_the_down_state_only() -> None:
     assert sample(s, "batchscope_target_up", target="llm") == 0.0
     assert sample(s, "batchscope_diagnosis", state="down", **TOTAL) == 1.0
     assert sample(s, "batchscope_running_requests", **TOTAL) is None
+
+
+def test_the_fast_exposition_is_byte_for_byte_prometheus_clients() -> None:
+    snapshots, states, targets = [], {}, []
+    for i, name in enumerate(PAYLOADS):
+        snapshots.append(Snapshot("llm", 100.0 + 5 * i, True, read_series(fixture_text(name))))
+        signals, states = evaluate_target("llm", "http://x/metrics", snapshots,
+                                          SignalSettings(cap=8, budget_seconds=2.0), states,
+                                          100.0 + 5 * i, {"team": 'a"b\\c'})  # fmt: skip
+    targets = [signals, replace(signals, target="other", up=False, series=(),
+                                errors_total={"parse": 3})]  # fmt: skip
+    collector = SignalsCollector(lambda: targets)
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(collector)
+    assert render_exposition(collector.collect()) == generate_latest(registry)
 
 
 def test_padding_waste_of_an_in_house_batcher_is_read_back_and_exported() -> None:

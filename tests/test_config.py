@@ -100,7 +100,7 @@ def test_flags_default_to_none_so_not_given_is_visible():
     parser = argparse.ArgumentParser()
     add_arguments(parser)
     args = vars(parser.parse_args([]))
-    assert len(args) == 18  # 16 + --alertmanager-url + --token-cap
+    assert len(args) == 24  # 16 + --alertmanager-url + --token-cap + 6 of issue 12
     assert set(args.values()) == {None}
 
 

@@ -42,15 +42,44 @@ class UnrecognisedPayload(ValueError):
     """The payload holds none of the metrics the chosen engine(s) expose."""
 
 
+class NoSamplesYet(UnrecognisedPayload):
+    """The engine's metric names are in the payload (registered families) but no series:
+    a server before its first request, or one whose metrics are not enabled."""
+
+
 def detect(text: str) -> list[str]:
     """Engines whose metrics appear in the payload (a server may hold several)."""
     return [name for name, adapter in ADAPTERS.items() if adapter.MARKER in text]
 
 
-def read_series(text: str, engine: str = "auto") -> tuple[SeriesSnapshot, ...]:
+def _registered(text: str, families: list[str]) -> bool:
+    """Whether the payload declares (# TYPE) any of these families."""
+    return any(f"# TYPE {family}" in text for family in families)
+
+
+def families_read(adapter: ModuleType, latency_kind: str | None) -> list[str]:
+    """The families to parse for one adapter: all, or with `latency_kind` given, only that
+    latency histogram and e2e (adapters count finished requests from it) of the latency
+    ones. Parsing a histogram nobody reads is most of a payload's cost."""
+    if latency_kind is None:
+        return list(adapter.FAMILIES)
+    wanted = {adapter.LATENCY_FAMILIES.get(kind) for kind in ("e2e", latency_kind)}
+    unread = set(adapter.LATENCY_FAMILIES.values()) - wanted
+    return [f for f in adapter.FAMILIES if f not in unread]
+
+
+def read_series(
+    text: str,
+    engine: str = "auto",
+    sample_limit: int | None = None,
+    latency_kind: str | None = None,
+) -> tuple[SeriesSnapshot, ...]:
     """Parse a /metrics payload into series with the named engine's adapter (or all found).
 
-    Raises promtext.ParseError on a malformed line of a family it reads and
+    Raises promtext.ParseError on a malformed line of a family it reads,
+    promtext.SampleLimitExceeded past `sample_limit` samples of those families,
+    (`latency_kind`: see `families_read`)
+    NoSamplesYet when the engine's families are declared without a series, and
     UnrecognisedPayload when no engine's metrics are there.
     """
     names = detect(text) if engine == "auto" else [engine]
@@ -60,15 +89,18 @@ def read_series(text: str, engine: str = "auto") -> tuple[SeriesSnapshot, ...]:
             + ", ".join(f"{name} {a.MARKER}*" for name, a in ADAPTERS.items())
             + ")"
         )
-    families = [f for name in names for f in ADAPTERS[name].FAMILIES]
-    by_name = group_by_name(promtext.parse(text, families))
+    families = [f for name in names for f in families_read(ADAPTERS[name], latency_kind)]
+    by_name = group_by_name(promtext.parse(text, families, sample_limit))
     series = join_series([s for name in names for s in ADAPTERS[name].to_series(by_name)])
     if not series:
-        raise UnrecognisedPayload(
+        missing = (
             f"no {'/'.join(names)} series in the payload (looked for "
             + ", ".join(", ".join(ADAPTERS[name].FAMILIES) for name in names)
             + ")"
         )
+        if _registered(text, families):
+            raise NoSamplesYet(f"{missing}, only their registered families")
+        raise UnrecognisedPayload(missing)
     return series
 
 

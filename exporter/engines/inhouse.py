@@ -39,9 +39,12 @@ def _execution_by_size(by_name: SamplesByName) -> dict[LabelKey, dict[int, tuple
     seconds: dict[LabelKey, dict[int, float]] = {}
     for suffix, target in (("_count", counts), ("_sum", seconds)):
         for s in by_name.get(names.BATCH_EXECUTION_BY_SIZE + suffix, ()):
-            if "batch_size" in s.labels:
-                key = series_key(s.labels, KEY_LABELS)
-                target.setdefault(key, {})[int(s.labels["batch_size"])] = s.value
+            size = s.labels.get("batch_size")
+            if size is None:
+                continue
+            if not size.isdigit():
+                raise ValueError(f"{s.name}: batch_size={size!r} is not a whole number")
+            target.setdefault(series_key(s.labels, KEY_LABELS), {})[int(size)] = s.value
     return {
         key: {size: (n, seconds.get(key, {}).get(size, 0.0)) for size, n in by_size.items()}
         for key, by_size in counts.items()
