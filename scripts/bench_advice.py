@@ -42,7 +42,7 @@ from exporter.runtime import Exporter
 from exporter.target import SeriesSignals
 
 ROOT = Path(__file__).resolve().parent.parent
-WINDOW_S = 20.0
+WINDOW_S = 30.0
 INTERVAL_S = 1.0
 SAMPLE_S = 0.5
 STEPS = "batchscope_demo_steps_total"
