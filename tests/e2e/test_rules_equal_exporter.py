@@ -53,7 +53,7 @@ pytestmark = pytest.mark.slow
 
 WINDOW = 15.0
 HOLD = 5.0
-PHASE = 30.0
+PHASE = 40.0  # long enough for 12+ comparable instants of a state on a loaded machine
 RUN = 3 * PHASE
 CAP, BUDGET = 16, 2.0
 SCRAPE = 1.0
