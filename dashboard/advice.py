@@ -129,7 +129,8 @@ def advice_value(value: float, unit: str) -> str:
         return f"{value:.2f}x" if value > 1 else f"{value:.0%}"
     if unit == "s":
         return f"{value * 1000:.1f} ms"
-    shown = f"{value:,.0f}" if abs(value) >= 100 or float(value).is_integer() else f"{value:.2f}"
+    whole = abs(value) >= 100 or float(round(value, 6)).is_integer()
+    shown = f"{value:,.0f}" if whole else f"{value:.2f}"
     return f"{shown} {unit}"
 
 

@@ -115,7 +115,8 @@ class AdviceInputs:
 
 
 def _fmt(x: float) -> str:
-    if abs(x) >= 100 or float(x).is_integer():
+    # A ratio of sums can land a hair off a whole number (2.9999999999999996): say 3.
+    if abs(x) >= 100 or float(round(x, 6)).is_integer():
         return f"{x:,.0f}"
     return f"{x:.1f}" if abs(x) >= 10 else f"{x:.2f}"
 

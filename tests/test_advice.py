@@ -146,6 +146,7 @@ def test_the_evaluator_advises_a_memory_bound_vllm_from_its_window():
     # 96% full: 3 fit, the running count it settled at.
     assert advice.item("kv_tokens_per_request_window").value == pytest.approx(327.68)
     assert advice.item("sustainable_concurrency").value == pytest.approx(3)
+    assert "holds 3 requests of today's mix" in advice.item("raise_cap_helps").text
     assert advice.item("raise_cap_helps").value == 0
     assert advice.item("kv_tokens_for_cap").value == pytest.approx(8 * 327.68 / 0.96)
     assert advice.item("sustainable_concurrency").caveats == ("short window (20 s of 5 scrapes)",)

@@ -209,6 +209,7 @@ def test_advice_values_carry_their_units() -> None:
     assert advice_value(0.0055, "s") == "5.5 ms"
     assert advice_value(1048576, "tokens") == "1,048,576 tokens"
     assert advice_value(3.158, "requests") == "3.16 requests"
+    assert advice_value(2.9999999999999996, "requests") == "3 requests"
 
 
 def test_advice_rows_name_each_item_its_inputs_and_its_caveats() -> None:
