@@ -98,3 +98,58 @@ def _n(value: float | None) -> str:
     if value is None:
         return "?"
     return f"{value:.0f}" if float(value).is_integer() else f"{value:.1f}"
+
+
+# What each advice kind is, as the panel names it (kinds: docs/metrics.md).
+ADVICE_LABELS: dict[str, str] = {
+    "kv_capacity_tokens": "KV cache capacity",
+    "kv_tokens_per_request": "KV tokens per running request, now",
+    "kv_tokens_per_request_window": "KV tokens per running request, over the window",
+    "kv_tokens_per_request_lengths": "KV tokens per request, from the length mix",
+    "kv_cache_fill": "KV cache kept full while requests wait",
+    "sustainable_concurrency": "Requests the KV cache holds at today's mix",
+    "raise_cap_helps": "Would a higher cap help?",
+    "kv_tokens_for_cap": "KV tokens the cap needs",
+    "continuous_batching_gain": "Continuous over static batching",
+    "arrival_per_second": "Arrival rate",
+    "budget_headroom": "Budget headroom",
+    "rate_limit_per_second": "Rate at which the batcher runs out",
+    "fixed_pair_feasible": "Can a fixed pair keep the budget?",
+    "advised_max_wait_seconds": "Advised max_wait",
+    "advised_max_batch_size": "Advised max_batch_size",
+    "padding_waste": "Padding in batched positions",
+}
+
+
+def advice_value(value: float, unit: str) -> str:
+    """One advice number as the panel shows it, with its unit."""
+    if unit == "bool":
+        return "yes" if value else "no"
+    if unit == "ratio":
+        return f"{value:.2f}x" if value > 1 else f"{value:.0%}"
+    if unit == "s":
+        return f"{value * 1000:.1f} ms"
+    whole = abs(value) >= 100 or float(round(value, 6)).is_integer()
+    shown = f"{value:,.0f}" if whole else f"{value:.2f}"
+    return f"{shown} {unit}"
+
+
+def advice_rows(advice: dict) -> list[dict[str, str]]:
+    """The advice object of a series as table rows: what, value, confidence, inputs."""
+    rows = []
+    for item in advice.get("items") or []:
+        inputs = ", ".join(f"{k} {_input(v)}" for k, v in (item.get("inputs") or {}).items())
+        caveats = "; ".join(item.get("caveats") or [])
+        rows.append({
+            "what": ADVICE_LABELS.get(item["kind"], item["kind"]),
+            "value": advice_value(item["value"], item["unit"]),
+            "confidence": item["confidence"] + (f" ({caveats})" if caveats else ""),
+            "inputs": inputs,
+        })  # fmt: skip
+    return rows
+
+
+def _input(value: float | None) -> str:
+    if value is None:
+        return "?"
+    return f"{value:g}" if abs(value) < 1e6 else f"{value:,.0f}"

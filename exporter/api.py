@@ -49,6 +49,7 @@ def series_json(series: SeriesSignals) -> dict[str, Any]:
     out = asdict(series)
     static = series.static_utilization
     out["static_utilization"] = static.to_dict() if static is not None else None
+    out["advice"] = advice_json(series)
     out["batch_size_distribution"] = [
         {"size": size if math.isfinite(size) else "+Inf", "fraction": fraction}
         for size, fraction in series.batch_size_distribution
@@ -74,6 +75,35 @@ def target_json(signals: TargetSignals) -> dict[str, Any]:
 def signals_response(generated_at: float, targets: Iterable[TargetSignals]) -> dict[str, Any]:
     """GET /api/v1/signals."""
     return _versioned({"generated_at": generated_at, "targets": [target_json(t) for t in targets]})
+
+
+# ---------------------------------------------------------------- /api/v1/advice
+
+
+def advice_json(series: SeriesSignals) -> dict[str, Any]:
+    """One series' advice: its summary and items, each with its inputs and confidence."""
+    return asdict(series.advice)
+
+
+def advice_response(generated_at: float, targets: Iterable[TargetSignals]) -> dict[str, Any]:
+    """GET /api/v1/advice: per target, each series' advice and the total's."""
+    return _versioned(
+        {
+            "generated_at": generated_at,
+            "targets": [
+                {
+                    "target": t.target,
+                    "up": t.up,
+                    "series": [
+                        {"labels": s.labels, "engine": s.engine, "advice": advice_json(s)}
+                        for s in t.series
+                    ],
+                    "total": advice_json(t.total),
+                }
+                for t in targets
+            ],
+        }
+    )
 
 
 # ---------------------------------------------------------------- /api/v1/history

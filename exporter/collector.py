@@ -123,6 +123,11 @@ class SignalsCollector(Collector):
         diagnosis = _gauge(
             "batchscope_diagnosis", "1 for the current diagnosis state of the target or series."
         )
+        advice = _gauge(
+            "batchscope_advice_value",
+            "One number of advice (kind label: what it is; /api/v1/advice has its inputs, "
+            "confidence and the sentence).",
+        )
         errors = Metric(
             "batchscope_target_errors",
             "Payloads of the target that could not be read or evaluated, by reason.",
@@ -162,6 +167,9 @@ class SignalsCollector(Collector):
                                          ("upper", u.upper)):  # fmt: skip
                         static.add_sample(static.name, {**labels, "bound": bound}, value)
                     gain.add_sample(gain.name, labels, u.continuous_batching_gain)
+                for item in s.advice.items:
+                    if math.isfinite(item.value):
+                        advice.add_sample(advice.name, {**labels, "kind": item.kind}, item.value)
                 for state in DIAGNOSIS_STATES:
                     diagnosis.add_sample(
                         diagnosis.name,
@@ -176,5 +184,6 @@ class SignalsCollector(Collector):
         yield static
         yield gain
         yield diagnosis
+        yield advice
         yield errors
         yield resets

@@ -28,6 +28,7 @@ INDEX = """<!doctype html><title>batchscope exporter</title>
 <ul><li><a href="/metrics">/metrics</a> (Prometheus)</li>
 <li><a href="/api/v1/signals">/api/v1/signals</a> (current signals, JSON)</li>
 <li><a href="/api/v1/history">/api/v1/history</a> (?target=NAME, bounded history, JSON)</li>
+<li><a href="/api/v1/advice">/api/v1/advice</a> (what to change, with the numbers, JSON)</li>
 <li><a href="/api/v1/targets">/api/v1/targets</a> (configured targets)</li></ul>
 """
 
@@ -141,6 +142,7 @@ def create_app(exporter: Exporter, token: str | None = None) -> web.Application:
         {
             "metrics": render_metrics,
             "signals": lambda targets: api.encode(api.signals_response(exporter.clock(), targets)),
+            "advice": lambda targets: api.encode(api.advice_response(exporter.clock(), targets)),
         },
     )
 
@@ -156,6 +158,9 @@ def create_app(exporter: Exporter, token: str | None = None) -> web.Application:
 
     async def signals(request: web.Request) -> web.Response:
         return await cached(request, "signals", "application/json")
+
+    async def advice(request: web.Request) -> web.Response:
+        return await cached(request, "advice", "application/json")
 
     async def history(request: web.Request) -> web.Response:
         name = request.query.get("target")
@@ -209,6 +214,7 @@ def create_app(exporter: Exporter, token: str | None = None) -> web.Application:
     app.router.add_get("/health", health)
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/api/v1/signals", signals)
+    app.router.add_get("/api/v1/advice", advice)
     app.router.add_get("/api/v1/history", history)
     app.router.add_get("/api/v1/targets", targets)
     return app

@@ -53,6 +53,13 @@ class SeriesSnapshot:
     batch_size: Histogram | None = None
     # batch size -> (batches executed, execution seconds), cumulative
     execution_by_size: Mapping[int, tuple[float, float]] = field(default_factory=dict)
+    prompt_tokens: Histogram | None = None
+    max_wait_seconds: float | None = None
+    # The engine's KV cache as it states it (vLLM's cache_config_info).
+    kv_capacity_tokens: float | None = None
+    block_size: float | None = None
+    gpu_memory_utilization: float | None = None
+    kv_cache_memory_bytes: float | None = None
 
     @property
     def labels(self) -> dict[str, str]:
@@ -101,7 +108,9 @@ def merge_series(
     """All series of one scrape as one (the target total): counts and histograms add up,
     KV usage is the fullest engine's, the cap is the sum of the series' caps (None if any
     is unknown). A histogram whose series use different bucket layouts is left out, and
-    so are summary quantiles when there are several series.
+    so are summary quantiles when there are several series. The KV cache's settings are
+    kept only when the target has one series (a total's KV usage is the fullest engine's,
+    which no summed capacity matches).
 
     Series held to different latency budgets (an in-house batcher's own beside the
     configured one) have no common budget: the total keeps no latency, so one service's
@@ -127,6 +136,7 @@ def merge_series(
             n0, s0 = by_size.get(size, (0.0, 0.0))
             by_size[size] = (n0 + n, s0 + secs)
     kv = [s.kv_usage for s in series if s.kv_usage is not None]
+    only = series[0] if len(series) == 1 else SeriesSnapshot(key=(), engine="")
     return SeriesSnapshot(
         key=(),
         engine="+".join(sorted({s.engine for s in series})),
@@ -151,4 +161,12 @@ def merge_series(
             [s.output_tokens for s in series if s.output_tokens is not None]
         ),
         execution_by_size=by_size,
+        prompt_tokens=_merge_histograms(
+            [s.prompt_tokens for s in series if s.prompt_tokens is not None]
+        ),
+        max_wait_seconds=only.max_wait_seconds,
+        kv_capacity_tokens=only.kv_capacity_tokens,
+        block_size=only.block_size,
+        gpu_memory_utilization=only.gpu_memory_utilization,
+        kv_cache_memory_bytes=only.kv_cache_memory_bytes,
     )

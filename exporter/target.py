@@ -9,7 +9,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from exporter.histogram import histogram_increase, histogram_quantile
+from exporter.advice import Advice, AdviceInputs, advise
+from exporter.capacity import cost_per_batch
+from exporter.histogram import Histogram, histogram_increase, histogram_quantile
 from exporter.signals import (
     Diagnosis,
     SaturationState,
@@ -76,6 +78,7 @@ class SeriesSignals:
     diagnosis: Diagnosis = Diagnosis("idle", "")
     # Signals whose raw series this engine does not publish (absent, not merely unknown).
     not_exposed: tuple[str, ...] = ()
+    advice: Advice = Advice()
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +101,66 @@ class TargetSignals:
     extra_labels: Mapping[str, str] = field(default_factory=dict)
     errors_total: Mapping[str, int] = field(default_factory=dict)
     window_resets_total: Mapping[str, int] = field(default_factory=dict)
+
+
+def _mean(hist: Histogram | None) -> float | None:
+    return hist.sum / hist.count if hist is not None and hist.count > 0 else None
+
+
+def advice_inputs(
+    snapshots: Sequence[SeriesSnapshot],
+    span: float,
+    cap: float | None,
+    settings: SignalSettings,
+    *,
+    static: UtilizationEstimate | None,
+    arrival_per_second: float | None,
+    budget_seconds: float | None,
+    latency_seconds: float | None,
+    latency_statistic: str | None,
+    padding_waste: float | None,
+) -> AdviceInputs:
+    """What the advice reads from one series' window of snapshots, oldest first, beside
+    the signals already computed over it (static estimate, arrivals, budget, latency and
+    whether it is a quantile or a mean, padding waste)."""
+    last = snapshots[-1]
+    output_tokens = histogram_increase([p.output_tokens for p in snapshots])
+    prompt_tokens = histogram_increase([p.prompt_tokens for p in snapshots])
+    near_cap = settings.near_cap * cap if cap else None
+    return AdviceInputs(
+        engine=last.engine,
+        window_seconds=span,
+        scrapes=len(snapshots),
+        running=last.running,
+        waiting=last.waiting,
+        cap=cap,
+        kv_usage=last.kv_usage,
+        kv_capacity_tokens=last.kv_capacity_tokens,
+        block_size=last.block_size,
+        gpu_memory_utilization=last.gpu_memory_utilization,
+        kv_cache_memory_bytes=last.kv_cache_memory_bytes,
+        kv_scrapes=[
+            (p.running, p.kv_usage, p.waiting or 0.0)
+            for p in snapshots
+            if p.running is not None and p.kv_usage is not None
+        ],
+        near_cap=settings.near_cap,
+        waited_at_cap=near_cap is not None
+        and any((p.running or 0) >= near_cap and (p.waiting or 0) > 0 for p in snapshots),
+        mean_prompt_tokens=_mean(prompt_tokens),
+        mean_output_tokens=_mean(output_tokens),
+        length_requests=output_tokens.count if output_tokens is not None else 0.0,
+        # The cost curve belongs to the model and device, not to this window's traffic.
+        cost_by_size=cost_per_batch(dict(last.execution_by_size)),
+        max_wait_seconds=last.max_wait_seconds,
+        latency_quantile=settings.quantile,
+        static=static,
+        arrival_per_second=arrival_per_second,
+        budget_seconds=budget_seconds,
+        latency_seconds=latency_seconds,
+        latency_is_mean=latency_statistic == "mean",
+        padding_waste=padding_waste,
+    )
 
 
 def window_latency(
@@ -226,6 +289,24 @@ def series_signals(
     )
     if statistic == "mean" and latency is not None:
         diagnosis = mean_latency_note(diagnosis, latency)
+    padding = padding_waste(
+        counter_increase([p.padding_tokens_total for p in snapshots]),
+        counter_increase([p.batch_tokens_total for p in snapshots]),
+    )
+    advice = advise(
+        advice_inputs(
+            snapshots,
+            span,
+            cap,
+            settings,
+            static=static,
+            arrival_per_second=per_second(items, span) if fired_batches else None,
+            budget_seconds=budget,
+            latency_seconds=latency,
+            latency_statistic=statistic,
+            padding_waste=padding,
+        )
+    )
     signals = SeriesSignals(
         labels=last.labels,
         engine=last.engine,
@@ -250,16 +331,14 @@ def series_signals(
         budget_saturated=saturation.saturated,
         budget_saturated_seconds=saturated_seconds(saturation, now),
         throughput_gain=gain,
-        padding_waste=padding_waste(
-            counter_increase([p.padding_tokens_total for p in snapshots]),
-            counter_increase([p.batch_tokens_total for p in snapshots]),
-        ),
+        padding_waste=padding,
         static_utilization=static,
         batch_size_distribution=batch_size_distribution(
             running_samples if last.batch_size is None else [], batch_hist
         ),
         diagnosis=diagnosis,
         not_exposed=not_exposed(last, settings),
+        advice=advice,
     )
     return signals, saturation
 

@@ -339,6 +339,7 @@ def vllm_batching(source: Source, config: Mapping) -> dict:
             "short",
             Query(f"{rules.OUTPUT_TOKENS_MEAN}{{{sel}}}", "{{model_name}}"),
         )
+    advice_rows = [[(_kv_advice_panel(series, cap), 12), (_advice_table(series), 12)]]
     latency = _series_panel(
         "Latency quantiles",
         "p99 of end-to-end latency, time to first token and queue time over "
@@ -368,8 +369,48 @@ def vllm_batching(source: Source, config: Mapping) -> dict:
             [(diagnosis, 24)],
             [(lengths, 12), (static, 12)],
             [(latency, 12), (throughput, 12)],
+            *(advice_rows if source is EXPORTER else []),
         ],
     )
+
+
+def _kv_advice_panel(series: str, cap: Query):
+    """What the KV cache holds at today's lengths against the cap and the running batch."""
+    return (
+        _series_panel(
+            "Advice: requests the KV cache holds vs the cap",
+            "Sustainable concurrency: KV capacity (vllm:cache_config_info) over the tokens a "
+            "running request holds (measured over the window, else from the prompt and output "
+            "length mix). Below the cap (dashed) while requests wait: raising --max-num-seqs "
+            "cannot help, the KV cache needs cap x tokens per request (the advice's "
+            "kv_tokens_for_cap). Above it while requests wait at the cap: raising the cap helps "
+            "up to this line. /api/v1/advice has the sentence and the inputs.",
+            "short",
+            Query(f'batchscope_advice_value{{kind="sustainable_concurrency", {series}}}',
+                  "KV cache holds {{model_name}}"),
+            cap,
+            Query(f"batchscope_running_requests{{{series}}}", "running {{model_name}}"),
+        )
+        .override_by_query(*dashed_line("B"))
+        .min(0)
+    )  # fmt: skip
+
+
+def _advice_table(series: str):
+    return (
+        table.Panel()
+        .title("Advice, with the numbers")
+        .description(
+            "Every advice number now, by kind (docs/metrics.md gives each formula): KV "
+            "capacity and tokens per request, sustainable concurrency, raise_cap_helps (1: a "
+            "higher cap helps, 0: memory-bound, it cannot), kv_tokens_for_cap, the "
+            "continuous-batching gain. docs/runbook.md says what to change."
+        )
+        .targets(
+            targets([Query(f"batchscope_advice_value{{{series}}}", instant=True,
+                           format=PromQueryFormat.TABLE)])
+        )
+    )  # fmt: skip
 
 
 # ---------------------------------------------------------------- fleet overview

@@ -5,11 +5,12 @@ bench_parser.py), `fleet` (the exporter process scraping 1000 simulated vLLM tar
 bench_fleet.py + fleet_sim.py), `prometheus` (the exporter beside a real Prometheus
 2.42 on the same 1000 targets, bench_prometheus.py), `fuzz` (5 minutes of atheris on
 the parser, fuzz_parser.py), `batching` (static vs continuous batching on the
-demo server's scheduler, bench_batching.py, run as a subprocess when it is there) and
-`dashboard` (server-side time to build the Live page, bench_dashboard.py) and
+demo server's scheduler, bench_batching.py, run as a subprocess when it is there),
+`dashboard` (server-side time to build the Live page, bench_dashboard.py),
 `batcher` (the embedding batcher, fixed vs adaptive, seeds 000 and 001, and its
 overhead against seed 000's plain Batcher: bench_batcher.py, a subprocess; its charts
-go to `bench/` beside the report).
+go to `bench/` beside the report) and `advice` (the exporter's advice held against the
+demo server's truth: bench_advice.py, a subprocess; it starts demo servers).
 The report names the machine, the command and the date: numbers from a shared 2-core
 machine only mean something next to those.
 
@@ -44,7 +45,10 @@ BATCHING_QUICK_ARGS = ("--requests", "64", "--repeat", "1")
 PACKAGES = ("batchscope", "aiohttp", "prometheus-client", "psutil", "PyYAML", "torch",
             "streamlit", "plotly", "pandas")  # fmt: skip
 BATCHER_SCRIPT = ROOT / "scripts/bench_batcher.py"
-BENCHMARKS = ("parser", "fleet", "prometheus", "fuzz", "batching", "dashboard", "batcher")
+ADVICE_SCRIPT = ROOT / "scripts/bench_advice.py"
+BENCHMARKS = (
+    "parser", "fleet", "prometheus", "fuzz", "batching", "dashboard", "batcher", "advice",
+)  # fmt: skip
 # Run only when named with --only: the soak takes 30 minutes (--soak-minutes).
 ON_REQUEST = ("soak",)
 FUZZ_SCRIPT = ROOT / "scripts/fuzz_parser.py"
@@ -191,6 +195,10 @@ def main(argv: list[str] | None = None) -> int:
         chart_args = ["--chart-dir", str(args.output.parent / "bench")]
         quick_args = ["--quick"] if args.quick else []
         sections.append(script_section(BATCHER_SCRIPT, "Batcher", chart_args + quick_args))
+    if "advice" in selected:
+        print("advice: running scripts/bench_advice.py", file=sys.stderr, flush=True)
+        quick_args = ["--quick"] if args.quick else []
+        sections.append(script_section(ADVICE_SCRIPT, "Advice", quick_args))
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text("\n".join(sections), encoding="utf-8")
     print("\n".join(sections[1:]))

@@ -137,3 +137,25 @@ def test_padding_waste_of_an_in_house_batcher_is_read_back_and_exported() -> Non
     text = generate_latest(exported).decode()
     assert 'batchscope_padding_waste_ratio{target="b"} 0.25' in text
     assert padding_waste(None, 400.0) is None and padding_waste(0.0, 0.0) is None
+
+
+def test_advice_is_exported_per_kind_with_the_fixture_numbers() -> None:
+    s = exposition(SignalSettings(cap=8, budget_seconds=2.0), PAYLOADS)
+    for labels in (SERIES, TOTAL):
+        assert sample(s, "batchscope_advice_value", kind="kv_capacity_tokens", **labels) == 1048576
+        # 60 requests since idle: prompt 3510 / 60 = 58.5, output 11642 / 60, half a
+        # 128-token block: 58.5 + 97.02 + 63.5 tokens held per running request.
+        per_request = 58.5 + 11642 / 120 + 63.5
+        assert sample(
+            s, "batchscope_advice_value", kind="kv_tokens_per_request_lengths", **labels
+        ) == pytest.approx(per_request)
+        assert sample(
+            s, "batchscope_advice_value", kind="sustainable_concurrency", **labels
+        ) == pytest.approx(1048576 / per_request)
+        # 32 waited while 8 ran at the cap of 8: raising the cap can help.
+        assert sample(s, "batchscope_advice_value", kind="raise_cap_helps", **labels) == 1.0
+
+
+def test_no_advice_is_exported_from_two_scrapes() -> None:
+    s = exposition(SignalSettings(cap=8, budget_seconds=2.0), PAYLOADS[:2])
+    assert not [name for name, _ in s if name == "batchscope_advice_value"]

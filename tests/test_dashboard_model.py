@@ -8,7 +8,7 @@ import io
 import pandas as pd
 import pytest
 
-from dashboard.advice import checklist
+from dashboard.advice import advice_rows, advice_value, checklist
 from dashboard.calculator import (
     TOY_EXAMPLES,
     continuous_picture,
@@ -200,3 +200,30 @@ def test_one_models_history_is_picked_from_the_target_points() -> None:
     ]
     assert series_points(points, {"model_name": "c"}) == []
     assert "series" not in history_frame(points).columns
+
+
+def test_advice_values_carry_their_units() -> None:
+    assert advice_value(1, "bool") == "yes" and advice_value(0, "bool") == "no"
+    assert advice_value(0.3, "ratio") == "30%"
+    assert advice_value(1.91, "ratio") == "1.91x"
+    assert advice_value(0.0055, "s") == "5.5 ms"
+    assert advice_value(1048576, "tokens") == "1,048,576 tokens"
+    assert advice_value(3.158, "requests") == "3.16 requests"
+    assert advice_value(2.9999999999999996, "requests") == "3 requests"
+
+
+def test_advice_rows_name_each_item_its_inputs_and_its_caveats() -> None:
+    advice = {"items": [
+        {"kind": "sustainable_concurrency", "value": 3.125, "unit": "requests",
+         "inputs": {"kv_capacity_tokens": 1024, "kv_tokens_per_request": 327.68},
+         "confidence": "medium", "caveats": ["short window (20 s of 5 scrapes)"]},
+        {"kind": "new_kind", "value": 2, "unit": "items", "inputs": {}, "confidence": "high",
+         "caveats": []},
+    ]}  # fmt: skip
+    assert advice_rows(advice) == [
+        {"what": "Requests the KV cache holds at today's mix", "value": "3.12 requests",
+         "confidence": "medium (short window (20 s of 5 scrapes))",
+         "inputs": "kv_capacity_tokens 1024, kv_tokens_per_request 327.68"},
+        {"what": "new_kind", "value": "2 items", "confidence": "high", "inputs": ""},
+    ]  # fmt: skip
+    assert advice_rows({"items": [], "summary": "too little data"}) == []

@@ -41,7 +41,10 @@ def _finishing(n: int, latency: float):
 def fleet():
     targets = ScriptedTargets(
         {
-            "mem": (VllmState(running=3, waiting=5, kv_usage=0.95), _finishing(1, 1.0)),
+            "mem": (
+                VllmState(running=3, waiting=5, kv_usage=0.95, kv_cache_tokens=1024),
+                _finishing(1, 1.0),
+            ),
             "sat": (VllmState(running=8, waiting=2, kv_usage=0.5), _finishing(3, 4.0)),
             "fast": (VllmState(running=8, waiting=0, kv_usage=0.4), _finishing(2, 0.4)),
         }
@@ -111,6 +114,26 @@ def test_memory_bound_target_shows_the_word_its_reason_and_next_step(fleet) -> N
     assert values["KV cache"] == "95%"
     assert values["running / cap"] == "3 / 8"
     assert values["waiting"] == "5"
+
+
+def test_memory_bound_target_shows_the_advice_with_its_numbers(fleet) -> None:
+    at = page("live.py", fleet)
+    at.selectbox(key="live_target").set_value("mem").run()
+    # 95% of 1024 KV tokens over 3 running: 324 tokens each; the cache kept 95% full while
+    # requests waited, so 3 fit (what runs), cap 8: 8 x 324 / 0.95 = 2731 tokens needed.
+    assert "**Advice:** " + plain_markdown(
+        "memory-bound: raising max-num-seqs will not help: the KV cache holds "
+        "3 requests of today's mix, below the cap of 8"
+    ) in texts(at.markdown)
+    table = at.dataframe[1].value.set_index("what")
+    assert table.loc["KV cache capacity", "value"] == "1,024 tokens"
+    assert table.loc["KV tokens per running request, now", "value"] == "324 tokens"
+    assert table.loc["Requests the KV cache holds at today's mix", "value"] == "3 requests"
+    assert table.loc["KV cache kept full while requests wait", "value"] == "95%"
+    assert table.loc["Would a higher cap help?", "value"] == "no"
+    assert table.loc["KV tokens the cap needs", "value"] == "2,731 tokens"
+    assert "kv_capacity_tokens 1024" in table.loc["KV cache capacity", "inputs"]
+    assert table.loc["Would a higher cap help?", "confidence"].startswith("medium (short window")
 
 
 def test_saturated_target_shows_the_banner_and_its_utilisation(fleet) -> None:

@@ -138,3 +138,23 @@ def test_inhouse_batcher_read_back_from_instrumentation() -> None:
     assert s.latency["e2e"].count == 42.0
     assert s.execution_by_size[1] == (2.0, pytest.approx(0.022))
     assert s.execution_by_size[32] == (1.0, pytest.approx(0.040))
+
+
+def test_vllm_032_cache_config_info_gives_kv_capacity_block_size_and_memory() -> None:
+    (series,) = read_series(fixture_text("vllm-0.32.0-cpu-load.txt"))
+    assert series.kv_capacity_tokens == 1048576  # kv_cache_size_tokens
+    assert series.block_size == 128
+    assert series.gpu_memory_utilization == 0.92
+    assert series.kv_cache_memory_bytes == 1 << 30
+    assert (series.prompt_tokens.sum, series.prompt_tokens.count) == (1170, 20)
+
+
+def test_older_vllm_cache_config_gives_capacity_as_blocks_times_block_size() -> None:
+    payload = (
+        'vllm:cache_config_info{block_size="16",engine="0",gpu_memory_utilization="0.9",'
+        'num_gpu_blocks="2048",num_cpu_blocks="None"} 1.0\n'
+        'vllm:num_requests_running{engine="0",model_name="m"} 2.0\n'
+    )
+    (series,) = read_series(payload)
+    assert series.kv_capacity_tokens == 2048 * 16
+    assert series.kv_cache_memory_bytes is None  # not stated before 0.11: not guessed

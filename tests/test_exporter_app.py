@@ -77,10 +77,25 @@ class Seen:
             for series in (*target["series"], target["total"]):
                 self.add("series", series)
                 self.add("diagnosis", series["diagnosis"])
+                self.advice(series["advice"])
                 if series["static_utilization"] is not None:
                     self.add("static_utilization", series["static_utilization"])
                 for size_bin in series["batch_size_distribution"]:
                     self.add("batch_size_bin", size_bin)
+
+    def advice(self, advice: dict) -> None:
+        self.add("advice", advice)
+        for item in advice["items"]:
+            self.add("advice_item", item)
+
+    def advice_body(self, body: dict) -> None:
+        self.add("advice_body", body)
+        for target in body["targets"]:
+            self.add("target_advice", target)
+            self.advice(target["total"])
+            for series in target["series"]:
+                self.add("series_advice", series)
+                self.advice(series["advice"])
 
     def points(self, points: list[dict]) -> None:
         for point in points:
@@ -172,6 +187,9 @@ async def test_every_endpoint_returns_exactly_the_documented_fields(fed_exporter
         status, signals = await _get(session, f"{api}/api/v1/signals")
         assert status == 200
         seen.signals(signals)
+        status, advice = await _get(session, f"{api}/api/v1/advice")
+        assert status == 200
+        seen.advice_body(advice)
         status, history = await _get(session, f"{api}/api/v1/history?target=mixed")
         assert status == 200
         seen.add("history", history)
@@ -195,7 +213,7 @@ async def test_every_endpoint_returns_exactly_the_documented_fields(fed_exporter
             assert set(obj) == set(fields), (name, set(obj) ^ set(fields))
             for field, value in obj.items():
                 assert json_type(value) in fields[field], (name, field, value)
-    for body in (signals, history, histories, targets, error):
+    for body in (signals, advice, history, histories, targets, error):
         assert body["api_version"] == 1
 
 
@@ -272,6 +290,6 @@ def test_a_target_label_the_exporter_sets_is_refused_at_start(tmp_path, label) -
     message = str(caught.value)
     assert message.startswith(f"{config}:4: targets[0].labels.{label}: the exporter sets")
     assert (
-        "reserved are target, state, bound, quantile, histogram, le, application, batcher, "
+        "reserved are target, state, bound, quantile, histogram, kind, le, application, batcher, "
         "deployment, engine, function_name, model, model_name, version" in message
     )

@@ -26,6 +26,7 @@ class VllmState:
     e2e_sum: float = 0.0
     tokens: dict[float, float] = field(default_factory=dict)
     tokens_sum: float = 0.0
+    kv_cache_tokens: float | None = None  # stated in cache_config_info when set
 
     @property
     def finished(self) -> float:
@@ -77,6 +78,13 @@ def render(s: VllmState) -> str:
         "# TYPE vllm:generation_tokens_total counter",
         f"vllm:generation_tokens_total{{{LABELS}}} {s.tokens_sum}",
     ]
+    if s.kv_cache_tokens is not None:
+        lines += [
+            "# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig",
+            "# TYPE vllm:cache_config_info gauge",
+            f'vllm:cache_config_info{{block_size="16",engine="0",'
+            f'kv_cache_size_tokens="{s.kv_cache_tokens:.0f}"}} 1.0',
+        ]
     lines += _histogram("vllm:e2e_request_latency_seconds", E2E_BOUNDS, s.e2e, s.e2e_sum,
                         "Histogram of e2e request latency in seconds.")  # fmt: skip
     lines += _histogram("vllm:request_generation_tokens", TOKEN_BOUNDS, s.tokens, s.tokens_sum,

@@ -7,7 +7,7 @@ import time
 import streamlit as st
 
 from dashboard import charts, ui
-from dashboard.advice import checklist, next_step
+from dashboard.advice import advice_rows, checklist, next_step
 from dashboard.episodes import saturation_episodes
 from dashboard.formatting import (
     MISSING,
@@ -146,6 +146,19 @@ def checklist_box(series: dict) -> None:
             )
 
 
+def advice_box(series: dict) -> None:
+    advice = series.get("advice") or {}
+    with st.expander("What to change, with the numbers", expanded=True):
+        st.markdown(f"**Advice:** {plain_markdown(advice.get('summary') or 'none yet')}")
+        rows = advice_rows(advice)
+        if rows:
+            st.dataframe(rows, hide_index=True, width="stretch", key="advice_table")
+            st.caption(
+                "Each number names its inputs and how far to trust it; docs/metrics.md gives "
+                "the formulas. The same numbers: /api/v1/advice and batchscope_advice_value."
+            )
+
+
 def history_for(sources: ui.Sources, name: str, labels: dict | None,
                 range_seconds: float | None, now: float):  # fmt: skip
     """The history over the range of one series (labels) or the target total (None):
@@ -209,6 +222,7 @@ def target_panel(sources: ui.Sources, target: dict, now: float) -> None:
     diagnosis_box(series)
     metrics_row(series)
     checklist_box(series)
+    advice_box(series)
     range_name = st.segmented_control("Time range", list(RANGES), default="15 min",
                                       key="live_range") or "15 min"  # fmt: skip
     labels = None if choice == TOTAL_CHOICE else series.get("labels")

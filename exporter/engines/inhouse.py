@@ -24,7 +24,7 @@ KEY_LABELS = ("batcher",)
 FAMILIES = (
     names.QUEUE_DEPTH, names.BATCH_SIZE, names.REQUEST_LATENCY, names.QUEUE_WAIT,
     names.EXECUTION, names.BATCH_EXECUTION_BY_SIZE, names.REQUESTS,
-    names.MAX_BATCH_SIZE, names.LATENCY_BUDGET, names.BATCH_TOKENS,
+    names.MAX_BATCH_SIZE, names.MAX_WAIT, names.LATENCY_BUDGET, names.BATCH_TOKENS,
 )  # fmt: skip
 LATENCY_FAMILIES = {
     "e2e": names.REQUEST_LATENCY,
@@ -56,6 +56,7 @@ def to_series(by_name: SamplesByName) -> list[SeriesSnapshot]:
     depth = values_by_key(by_name, names.QUEUE_DEPTH, KEY_LABELS)
     cap = values_by_key(by_name, names.MAX_BATCH_SIZE, KEY_LABELS)
     budget = values_by_key(by_name, names.LATENCY_BUDGET, KEY_LABELS)
+    max_wait = values_by_key(by_name, names.MAX_WAIT, KEY_LABELS)
     ok = values_by_key(by_name, names.REQUESTS + "_total", KEY_LABELS, where={"outcome": "ok"})
     batch_size = histograms_by_key(by_name, names.BATCH_SIZE, KEY_LABELS)
     # Every kind adds up to the positions batched; the padding kind alone is the waste.
@@ -73,6 +74,7 @@ def to_series(by_name: SamplesByName) -> list[SeriesSnapshot]:
             waiting=depth.get(key),
             cap=cap.get(key) or None,
             budget_seconds=budget.get(key) or None,
+            max_wait_seconds=max_wait.get(key),
             requests_total=ok.get(key),
             items_total=batch_size[key].sum if key in batch_size else None,
             batches_total=batch_size[key].count if key in batch_size else None,

@@ -1,11 +1,14 @@
 """vLLM: V1 (0.8+, labels model_name and engine) and V0 (model_name only).
 
 `gpu_cache_usage_perc` became `kv_cache_usage_perc` in 0.9; counters carry `_total`
-with `_created` siblings. vLLM does not expose `max_num_seqs`: the cap comes from config.
+with `_created` siblings. vLLM does not expose `max_num_seqs`: the cap comes from config. `cache_config_info`
+states the KV cache in its labels (an engine label, no model): `kv_cache_size_tokens`
+and `kv_cache_memory_bytes` from 0.11 on, `num_gpu_blocks` and `block_size` before.
 """
 
 from __future__ import annotations
 
+from exporter.capacity import kv_capacity_tokens
 from exporter.samples import (
     SamplesByName,
     histograms_by_key,
@@ -13,7 +16,7 @@ from exporter.samples import (
     of_key,
     values_by_key,
 )
-from exporter.snapshot import SeriesSnapshot
+from exporter.snapshot import LabelKey, SeriesSnapshot
 
 NAME = "vllm"
 MARKER = "vllm:"
@@ -28,6 +31,8 @@ KV_USAGE_OLD = "vllm:gpu_cache_usage_perc"
 REQUEST_SUCCESS = "vllm:request_success"
 GENERATION_TOKENS = "vllm:generation_tokens"
 OUTPUT_TOKENS = "vllm:request_generation_tokens"
+PROMPT_TOKENS = "vllm:request_prompt_tokens"
+CACHE_CONFIG = "vllm:cache_config_info"
 LATENCY_FAMILIES = {
     "e2e": "vllm:e2e_request_latency_seconds",
     "ttft": "vllm:time_to_first_token_seconds",
@@ -37,8 +42,44 @@ LATENCY_FAMILIES = {
 
 FAMILIES = (
     RUNNING, WAITING, SWAPPED, PREEMPTIONS, KV_USAGE, KV_USAGE_OLD,
-    REQUEST_SUCCESS, GENERATION_TOKENS, OUTPUT_TOKENS, *LATENCY_FAMILIES.values(),
+    REQUEST_SUCCESS, GENERATION_TOKENS, OUTPUT_TOKENS, PROMPT_TOKENS, CACHE_CONFIG,
+    *LATENCY_FAMILIES.values(),
 )  # fmt: skip
+
+
+def _number(text: str | None) -> float | None:
+    """A cache_config_info label as a number; None for "None", empty or non-numeric."""
+    try:
+        return float(text) if text is not None else None
+    except ValueError:
+        return None
+
+
+def cache_config_by_engine(by_name: SamplesByName) -> dict[str | None, dict[str, float | None]]:
+    """The KV cache settings stated by each engine's cache_config_info (key: its `engine`
+    label): capacity in tokens (stated, or blocks x block size), block size, memory."""
+    out: dict[str | None, dict[str, float | None]] = {}
+    for sample in by_name.get(CACHE_CONFIG, ()):
+        labels = sample.labels
+        block_size = _number(labels.get("block_size"))
+        out[labels.get("engine")] = {
+            "kv_capacity_tokens": kv_capacity_tokens(
+                _number(labels.get("kv_cache_size_tokens")),
+                _number(labels.get("num_gpu_blocks")),
+                block_size,
+            ),
+            "block_size": block_size,
+            "gpu_memory_utilization": _number(labels.get("gpu_memory_utilization")),
+            "kv_cache_memory_bytes": _number(labels.get("kv_cache_memory_bytes")),
+        }
+    return out
+
+
+def _cache_config_of(key: LabelKey, configs: dict[str | None, dict[str, float | None]]) -> dict:
+    engine = dict(key).get("engine")
+    if engine in configs:
+        return configs[engine]
+    return next(iter(configs.values())) if len(configs) == 1 else {}
 
 
 def to_series(by_name: SamplesByName) -> list[SeriesSnapshot]:
@@ -53,6 +94,8 @@ def to_series(by_name: SamplesByName) -> list[SeriesSnapshot]:
     finished = values_by_key(by_name, REQUEST_SUCCESS + "_total", KEY_LABELS)
     tokens = values_by_key(by_name, GENERATION_TOKENS + "_total", KEY_LABELS)
     output_tokens = histograms_by_key(by_name, OUTPUT_TOKENS, KEY_LABELS)
+    prompt_tokens = histograms_by_key(by_name, PROMPT_TOKENS, KEY_LABELS)
+    cache_configs = cache_config_by_engine(by_name)
     latency = histograms_by_kind(by_name, LATENCY_FAMILIES, KEY_LABELS)
     keys = sorted(set(running) | set(waiting) | set(kv) | set(preemptions) | set(finished))
     return [
@@ -68,6 +111,8 @@ def to_series(by_name: SamplesByName) -> list[SeriesSnapshot]:
             generation_tokens_total=tokens.get(key),
             latency=of_key(latency, key),
             output_tokens=output_tokens.get(key),
+            prompt_tokens=prompt_tokens.get(key),
+            **_cache_config_of(key, cache_configs),
         )
         for key in keys
     ]

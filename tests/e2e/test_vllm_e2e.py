@@ -209,8 +209,13 @@ def wait_for(pred, timeout: float, what: str, exp: Exporter):
     )
 
 
+def advice_value(advice: dict, kind: str) -> float | None:
+    return next((i["value"] for i in advice["items"] if i["kind"] == kind), None)
+
+
 def brief(t: dict) -> dict:
     tot = t["total"]
+    advice = tot.get("advice") or {"items": [], "summary": ""}
     return {
         "up": t["up"],
         "running": tot.get("running"),
@@ -220,6 +225,9 @@ def brief(t: dict) -> dict:
         "kv": tot.get("kv_cache_usage"),
         "lat": tot.get("latency_seconds"),
         "state": (tot.get("diagnosis") or {}).get("state"),
+        "sustainable": advice_value(advice, "sustainable_concurrency"),
+        "raise_cap_helps": advice_value(advice, "raise_cap_helps"),
+        "advice": advice["summary"],
         **({} if t["up"] else {"error": (t.get("error") or "")[:80]}),
     }
 
@@ -333,6 +341,20 @@ def test_memory_bound_preemptions(vllm: VllmManager, exporter: Exporter):
     samples, bound = load_until(srv, exporter, 120, seed=11, pick=memory_bound)
     print(f"vLLM preemptions_total {srv.metrics().get('preemptions_total')}")
     assert bound, f"never diagnosed memory_bound with preemptions and a short batch: {samples}"
+    # The advice: the KV cache (8 blocks x 128 = 1024 tokens) holds fewer requests of
+    # this mix (100..450 output tokens) than the cap of 8, so a higher cap cannot help.
+    advised = [s for s in samples if s["raise_cap_helps"] == 0]
+    assert advised, f"never advised that raising max-num-seqs will not help: {samples}"
+    for s in advised:
+        assert s["sustainable"] < CAP
+        assert s["advice"].startswith("memory-bound: raising max-num-seqs will not help")
+        assert f"below the cap of {CAP}" in s["advice"]
+    assert not [s for s in samples if s["raise_cap_helps"] == 1], samples
+    print(
+        f"advised memory-bound in {len(advised)}/{len(samples)} polls; sustainable "
+        f"{min(s['sustainable'] for s in advised):.2f}..{max(s['sustainable'] for s in advised):.2f}"
+        f" vs cap {CAP}; e.g. {advised[-1]['advice']!r}"
+    )
     print(
         f"memory_bound in {len(bound)}/{len(samples)} polls; max kv usage "
         f"{max(s['kv'] or 0 for s in samples):.2f}; max preempt/s "
