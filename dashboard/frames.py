@@ -31,6 +31,16 @@ def _sort_key_missing_last(value: float | None) -> float:
     return -value if value is not None and math.isfinite(value) else math.inf
 
 
+def _worst_budget(target: dict) -> dict:
+    """The total, or when the total has no budget utilisation (its series answer to
+    different budgets), the series closest to its budget: what the alerts fire on."""
+    total = target.get("total") or {}
+    if total.get("budget_utilization") is not None:
+        return total
+    judged = [s for s in target.get("series") or [] if s.get("budget_utilization") is not None]
+    return max(judged, key=lambda s: s["budget_utilization"], default=total)
+
+
 def fleet_frame(signals_doc: dict) -> pd.DataFrame:
     """One row per target, worst first: by state severity, then the higher budget
     utilisation, then the fuller KV cache, then the name."""
@@ -39,7 +49,9 @@ def fleet_frame(signals_doc: dict) -> pd.DataFrame:
         total = target.get("total") or {}
         diagnosis = total.get("diagnosis") or {}
         state = diagnosis.get("state", "down" if not target.get("up") else "")
-        saturated = total.get("budget_saturated_seconds") or 0.0
+        budget = _worst_budget(target)
+        utilization = budget.get("budget_utilization")
+        saturated = budget.get("budget_saturated_seconds") or 0.0
         rows.append(
             {
                 "target": target.get("target", ""),
@@ -51,12 +63,12 @@ def fleet_frame(signals_doc: dict) -> pd.DataFrame:
                 "waiting": total.get("waiting"),
                 "preemptions_per_second": total.get("preemptions_per_second"),
                 "kv_cache_usage": total.get("kv_cache_usage"),
-                "budget_utilization": total.get("budget_utilization"),
+                "budget_utilization": utilization,
                 "saturated_seconds": saturated,
                 "reason": diagnosis.get("reason") or target.get("error") or "",
                 "_order": (
                     look(state).severity,
-                    _sort_key_missing_last(total.get("budget_utilization")),
+                    _sort_key_missing_last(utilization),
                     _sort_key_missing_last(total.get("kv_cache_usage")),
                     target.get("target", ""),
                 ),

@@ -67,6 +67,19 @@ def test_fleet_table_is_worst_first() -> None:
     assert look("memory_bound").hex == look("memory_bound").hex != look("healthy").hex
 
 
+def test_fleet_table_reads_the_worst_series_when_the_total_has_no_budget() -> None:
+    # An LLM beside a batcher with its own budget: the total keeps no latency.
+    mixed = _target("demo", "budget_saturated")
+    mixed["series"] = [
+        {"budget_utilization": 0.4, "budget_saturated_seconds": 0.0},
+        {"budget_utilization": 1.3, "budget_saturated_seconds": 75.0},
+    ]
+    frame = fleet_frame({"targets": [mixed, _target("ok", "budget_saturated", 1.1)]})
+    assert list(frame["target"]) == ["demo", "ok"]
+    assert frame["budget_utilization"].tolist() == [1.3, 1.1]
+    assert frame["saturated_seconds"].tolist()[0] == 75.0
+
+
 def test_series_choices_name_each_model() -> None:
     target = {"total": {"running": 5}, "series": [
         {"labels": {"model_name": "a", "engine": "0"}, "running": 2},
