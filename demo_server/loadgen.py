@@ -26,117 +26,41 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import csv
 import itertools
 import json
-import math
-import os
 import random
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
 import aiohttp
 
-from exporter.length_log import FileReport, InputError, read_lengths
+from demo_server.loadgen_report import (
+    PlainProgress,
+    RichProgress,
+    RunResult,
+    behind_schedule_note,
+    format_table,
+    percentile,
+    setting_label,
+    write_plots,
+    write_results,
+)
+from demo_server.workload import (
+    ARRIVAL_PROCESSES,
+    DEFAULT_MODEL,
+    MAX_REQUESTS_PER_RUN,
+    arrival_times,
+    lengths_from_file,
+    lognormal_lengths,
+    make_payload,
+)
+from exporter.length_log import InputError
 
 ENDPOINTS = {"embeddings": "/v1/embeddings", "completions": "/v1/completions"}
 ADMIN_PATH = "/admin/config"
-MAX_REQUESTS_PER_RUN = 100_000
-ARRIVAL_PROCESSES = ("poisson", "gamma", "constant")
-# A run whose sends left this much later than scheduled (p99) fell behind its schedule.
-BEHIND_SCHEDULE_MS = 10.0
-DEFAULT_MODEL = "batchscope-demo"
-CHROMIUM = "/usr/bin/chromium"
-WORDS = (
-    "batch", "queue", "latency", "budget", "token", "model", "server", "request", "wait",
-    "throughput", "tail", "median", "cache", "slot", "step", "encoder", "decoder", "vector",
-)  # fmt: skip
-# The fields of a run in the result file and CSV, in order.
-RECORD_FIELDS = (
-    "setting", "rate", "arrivals", "duration", "sent", "completed", "failed", "dropped",
-    "errors_by_status", "request_throughput", "output_throughput", "total_output_tokens",
-    "mean_e2el_ms", "p50_e2el_ms", "p90_e2el_ms", "p99_e2el_ms", "mean_ttft_ms",
-    "p50_ttft_ms", "p99_ttft_ms", "slo_ms", "goodput", "p99_send_lag_ms",
-    "max_send_lag_ms", "behind_schedule",
-)  # fmt: skip
-
-
-def percentile(values: Sequence[float], q: float) -> float | None:
-    """The q-th percentile (0..100) of `values`, interpolating linearly between the
-    two nearest ranks (as numpy's default does); None when there are no values."""
-    if not 0.0 <= q <= 100.0:
-        raise ValueError(f"q must be within 0..100, got {q}")
-    if not values:
-        return None
-    ordered = sorted(values)
-    position = (len(ordered) - 1) * q / 100.0
-    lower = math.floor(position)
-    upper = min(lower + 1, len(ordered) - 1)
-    return ordered[lower] + (position - lower) * (ordered[upper] - ordered[lower])
-
-
-def mean(values: Sequence[float]) -> float | None:
-    return sum(values) / len(values) if values else None
-
-
-def arrival_times(
-    rate_per_s: float,
-    duration_s: float,
-    rng: random.Random,
-    process: str = "poisson",
-    burstiness: float = 1.0,
-) -> list[float]:
-    """Arrival offsets (seconds from the start) within `duration_s`, at most
-    MAX_REQUESTS_PER_RUN of them, at a mean of `rate_per_s`.
-
-    `poisson`: exponential gaps. `gamma`: gamma gaps of shape `burstiness` (as `vllm bench
-    serve --burstiness`): 1 is Poisson, below 1 burstier, above 1 more regular.
-    `constant`: one every 1 / rate seconds.
-    """
-    if rate_per_s <= 0:
-        raise ValueError(f"rate must be above 0, got {rate_per_s}")
-    if process not in ARRIVAL_PROCESSES:
-        raise ValueError(f"arrivals must be one of {ARRIVAL_PROCESSES}, got {process!r}")
-    if burstiness <= 0:
-        raise ValueError(f"burstiness must be above 0, got {burstiness}")
-
-    def gap() -> float:
-        if process == "poisson":
-            return rng.expovariate(rate_per_s)
-        if process == "gamma":
-            return rng.gammavariate(burstiness, 1.0 / (rate_per_s * burstiness))
-        return 1.0 / rate_per_s
-
-    times: list[float] = []
-    at = gap()
-    while at < duration_s and len(times) < MAX_REQUESTS_PER_RUN:
-        times.append(at)
-        at += gap()
-    return times
-
-
-def lognormal_lengths(
-    count: int, median: float, sigma: float, maximum: int, rng: random.Random
-) -> list[int]:
-    """`count` output lengths from a log-normal of this median and sigma, in 1..maximum."""
-    mu = math.log(median)
-    return [min(maximum, max(1, round(rng.lognormvariate(mu, sigma)))) for _ in range(count)]
-
-
-def lengths_from_file(path: str) -> list[int]:
-    """Every length in a file batchscope-static-util reads (plain numbers, CSV, JSON lines,
-    a vLLM bench result with per-request data, the demo server's request log). Raises
-    InputError naming the file when it holds none."""
-    report = FileReport(path)
-    with open(path, encoding="utf-8") as stream:
-        lengths = [n for chunk in read_lengths(stream, report, None) for n in chunk if n > 0]
-    if not lengths:
-        raise InputError(f"{path}: no output lengths ({report.bad_lines} lines unreadable)")
-    return lengths
 
 
 def parse_setting(text: str) -> tuple[str, list[float | int]]:
@@ -150,167 +74,6 @@ def parse_setting(text: str) -> tuple[str, list[float | int]]:
 def _number(text: str) -> float | int:
     value = float(text)
     return int(value) if value.is_integer() and "." not in text else value
-
-
-@dataclass
-class RunResult:
-    """What one rate (under one setting) gave: counts, throughput, latency in ms.
-
-    `errors` counts failures other than 429 (`rejected_429`); `errors_by_status` counts
-    every failure by HTTP status, `timeout` or `connection`. `send_lags_ms`: how late
-    each request left against its schedule.
-    """
-
-    setting: dict[str, float | int]
-    rate_per_s: float
-    duration_s: float
-    sent: int = 0
-    ok: int = 0
-    errors: int = 0
-    rejected_429: int = 0
-    dropped: int = 0
-    elapsed_s: float = 0.0
-    throughput_per_s: float = 0.0
-    p50_ms: float | None = None
-    p99_ms: float | None = None
-    arrivals: str = "poisson"
-    endpoint: str = "embeddings"
-    output_tokens: int = 0
-    errors_by_status: dict[str, int] = field(default_factory=dict)
-    latencies_ms: list[float] = field(default_factory=list, repr=False)
-    ttfts_ms: list[float] = field(default_factory=list, repr=False)
-    send_lags_ms: list[float] = field(default_factory=list, repr=False)
-
-    def summary(self) -> dict[str, Any]:
-        """The result as plain JSON-ready data, without the per-request lists."""
-        data = asdict(self)
-        for per_request in ("latencies_ms", "ttfts_ms", "send_lags_ms"):
-            del data[per_request]
-        return data
-
-    def fail(self, status: str) -> None:
-        self.errors_by_status[status] = self.errors_by_status.get(status, 0) + 1
-        if status == "429":
-            self.rejected_429 += 1
-        else:
-            self.errors += 1
-
-    def record(self, slo_ms: float | None) -> dict[str, Any]:
-        """The run as the result file holds it: `vllm bench serve`'s names where the
-        meaning is the same (throughputs per second of the run, latencies in ms)."""
-        seconds = max(self.elapsed_s, self.duration_s)
-        within_slo = (
-            sum(1 for ms in self.latencies_ms if ms <= slo_ms) if slo_ms is not None else None
-        )
-        p99_lag = percentile(self.send_lags_ms, 99)
-        return {
-            "setting": dict(self.setting),
-            "rate": self.rate_per_s,
-            "arrivals": self.arrivals,
-            "duration": self.duration_s,
-            "sent": self.sent,
-            "completed": self.ok,
-            "failed": self.errors + self.rejected_429,
-            "dropped": self.dropped,
-            "errors_by_status": dict(sorted(self.errors_by_status.items())),
-            "request_throughput": self.ok / seconds,
-            "output_throughput": (
-                self.output_tokens / seconds if self.endpoint == "completions" else None
-            ),
-            "total_output_tokens": self.output_tokens,
-            "mean_e2el_ms": mean(self.latencies_ms),
-            "p50_e2el_ms": percentile(self.latencies_ms, 50),
-            "p90_e2el_ms": percentile(self.latencies_ms, 90),
-            "p99_e2el_ms": percentile(self.latencies_ms, 99),
-            "mean_ttft_ms": mean(self.ttfts_ms),
-            "p50_ttft_ms": percentile(self.ttfts_ms, 50),
-            "p99_ttft_ms": percentile(self.ttfts_ms, 99),
-            "slo_ms": slo_ms,
-            "goodput": within_slo / seconds if within_slo is not None else None,
-            "p99_send_lag_ms": p99_lag,
-            "max_send_lag_ms": max(self.send_lags_ms, default=None),
-            "behind_schedule": p99_lag is not None and p99_lag > BEHIND_SCHEDULE_MS,
-        }
-
-
-def make_payload(
-    endpoint: str, rng: random.Random, max_tokens: Sequence[int], model: str = DEFAULT_MODEL
-) -> dict[str, Any]:
-    """One request body: a few random words; completions also get `max_tokens` drawn
-    from the given choices and `ignore_eos`, so output lengths are what was asked."""
-    text = " ".join(rng.choice(WORDS) for _ in range(rng.randint(3, 12)))
-    if endpoint == "embeddings":
-        return {"model": model, "input": text}
-    return {
-        "model": model,
-        "prompt": text,
-        "max_tokens": rng.choice(max_tokens),
-        "ignore_eos": True,
-    }
-
-
-class PlainProgress:
-    """Progress as plain lines on a stream (a log, a pipe, a CI console)."""
-
-    def __init__(self, stream: TextIO) -> None:
-        self.stream = stream
-
-    def start_run(self, label: str, expected: int) -> None:
-        print(label, file=self.stream, flush=True)
-
-    def request_done(self) -> None:
-        pass
-
-    def end_run(self, result: RunResult) -> None:
-        record = result.record(None)
-        print(
-            f"    ok={result.ok} errors={result.errors} 429={result.rejected_429} "
-            f"p50={_ms(result.p50_ms)} ms p99={_ms(result.p99_ms)} ms",
-            file=self.stream,
-            flush=True,
-        )
-        if record["behind_schedule"]:
-            print(f"    {behind_schedule_note(record)}", file=self.stream, flush=True)
-
-    def close(self) -> None:
-        pass
-
-
-class RichProgress(PlainProgress):
-    """A progress bar per run on a terminal (rich), and the same result lines."""
-
-    def __init__(self, stream: TextIO) -> None:
-        from rich.console import Console
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
-
-        super().__init__(stream)
-        self._bar = Progress(
-            "{task.description}", BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-            console=Console(file=stream), transient=False,
-        )  # fmt: skip
-        self._bar.start()
-        self._task: Any = None
-
-    def start_run(self, label: str, expected: int) -> None:
-        self._task = self._bar.add_task(label, total=expected)
-
-    def request_done(self) -> None:
-        self._bar.advance(self._task)
-
-    def end_run(self, result: RunResult) -> None:
-        self._bar.console.file.flush()
-        super().end_run(result)
-
-    def close(self) -> None:
-        self._bar.stop()
-
-
-def behind_schedule_note(record: dict[str, Any]) -> str:
-    return (
-        f"BEHIND SCHEDULE: sends left up to {record['max_send_lag_ms']:.0f} ms late "
-        f"(p99 {record['p99_send_lag_ms']:.0f} ms): the load generator, not the server, "
-        "limited this run's offered load"
-    )
 
 
 async def run_rate(
@@ -468,7 +231,7 @@ async def sweep(
                     await apply_setting(session, url, setting)
                 for rate in rates:
                     if reporter is not None:
-                        label = _setting_label(setting) or "-"
+                        label = setting_label(setting) or "-"
                         reporter.start_run(
                             f"[{len(results) + 1}/{total}] {label} rate={rate:g}/s "
                             f"for {duration_s:g} s",
@@ -497,129 +260,6 @@ async def sweep(
         if reporter is not None:
             reporter.close()
     return results
-
-
-def _setting_label(setting: dict[str, float | int]) -> str:
-    return " ".join(f"{name}={value:g}" for name, value in setting.items())
-
-
-def format_table(results: Sequence[RunResult]) -> str:
-    """The results as a fixed-width text table, one row per run."""
-    header = (
-        "setting",
-        "rate/s",
-        "sent",
-        "ok",
-        "errors",
-        "429",
-        "dropped",
-        "thr/s",
-        "p50 ms",
-        "p99 ms",
-    )
-    rows = [header]
-    for r in results:
-        rows.append(
-            (
-                _setting_label(r.setting) or "-",
-                f"{r.rate_per_s:g}",
-                str(r.sent),
-                str(r.ok),
-                str(r.errors),
-                str(r.rejected_429),
-                str(r.dropped),
-                f"{r.throughput_per_s:.1f}",
-                _ms(r.p50_ms),
-                _ms(r.p99_ms),
-            )
-        )
-    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
-    lines = []
-    for row in rows:
-        cells = [row[0].ljust(widths[0])] + [
-            c.rjust(w) for c, w in zip(row[1:], widths[1:], strict=True)
-        ]
-        lines.append("  ".join(cells))
-    return "\n".join(lines)
-
-
-def write_results(
-    path: Path, records: Sequence[dict[str, Any]], meta: dict[str, Any]
-) -> tuple[Path, Path]:
-    """The result file (JSON: `meta` fields and `runs`) and a CSV of the runs beside it
-    (same stem); returns both paths."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({**meta, "runs": list(records)}, indent=2) + "\n", encoding="utf-8")
-    csv_path = path.with_suffix(".csv")
-    with csv_path.open("w", newline="", encoding="utf-8") as f:
-        writer = csv.DictWriter(f, fieldnames=RECORD_FIELDS)
-        writer.writeheader()
-        for record in records:
-            writer.writerow(
-                {
-                    **record,
-                    "setting": _setting_label(record["setting"]),
-                    "errors_by_status": json.dumps(record["errors_by_status"]),
-                }
-            )
-    return path, csv_path
-
-
-def write_plots(path: Path, records: Sequence[dict[str, Any]]) -> list[str]:
-    """Plotly charts of the runs: latency (p50, p99) vs rate per setting, throughput
-    and goodput vs rate. Writes `path` (.html) and, when a headless Chromium renders it,
-    the same as .png; returns notes on what was written or skipped."""
-    import plotly.graph_objects as go
-    from plotly.subplots import make_subplots
-
-    figure = make_subplots(
-        rows=1,
-        cols=3,
-        subplot_titles=("latency vs offered rate", "throughput vs offered rate", "goodput"),
-    )
-    by_setting: dict[str, list[dict[str, Any]]] = {}
-    for record in records:
-        by_setting.setdefault(_setting_label(record["setting"]) or "-", []).append(record)
-    for label, runs in by_setting.items():
-        runs = sorted(runs, key=lambda r: r["rate"])
-        rates = [r["rate"] for r in runs]
-        for q, dash in (("p50", "dot"), ("p99", "solid")):
-            figure.add_trace(
-                go.Scatter(x=rates, y=[r[f"{q}_e2el_ms"] for r in runs], name=f"{label} {q}",
-                           line={"dash": dash}, legendgroup=label),
-                row=1, col=1,
-            )  # fmt: skip
-        figure.add_trace(
-            go.Scatter(x=rates, y=[r["request_throughput"] for r in runs],
-                       name=f"{label} completed/s", legendgroup=label),
-            row=1, col=2,
-        )  # fmt: skip
-        figure.add_trace(
-            go.Scatter(x=rates, y=[r["goodput"] for r in runs], name=f"{label} goodput/s",
-                       legendgroup=label),
-            row=1, col=3,
-        )  # fmt: skip
-    figure.update_xaxes(title_text="offered rate (req/s)")
-    figure.update_yaxes(title_text="latency (ms)", row=1, col=1)
-    figure.update_yaxes(title_text="req/s", row=1, col=2)
-    figure.update_yaxes(title_text="req/s within the SLO", row=1, col=3)
-    figure.update_layout(width=1500, height=500, title="batchscope-loadgen")
-    figure.write_html(path, include_plotlyjs=True)
-    notes = [f"wrote {path}"]
-    png = path.with_suffix(".png")
-    # kaleido renders through a headless Chrome; Debian's chromium serves where present.
-    if "BROWSER_PATH" not in os.environ and os.path.exists(CHROMIUM):
-        os.environ["BROWSER_PATH"] = CHROMIUM
-    try:
-        figure.write_image(png)
-        notes.append(f"wrote {png}")
-    except Exception as error:  # kaleido missing, or no browser it can start
-        notes.append(f"PNG skipped ({type(error).__name__}: {str(error)[:200]})")
-    return notes
-
-
-def _ms(value: float | None) -> str:
-    return "-" if value is None else f"{value:.1f}"
 
 
 def _ints(text: str) -> list[int]:

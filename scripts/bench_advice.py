@@ -34,7 +34,7 @@ from pathlib import Path
 
 import aiohttp
 
-from demo_server import loadgen
+from demo_server import loadgen, loadgen_report
 from exporter import promtext
 from exporter.config import Settings, Target
 from exporter.engines import read_series
@@ -124,7 +124,7 @@ async def drive(
     warmup_seconds: float,
     make_load,
     on_sample,
-) -> tuple[loadgen.RunResult, SeriesSignals | None]:
+) -> tuple[loadgen_report.RunResult, SeriesSignals | None]:
     """Run `make_load(session)` while the exporter scrapes every INTERVAL_S and
     `on_sample(text, t)` reads the server's /metrics every SAMPLE_S (after the warm-up,
     while load is offered). Returns the load's result and the signals of the last round

@@ -46,7 +46,7 @@ from typing import Any
 import torch
 from prometheus_client import CollectorRegistry
 
-from demo_server import loadgen
+from demo_server import loadgen, loadgen_report, workload
 from demo_server.batcher import Batcher
 from demo_server.batcher_settings import BatcherSettings
 from demo_server.devices import Device, select_device
@@ -88,7 +88,7 @@ class Run:
         return len(self.latencies_ms) / self.seconds if self.seconds else 0.0
 
     def p(self, q: float) -> float | None:
-        return loadgen.percentile(self.latencies_ms, q)
+        return loadgen_report.percentile(self.latencies_ms, q)
 
     @property
     def busy_fraction(self) -> float:
@@ -155,7 +155,7 @@ async def offer(
         run.latencies_ms.append((time.perf_counter() - scheduled_at) * 1000.0)
 
     start = time.perf_counter()
-    for offset in loadgen.arrival_times(rate, seconds, rng):
+    for offset in workload.arrival_times(rate, seconds, rng):
         delay = start + offset - time.perf_counter()
         if delay > 0:
             await asyncio.sleep(delay)
@@ -295,8 +295,8 @@ def sweep_chart(rows: Sequence[tuple[str, float, Run]], stem: Path) -> list[str]
     html = stem.with_suffix(".html")
     figure.write_html(html, include_plotlyjs="cdn")
     written = [html.name]
-    if "BROWSER_PATH" not in os.environ and os.path.exists(loadgen.CHROMIUM):
-        os.environ["BROWSER_PATH"] = loadgen.CHROMIUM
+    if "BROWSER_PATH" not in os.environ and os.path.exists(loadgen_report.CHROMIUM):
+        os.environ["BROWSER_PATH"] = loadgen_report.CHROMIUM
     try:
         figure.write_image(stem.with_suffix(".png"))
         written.append(stem.with_suffix(".png").name)

@@ -20,7 +20,7 @@ import torch
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
-from demo_server import loadgen
+from demo_server import loadgen, loadgen_report, workload
 from demo_server.batcher import (
     ArrivalRate,
     Batcher,
@@ -142,7 +142,7 @@ async def poisson_load(
 
     tasks = []
     start = time.perf_counter()
-    for offset in loadgen.arrival_times(rate_per_s, duration_s, rng):
+    for offset in workload.arrival_times(rate_per_s, duration_s, rng):
         delay = start + offset - time.perf_counter()
         if delay > 0:
             await asyncio.sleep(delay)
@@ -373,7 +373,7 @@ def test_adaptive_batcher_grows_batches_under_heavy_traffic_within_the_budget() 
         light_sizes = [len(b) for b in model.batches[:light_batches]]
         heavy_sizes = [len(b) for b in model.batches[light_batches:]]
         assert max(light_sizes) <= 2
-        assert loadgen.percentile(light, 50) < 0.010
+        assert loadgen_report.percentile(light, 50) < 0.010
         # 3,000 items/s, ten times what the model serves one at a time: keeping up needs
         # n >= 3000 x (3 ms + 0.15 ms n) x 1.2, n >= 24 (17 without the rate margin);
         # 24 form in 8 ms and run in 7 ms, well inside the 150 ms budget. A stall of the
@@ -648,21 +648,21 @@ def test_encoder_weights_follow_the_seed(one_torch_thread: None) -> None:
 
 
 def test_percentile_interpolates_between_ranks() -> None:
-    assert loadgen.percentile([], 50) is None
-    assert loadgen.percentile([7.0], 99) == 7.0
+    assert loadgen_report.percentile([], 50) is None
+    assert loadgen_report.percentile([7.0], 99) == 7.0
     values = [float(v) for v in range(1, 101)]  # 1..100
-    assert loadgen.percentile(values, 50) == pytest.approx(50.5)
-    assert loadgen.percentile(values, 99) == pytest.approx(99.01)
-    assert loadgen.percentile(values, 0) == 1.0
-    assert loadgen.percentile(values, 100) == 100.0
-    assert loadgen.percentile([3.0, 1.0, 2.0], 50) == 2.0
+    assert loadgen_report.percentile(values, 50) == pytest.approx(50.5)
+    assert loadgen_report.percentile(values, 99) == pytest.approx(99.01)
+    assert loadgen_report.percentile(values, 0) == 1.0
+    assert loadgen_report.percentile(values, 100) == 100.0
+    assert loadgen_report.percentile([3.0, 1.0, 2.0], 50) == 2.0
     with pytest.raises(ValueError):
-        loadgen.percentile(values, 101)
+        loadgen_report.percentile(values, 101)
 
 
 def test_arrival_times_are_seeded_poisson_within_the_duration() -> None:
-    times = loadgen.arrival_times(200.0, 10.0, random.Random(3))
-    assert times == loadgen.arrival_times(200.0, 10.0, random.Random(3))
+    times = workload.arrival_times(200.0, 10.0, random.Random(3))
+    assert times == workload.arrival_times(200.0, 10.0, random.Random(3))
     assert times == sorted(times) and times[0] > 0 and times[-1] < 10.0
     assert abs(len(times) - 2000) < 4 * math.sqrt(2000)
     gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
@@ -764,7 +764,7 @@ def test_loadgen_sweeps_settings_and_rates_and_reports_json(
 
 
 def test_loadgen_table_has_one_row_per_run() -> None:
-    result = loadgen.RunResult(
+    result = loadgen_report.RunResult(
         {"max_wait_ms": 5},
         50.0,
         1.0,
@@ -775,7 +775,7 @@ def test_loadgen_table_has_one_row_per_run() -> None:
         p50_ms=3.3,
         p99_ms=9.5,
     )
-    lines = loadgen.format_table([result]).splitlines()
+    lines = loadgen_report.format_table([result]).splitlines()
     assert lines[0].split()[:2] == ["setting", "rate/s"]
     assert lines[1].split() == [
         "max_wait_ms=5",
@@ -795,7 +795,7 @@ def test_loadgen_drops_arrivals_beyond_the_concurrency_limit(echo_server: EchoSe
     results = asyncio.run(
         loadgen.sweep(echo_server.url, "embeddings", [1000.0], 0.3, seed=4, concurrency_limit=1)
     )
-    offered = len(loadgen.arrival_times(1000.0, 0.3, random.Random(4)))
+    offered = len(workload.arrival_times(1000.0, 0.3, random.Random(4)))
     assert results[0].dropped > 0
     assert (
         results[0].sent + results[0].dropped == offered == echo_server.requests + results[0].dropped
@@ -804,7 +804,7 @@ def test_loadgen_drops_arrivals_beyond_the_concurrency_limit(echo_server: EchoSe
 
 def test_completion_payloads_ask_for_the_chosen_lengths() -> None:
     rng = random.Random(0)
-    payloads = [loadgen.make_payload("completions", rng, [4, 64]) for _ in range(50)]
+    payloads = [workload.make_payload("completions", rng, [4, 64]) for _ in range(50)]
     assert {p["max_tokens"] for p in payloads} == {4, 64}
     assert all(p["ignore_eos"] is True and p["prompt"] for p in payloads)
-    assert set(loadgen.make_payload("embeddings", rng, [4])) == {"model", "input"}
+    assert set(workload.make_payload("embeddings", rng, [4])) == {"model", "input"}

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
-from demo_server import loadgen
+from demo_server import loadgen, loadgen_report, workload
+from exporter.length_log import InputError
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -33,7 +34,7 @@ def test_arrival_processes_have_the_asked_mean_rate_and_shape(
 ) -> None:
     # 200/s for 50 s: ~10,000 gaps. The gap mean's standard error is CV/sqrt(n), under
     # 2%; the CV's own spread at this n is a few percent: 10% is several of either.
-    times = loadgen.arrival_times(200.0, 50.0, random.Random(11), process, burstiness)
+    times = workload.arrival_times(200.0, 50.0, random.Random(11), process, burstiness)
     assert times == sorted(times) and times[0] > 0 and times[-1] < 50.0
     assert len(times) == pytest.approx(10_000, rel=0.06)
     intervals = gaps(times)
@@ -44,20 +45,20 @@ def test_arrival_processes_have_the_asked_mean_rate_and_shape(
 
 def test_arrival_processes_refuse_what_has_no_meaning() -> None:
     with pytest.raises(ValueError, match="arrivals must be one of"):
-        loadgen.arrival_times(10.0, 1.0, random.Random(0), "bursty")
+        workload.arrival_times(10.0, 1.0, random.Random(0), "bursty")
     with pytest.raises(ValueError, match="burstiness"):
-        loadgen.arrival_times(10.0, 1.0, random.Random(0), "gamma", 0.0)
+        workload.arrival_times(10.0, 1.0, random.Random(0), "gamma", 0.0)
 
 
 def test_record_reads_percentiles_goodput_and_throughput_off_known_data() -> None:
-    result = loadgen.RunResult({"max_wait_ms": 5}, 100.0, 10.0, sent=104, ok=100, elapsed_s=10.0,
+    result = loadgen_report.RunResult({"max_wait_ms": 5}, 100.0, 10.0, sent=104, ok=100, elapsed_s=10.0,
                                endpoint="completions", output_tokens=1600)  # fmt: skip
     result.latencies_ms = [float(v) for v in range(1, 101)]  # 1..100 ms
     result.ttfts_ms = [float(v) / 10 for v in range(1, 101)]  # 0.1..10 ms
     for status in ("429", "429", "500", "timeout"):
         result.fail(status)
     record = result.record(slo_ms=40.0)
-    assert set(loadgen.RECORD_FIELDS) == set(record)
+    assert set(loadgen_report.RECORD_FIELDS) == set(record)
     assert record["p50_e2el_ms"] == pytest.approx(50.5)
     assert record["p90_e2el_ms"] == pytest.approx(90.1)
     assert record["p99_e2el_ms"] == pytest.approx(99.01)
@@ -72,31 +73,31 @@ def test_record_reads_percentiles_goodput_and_throughput_off_known_data() -> Non
     assert (result.errors, result.rejected_429) == (2, 2)
     assert record["rate"] == 100.0 and record["setting"] == {"max_wait_ms": 5}
     assert record["output_throughput"] is not None
-    embeddings = loadgen.RunResult({}, 1.0, 1.0, endpoint="embeddings").record(None)
+    embeddings = loadgen_report.RunResult({}, 1.0, 1.0, endpoint="embeddings").record(None)
     assert embeddings["output_throughput"] is None and embeddings["goodput"] is None
 
 
 def test_a_generator_that_falls_behind_its_schedule_says_so() -> None:
-    on_time = loadgen.RunResult({}, 10.0, 1.0, send_lags_ms=[0.5] * 100)
+    on_time = loadgen_report.RunResult({}, 10.0, 1.0, send_lags_ms=[0.5] * 100)
     assert on_time.record(None)["behind_schedule"] is False
-    late = loadgen.RunResult({}, 10.0, 1.0, send_lags_ms=[0.5] * 90 + [40.0] * 10)
+    late = loadgen_report.RunResult({}, 10.0, 1.0, send_lags_ms=[0.5] * 90 + [40.0] * 10)
     record = late.record(None)
     assert record["behind_schedule"] is True and record["max_send_lag_ms"] == 40.0
-    assert "BEHIND SCHEDULE" in loadgen.behind_schedule_note(record)
+    assert "BEHIND SCHEDULE" in loadgen_report.behind_schedule_note(record)
 
 
 def test_output_lengths_come_from_any_length_file(tmp_path: Path) -> None:
     plain = tmp_path / "lengths.txt"
     plain.write_text("# output tokens\n12\n7\n300\n")
-    assert loadgen.lengths_from_file(str(plain)) == [12, 7, 300]
+    assert workload.lengths_from_file(str(plain)) == [12, 7, 300]
     jsonl = tmp_path / "requests.jsonl"
     jsonl.write_text('{"output_tokens": 5}\n{"output_tokens": 9}\n')
-    assert loadgen.lengths_from_file(str(jsonl)) == [5, 9]
+    assert workload.lengths_from_file(str(jsonl)) == [5, 9]
     empty = tmp_path / "empty.txt"
     empty.write_text("# nothing\n")
-    with pytest.raises(loadgen.InputError, match="empty.txt: no output lengths"):
-        loadgen.lengths_from_file(str(empty))
-    draws = loadgen.lognormal_lengths(5000, 40.0, 1.0, 400, random.Random(2))
+    with pytest.raises(InputError, match="empty.txt: no output lengths"):
+        workload.lengths_from_file(str(empty))
+    draws = workload.lognormal_lengths(5000, 40.0, 1.0, 400, random.Random(2))
     assert statistics.median(draws) == pytest.approx(40, rel=0.08)
     assert min(draws) >= 1 and max(draws) <= 400
 
@@ -213,7 +214,7 @@ def test_result_file_holds_vllm_bench_names_with_a_csv_beside_it(
     assert body["endpoint"] == "completions" and body["slo_ms"] == 5000.0
     assert [run["rate"] for run in body["runs"]] == [10.0, 20.0]
     for run in body["runs"]:
-        assert list(run) == list(loadgen.RECORD_FIELDS)
+        assert list(run) == list(loadgen_report.RECORD_FIELDS)
         assert run["goodput"] == pytest.approx(run["request_throughput"])
     with output.with_suffix(".csv").open() as f:
         rows = list(csv.DictReader(f))
@@ -235,9 +236,11 @@ def test_sweep_max_wait_is_the_admin_setting_it_names() -> None:
 def test_the_dashboard_reads_the_result_file_loadgen_writes(tmp_path: Path) -> None:
     from dashboard.loadtests import load_result
 
-    result = loadgen.RunResult({"max_wait_ms": 5}, 50.0, 2.0, sent=100, ok=100, elapsed_s=2.0)
+    result = loadgen_report.RunResult(
+        {"max_wait_ms": 5}, 50.0, 2.0, sent=100, ok=100, elapsed_s=2.0
+    )
     result.latencies_ms = [float(v) for v in range(1, 101)]
-    path, _ = loadgen.write_results(tmp_path / "r.json", [result.record(50.0)], {})
+    path, _ = loadgen_report.write_results(tmp_path / "r.json", [result.record(50.0)], {})
     [run] = load_result(path.read_text(), "r.json")
     assert (run.setting, run.rate_per_s, run.throughput_per_s) == ("max_wait_ms=5", 50.0, 50.0)
     assert (run.p50_ms, run.p99_ms) == (50.5, pytest.approx(99.01))

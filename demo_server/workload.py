@@ -1,0 +1,96 @@
+"""The load a run offers: when requests arrive, what each asks, how long its output.
+
+Arrival processes (`poisson`, `gamma` of a given burstiness, `constant`) at a mean rate,
+request bodies of a few random words, and output lengths drawn from a log-normal or
+read from a file of observed lengths. Pure, given the random generator, except
+`lengths_from_file`, which reads its file.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Sequence
+from typing import Any
+
+from exporter.length_log import FileReport, InputError, read_lengths
+
+MAX_REQUESTS_PER_RUN = 100_000
+ARRIVAL_PROCESSES = ("poisson", "gamma", "constant")
+DEFAULT_MODEL = "batchscope-demo"
+WORDS = (
+    "batch", "queue", "latency", "budget", "token", "model", "server", "request", "wait",
+    "throughput", "tail", "median", "cache", "slot", "step", "encoder", "decoder", "vector",
+)  # fmt: skip
+
+
+def arrival_times(
+    rate_per_s: float,
+    duration_s: float,
+    rng: random.Random,
+    process: str = "poisson",
+    burstiness: float = 1.0,
+) -> list[float]:
+    """Arrival offsets (seconds from the start) within `duration_s`, at most
+    MAX_REQUESTS_PER_RUN of them, at a mean of `rate_per_s`.
+
+    `poisson`: exponential gaps. `gamma`: gamma gaps of shape `burstiness` (as `vllm bench
+    serve --burstiness`): 1 is Poisson, below 1 burstier, above 1 more regular.
+    `constant`: one every 1 / rate seconds.
+    """
+    if rate_per_s <= 0:
+        raise ValueError(f"rate must be above 0, got {rate_per_s}")
+    if process not in ARRIVAL_PROCESSES:
+        raise ValueError(f"arrivals must be one of {ARRIVAL_PROCESSES}, got {process!r}")
+    if burstiness <= 0:
+        raise ValueError(f"burstiness must be above 0, got {burstiness}")
+
+    def gap() -> float:
+        if process == "poisson":
+            return rng.expovariate(rate_per_s)
+        if process == "gamma":
+            return rng.gammavariate(burstiness, 1.0 / (rate_per_s * burstiness))
+        return 1.0 / rate_per_s
+
+    times: list[float] = []
+    at = gap()
+    while at < duration_s and len(times) < MAX_REQUESTS_PER_RUN:
+        times.append(at)
+        at += gap()
+    return times
+
+
+def lognormal_lengths(
+    count: int, median: float, sigma: float, maximum: int, rng: random.Random
+) -> list[int]:
+    """`count` output lengths from a log-normal of this median and sigma, in 1..maximum."""
+    mu = math.log(median)
+    return [min(maximum, max(1, round(rng.lognormvariate(mu, sigma)))) for _ in range(count)]
+
+
+def lengths_from_file(path: str) -> list[int]:
+    """Every length in a file batchscope-static-util reads (plain numbers, CSV, JSON lines,
+    a vLLM bench result with per-request data, the demo server's request log). Raises
+    InputError naming the file when it holds none."""
+    report = FileReport(path)
+    with open(path, encoding="utf-8") as stream:
+        lengths = [n for chunk in read_lengths(stream, report, None) for n in chunk if n > 0]
+    if not lengths:
+        raise InputError(f"{path}: no output lengths ({report.bad_lines} lines unreadable)")
+    return lengths
+
+
+def make_payload(
+    endpoint: str, rng: random.Random, max_tokens: Sequence[int], model: str = DEFAULT_MODEL
+) -> dict[str, Any]:
+    """One request body: a few random words; completions also get `max_tokens` drawn
+    from the given choices and `ignore_eos`, so output lengths are what was asked."""
+    text = " ".join(rng.choice(WORDS) for _ in range(rng.randint(3, 12)))
+    if endpoint == "embeddings":
+        return {"model": model, "input": text}
+    return {
+        "model": model,
+        "prompt": text,
+        "max_tokens": rng.choice(max_tokens),
+        "ignore_eos": True,
+    }
