@@ -15,7 +15,7 @@ from collections.abc import Iterator
 import pytest
 from prometheus_client import CollectorRegistry
 
-from demo_server.batcher import (
+from demo_server.batch_policy import (
     DecayingPeak,
     padding_tokens,
     predicted_drain_seconds,

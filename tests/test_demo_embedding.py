@@ -21,15 +21,8 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from demo_server import loadgen, loadgen_report, workload
-from demo_server.batcher import (
-    ArrivalRate,
-    Batcher,
-    CostCurve,
-    ItemError,
-    adaptive_decision,
-    fixed_decision,
-    run_isolating_failures,
-)
+from demo_server.batch_policy import ArrivalRate, CostCurve, adaptive_decision, fixed_decision
+from demo_server.batcher import Batcher, ItemError, run_isolating_failures
 from demo_server.batcher_settings import BatcherSettings
 from demo_server.devices import H200_ENCODER_MS, interpolate_ms, select_device
 from demo_server.embedding import FAIL_MARKER, EmbeddingService, Encoder
