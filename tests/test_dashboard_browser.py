@@ -90,8 +90,9 @@ def test_live_page_shows_the_target_its_diagnosis_and_charts(demo, browser) -> N
     page.goto(dashboard)
     page.get_by_text("Fleet, worst first").wait_for(timeout=60_000)
     page.get_by_text("Target demo").wait_for(timeout=30_000)
+    # Nine charts drawn at once (the wait fails the test otherwise); counting them again
+    # after would race the page's own 5 s refresh, which redraws them.
     page.locator(".js-plotly-plot").nth(8).wait_for(timeout=90_000)
-    assert page.locator(".js-plotly-plot").count() >= 9
     text = page.inner_text("body")
     assert any(look.words in text for look in STATES.values()), text[:2000]
     assert "Next:" in text
