@@ -83,7 +83,9 @@ def state_at(t: float) -> VllmState:
 
 # Seconds after a phase switch before a signal is comparable: a gauge's next scrapes, a
 # rate's window, a state's window and hold.
-SETTLE = {"gauge": 2.0, "rate": WINDOW + 2, "state": WINDOW + HOLD + 2}
+# Two chained scrapes (target -> exporter -> Prometheus, 1 s each) can each run late on a
+# loaded machine: 4 s, not 2 (a run under load read the old phase at +2 s).
+SETTLE = {"gauge": 4.0, "rate": WINDOW + 4, "state": WINDOW + HOLD + 4}
 
 
 # (signal, the exporter's series, the rule's series, when it is comparable: "rate" needs a
