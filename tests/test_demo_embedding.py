@@ -28,6 +28,7 @@ from demo_server.devices import H200_ENCODER_MS, interpolate_ms, select_device
 from demo_server.embedding import FAIL_MARKER, EmbeddingService, Encoder
 from demo_server.queueing import OverBudget, QueueFull, QueueStopping
 from exporter.instrumentation import BatcherMetrics
+from tests.threaded_app import serve_in_thread
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -693,29 +694,12 @@ def echo_server() -> Iterator[EchoServer]:
         server.admin.append(await request.json())
         return web.json_response({"ok": True})
 
-    ready = threading.Event()
-    loop = asyncio.new_event_loop()
     app = web.Application()
     app.router.add_post("/v1/embeddings", embeddings)
     app.router.add_post("/admin/config", admin)
-    runner = web.AppRunner(app)
-
-    def serve() -> None:
-        asyncio.set_event_loop(loop)
-        loop.run_until_complete(runner.setup())
-        loop.run_until_complete(web.TCPSite(runner, "127.0.0.1", 0).start())
-        host, port = runner.addresses[0][:2]
-        server.url = f"http://{host}:{port}"
-        ready.set()
-        loop.run_forever()
-
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
-    assert ready.wait(10)
-    yield server
-    asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(10)
-    loop.call_soon_threadsafe(loop.stop)
-    thread.join(10)
+    with serve_in_thread(app) as url:
+        server.url = url
+        yield server
 
 
 def test_loadgen_sweeps_settings_and_rates_and_reports_json(

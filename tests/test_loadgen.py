@@ -8,7 +8,6 @@ import json
 import random
 import socket
 import statistics
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,6 +16,7 @@ from aiohttp import web
 
 from demo_server import loadgen, loadgen_report, workload
 from exporter.length_log import InputError
+from tests.threaded_app import serve_in_thread
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -137,29 +137,12 @@ class Troubled:
 @pytest.fixture
 def troubled() -> Iterator[Troubled]:
     server = Troubled()
-    ready = threading.Event()
-    loop = asyncio.new_event_loop()
     app = web.Application()
     app.router.add_post("/v1/embeddings", server.embeddings)
     app.router.add_post("/v1/completions", server.completions)
-    runner = web.AppRunner(app, shutdown_timeout=0.1)
-
-    def serve() -> None:
-        asyncio.set_event_loop(loop)
-        loop.run_until_complete(runner.setup())
-        loop.run_until_complete(web.TCPSite(runner, "127.0.0.1", 0).start())
-        host, port = runner.addresses[0][:2]
-        server.url = f"http://{host}:{port}"
-        ready.set()
-        loop.run_forever()
-
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
-    assert ready.wait(10)
-    yield server
-    asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(10)
-    loop.call_soon_threadsafe(loop.stop)
-    thread.join(10)
+    with serve_in_thread(app, shutdown_timeout=0.1) as url:
+        server.url = url
+        yield server
 
 
 def test_a_server_that_errors_or_hangs_gives_counted_errors_and_a_finished_run(
