@@ -10,8 +10,9 @@ seconds), and `_created` series. Sample names are returned as they are on the wi
 
 from __future__ import annotations
 
+import itertools
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import NamedTuple
 
 # Suffixes a family's samples may carry on the wire (histograms, summaries, counters).
@@ -26,6 +27,8 @@ _ESCAPES = {"\\": "\\", "n": "\n", '"': '"'}
 # keeps the steady-state cost of a scrape low. Bounded so a churning target cannot grow it.
 _LABEL_CACHE: dict[str, dict[str, str]] = {}
 _LABEL_CACHE_MAX = 200_000
+# Layouts kept per set of families (see `Selection`), and as many at most.
+_LAYOUTS_MAX = 10_000
 
 
 class Sample(NamedTuple):
@@ -35,6 +38,11 @@ class Sample(NamedTuple):
     labels: dict[str, str]
     value: float
     timestamp: float | None
+
+
+# Sample(...) runs NamedTuple's __new__, a Python function: reading a known layout builds
+# its samples with tuple.__new__ directly, which makes the same object in C.
+_new_sample = tuple.__new__
 
 
 class SampleLimitExceeded(ValueError):
@@ -56,6 +64,13 @@ class ParseError(ValueError):
 
 def _unescape(value: str) -> str:
     return _ESCAPE_RE.sub(lambda m: _ESCAPES.get(m.group(1), "\\" + m.group(1)), value)
+
+
+def clear_caches() -> None:
+    """Forget the label sets and layouts read so far (benchmarks time a first scrape so)."""
+    _LABEL_CACHE.clear()
+    for selection in _SELECTIONS.values():
+        selection.layouts.clear()
 
 
 def parse_labels(section: str) -> dict[str, str]:
@@ -155,26 +170,103 @@ def parse(
     family_tuple = tuple(families)
     if not family_tuple:
         return []
+    selection = _selection(family_tuple)
     # The wanted lines are found in C, by one regex over the text: a payload's other
     # lines (most of them) cost no Python work at all.
     # Searching from each "\n" lets the regex engine skip to line starts at C speed.
-    found = _wanted_lines(family_tuple).finditer("\n" + text)
-    lines = ((m.start(), m.group()[1:]) for m in found)
-    names = wanted_names(family_tuple)
-    return _parse_lines(lines, limit, family_tuple, names, text)
+    found = selection.lines.findall("\n" + text)
+    samples = _read_known_layout(selection, found, limit)
+    if samples is not None:
+        return samples
+    lines = enumerate(found)
+
+    def line_number(index: int) -> int:
+        match = next(itertools.islice(selection.lines.finditer("\n" + text), index, None))
+        return text.count("\n", 0, match.start()) + 1
+
+    return _parse_lines(lines, limit, family_tuple, selection.names, line_number)
 
 
-def _wanted_lines(families: tuple[str, ...]) -> re.Pattern[str]:
-    """Lines that may start (after whitespace) with one of the families' names."""
-    pattern = _WANTED_LINES.get(families)
-    if pattern is None:
+class Selection(NamedTuple):
+    """What reading some families out of payloads needs, made once per set of families.
+
+    `lines` finds the lines that may start (after whitespace) with one of the families'
+    names. `layouts` holds what the lines of a payload say besides their values, by
+    their heads, all before each line's last space (see `_layout`): the heads of a
+    server's lines stay the same from scrape to
+    scrape while their values move, so a scrape whose heads are known is read by
+    turning its values into numbers, and nothing else.
+    """
+
+    lines: re.Pattern[str]
+    names: frozenset[str]
+    layouts: dict[tuple[str, ...], tuple[tuple[int, str, dict[str, str]], ...] | None]
+
+
+def _selection(families: tuple[str, ...]) -> Selection:
+    selection = _SELECTIONS.get(families)
+    if selection is None:
         alternatives = "|".join(re.escape(f) for f in families)
-        pattern = re.compile(rf"\n[^\S\n]*(?:{alternatives})[^\n]*")
-        _WANTED_LINES[families] = pattern
-    return pattern
+        lines = re.compile(rf"\n([^\S\n]*(?:{alternatives})[^\n]*)")
+        selection = _SELECTIONS[families] = Selection(lines, wanted_names(families), {})
+    return selection
 
 
-_WANTED_LINES: dict[tuple[str, ...], re.Pattern[str]] = {}
+_SELECTIONS: dict[tuple[str, ...], Selection] = {}
+
+
+def _read_known_layout(
+    selection: Selection, lines: list[str], limit: int | None
+) -> list[Sample] | None:
+    """The wanted samples of the lines when their heads make a layout (`_layout`) and
+    every value is a plain number (no `_`, what float() reads, blanks around it
+    allowed); None when the lines must be parsed one by one."""
+    if not lines:
+        return None
+    # Each line split at its last space, by map and zip: in C, no Python loop.
+    heads, _, values = zip(*map(str.rpartition, lines, itertools.repeat(" ")), strict=True)
+    layouts = selection.layouts
+    if heads in layouts:
+        layout = layouts[heads]
+    else:
+        if len(layouts) >= _LAYOUTS_MAX:
+            layouts.clear()
+        layout = layouts[heads] = _layout(heads, selection.names)
+    if layout is None or (limit is not None and len(layout) > limit):
+        return None
+    if "_" in "".join(values):  # float() reads 1_000; the exposition format does not
+        return None
+    try:
+        numbers = list(map(float, values))
+    except ValueError:
+        return None
+    return [_new_sample(Sample, (name, labels, numbers[i], None)) for i, name, labels in layout]
+
+
+def _layout(
+    heads: tuple[str, ...], names: frozenset[str]
+) -> tuple[tuple[int, str, dict[str, str]], ...] | None:
+    """(position, name, labels) of each head whose sample is wanted, when every line made
+    of these heads, a space and plain values parses as its head alone does: each head
+    stands alone (no blank or `#` before it, no blank after it) and its labels end it,
+    or it has no labels and no space or tab. None otherwise (or when a head is
+    malformed): such lines are parsed one by one, as any text."""
+    layout = []
+    for position, head in enumerate(heads):
+        if not head or head[0] == "#" or head.strip() != head:
+            return None
+        if "{" in head:
+            if head[-1] != "}":
+                return None
+        elif " " in head or "\t" in head:
+            return None
+        try:
+            name, labels, _, _ = _parse_line(head + " 0")
+        except (ValueError, IndexError):
+            return None
+        if name in names:
+            layout.append((position, name, labels))
+    return tuple(layout)
 
 
 def _parse_lines(
@@ -182,10 +274,11 @@ def _parse_lines(
     limit: int | None,
     prefixes: tuple[str, ...] | None = None,
     names: frozenset[str] | None = None,
-    text: str = "",
+    line_number: Callable[[int], int] | None = None,
 ) -> list[Sample]:
-    """Parse (position, line) pairs: a line number, or with `prefixes` the offset in
-    `text` of the newline before the line (its number is counted only for an error)."""
+    """Parse (position, line) pairs: a line number, or with `line_number` an index it
+    turns into one (counted only for an error); with `prefixes`, only lines starting
+    with one of them."""
     samples: list[Sample] = []
     for position, line in lines:
         if not line or line[0] == "#":
@@ -199,7 +292,7 @@ def _parse_lines(
         try:
             sample = _parse_line(line)
         except (ValueError, IndexError) as err:
-            number = position if prefixes is None else text.count("\n", 0, position) + 1
+            number = position if line_number is None else line_number(position)
             raise ParseError(number, line, str(err)) from None
         if names is None or sample.name in names:
             samples.append(sample)

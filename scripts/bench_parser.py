@@ -79,9 +79,9 @@ def compare(
     slow: Callable[[], object],
     repetitions: int,
     identical: bool,
-    before_fast: Callable[[], None] | None = None,
+    before: Callable[[], None] | None = None,
 ) -> Comparison:
-    """Time `fast` and `slow` alternately; `before_fast` runs untimed before each `fast`."""
+    """Time `fast` and `slow` alternately; `before` runs untimed before each call."""
 
     def timed(fn: Callable[[], object], prepare: Callable[[], None] | None) -> float:
         if prepare is not None:
@@ -91,17 +91,17 @@ def compare(
         return time.perf_counter() - started
 
     for _ in range(WARMUP):
-        timed(fast, before_fast)
-        timed(slow, None)
+        timed(fast, before)
+        timed(slow, before)
     fast_times: list[float] = []
     slow_times: list[float] = []
     for i in range(repetitions):
         if i % 2:
-            slow_times.append(timed(slow, None))
-            fast_times.append(timed(fast, before_fast))
+            slow_times.append(timed(slow, before))
+            fast_times.append(timed(fast, before))
         else:
-            fast_times.append(timed(fast, before_fast))
-            slow_times.append(timed(slow, None))
+            fast_times.append(timed(fast, before))
+            slow_times.append(timed(slow, before))
     return Comparison(variant, reference, fast_times, slow_times, identical)
 
 
@@ -110,7 +110,7 @@ def run(quick: bool = False) -> tuple[list[Comparison], dict[str, int]]:
     text = FIXTURE.read_text(encoding="utf-8")
     families = vllm.FAMILIES
     repetitions = QUICK_REPETITIONS if quick else REPETITIONS
-    clear_cache = promtext._LABEL_CACHE.clear
+    clear_cache = promtext.clear_caches
     everything = reference_samples(text)
     names = promtext.wanted_names(families)
     selected = reference_selected(text, names)
@@ -175,7 +175,7 @@ def markdown(comparisons: list[Comparison], payload: dict[str, int]) -> str:
         f"{payload['repetitions']} interleaved repetitions per variant, one call each, "
         "same process; medians. prometheus_client has no selective mode, so its side of "
         "(a), (b) and (d) parses everything and keeps the same families "
-        "(`promtext.wanted_names`). Cold: `promtext._LABEL_CACHE` cleared before every "
+        "(`promtext.wanted_names`). Cold: the parser's caches of label sets and layouts (`promtext.clear_caches`) cleared before every "
         "call (outside the timing); warm: kept, as when the exporter scrapes the same "
         "server again. Identical: same names, labels, values and timestamps in the same "
         "order ((d): equal snapshots when the adapter is fed prometheus_client's samples).",
