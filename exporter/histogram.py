@@ -30,7 +30,7 @@ class Histogram:
     ) -> Histogram:
         """Build from a `{le: cumulative count}` mapping; `count` defaults to the +Inf bucket."""
         bounds = tuple(sorted(buckets))
-        counts = tuple(buckets[b] for b in bounds)
+        counts = tuple(map(buckets.__getitem__, bounds))
         if count is None:
             count = counts[-1] if counts else 0.0
         return cls(bounds, counts, total_sum, count)

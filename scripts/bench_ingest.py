@@ -94,8 +94,7 @@ def outcome(read: ReadSeries, text: str, histogram: str | None) -> str:
 def fixture_payloads() -> dict[str, str]:
     """Every vLLM fixture, by file name."""
     return {
-        path.name: path.read_text(encoding="utf-8")
-        for path in sorted(FIXTURES.glob("vllm-*.txt"))
+        path.name: path.read_text(encoding="utf-8") for path in sorted(FIXTURES.glob("vllm-*.txt"))
     }
 
 
@@ -107,8 +106,9 @@ def fleet_payloads(targets: int = FLEET_TARGETS, scrapes: int = FLEET_SCRAPES) -
     return [template.render(t, n, rng) for n in range(scrapes) for t in range(targets)]
 
 
-def run(quick: bool = False) -> tuple[list[Comparison], dict[str, int]]:
-    """Each variant timed against the baseline, and facts about the inputs."""
+def run(quick: bool = False) -> tuple[list[Comparison], dict]:
+    """Each variant timed against the baseline, and the repetitions and payloads per
+    variant (a repetition reads each of its payloads once)."""
     old_read_series, old_promtext = load_baseline(BASELINE_COMMIT)
     repetitions = QUICK_REPETITIONS if quick else REPETITIONS
     fixtures = fixture_payloads()
@@ -147,11 +147,11 @@ def run(quick: bool = False) -> tuple[list[Comparison], dict[str, int]]:
         variant(f"(e) every vLLM fixture ({len(fixtures)}), histogram e2e, warm",
                 list(fixtures.values()), HISTOGRAM, cold=False),
     ]  # fmt: skip
-    facts = {"repetitions": repetitions, "fleet": len(fleet), "fixtures": len(fixtures)}
-    return comparisons, facts
+    per_variant = [1, len(fleet), 1, 1, len(fixtures)]
+    return comparisons, {"repetitions": repetitions, "payloads": per_variant}
 
 
-def markdown(comparisons: list[Comparison], facts: dict[str, int]) -> str:
+def markdown(comparisons: list[Comparison], facts: dict) -> str:
     """The report section: one row per variant, medians per payload in microseconds."""
     lines = [
         f"## Ingest: `read_series` against commit {BASELINE_COMMIT}",
@@ -171,10 +171,7 @@ def markdown(comparisons: list[Comparison], facts: dict[str, int]) -> str:
         f"ratio of medians | identical series | >= {TARGET_RATIO:g}x |",
         "|---|---:|---:|---:|---|---|",
     ]
-    for c in comparisons:
-        payloads = facts["fleet"] if "fleet_sim" in c.variant else 1
-        if "every vLLM fixture" in c.variant:
-            payloads = facts["fixtures"]
+    for c, payloads in zip(comparisons, facts["payloads"], strict=True):
         lines.append(
             f"| {c.variant} | {c.fast_median / payloads * 1e6:.1f} | "
             f"{c.reference_median / payloads * 1e6:.1f} | {c.ratio:.1f}x | "
