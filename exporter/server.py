@@ -17,7 +17,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from exporter import api
-from exporter.collector import SignalsCollector, render_exposition
+from exporter.collector import render_metrics
 from exporter.runtime import Exporter
 from exporter.target import TargetSignals
 
@@ -127,11 +127,6 @@ def guard(token: str | None) -> Callable:
         return await handler(request)
 
     return check
-
-
-def render_metrics(targets: list[TargetSignals]) -> bytes:
-    """The /metrics exposition of these targets' signals."""
-    return render_exposition(SignalsCollector(lambda: targets).collect())
 
 
 def create_app(exporter: Exporter, token: str | None = None) -> web.Application:
