@@ -14,7 +14,10 @@ Their TargetSignals are then rendered, in interleaved repetitions in this one pr
 
 Every repetition checks that the three bodies are the same bytes. CPU time (not wall
 time), medians. The gzip of the body is measured at levels 1, 3 and 6, as the exporter
-compresses each round's body once.
+compresses each round's body once. The /api/v1/signals body of the same targets is
+timed the same way, `api.encode(api.signals_response(...))` against the API's plain
+definition that tests/test_api_json.py holds it to (dataclasses.asdict, then a walk
+replacing NaN), bytes compared every repetition.
 
     .venv/bin/python scripts/bench_render.py [--quick] [--targets N] [--output FILE]
 """
@@ -36,12 +39,14 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import Metric
 from prometheus_client.utils import floatToGoString
 
+from exporter import api
 from exporter.collector import SignalsCollector, render_metrics
 from exporter.config import Settings, Target
 from exporter.runtime import Exporter
 from exporter.scrape import ScrapeResult
 from exporter.server import GZIP_LEVEL
 from exporter.target import TargetSignals
+from tests.test_api_json import reference_encode, reference_series_json
 
 TARGETS = 1000
 QUICK_TARGETS = 100
@@ -50,6 +55,7 @@ REPETITIONS = 15
 QUICK_REPETITIONS = 3
 GZIP_LEVELS = (1, 3, 6)
 TARGET_RATIO = 3.0
+GENERATED_AT = 1000.0
 
 
 def fleet_signals(targets: int, seed: int = 0) -> list[TargetSignals]:
@@ -103,6 +109,22 @@ def reference_render(targets: list[TargetSignals]) -> bytes:
     return generate_latest(registry)
 
 
+def signals_json(targets: list[TargetSignals]) -> bytes:
+    """The /api/v1/signals body the exporter serves."""
+    return api.encode(api.signals_response(GENERATED_AT, targets))
+
+
+def reference_signals_json(targets: list[TargetSignals]) -> bytes:
+    """The same body by the API's plain definition: asdict per series, the NaN walk."""
+    body = api.signals_response(GENERATED_AT, [])
+    body["targets"] = [
+        {**api.target_json(t), "series": [reference_series_json(s) for s in t.series],
+         "total": reference_series_json(t.total)}
+        for t in targets
+    ]  # fmt: skip
+    return reference_encode(body)
+
+
 def cpu_seconds(fn: Callable[[], object]) -> tuple[float, object]:
     started = time.process_time()
     result = fn()
@@ -118,12 +140,15 @@ class Result:
     seconds: dict[str, list[float]]  # renderer -> CPU seconds per repetition
     identical: bool
     gzip: dict[int, tuple[float, int]]  # level -> (median CPU seconds, compressed bytes)
+    json_bytes: int
+    json_seconds: dict[str, list[float]]
+    json_identical: bool
 
-    def median(self, renderer: str) -> float:
-        return statistics.median(self.seconds[renderer])
+    def median(self, renderer: str, timings: str = "seconds") -> float:
+        return statistics.median(getattr(self, timings)[renderer])
 
-    def ratio(self, renderer: str) -> float:
-        return self.median(renderer) / self.median("new")
+    def ratio(self, renderer: str, timings: str = "seconds") -> float:
+        return self.median(renderer, timings) / self.median("new", timings)
 
 
 RENDERERS: dict[str, Callable[[list[TargetSignals]], bytes]] = {
@@ -133,30 +158,50 @@ RENDERERS: dict[str, Callable[[list[TargetSignals]], bytes]] = {
 }
 
 
+JSON_RENDERERS: dict[str, Callable[[list[TargetSignals]], bytes]] = {
+    "new": signals_json,
+    "previous": reference_signals_json,
+}
+
+
+def side_by_side(
+    renderers: dict[str, Callable[[list[TargetSignals]], bytes]],
+    signals: list[TargetSignals],
+    repetitions: int,
+) -> tuple[dict[str, list[float]], bool, bytes]:
+    """CPU seconds of each renderer per repetition (the order swaps every repetition; a
+    first, uncounted one warms up), whether all gave the same bytes every time, and the
+    body."""
+    seconds: dict[str, list[float]] = {name: [] for name in renderers}
+    identical = True
+    body = b""
+    for repetition in range(repetitions + 1):
+        order = list(renderers) if repetition % 2 else list(reversed(renderers))
+        bodies = {}
+        for name in order:
+            spent, bodies[name] = cpu_seconds(lambda name=name: renderers[name](signals))
+            if repetition:
+                seconds[name].append(spent)
+        body = bodies["new"]
+        identical = identical and len(set(bodies.values())) == 1
+    return seconds, identical, body
+
+
 def run(quick: bool = False, targets: int | None = None) -> Result:
     count = targets or (QUICK_TARGETS if quick else TARGETS)
     repetitions = QUICK_REPETITIONS if quick else REPETITIONS
     print(f"render: evaluating {count} targets x {SCRAPES} scrapes", file=sys.stderr, flush=True)
     signals = fleet_signals(count)
-    seconds: dict[str, list[float]] = {name: [] for name in RENDERERS}
-    identical = True
-    body = b""
-    for repetition in range(repetitions + 1):  # the first is a warm-up, not counted
-        order = list(RENDERERS) if repetition % 2 else list(reversed(RENDERERS))
-        bodies = {}
-        for name in order:
-            spent, bodies[name] = cpu_seconds(lambda name=name: RENDERERS[name](signals))
-            if repetition:
-                seconds[name].append(spent)
-        body = bodies["new"]
-        identical = identical and len(set(bodies.values())) == 1
+    seconds, identical, body = side_by_side(RENDERERS, signals, repetitions)
+    json_seconds, json_identical, json_body = side_by_side(JSON_RENDERERS, signals, repetitions)
     print(f"render: gzip levels {GZIP_LEVELS}", file=sys.stderr, flush=True)
     compressed = {}
     for level in GZIP_LEVELS:
         runs = [cpu_seconds(lambda level=level: gzip.compress(body, level)) for _ in range(5)]
         compressed[level] = (statistics.median(s for s, _ in runs), len(runs[0][1]))
     samples = sum(1 for line in body.splitlines() if not line.startswith(b"#"))
-    return Result(count, repetitions, len(body), samples, seconds, identical, compressed)
+    return Result(count, repetitions, len(body), samples, seconds, identical, compressed,
+                  len(json_body), json_seconds, json_identical)  # fmt: skip
 
 
 def markdown(result: Result) -> str:
@@ -192,6 +237,21 @@ def markdown(result: Result) -> str:
     ]
     for level, (spent, size) in result.gzip.items():
         lines.append(f"| {level} | {spent * 1e3:.1f} | {size:,} | {size / result.body_bytes:.1%} |")
+    lines += [
+        "",
+        f"/api/v1/signals of the same targets ({result.json_bytes / 1e6:.2f} MB), rendered "
+        "each round while a dashboard reads it:",
+        "",
+        "| renderer | median CPU (ms) | CPU vs served |",
+        "|---|---:|---:|",
+    ]
+    for name, title in (("new", "`api.encode(api.signals_response(...))` (served)"),
+                        ("previous", "plain definition: asdict + NaN walk")):  # fmt: skip
+        lines.append(
+            f"| {title} | {result.median(name, 'json_seconds') * 1e3:.1f} | "
+            f"{result.ratio(name, 'json_seconds'):.2f}x |"
+        )
+    lines.append(f"\nIdentical bytes in every repetition: {result.json_identical}.")
     return "\n".join(lines) + "\n"
 
 

@@ -153,7 +153,9 @@ numbers = st.one_of(
 )
 advice_items = st.builds(
     AdviceItem, kind=st.sampled_from(["raise_cap_helps", 'we"ird\\kind']),
-    value=st.floats(allow_nan=True, allow_infinity=True), unit=st.just(""), text=st.just(""),
+    value=st.floats(allow_nan=True, allow_infinity=True), unit=st.just("tokens"),
+    text=label_values, inputs=st.dictionaries(st.sampled_from(["cap", "kv"]), numbers),
+    confidence=st.sampled_from(["high", "low"]), caveats=st.lists(label_values).map(tuple),
 )  # fmt: skip
 
 
@@ -162,8 +164,8 @@ def series_signals(draw: st.DrawFn) -> SeriesSignals:
     gauges = {attribute: draw(numbers) for _, _, attribute in SERIES_GAUGES}
     static = draw(st.one_of(st.none(), st.builds(
         UtilizationEstimate, batch_size=st.just(8), requests=st.just(10.0),
-        estimate=st.floats(0.01, 1.0), lower=st.floats(allow_nan=True),
-        upper=st.floats(allow_infinity=True, allow_nan=False))))  # fmt: skip
+        estimate=st.floats(0.01, 1.0), lower=st.one_of(st.floats(0.01, 1.0), st.just(math.nan)),
+        upper=st.one_of(st.floats(0.01, 1e300), st.just(math.inf)))))  # fmt: skip
     return SeriesSignals(
         labels=draw(st.dictionaries(st.sampled_from(["model_name", "engine"]), label_values)),
         latency_seconds=draw(numbers),
@@ -171,8 +173,16 @@ def series_signals(draw: st.DrawFn) -> SeriesSignals:
         latency_quantile=draw(st.sampled_from([0.5, 0.99, 0.999])),
         budget_saturated=draw(st.booleans()),
         static_utilization=static,
-        diagnosis=Diagnosis(draw(st.sampled_from(DIAGNOSIS_STATES)), ""),
-        advice=Advice(tuple(draw(st.lists(advice_items, max_size=3)))),
+        diagnosis=Diagnosis(draw(st.sampled_from(DIAGNOSIS_STATES)), draw(label_values)),
+        advice=Advice(
+            tuple(draw(st.lists(advice_items, max_size=3))), draw(label_values), draw(st.booleans())
+        ),
+        batch_size_distribution=draw(
+            st.lists(
+                st.tuples(st.sampled_from([1.0, 8.0, math.inf]), st.floats(0.0, 1.0)), max_size=3
+            )
+        ),
+        not_exposed=tuple(draw(st.lists(st.sampled_from(["running", "waiting"]), max_size=2))),
         **gauges,
     )
 
