@@ -13,6 +13,7 @@ import hmac
 import logging
 import math
 from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
@@ -52,9 +53,20 @@ def plain_and_gzip(render: Render, targets: list[TargetSignals]) -> tuple[bytes,
     return plain, gzip.compress(plain, compresslevel=GZIP_LEVEL)
 
 
-# A body is rendered after every round while someone read it within this long: a
-# scraper polling at any interval up to Prometheus's default (1 m) finds it ready.
-READ_RECENTLY_SECONDS = 60.0
+# How long after a request a body is still rendered after every round, so that a reader
+# polling at most that often always finds it ready: Prometheus scrapes /metrics at its
+# scrape_interval (1 m by default); the dashboard reads the JSON every 5 s, and a
+# script that polled it once must not cost a render a round for long.
+METRICS_KEPT_FRESH_SECONDS = 60.0
+JSON_KEPT_FRESH_SECONDS = 15.0
+
+
+@dataclass(frozen=True)
+class BodyKind:
+    """How to render one kind of body, and how long a request keeps it rendered."""
+
+    render: Render
+    kept_fresh_seconds: float
 
 
 class RoundCache:
@@ -66,15 +78,15 @@ class RoundCache:
     of this round or the previous one exists: it gets the newest at once, at most one
     round old, and starts this round's render if none runs. It waits only when no body
     that recent exists (at start, or when nobody read it for a while). `keep_fresh`
-    renders, after each round, each kind read in the last READ_RECENTLY_SECONDS (the
+    renders, after each round, each kind read in its last `kept_fresh_seconds` (the
     `expected` kinds count as read at start): no reader, no render.
     """
 
     def __init__(
-        self, exporter: Exporter, renders: dict[str, Render], expected: tuple[str, ...] = ()
+        self, exporter: Exporter, kinds: dict[str, BodyKind], expected: tuple[str, ...] = ()
     ) -> None:
         self.exporter = exporter
-        self.renders = renders
+        self.kinds = kinds
         self._targets: tuple[int, list[TargetSignals]] | None = None
         # kind -> (round, (plain, gzip)) of its newest complete body
         self._bodies: dict[str, tuple[int, tuple[bytes, bytes]]] = {}
@@ -98,7 +110,7 @@ class RoundCache:
     async def _render(
         self, kind: str, rounds: int, targets: list[TargetSignals]
     ) -> tuple[bytes, bytes]:
-        bodies = await asyncio.to_thread(plain_and_gzip, self.renders[kind], targets)
+        bodies = await asyncio.to_thread(plain_and_gzip, self.kinds[kind].render, targets)
         newest = self._bodies.get(kind)
         if newest is None or newest[0] < rounds:
             self._bodies[kind] = (rounds, bodies)
@@ -119,9 +131,10 @@ class RoundCache:
         return (await asyncio.shield(task))[compressed]
 
     def read_recently(self, kind: str) -> bool:
-        """Whether `kind` was requested (or expected) in the last READ_RECENTLY_SECONDS."""
+        """Whether `kind` was requested (or expected) in its last `kept_fresh_seconds`."""
         read = self._read.get(kind)
-        window = math.ceil(READ_RECENTLY_SECONDS / self.exporter.settings.interval_seconds)
+        seconds = self.kinds[kind].kept_fresh_seconds
+        window = math.ceil(seconds / self.exporter.settings.interval_seconds)
         return read is not None and self.exporter.rounds - read <= window
 
     async def keep_fresh(self) -> None:
@@ -130,7 +143,7 @@ class RoundCache:
         seen = self.exporter.rounds
         while True:
             seen = await self.exporter.round_after(seen)
-            for kind in self.renders:
+            for kind in self.kinds:
                 if self.read_recently(kind):
                     try:
                         await self._render_of(kind)
@@ -174,12 +187,19 @@ def guard(token: str | None) -> Callable:
 def create_app(exporter: Exporter, token: str | None = None) -> web.Application:
     """The exporter's web application over a running Exporter; `token`, when given, is
     required as `Authorization: Bearer TOKEN` on every path but /health."""
+
+    def json_body(response: Callable[[float, list[TargetSignals]], dict[str, Any]]) -> BodyKind:
+        return BodyKind(
+            lambda targets: api.encode(response(exporter.clock(), targets)),
+            JSON_KEPT_FRESH_SECONDS,
+        )
+
     bodies = RoundCache(
         exporter,
         {
-            "metrics": render_metrics,
-            "signals": lambda targets: api.encode(api.signals_response(exporter.clock(), targets)),
-            "advice": lambda targets: api.encode(api.advice_response(exporter.clock(), targets)),
+            "metrics": BodyKind(render_metrics, METRICS_KEPT_FRESH_SECONDS),
+            "signals": json_body(api.signals_response),
+            "advice": json_body(api.advice_response),
         },
         expected=("metrics",),
     )

@@ -14,7 +14,7 @@ import pytest
 
 from exporter.config import Settings
 from exporter.runtime import Exporter
-from exporter.server import READ_RECENTLY_SECONDS, RoundCache
+from exporter.server import BodyKind, RoundCache
 from exporter.target import TargetSignals
 
 # Bounds a test that would otherwise hang on a bug; no test asserts a duration.
@@ -39,8 +39,9 @@ class Renders:
 
         return render
 
-    def table(self) -> dict:
-        return {kind: self.of(kind) for kind in self.calls}
+    def table(self) -> dict[str, BodyKind]:
+        """Each kind kept fresh for 60 s after a request: 12 rounds of 5 s."""
+        return {kind: BodyKind(self.of(kind), 60.0) for kind in self.calls}
 
 
 async def next_round(exporter: Exporter) -> None:
@@ -117,10 +118,10 @@ async def test_a_client_that_goes_away_does_not_cancel_the_render_others_wait_fo
     assert renders.calls["metrics"] == 1
 
 
-async def test_a_kind_is_kept_fresh_while_read_in_the_last_minute_of_rounds() -> None:
+async def test_a_kind_is_kept_fresh_while_read_in_its_last_seconds_of_rounds() -> None:
     exporter, renders = exporter_without_targets(), Renders("metrics", "signals")
     cache = RoundCache(exporter, renders.table(), expected=("metrics",))
-    window = int(READ_RECENTLY_SECONDS / exporter.settings.interval_seconds)  # 12 rounds
+    window = 12  # 60 s at 5 s a round
     assert cache.read_recently("metrics") and not cache.read_recently("signals")
     await cache.body("signals", False)
     for _ in range(window):
