@@ -17,8 +17,8 @@ from prometheus_client import CollectorRegistry
 
 from demo_server import batcher as batcher_module
 from demo_server.batch_policy import (
-    Decision,
     DecayingPeak,
+    Decision,
     adaptive_decision,
     padding_tokens,
     predicted_drain_seconds,
