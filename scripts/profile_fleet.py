@@ -16,14 +16,13 @@ import pstats
 import time
 from collections.abc import Callable
 
-import aiohttp
 from bench_fleet import FULL, FleetPlan, start_simulator
-from prometheus_client import CollectorRegistry, generate_latest
 
 from exporter import api
-from exporter.collector import SignalsCollector
+from exporter.collector import render_metrics
 from exporter.config import Settings, Target
-from exporter.runtime import MAX_CONCURRENT_FAILING_SCRAPES, MAX_CONCURRENT_SCRAPES, Exporter
+from exporter.http_get import Connections
+from exporter.runtime import Exporter
 
 
 def _report(
@@ -35,16 +34,13 @@ def _report(
 
 async def _rounds(exporter: Exporter, args: argparse.Namespace) -> None:
     # The same connection pool as Exporter.run_forever.
-    connector = aiohttp.TCPConnector(
-        limit=MAX_CONCURRENT_SCRAPES + MAX_CONCURRENT_FAILING_SCRAPES, ttl_dns_cache=300
-    )
-    async with aiohttp.ClientSession(connector=connector) as session:
-        await exporter.run_round(session)
+    async with Connections() as connections:
+        await exporter.run_round(connections)
         profile = cProfile.Profile()
         started = time.perf_counter()
         profile.enable()
         for _ in range(args.rounds):
-            await exporter.run_round(session)
+            await exporter.run_round(connections)
         profile.disable()
         _report(f"{args.rounds} round(s)", profile, time.perf_counter() - started, args)
 
@@ -75,9 +71,7 @@ def main() -> None:
         )  # fmt: skip
         exporter = Exporter(Settings(targets=targets, interval_seconds=plan.interval_seconds))
         asyncio.run(_rounds(exporter, args))
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(SignalsCollector(exporter.current))
-    _profiled("/metrics body", lambda: generate_latest(registry), args)
+    _profiled("/metrics body", lambda: render_metrics(exporter.current()), args)
     _profiled(
         "/api/v1/signals body",
         lambda: api.encode(api.signals_response(exporter.clock(), exporter.current())),
