@@ -63,3 +63,21 @@ def test_quick_dashboard_bench_reports_the_live_page_time(tmp_path: Path) -> Non
     assert "for 10 targets with 720 history points each" in text
     assert "| runs | 2 (after one warm-up run) |" in text
     assert re.search(r"\| median \(min - max\) \| \d+ ms \(\d+ - \d+ ms\) \|", text), text
+
+
+def test_quick_ingest_bench_reports_identical_series_against_the_baseline(tmp_path: Path) -> None:
+    report = tmp_path / "benchmarks.md"
+    done = subprocess.run(
+        [sys.executable, "scripts/bench.py", "--quick", "--only", "ingest",
+         "--output", str(report)],
+        cwd=ROOT, capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    text = report.read_text(encoding="utf-8")
+    assert "Identical series in every variant: True." in text
+    rows = [line for line in text.splitlines() if line.startswith("| (")]
+    assert [row[:5] for row in rows] == ["| (a)", "| (b)", "| (c)", "| (d)", "| (e)"]
+    for row in rows:
+        ratio = re.search(r"\| (\d+\.\d)x \| yes \|", row)
+        assert ratio is not None, row
+        assert float(ratio.group(1)) > 0
