@@ -27,8 +27,10 @@ _ESCAPES = {"\\": "\\", "n": "\n", '"': '"'}
 # keeps the steady-state cost of a scrape low. Bounded so a churning target cannot grow it.
 _LABEL_CACHE: dict[str, dict[str, str]] = {}
 _LABEL_CACHE_MAX = 200_000
-# Layouts kept per set of families (see `Selection`), and as many at most.
-_LAYOUTS_MAX = 10_000
+# Layouts kept per set of families (see `Selection`): one per server in a steady fleet;
+# a target whose label sets churn adds one per scrape, so the bound keeps the worst case
+# (about 15 KB a layout of the vLLM payload) near the label cache's.
+_LAYOUTS_MAX = 4_096
 
 
 class Sample(NamedTuple):
