@@ -6,8 +6,9 @@ math only ever sees these, so adding an engine touches one adapter file.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 from exporter.histogram import Histogram, histogram_add
 
@@ -169,4 +170,48 @@ def merge_series(
         block_size=only.block_size,
         gpu_memory_utilization=only.gpu_memory_utilization,
         kv_cache_memory_bytes=only.kv_cache_memory_bytes,
+    )
+
+
+def histograms_of(series: SeriesSnapshot) -> dict[str, Histogram]:
+    """The histograms a series holds, by name: `latency:KIND` (`latency_histogram`),
+    `output_tokens`, `prompt_tokens`, `batch_size`."""
+    named = {latency_histogram(kind): hist for kind, hist in series.latency.items()}
+    for name, hist in (("output_tokens", series.output_tokens),
+                       ("prompt_tokens", series.prompt_tokens),
+                       ("batch_size", series.batch_size)):  # fmt: skip
+        if hist is not None:
+            named[name] = hist
+    return named
+
+
+def latency_histogram(kind: str) -> str:
+    """The name `histograms_of` gives a series' latency histogram of this kind."""
+    return f"latency:{kind}"
+
+
+# What merging one series resolves or drops (`total_is_the_series`); the rest it must keep.
+_RESOLVED_BY_MERGE = ("key", "cap", "engine_cap", "budget_seconds")
+_kept_by_merge = operator.attrgetter(
+    *(f.name for f in fields(SeriesSnapshot) if f.name not in _RESOLVED_BY_MERGE)
+)
+
+
+def total_is_the_series(
+    total: SeriesSnapshot,
+    series: SeriesSnapshot,
+    default_cap: float | None,
+    default_budget: float | None,
+) -> bool:
+    """Whether `total`, merged from this one series (`merge_series`), holds what the
+    series holds but its labels: the cap and budget it is judged against resolved, the
+    engine's cap then no longer needed, every other field equal (as dataclasses compare
+    them). The signals of such a total are then the series' own, without labels."""
+    budget = series.budget_seconds if series.budget_seconds is not None else default_budget
+    return (
+        total.key == ()
+        and total.cap == effective_cap(series, default_cap)
+        and total.engine_cap is None
+        and total.budget_seconds == budget
+        and _kept_by_merge(total) == _kept_by_merge(series)
     )

@@ -15,6 +15,7 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from itertools import islice
+from typing import NamedTuple
 
 from exporter.histogram import Histogram
 
@@ -195,9 +196,11 @@ class UtilizationEstimate:
         }
 
 
-@dataclass(frozen=True, slots=True)
-class _Bucket:
-    """Observations in (edge_low, edge_high], with the integer range they can take."""
+class _Bucket(NamedTuple):
+    """Observations in (edge_low, edge_high], with the integer range they can take.
+
+    A named tuple: every evaluation of a target builds these, and a tuple is built
+    several times faster than a frozen dataclass."""
 
     count: int
     rank_below: int  # observations in lower buckets
