@@ -10,7 +10,7 @@ hold the same values, field by field.
 
 The snapshots are the real vLLM 0.32 payload (`tests/fixtures/vllm-0.32.0-cpu-load.txt`)
 as `scripts/fleet_sim.py` varies it, counters growing and gauges moving on every scrape,
-read with `read_series`, 5 s apart, into the default 60 s window (13 scrapes), with the
+read with `read_series` as the exporter reads them, 5 s apart, into the default 60 s window (13 scrapes), with the
 fleet benchmark's target settings (engine vllm, cap 256, budget 1 s). Variants: the
 payload's one model series, and two model series in one target (the total then merges
 them on every scrape).
@@ -50,6 +50,8 @@ INTERVAL_S = 5.0
 REPETITIONS = 300
 QUICK_REPETITIONS = 20
 TARGET_SETTINGS = {"engine": "vllm", "cap": 256.0, "budget_seconds": 1.0}
+# As the exporter reads such a target's payload: its engine, no sample limit, its histogram.
+READ = ("vllm", None, "e2e")
 
 
 def load_baseline(commit: str) -> tuple[ModuleType, ModuleType]:
@@ -91,7 +93,7 @@ def fleet_scrapes(targets: list[int], scrapes: int) -> list[Snapshot]:
             "bench",
             1000.0 + INTERVAL_S * n,
             True,
-            tuple(s for i in targets for s in read_series(template.render(i, n, rng), "vllm")),
+            tuple(s for i in targets for s in read_series(template.render(i, n, rng), *READ)),
         )
         for n in range(scrapes)
     ]

@@ -45,3 +45,24 @@ def test_quick_dashboard_bench_reports_the_live_page_time(tmp_path: Path) -> Non
     assert "for 10 targets with 720 history points each" in text
     assert "| runs | 2 (after one warm-up run) |" in text
     assert re.search(r"\| median \(min - max\) \| \d+ ms \(\d+ - \d+ ms\) \|", text), text
+
+
+def test_quick_evaluation_bench_reports_identical_signals_against_the_baseline(
+    tmp_path: Path,
+) -> None:
+    report = tmp_path / "benchmarks.md"
+    done = subprocess.run(
+        [sys.executable, "scripts/bench.py", "--quick", "--only", "evaluation",
+         "--output", str(report)],
+        cwd=ROOT, capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    text = report.read_text(encoding="utf-8")
+    assert "Identical in every variant: True." in text
+    rows = [line for line in text.splitlines() if line.startswith("| one") or
+            line.startswith("| two")]  # fmt: skip
+    assert len(rows) == 2
+    for row in rows:
+        assert "(13 scrapes in window)" in row
+        ratio = re.search(r"\| (\d+\.\d)x \| yes \|", row)
+        assert ratio is not None and float(ratio.group(1)) > 0, row
