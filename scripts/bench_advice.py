@@ -38,6 +38,7 @@ from demo_server import loadgen, loadgen_report
 from exporter import promtext
 from exporter.config import Settings, Target
 from exporter.engines import read_series
+from exporter.http_get import Connections
 from exporter.runtime import Exporter
 from exporter.target import SeriesSignals
 
@@ -130,7 +131,7 @@ async def drive(
     while load is offered). Returns the load's result and the signals of the last round
     that reached the server while load was offered."""
     timeout = aiohttp.ClientTimeout(total=120)
-    async with aiohttp.ClientSession(timeout=timeout) as session:
+    async with aiohttp.ClientSession(timeout=timeout) as session, Connections() as connections:
         task = asyncio.create_task(make_load(session))
         start = time.monotonic()
         next_round = start
@@ -139,7 +140,7 @@ async def drive(
             now = time.monotonic()
             elapsed = now - start
             if now >= next_round:
-                await exporter.run_round(session)
+                await exporter.run_round(connections)
                 next_round += INTERVAL_S
                 current = exporter.current()[0]
                 # A scrape can time out on a loaded machine: keep the last answered round.

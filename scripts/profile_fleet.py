@@ -16,14 +16,14 @@ import pstats
 import time
 from collections.abc import Callable
 
-import aiohttp
 from bench_fleet import FULL, FleetPlan, start_simulator
 from prometheus_client import CollectorRegistry, generate_latest
 
 from exporter import api
 from exporter.collector import SignalsCollector
 from exporter.config import Settings, Target
-from exporter.runtime import MAX_CONCURRENT_FAILING_SCRAPES, MAX_CONCURRENT_SCRAPES, Exporter
+from exporter.http_get import Connections
+from exporter.runtime import Exporter
 
 
 def _report(
@@ -35,16 +35,13 @@ def _report(
 
 async def _rounds(exporter: Exporter, args: argparse.Namespace) -> None:
     # The same connection pool as Exporter.run_forever.
-    connector = aiohttp.TCPConnector(
-        limit=MAX_CONCURRENT_SCRAPES + MAX_CONCURRENT_FAILING_SCRAPES, ttl_dns_cache=300
-    )
-    async with aiohttp.ClientSession(connector=connector) as session:
-        await exporter.run_round(session)
+    async with Connections() as connections:
+        await exporter.run_round(connections)
         profile = cProfile.Profile()
         started = time.perf_counter()
         profile.enable()
         for _ in range(args.rounds):
-            await exporter.run_round(session)
+            await exporter.run_round(connections)
         profile.disable()
         _report(f"{args.rounds} round(s)", profile, time.perf_counter() - started, args)
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 import random
 from concurrent.futures import ThreadPoolExecutor
 
-import aiohttp
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from demo_server.app import ServerConfig
 from exporter.config import Settings, Target
+from exporter.http_get import Connections
 from exporter.runtime import Exporter
 from tests.test_demo_server import completion, serve
 from tests.test_metrics_doc import DOCUMENTED, family_names
@@ -33,12 +33,12 @@ async def test_static_estimate_brackets_the_demo_servers_true_slot_utilization()
             Settings(targets=(Target(name="demo", url=f"{url}/metrics", cap=8),),
                      window_seconds=600, interval_seconds=1, timeout_seconds=1)
         )  # fmt: skip
-        async with aiohttp.ClientSession() as session:
-            await exporter.run_round(session)  # the baseline before any request
+        async with Connections() as connections:
+            await exporter.run_round(connections)  # the baseline before any request
             with ThreadPoolExecutor(96) as pool:
                 answers = list(pool.map(lambda n: completion(url, n), lengths))
             assert all(a.status_code == 200 for a in answers)
-            await exporter.run_round(session)
+            await exporter.run_round(connections)
         [signals] = exporter.current()
         true_utilization = truth(url, "batchscope_demo_slot_utilization_ratio")
 

@@ -21,6 +21,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.config import ConfigError, Settings, Target, load_config
+from exporter.http_get import Connections
 from exporter.instrumentation import BatcherMetrics
 from exporter.labels import RESERVED_LABELS
 from exporter.runtime import Exporter
@@ -157,7 +158,7 @@ async def fed_exporter():
     )  # fmt: skip
     clock = Clock()
     exporter = Exporter(settings, clock=clock)
-    async with aiohttp.ClientSession() as session:
+    async with Connections() as connections:
         for i, name in enumerate(VLLM_PAYLOADS):
             for _ in range(4 * i):
                 batcher.observe_batch(4, "timeout", 0.002)
@@ -168,7 +169,7 @@ async def fed_exporter():
             served["llm"] = vllm
             served["mixed"] = vllm + generate_latest(registry).decode()
             clock.t += 5.0
-            await exporter.run_round(session)
+            await exporter.run_round(connections)
     app_runner, api = await serve(create_app(exporter))
     yield exporter, api
     await app_runner.cleanup()

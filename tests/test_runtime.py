@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import json
 
-import aiohttp
-
 from exporter.config import Settings
+from exporter.http_get import Connections
 from exporter.runtime import Exporter
 
 
@@ -22,16 +21,16 @@ async def test_file_sd_reload_adds_keeps_last_good_and_drops_deleted(tmp_path) -
     assert sorted(exporter.states) == ["a"]
     assert exporter.states["a"].target.cap == 8
 
-    async with aiohttp.ClientSession() as session:
+    async with Connections() as connections:
         write_sd(sd, [{"targets": ["127.0.0.1:1", "127.0.0.1:2"], "labels": {}}])
-        await exporter.run_round(session)
+        await exporter.run_round(connections)
         assert sorted(exporter.states) == ["127.0.0.1:1", "127.0.0.1:2"]
         assert all(not s.signals.up for s in exporter.states.values())  # nothing listens there
 
         sd.write_text('[{"targets": ["127.0.0.1:1"')  # half-written: keep the last good set
-        await exporter.run_round(session)
+        await exporter.run_round(connections)
         assert sorted(exporter.states) == ["127.0.0.1:1", "127.0.0.1:2"]
 
         sd.unlink()
-        await exporter.run_round(session)
+        await exporter.run_round(connections)
         assert exporter.states == {}

@@ -7,12 +7,12 @@ Every 5 s of fake time the exporter scrapes it for real and the test checks the 
 
 from __future__ import annotations
 
-import aiohttp
 import pytest
 from aiohttp import web
 
 from exporter.api import series_json
 from exporter.config import Settings, Target
+from exporter.http_get import Connections
 from exporter.runtime import Exporter
 from tests.vllm_payload import VllmState, render
 
@@ -58,14 +58,14 @@ async def test_scripted_scenario_every_signal_and_saturation_times(server) -> No
     exporter = Exporter(settings, clock=clock)
     timeline: list[tuple[float, dict]] = []
 
-    async with aiohttp.ClientSession() as session:
+    async with Connections() as connections:
 
         async def step(seconds: float, change) -> None:
             """Advance fake time one interval at a time, changing the server each step."""
             for _ in range(int(seconds / INTERVAL)):
                 clock.t += INTERVAL
                 change(state["vllm"])
-                await exporter.run_round(session)
+                await exporter.run_round(connections)
                 [signals] = exporter.current()
                 timeline.append((clock.t - 1000.0, series_json(signals.total)))
 
@@ -156,10 +156,10 @@ async def test_exporter_serves_history_bounded_per_target(server) -> None:
         targets=(Target(name="llm", url=url, engine="vllm", cap=8),), history_points=5
     )
     exporter = Exporter(settings, clock=clock)
-    async with aiohttp.ClientSession() as session:
+    async with Connections() as connections:
         for _ in range(8):
             clock.t += INTERVAL
-            await exporter.run_round(session)
+            await exporter.run_round(connections)
     points = exporter.history("llm")
     assert len(points) == 5
     assert [p["t"] for p in points] == [1000.0 + 5 * i for i in range(4, 9)]
