@@ -469,8 +469,9 @@ def evaluate_window(
     if sole is not None and total_state == saturation.get(sole, SaturationState()):
         total, next_states[TOTAL] = replace(series[0], labels={}), next_states[sole]
     else:
+        total_track = window.total()
         total, next_states[TOTAL] = series_signals(
-            window.total.points, settings, total_state, now, window.total.restarts()
+            total_track.points, settings, total_state, now, total_track.restarts()
         )
     return (
         TargetSignals(name, url, latest.t, True, None, tuple(series), total,

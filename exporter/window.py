@@ -5,14 +5,17 @@ series of each scrape merged). The window sorts every scrape into them as it arr
 with what the scrape implies against the one before it: whether each histogram
 restarted, and whether the total is just the target's one series. So the work a scrape
 brings is done once, when it arrives, and an evaluation does not compare every bucket
-of every pair of scrapes again. Without this bookkeeping the pure functions give the
-same results (`histogram_increase` without `restarts`, `merge_series` on each scrape):
-tests/test_window.py holds the two against each other.
+of every pair of scrapes again. The total's points are merged only once some scrape's
+total is not its one series: until then the evaluation never reads them. Without this
+bookkeeping the pure functions give the same results (`histogram_increase` without
+`restarts`, `merge_series` on each scrape): tests/test_window.py holds the two against
+each other.
 """
 
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Iterable
 
 from exporter.histogram import Histogram, histogram_restarted
 from exporter.signals import SignalSettings
@@ -79,9 +82,10 @@ class Window:
         self.settings = settings
         self._snapshots: deque[Snapshot] = deque()
         self.series: dict[LabelKey, SeriesTrack] = {}
-        self.total = SeriesTrack()
-        # Per point of `total`: the key of the scrape's one series when the total is that
-        # series but its labels (`total_is_the_series`), else None.
+        # The total's points, from the first scrape whose total is not its one series on.
+        self._total: SeriesTrack | None = None
+        # Per answered scrape: the key of its one series when its total is that series but
+        # its labels (`total_is_the_series`), else None.
         self._sole_keys: deque[LabelKey | None] = deque()
 
     @classmethod
@@ -96,16 +100,18 @@ class Window:
         """Append a snapshot and drop those that fell out of the window. A scrape that did
         not answer adds no point: its series are unknown, not gone."""
         if snapshot.up:
-            # The merge reads every value of the scrape: before any bookkeeping, so that a
-            # scrape it cannot read leaves the window as it was.
             cap, budget = self.settings.cap, self.settings.budget_seconds
-            total = merge_series(snapshot.series, cap, budget)
             sole = snapshot.series[0] if len(snapshot.series) == 1 else None
-            same = sole is not None and total_is_the_series(total, sole, cap, budget)
+            itself = sole is not None and total_is_the_series(sole, cap)
+            if not itself and self._total is None:
+                self._total = self._merged(self._snapshots)
+            if self._total is not None:
+                # Merged before any point is added: a scrape it cannot read leaves the
+                # window as it was.
+                self._total.add(snapshot.t, merge_series(snapshot.series, cap, budget))
             for series in snapshot.series:
                 self.series.setdefault(series.key, SeriesTrack()).add(snapshot.t, series)
-            self.total.add(snapshot.t, total)
-            self._sole_keys.append(sole.key if same else None)
+            self._sole_keys.append(sole.key if itself else None)
         self._snapshots.append(snapshot)
         horizon = snapshot.t - self.seconds
         while self._snapshots and self._snapshots[0].t < horizon:
@@ -119,8 +125,24 @@ class Window:
             track.drop_oldest()
             if not track.points:
                 del self.series[series.key]
-        self.total.drop_oldest()
+        if self._total is not None:
+            self._total.drop_oldest()
         self._sole_keys.popleft()
+
+    def _merged(self, snapshots: Iterable[Snapshot]) -> SeriesTrack:
+        """The total's points over these snapshots: each answered scrape's series merged."""
+        track = SeriesTrack()
+        cap, budget = self.settings.cap, self.settings.budget_seconds
+        for snapshot in snapshots:
+            if snapshot.up:
+                track.add(snapshot.t, merge_series(snapshot.series, cap, budget))
+        return track
+
+    def total(self) -> SeriesTrack:
+        """The target total's points: each answered scrape's series merged."""
+        if self._total is None:
+            self._total = self._merged(self._snapshots)
+        return self._total
 
     def sole_series_key(self) -> LabelKey | None:
         """The key of the one series every answered scrape in the window held, when every

@@ -21,7 +21,14 @@ from hypothesis import strategies as st
 
 from exporter.histogram import Histogram, histogram_increase, histogram_restarts
 from exporter.signals import SaturationState, SignalSettings, no_data_diagnosis
-from exporter.snapshot import LabelKey, SeriesSnapshot, Snapshot, merge_series
+from exporter.snapshot import (
+    LabelKey,
+    SeriesSnapshot,
+    Snapshot,
+    effective_cap,
+    merge_series,
+    total_is_the_series,
+)
 from exporter.target import (
     TOTAL,
     TargetSignals,
@@ -238,6 +245,36 @@ def evaluation_outcome(evaluate: Callable[..., tuple], *args: object) -> tuple |
         return f"{type(err).__name__}: {err}"
 
 
+@st.composite
+def single_series(draw: st.DrawFn) -> SeriesSnapshot:
+    server = Server(draw, MODEL_A)
+    series = server.scrape()
+    nan_in = draw(st.sampled_from([None, "running", "cap", "latency_means", "execution"]))
+    if nan_in == "running":
+        series = dataclasses.replace(series, running=math.nan)
+    elif nan_in == "cap":
+        series = dataclasses.replace(series, cap=math.nan)
+    elif nan_in == "latency_means":
+        series = dataclasses.replace(series, latency_means={"e2e": (1.0, math.nan)})
+    elif nan_in == "execution":
+        series = dataclasses.replace(series, execution_by_size={1: (math.nan, 0.1)})
+    return series
+
+
+@settings(max_examples=300, deadline=None)
+@given(series=single_series(), cap=st.sampled_from([None, 8.0]),
+       budget=st.sampled_from([None, 1.0]))  # fmt: skip
+def test_the_total_is_the_series_exactly_when_merging_one_series_changes_only_its_labels(
+    series: SeriesSnapshot, cap: float | None, budget: float | None
+) -> None:
+    merged = merge_series([series], cap, budget)
+    relabelled = dataclasses.replace(
+        series, key=(), cap=effective_cap(series, cap), engine_cap=None,
+        budget_seconds=series.budget_seconds if series.budget_seconds is not None else budget,
+    )  # fmt: skip
+    assert total_is_the_series(series, cap) == (merged == relabelled)
+
+
 def hist(counts: Sequence[float], bounds: tuple[float, ...] = LATENCY_LAYOUTS[0]) -> Histogram:
     return Histogram(bounds, tuple(float(c) for c in counts), 0.0, float(counts[-1]))
 
@@ -294,4 +331,4 @@ def test_points_leave_with_their_scrape_even_when_the_clock_steps_back() -> None
         window.add(scrape(t))
     assert [t for t, _ in window.series[MODEL_A].points] == [112.0]
     window.add(Snapshot("t", 200.0, False, error="timed out"))
-    assert window.series == {} and not window.total.points
+    assert window.series == {} and not window.total().points
