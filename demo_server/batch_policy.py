@@ -93,6 +93,7 @@ def adaptive_decision(
     latency_budget_seconds: float,
     max_batch_size: int,
     reserve_seconds: float = 0.0,
+    waited_for_company_seconds: float = 0.0,
 ) -> Decision:
     """Seed 001's rule, for a free device: fire as soon as waiting can no longer pay for
     itself, or as soon as the budget leaves no room to wait.
@@ -113,6 +114,12 @@ def adaptive_decision(
       `BUDGET_HEADROOM` and less `reserve_seconds` (the scheduling lag lately measured).
       When not even one more item fits, the remaining budget only just covers this
       batch: it fires (`budget`).
+    - The wait for company is one plan, not a rolling one: the queue waits at most
+      (n* - 1) / arrival_rate in all (`waited_for_company_seconds` is how long it has
+      waited so far), the time the items n* lacks take to arrive from one. When they
+      have not all come by then it fires what formed (`budget`): planning the same wait
+      again would only stretch the oldest item's latency (measured at 750 items/s on
+      the H200 curve: up to five plans back to back, 10 ms, where one plan is 3 ms).
 
     Batches therefore grow towards the budget only when arrivals demand it (near the
     device's peak); below that they stay small and fire fast. When waiting, the worker
@@ -131,13 +138,17 @@ def adaptive_decision(
     keep_up_size = next(
         (size for size in range(queue_len + 1, max_batch_size) if keeps_up(size)), max_batch_size
     )
+    company_left_seconds = (keep_up_size - 1) / arrival_rate_per_s - waited_for_company_seconds
+    if company_left_seconds <= 0.0:
+        return Decision(fire=True, trigger="budget")
     remaining_seconds = (
         latency_budget_seconds * (1.0 - BUDGET_HEADROOM) - reserve_seconds - oldest_wait_seconds
     )
     for size in range(keep_up_size, queue_len, -1):
         form_seconds = (size - queue_len) / arrival_rate_per_s
         if form_seconds + cost_seconds(size) <= remaining_seconds:
-            return Decision(fire=False, wait_seconds=form_seconds, target_size=size)
+            wait_seconds = min(form_seconds, company_left_seconds)
+            return Decision(fire=False, wait_seconds=wait_seconds, target_size=size)
     return Decision(fire=True, trigger="budget")
 
 

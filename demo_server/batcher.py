@@ -9,7 +9,8 @@ Two batching policies share one queue and one worker (`Batcher`):
   cost-by-batch-size curve learned from the batches it ran: fire at once while the
   batch queued now keeps up with arrivals (waiting would only add latency); when it
   does not, wait for the smallest batch that does, no longer than the oldest item's
-  remaining budget allows; triggers `full` and `budget`. Admission control:
+  remaining budget allows and than those items take to arrive (one plan, not renewed);
+  triggers `full` and `budget`. Admission control:
   an item the queue ahead of it would push past the budget is refused at once
   (`OverBudget`, a 429), not served late.
 
@@ -126,6 +127,9 @@ class _ShapeGroup:
     queue: collections.deque[_Item] = field(default_factory=collections.deque)
     arrivals: ArrivalRate = field(default_factory=ArrivalRate)
     burst_arrivals: ArrivalRate = field(default_factory=lambda: ArrivalRate(BURST_WINDOW_SECONDS))
+    # When the worker first chose to wait for more items of this group (None: it has not
+    # since the group last fired): the adaptive policy waits for company once, not anew.
+    company_since: float | None = None
 
     def record_arrival(self, now: float) -> None:
         self.arrivals.record(now)
@@ -327,6 +331,8 @@ class Batcher:
             return
         for group in self._groups.values():
             group.queue = collections.deque(i for i in group.queue if id(i) not in queued)
+            if not group.queue:
+                group.company_since = None
         self._queued -= len(queued)
         for _ in queued:
             self.metrics.observe_request("cancelled")
@@ -348,6 +354,7 @@ class Batcher:
             )
         # Once draining no more items come: waiting for them would only add latency.
         rate = group.arrival_rate(now) if self._accepting else 0.0
+        company_since = now if group.company_since is None else group.company_since
         return adaptive_decision(
             len(group.queue),
             oldest_wait_seconds,
@@ -356,6 +363,7 @@ class Batcher:
             settings.latency_budget_seconds,
             settings.max_batch_size,
             self._lag_reserve_seconds(now),
+            waited_for_company_seconds=now - company_since,
         )
 
     def _lag_reserve_seconds(self, now: float) -> float:
@@ -384,6 +392,9 @@ class Batcher:
                 shape = min(firing, key=lambda s: waiting[s].queue[0].enqueued_at)
                 await self._fire(waiting[shape], decisions[shape].trigger)
                 continue
+            for shape in decisions:
+                if waiting[shape].company_since is None:
+                    waiting[shape].company_since = now
             self._wake_at_sizes = {s: d.target_size for s, d in decisions.items()}
             waits = [d.wait_seconds for d in decisions.values() if d.wait_seconds is not None]
             wait_seconds = min(waits) if waits else None
@@ -397,6 +408,7 @@ class Batcher:
                 self._lag.observe(woke_at, woke_at - now - (wait_seconds or 0.0))
 
     def _take(self, group: _ShapeGroup) -> list[_Item]:
+        group.company_since = None
         batch: list[_Item] = []
         while group.queue and len(batch) < self.settings.max_batch_size:
             item = group.queue.popleft()

@@ -1,13 +1,18 @@
-"""The exporter's own /metrics: a prometheus-client Collector over the current signals.
+"""The exporter's own /metrics: its families, and their exposition over the current signals.
 
-Fresh families on every collect(), no state in metric objects (client_python's pattern).
+`SignalsCollector` is a prometheus-client Collector, fresh families on every collect()
+and no state in metric objects (client_python's pattern): what a registry takes.
+`render_metrics` writes the same text directly, several times cheaper, and is what the
+exporter serves; tests hold it byte for byte to generate_latest of the Collector.
 A value that cannot be known is left out, never filled with a made-up number.
 """
 
 from __future__ import annotations
 
+import functools
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 
 from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
@@ -55,36 +60,69 @@ SERIES_GAUGES = (
 )  # fmt: skip
 
 
-def _gauge(name: str, documentation: str) -> Metric:
-    return Metric(name, documentation, "gauge")
+@dataclass(frozen=True)
+class Family:
+    """One metric family of /metrics: its name (a counter's without `_total`), help and type."""
+
+    name: str
+    documentation: str
+    type: str = "gauge"
+
+    def header(self) -> str:
+        """Its `# HELP` and `# TYPE` lines, as generate_latest writes them."""
+        name = self.name + "_total" if self.type == "counter" else self.name
+        help_text = self.documentation.replace("\\", "\\\\").replace("\n", "\\n")
+        return f"# HELP {name} {help_text}\n# TYPE {name} {self.type}\n"
 
 
-def _labels(target: TargetSignals, series: SeriesSignals) -> dict[str, str]:
-    return {"target": target.target, **target.extra_labels, **series.labels}
+TARGET_UP = Family("batchscope_target_up", "1 when the last scrape of the target succeeded.")
+SCRAPE_DURATION = Family("batchscope_scrape_duration_seconds", "Duration of the last scrape.")
+SERIES_GAUGE_FAMILIES = tuple(Family(name, doc) for name, doc, _ in SERIES_GAUGES)
+LATENCY = Family(
+    "batchscope_latency_seconds",
+    "Latency quantile over the window, from the configured histogram's deltas.",
+)
+SATURATED = Family(
+    "batchscope_budget_saturated",
+    "1 while budget utilisation has stayed at or above the threshold for the hold time.",
+)
+STATIC_UTILIZATION = Family(
+    "batchscope_static_utilization_ratio",
+    "Expected share of useful slot-steps if this traffic were batched statically at the "
+    "cap (estimate with lower/upper bounds from the output-length histogram).",
+)
+CONTINUOUS_GAIN = Family(
+    "batchscope_continuous_batching_gain_ratio",
+    "What continuous batching gains over static batching on this traffic (1/estimate).",
+)
+DIAGNOSIS = Family(
+    "batchscope_diagnosis", "1 for the current diagnosis state of the target or series."
+)
+ADVICE = Family(
+    "batchscope_advice_value",
+    "One number of advice (kind label: what it is; /api/v1/advice has its inputs, "
+    "confidence and the sentence).",
+)
+TARGET_ERRORS = Family(
+    "batchscope_target_errors",
+    "Payloads of the target that could not be read or evaluated, by reason.",
+    "counter",
+)
+WINDOW_RESETS = Family(
+    "batchscope_window_resets",
+    "Times the target's window started again, by reason (engine_changed).",
+    "counter",
+)
+# The families of /metrics, in the order they are written.
+FAMILIES = (
+    TARGET_UP, SCRAPE_DURATION, *SERIES_GAUGE_FAMILIES, LATENCY, SATURATED,
+    STATIC_UTILIZATION, CONTINUOUS_GAIN, DIAGNOSIS, ADVICE, TARGET_ERRORS, WINDOW_RESETS,
+)  # fmt: skip
+BOUNDS = ("estimate", "lower", "upper")
 
 
 def _escape(text: str) -> str:
     return text.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
-
-
-def render_exposition(families: Iterable[Metric]) -> bytes:
-    """The text exposition (0.0.4) of gauge and counter families: byte for byte what
-    prometheus_client's generate_latest writes, several times faster at a fleet's size,
-    since each label set (a target's, a series') is escaped once for all its metrics."""
-    label_texts: dict[tuple[tuple[str, str], ...], str] = {}
-    out: list[str] = []
-    for metric in families:
-        name = metric.name + "_total" if metric.type == "counter" else metric.name
-        help_text = metric.documentation.replace("\\", "\\\\").replace("\n", "\\n")
-        out.append(f"# HELP {name} {help_text}\n# TYPE {name} {metric.type}\n")
-        for sample in metric.samples:
-            key = tuple(sample.labels.items())
-            labels = label_texts.get(key)
-            if labels is None:
-                pairs = ",".join(f'{k}="{_escape(v)}"' for k, v in sorted(key))
-                labels = label_texts[key] = f"{{{pairs}}}" if pairs else ""
-            out.append(f"{sample.name}{labels} {floatToGoString(sample.value)}\n")
-    return "".join(out).encode()
 
 
 def _statistic(series: SeriesSignals) -> str:
@@ -92,53 +130,26 @@ def _statistic(series: SeriesSignals) -> str:
     return "mean" if series.latency_statistic == "mean" else f"{series.latency_quantile:g}"
 
 
+def _metric(family: Family) -> Metric:
+    return Metric(family.name, family.documentation, family.type)
+
+
 class SignalsCollector(Collector):
-    """Collects from `source()`, the list of current TargetSignals."""
+    """Collects from `source()`, the list of current TargetSignals: the families as
+    prometheus_client objects, for a registry. The exporter serves `render_metrics`,
+    the same bytes written directly (tests hold the two together)."""
 
     def __init__(self, source: Callable[[], Iterable[TargetSignals]]) -> None:
         self.source = source
 
     def collect(self) -> Iterable[Metric]:
-        targets = list(self.source())
-        up = _gauge("batchscope_target_up", "1 when the last scrape of the target succeeded.")
-        duration = _gauge("batchscope_scrape_duration_seconds", "Duration of the last scrape.")
-        gauges = {name: _gauge(name, doc) for name, doc, _ in SERIES_GAUGES}
-        latency = _gauge(
-            "batchscope_latency_seconds",
-            "Latency quantile over the window, from the configured histogram's deltas.",
-        )
-        saturated = _gauge(
-            "batchscope_budget_saturated",
-            "1 while budget utilisation has stayed at or above the threshold for the hold time.",
-        )
-        static = _gauge(
-            "batchscope_static_utilization_ratio",
-            "Expected share of useful slot-steps if this traffic were batched statically at the "
-            "cap (estimate with lower/upper bounds from the output-length histogram).",
-        )
-        gain = _gauge(
-            "batchscope_continuous_batching_gain_ratio",
-            "What continuous batching gains over static batching on this traffic (1/estimate).",
-        )
-        diagnosis = _gauge(
-            "batchscope_diagnosis", "1 for the current diagnosis state of the target or series."
-        )
-        advice = _gauge(
-            "batchscope_advice_value",
-            "One number of advice (kind label: what it is; /api/v1/advice has its inputs, "
-            "confidence and the sentence).",
-        )
-        errors = Metric(
-            "batchscope_target_errors",
-            "Payloads of the target that could not be read or evaluated, by reason.",
-            "counter",
-        )
-        resets = Metric(
-            "batchscope_window_resets",
-            "Times the target's window started again, by reason (engine_changed).",
-            "counter",
-        )
-        for t in targets:
+        metrics = {family.name: _metric(family) for family in FAMILIES}
+        up, duration, latency, saturated, static, gain, diagnosis, advice, errors, resets = (
+            metrics[family.name]
+            for family in (TARGET_UP, SCRAPE_DURATION, LATENCY, SATURATED, STATIC_UTILIZATION,
+                           CONTINUOUS_GAIN, DIAGNOSIS, ADVICE, TARGET_ERRORS, WINDOW_RESETS)
+        )  # fmt: skip
+        for t in self.source():
             target_labels = {"target": t.target, **t.extra_labels}
             up.add_sample(up.name, target_labels, 1.0 if t.up else 0.0)
             for counter, counts in ((errors, t.errors_total), (resets, t.window_resets_total)):
@@ -148,11 +159,11 @@ class SignalsCollector(Collector):
             if t.scrape_seconds is not None:
                 duration.add_sample(duration.name, target_labels, t.scrape_seconds)
             for s in (*t.series, t.total) if t.up else (t.total,):
-                labels = _labels(t, s)
+                labels = {**target_labels, **s.labels}
                 for name, _, attribute in SERIES_GAUGES:
                     value = getattr(s, attribute)
                     if value is not None and math.isfinite(value):
-                        gauges[name].add_sample(name, labels, float(value))
+                        metrics[name].add_sample(name, labels, float(value))
                 if s.latency_seconds is not None and math.isfinite(s.latency_seconds):
                     latency.add_sample(
                         latency.name,
@@ -163,8 +174,7 @@ class SignalsCollector(Collector):
                     saturated.add_sample(saturated.name, labels, float(s.budget_saturated))
                 if s.static_utilization is not None:
                     u = s.static_utilization
-                    for bound, value in (("estimate", u.estimate), ("lower", u.lower),
-                                         ("upper", u.upper)):  # fmt: skip
+                    for bound, value in zip(BOUNDS, (u.estimate, u.lower, u.upper), strict=True):
                         static.add_sample(static.name, {**labels, "bound": bound}, value)
                     gain.add_sample(gain.name, labels, u.continuous_batching_gain)
                 for item in s.advice.items:
@@ -176,14 +186,108 @@ class SignalsCollector(Collector):
                         {**labels, "state": state},
                         1.0 if s.diagnosis.state == state else 0.0,
                     )
-        yield up
-        yield duration
-        yield from gauges.values()
-        yield latency
-        yield saturated
-        yield static
-        yield gain
-        yield diagnosis
-        yield advice
-        yield errors
-        yield resets
+        yield from metrics.values()
+
+
+def _pairs(labels: Mapping[str, str]) -> list[tuple[str, str]]:
+    """(name, `name="escaped value"`) of each label, sorted by name as generate_latest does."""
+    return sorted((name, f'{name}="{_escape(value)}"') for name, value in labels.items())
+
+
+def _braced(pairs: Sequence[tuple[str, str]]) -> str:
+    return "{" + ",".join([text for _, text in pairs]) + "}" if pairs else ""
+
+
+def _around(pairs: Sequence[tuple[str, str]], name: str) -> tuple[str, str]:
+    """The braced label text with a label `name` added (in place of one so named), cut
+    where that label goes: the text before it and the text after it."""
+    before = "".join([text + "," for n, text in pairs if n < name])
+    after = "".join(["," + text for n, text in pairs if n > name])
+    return "{" + before, after + "}"
+
+
+class _NumberTexts(dict):
+    """floatToGoString(value) as `texts[value]`, remembered: a fleet's /metrics repeats
+    few numbers (0, 1, caps, budgets), and a dict lookup costs a fraction of formatting.
+    Zero is never remembered, since 0.0 == -0.0 would give one the other's text."""
+
+    def __missing__(self, value: float) -> str:
+        text = floatToGoString(value)
+        if value:
+            self[value] = text
+        return text
+
+
+def render_metrics(targets: Iterable[TargetSignals]) -> bytes:
+    """The /metrics exposition of these targets' signals: byte for byte what
+    generate_latest writes for a registry holding SignalsCollector over them, at a
+    fraction of its CPU. Each line is written straight from the signals, without Metric
+    or Sample objects; each series' labels are sorted and escaped once for all its lines,
+    and a family that adds a label (`state`, `bound`, `kind`, `reason`) only slots it in."""
+    lines: dict[str, list[str]] = {family.name: [] for family in FAMILIES}
+    up, duration, latency, saturated, static, gain, diagnosis, advice = (
+        lines[family.name]
+        for family in (TARGET_UP, SCRAPE_DURATION, LATENCY, SATURATED, STATIC_UTILIZATION,
+                       CONTINUOUS_GAIN, DIAGNOSIS, ADVICE)
+    )  # fmt: skip
+    counters = (TARGET_ERRORS, "errors_total"), (WINDOW_RESETS, "window_resets_total")
+    gauges = tuple((lines[name], name, attribute) for name, _, attribute in SERIES_GAUGES)
+    states = tuple((state, f'state="{_escape(state)}"') for state in DIAGNOSIS_STATES)
+    text_of = _NumberTexts().__getitem__
+    kind_label = functools.cache(lambda kind: f'kind="{_escape(kind)}"')
+    for t in targets:
+        target_labels = {"target": t.target, **t.extra_labels}
+        target_pairs = _pairs(target_labels)
+        target_text = _braced(target_pairs)
+        up.append(f"{TARGET_UP.name}{target_text} {text_of(t.up)}\n")
+        for family, attribute in counters:
+            counts = getattr(t, attribute)
+            if counts:
+                before, after = _around(target_pairs, "reason")
+                lines[family.name] += [
+                    f'{family.name}_total{before}reason="{_escape(reason)}"{after} '
+                    f"{text_of(count)}\n"
+                    for reason, count in sorted(counts.items())
+                ]
+        if t.scrape_seconds is not None:
+            duration.append(f"{SCRAPE_DURATION.name}{target_text} {text_of(t.scrape_seconds)}\n")
+        for s in (*t.series, t.total) if t.up else (t.total,):
+            labels = {**target_labels, **s.labels}
+            pairs = _pairs(labels)
+            text = _braced(pairs)
+            for out, name, attribute in gauges:
+                value = getattr(s, attribute)
+                if value is not None and math.isfinite(value):
+                    out.append(f"{name}{text} {text_of(value)}\n")
+            if s.latency_seconds is not None and math.isfinite(s.latency_seconds):
+                quantile = {"quantile": _statistic(s), "histogram": s.latency_histogram}
+                latency_text = _braced(_pairs({**labels, **quantile}))
+                latency.append(f"{LATENCY.name}{latency_text} {text_of(s.latency_seconds)}\n")
+            if t.up:
+                saturated.append(f"{SATURATED.name}{text} {text_of(s.budget_saturated)}\n")
+            if s.static_utilization is not None:
+                u = s.static_utilization
+                before, after = _around(pairs, "bound")
+                for bound, value in zip(BOUNDS, (u.estimate, u.lower, u.upper), strict=True):
+                    static.append(
+                        f'{STATIC_UTILIZATION.name}{before}bound="{bound}"{after} {text_of(value)}\n'
+                    )
+                gain.append(f"{CONTINUOUS_GAIN.name}{text} {text_of(u.continuous_batching_gain)}\n")
+            if s.advice.items:
+                before, after = _around(pairs, "kind")
+                advice += [
+                    f"{ADVICE.name}{before}{kind_label(item.kind)}{after} {text_of(item.value)}\n"
+                    for item in s.advice.items
+                    if math.isfinite(item.value)
+                ]
+            before, after = _around(pairs, "state")
+            current = s.diagnosis.state
+            diagnosis += [
+                f"{DIAGNOSIS.name}{before}{label}{after} {'1.0' if state == current else '0.0'}\n"
+                for state, label in states
+            ]
+    parts: list[str] = []
+    for family in FAMILIES:
+        parts.append(family.header())
+        parts.extend(lines[family.name])
+    return "".join(parts).encode()

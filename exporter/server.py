@@ -10,18 +10,23 @@ import asyncio
 import contextlib
 import gzip
 import hmac
+import logging
+import math
 from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from exporter import api
-from exporter.collector import SignalsCollector, render_exposition
+from exporter.collector import render_metrics
 from exporter.runtime import Exporter
 from exporter.target import TargetSignals
 
 Render = Callable[[list[TargetSignals]], bytes]
+
+log = logging.getLogger("batchscope.exporter")
 
 INDEX = """<!doctype html><title>batchscope exporter</title>
 <h1>batchscope exporter</h1>
@@ -37,63 +42,113 @@ def _json(body: dict[str, Any], status: int = 200) -> web.Response:
     return web.Response(body=api.encode(body), status=status, content_type="application/json")
 
 
-# How long a request waits for its round's body before it gets the previous round's.
-STALE_AFTER_SECONDS = 0.05
+# gzip's fastest level: a third of the CPU of the default (6) on /metrics at 1,000
+# targets, for a body about 40% larger (docs/benchmarks.md).
+GZIP_LEVEL = 1
+
+
+def plain_and_gzip(render: Render, targets: list[TargetSignals]) -> tuple[bytes, bytes]:
+    """The body `render` makes of the targets, and its gzip."""
+    plain = render(targets)
+    return plain, gzip.compress(plain, compresslevel=GZIP_LEVEL)
+
+
+# How long after a request a body is still rendered after every round, so that a reader
+# polling at most that often always finds it ready: Prometheus scrapes /metrics at its
+# scrape_interval (1 m by default); the dashboard reads the JSON every 5 s, and a
+# script that polled it once must not cost a render a round for long.
+METRICS_KEPT_FRESH_SECONDS = 60.0
+JSON_KEPT_FRESH_SECONDS = 15.0
+
+
+@dataclass(frozen=True)
+class BodyKind:
+    """How to render one kind of body, and how long a request keeps it rendered."""
+
+    render: Render
+    kept_fresh_seconds: float
 
 
 class RoundCache:
     """The bodies of each scrape round, each rendered at most once, off the event loop.
 
     At a round's first render the targets' signals are taken once; every body of that
-    round (/metrics, /api/v1/signals, plain or gzip) is rendered from that same list, so
-    they agree with each other. Rendering 1000 targets takes a few hundred ms of CPU,
-    done in a thread while scrapes go on. A request waits for its round's body at most
-    STALE_AFTER_SECONDS, then gets the previous round's: a scrape is never held by a
-    render. `keep_fresh` renders /metrics right after each round, before anyone asks.
+    round (/metrics, /api/v1/signals, plain and gzip) is rendered from that same list, so
+    they agree with each other. A request never waits for a render when a complete body
+    of this round or the previous one exists: it gets the newest at once, at most one
+    round old, and starts this round's render if none runs. It waits only when no body
+    that recent exists (at start, or when nobody read it for a while). `keep_fresh`
+    renders, after each round, each kind read in its last `kept_fresh_seconds` (the
+    `expected` kinds count as read at start): no reader, no render.
     """
 
-    def __init__(self, exporter: Exporter, renders: dict[str, Render]) -> None:
+    def __init__(
+        self, exporter: Exporter, kinds: dict[str, BodyKind], expected: tuple[str, ...] = ()
+    ) -> None:
         self.exporter = exporter
-        self.renders = renders
+        self.kinds = kinds
         self._targets: tuple[int, list[TargetSignals]] | None = None
-        # kind -> (round, its render: a task giving (plain, gzip))
+        # kind -> (round, (plain, gzip)) of its newest complete body
+        self._bodies: dict[str, tuple[int, tuple[bytes, bytes]]] = {}
+        # kind -> (round, the render of that round's body)
         self._renders: dict[str, tuple[int, asyncio.Task[tuple[bytes, bytes]]]] = {}
-        self._previous: dict[str, tuple[bytes, bytes]] = {}
+        # kind -> the round in which it was last requested
+        self._read: dict[str, int] = dict.fromkeys(expected, exporter.rounds)
 
     def _render_of(self, kind: str) -> asyncio.Task[tuple[bytes, bytes]]:
+        """This round's render of `kind`: the one started, or a new one."""
         rounds = self.exporter.rounds
         started = self._renders.get(kind)
         if started is not None and started[0] == rounds:
             return started[1]
-        if started is not None and started[1].done() and not started[1].exception():
-            self._previous[kind] = started[1].result()
         if self._targets is None or self._targets[0] != rounds:
             self._targets = (rounds, self.exporter.current())
-        task = asyncio.create_task(asyncio.to_thread(self._render, kind, self._targets[1]))
+        task = asyncio.create_task(self._render(kind, rounds, self._targets[1]))
         self._renders[kind] = (rounds, task)
         return task
 
+    async def _render(
+        self, kind: str, rounds: int, targets: list[TargetSignals]
+    ) -> tuple[bytes, bytes]:
+        bodies = await asyncio.to_thread(plain_and_gzip, self.kinds[kind].render, targets)
+        newest = self._bodies.get(kind)
+        if newest is None or newest[0] < rounds:
+            self._bodies[kind] = (rounds, bodies)
+        return bodies
+
     async def body(self, kind: str, compressed: bool) -> bytes:
-        """The `kind` body, gzip-compressed when asked: this round's, or the previous
-        round's when this one's is not ready within STALE_AFTER_SECONDS."""
+        """The `kind` body, gzip-compressed when asked: the newest complete one when it is
+        of this round or the previous one, otherwise this round's once rendered."""
+        rounds = self.exporter.rounds
+        self._read[kind] = rounds
+        newest = self._bodies.get(kind)
+        if newest is not None and newest[0] == rounds:
+            return newest[1][compressed]
         task = self._render_of(kind)
-        previous = self._previous.get(kind)
-        if previous is not None and not task.done():
-            done, _ = await asyncio.wait({task}, timeout=STALE_AFTER_SECONDS)
-            if not done:
-                return previous[compressed]
-        return (await task)[compressed]
+        if newest is not None and newest[0] >= rounds - 1:
+            return newest[1][compressed]
+        # Shielded: a client that goes away must not cancel the render others wait for.
+        return (await asyncio.shield(task))[compressed]
 
-    def _render(self, kind: str, targets: list[TargetSignals]) -> tuple[bytes, bytes]:
-        plain = self.renders[kind](targets)
-        return plain, gzip.compress(plain, compresslevel=1)
+    def read_recently(self, kind: str) -> bool:
+        """Whether `kind` was requested (or expected) in its last `kept_fresh_seconds`."""
+        read = self._read.get(kind)
+        seconds = self.kinds[kind].kept_fresh_seconds
+        window = math.ceil(seconds / self.exporter.settings.interval_seconds)
+        return read is not None and self.exporter.rounds - read <= window
 
-    async def keep_fresh(self, kind: str) -> None:
-        """Render `kind` after every round, so that requests find it ready."""
+    async def keep_fresh(self) -> None:
+        """After every round, render each kind read recently, so that requests find it
+        ready."""
         seen = self.exporter.rounds
         while True:
             seen = await self.exporter.round_after(seen)
-            await self._render_of(kind)
+            for kind in self.kinds:
+                if self.read_recently(kind):
+                    try:
+                        await self._render_of(kind)
+                    except Exception:  # a failed render must not end the next rounds' renders
+                        log.exception("rendering %s failed", kind)
 
 
 def _accepts_gzip(request: web.Request) -> bool:
@@ -129,21 +184,24 @@ def guard(token: str | None) -> Callable:
     return check
 
 
-def render_metrics(targets: list[TargetSignals]) -> bytes:
-    """The /metrics exposition of these targets' signals."""
-    return render_exposition(SignalsCollector(lambda: targets).collect())
-
-
 def create_app(exporter: Exporter, token: str | None = None) -> web.Application:
     """The exporter's web application over a running Exporter; `token`, when given, is
     required as `Authorization: Bearer TOKEN` on every path but /health."""
+
+    def json_body(response: Callable[[float, list[TargetSignals]], dict[str, Any]]) -> BodyKind:
+        return BodyKind(
+            lambda targets: api.encode(response(exporter.clock(), targets)),
+            JSON_KEPT_FRESH_SECONDS,
+        )
+
     bodies = RoundCache(
         exporter,
         {
-            "metrics": render_metrics,
-            "signals": lambda targets: api.encode(api.signals_response(exporter.clock(), targets)),
-            "advice": lambda targets: api.encode(api.advice_response(exporter.clock(), targets)),
+            "metrics": BodyKind(render_metrics, METRICS_KEPT_FRESH_SECONDS),
+            "signals": json_body(api.signals_response),
+            "advice": json_body(api.advice_response),
         },
+        expected=("metrics",),
     )
 
     async def cached(request: web.Request, kind: str, content_type: str) -> web.Response:
@@ -201,15 +259,15 @@ def create_app(exporter: Exporter, token: str | None = None) -> web.Application:
     async def health(_: web.Request) -> web.Response:
         return web.Response(text="ok\n")
 
-    async def render_metrics_every_round(_: web.Application) -> AsyncIterator[None]:
-        task = asyncio.create_task(bodies.keep_fresh("metrics"))
+    async def render_every_round(_: web.Application) -> AsyncIterator[None]:
+        task = asyncio.create_task(bodies.keep_fresh())
         yield
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
 
     app = web.Application(middlewares=[guard(token)])
-    app.cleanup_ctx.append(render_metrics_every_round)
+    app.cleanup_ctx.append(render_every_round)
     app.router.add_get("/", index)
     app.router.add_get("/health", health)
     app.router.add_get("/metrics", metrics)

@@ -2,8 +2,10 @@
 
 Benchmarks: `parser` (promtext vs prometheus_client on a real vLLM payload,
 bench_parser.py), `evaluation` (a target's evaluation per scrape against the baseline
-commit's, bench_evaluation.py), `fleet` (the exporter process scraping 1000 simulated
-vLLM targets, bench_fleet.py + fleet_sim.py), `prometheus` (the exporter beside a real Prometheus
+commit's, bench_evaluation.py), `render` (the /metrics body of 1000 targets, the served
+writer vs the previous one and prometheus_client, bench_render.py), `fleet` (the
+exporter process scraping 1000 simulated vLLM targets, bench_fleet.py + fleet_sim.py),
+`prometheus` (the exporter beside a real Prometheus
 2.42 on the same 1000 targets, bench_prometheus.py), `fuzz` (5 minutes of atheris on
 the parser, fuzz_parser.py), `batching` (static vs continuous batching on the
 demo server's scheduler, bench_batching.py, run as a subprocess when it is there),
@@ -38,6 +40,7 @@ import bench_evaluation
 import bench_fleet
 import bench_parser
 import bench_prometheus
+import bench_render
 import bench_soak
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -49,8 +52,8 @@ PACKAGES = ("batchscope", "aiohttp", "prometheus-client", "psutil", "PyYAML", "t
 BATCHER_SCRIPT = ROOT / "scripts/bench_batcher.py"
 ADVICE_SCRIPT = ROOT / "scripts/bench_advice.py"
 BENCHMARKS = (
-    "parser", "evaluation", "fleet", "prometheus", "fuzz", "batching", "dashboard", "batcher",
-    "advice",
+    "parser", "evaluation", "render", "fleet", "prometheus", "fuzz", "batching", "dashboard",
+    "batcher", "advice",
 )  # fmt: skip
 # Run only when named with --only: the soak takes 30 minutes (--soak-minutes).
 ON_REQUEST = ("soak",)
@@ -180,6 +183,8 @@ def main(argv: list[str] | None = None) -> int:
         sections.append(bench_parser.markdown(*bench_parser.run(args.quick)))
     if "evaluation" in selected:
         sections.append(bench_evaluation.markdown(bench_evaluation.run(args.quick)))
+    if "render" in selected:
+        sections.append(bench_render.markdown(bench_render.run(args.quick)))
     if "fleet" in selected:
         sections.append(bench_fleet.markdown(bench_fleet.run(args.quick)))
     if "prometheus" in selected:

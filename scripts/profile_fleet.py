@@ -17,10 +17,9 @@ import time
 from collections.abc import Callable
 
 from bench_fleet import FULL, FleetPlan, start_simulator
-from prometheus_client import CollectorRegistry, generate_latest
 
 from exporter import api
-from exporter.collector import SignalsCollector
+from exporter.collector import render_metrics
 from exporter.config import Settings, Target
 from exporter.http_get import Connections
 from exporter.runtime import Exporter
@@ -72,9 +71,7 @@ def main() -> None:
         )  # fmt: skip
         exporter = Exporter(Settings(targets=targets, interval_seconds=plan.interval_seconds))
         asyncio.run(_rounds(exporter, args))
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(SignalsCollector(exporter.current))
-    _profiled("/metrics body", lambda: generate_latest(registry), args)
+    _profiled("/metrics body", lambda: render_metrics(exporter.current()), args)
     _profiled(
         "/api/v1/signals body",
         lambda: api.encode(api.signals_response(exporter.clock(), exporter.current())),

@@ -15,8 +15,11 @@ from collections.abc import Iterator
 import pytest
 from prometheus_client import CollectorRegistry
 
+from demo_server import batcher as batcher_module
 from demo_server.batch_policy import (
     DecayingPeak,
+    Decision,
+    adaptive_decision,
     padding_tokens,
     predicted_drain_seconds,
     shape_class,
@@ -134,6 +137,48 @@ def test_p99_stays_within_the_budget_on_sim_h200_when_traffic_fills_batches(
         assert within / total >= 0.99
 
     asyncio.run(scenario())
+
+
+def test_a_lone_item_after_a_burst_waits_for_company_once_then_fires(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """200 items at once set the smoothed arrival rate near 200/s, which decays over a
+    second: an item that comes alone right after finds one item cannot keep up with that
+    rate (200/s x 10 ms x 1.2 > 1) and waits for company. The company does not come. It
+    must wait one plan and fire, not plan the same wait again until the budget ends."""
+    decisions: list[tuple[int, float, Decision]] = []
+
+    def recording(queue_len: int, *args: object, **kwargs: float) -> Decision:
+        decision = adaptive_decision(queue_len, *args, **kwargs)  # type: ignore[arg-type]
+        decisions.append((queue_len, kwargs["waited_for_company_seconds"], decision))
+        return decision
+
+    monkeypatch.setattr(batcher_module, "adaptive_decision", recording)
+
+    async def scenario() -> None:
+        registry = CollectorRegistry()
+        model = FakeModel(lambda size: 0.010)
+        batcher = make_batcher(
+            model,
+            registry,
+            BatcherSettings(mode="adaptive", max_batch_size=256, latency_budget_seconds=0.200),
+            cost_prior={1: 0.010, 256: 0.010},
+        )
+        await batcher.start()
+        await asyncio.gather(*(batcher.submit([f"r{i}"]) for i in range(200)))
+        decisions.clear()
+        await batcher.submit(["lonely"])
+        await batcher.stop()
+        assert model.batches[-1] == ["lonely"]
+
+    asyncio.run(scenario())
+    waits = [d for _, _, d in decisions if not d.fire]
+    assert [queue_len for queue_len, _, _ in decisions] == [1, 1]
+    assert len(waits) == 1 and waits[0].target_size > 1
+    (_, first_waited, _), (_, second_waited, fired) = decisions
+    assert first_waited == 0.0  # the burst's batch fired: a fresh allowance
+    assert fired.fire and fired.trigger == "budget"
+    assert second_waited >= waits[0].wait_seconds  # it fired because the plan ran out
 
 
 def test_admission_control_refuses_what_cannot_make_the_budget_and_serves_the_rest() -> None:

@@ -33,6 +33,24 @@ def test_quick_parser_bench_reports_identical_samples_and_ratios(tmp_path: Path)
     assert "Command: `.venv/bin/python scripts/bench.py --quick --only parser" in text
 
 
+def test_quick_render_bench_reports_identical_bytes_and_ratios(tmp_path: Path) -> None:
+    report = tmp_path / "benchmarks.md"
+    done = subprocess.run(
+        [sys.executable, "scripts/bench.py", "--quick", "--only", "render",
+         "--output", str(report)],
+        cwd=ROOT, capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    text = report.read_text(encoding="utf-8")
+    assert "## /metrics render (100 targets)" in text
+    assert "Identical bytes from all three in every repetition: True." in text
+    assert "Identical bytes in every repetition: True." in text  # the JSON body
+    # /metrics: served, previous, prometheus_client; JSON: served, plain definition
+    ratios = re.findall(r"\| ([\d.]+) \| (\d+\.\d\d)x \|", text)
+    assert [float(ratio) for _, ratio in ratios][::3] == [1.0, 1.0] and len(ratios) == 5
+    assert all(float(ms) > 0 for ms, _ in ratios)
+
+
 def test_quick_dashboard_bench_reports_the_live_page_time(tmp_path: Path) -> None:
     report = tmp_path / "benchmarks.md"
     done = subprocess.run(

@@ -2,22 +2,28 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter.collector import SignalsCollector, render_exposition
+from exporter.advice import Advice, AdviceItem
+from exporter.collector import SERIES_GAUGES, SignalsCollector, render_metrics
 from exporter.engines import read_series
-from exporter.signals import DIAGNOSIS_STATES, SignalSettings
+from exporter.signals import DIAGNOSIS_STATES, Diagnosis, SignalSettings
 from exporter.snapshot import Snapshot
-from exporter.target import evaluate_target
+from exporter.static_util import UtilizationEstimate
+from exporter.target import SeriesSignals, TargetSignals, evaluate_target
 from tests.conftest import fixture_text
 
 
 def exposition(settings: SignalSettings, payloads: list[str], up: bool = True) -> dict:
-    """Samples by (name, frozenset(labels)) after evaluating the payloads 5 s apart."""
+    """Samples of /metrics by (name, frozenset(labels)) after evaluating the payloads 5 s
+    apart."""
     snapshots, states, signals = [], {}, None
     for i, name in enumerate(payloads):
         t = 100.0 + 5 * i
@@ -27,9 +33,7 @@ def exposition(settings: SignalSettings, payloads: list[str], up: bool = True) -
             snap = Snapshot("llm", t, False, error="timed out after 4 s")
         snapshots.append(snap)
         signals, states = evaluate_target("llm", "http://x", snapshots, settings, states, t)
-    registry = CollectorRegistry()
-    registry.register(SignalsCollector(lambda: [signals]))
-    text = generate_latest(registry).decode()
+    text = render_metrics([signals]).decode()
     return {
         (s.name, frozenset(s.labels.items())): s.value
         for family in text_string_to_metric_families(text)
@@ -98,19 +102,112 @@ def test_a_down_target_exports_up_0_and_the_down_state_only() -> None:
     assert sample(s, "batchscope_running_requests", **TOTAL) is None
 
 
-def test_the_fast_exposition_is_byte_for_byte_prometheus_clients() -> None:
+def reference(targets: list[TargetSignals]) -> bytes:
+    """prometheus_client's exposition of SignalsCollector over the targets."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(SignalsCollector(lambda: targets))
+    return generate_latest(registry)
+
+
+def test_metrics_are_byte_for_byte_prometheus_clients_on_the_real_payloads() -> None:
     snapshots, states, targets = [], {}, []
     for i, name in enumerate(PAYLOADS):
         snapshots.append(Snapshot("llm", 100.0 + 5 * i, True, read_series(fixture_text(name))))
         signals, states = evaluate_target("llm", "http://x/metrics", snapshots,
                                           SignalSettings(cap=8, budget_seconds=2.0), states,
-                                          100.0 + 5 * i, {"team": 'a"b\\c'})  # fmt: skip
+                                          100.0 + 5 * i, {"team": 'a"b\\c\nd'})  # fmt: skip
     targets = [signals, replace(signals, target="other", up=False, series=(),
-                                errors_total={"parse": 3})]  # fmt: skip
-    collector = SignalsCollector(lambda: targets)
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(collector)
-    assert render_exposition(collector.collect()) == generate_latest(registry)
+                                errors_total={"parse": 3, "evaluation": 1},
+                                window_resets_total={"engine_changed": 2})]  # fmt: skip
+    body = render_metrics(targets)
+    assert body == reference(targets)
+    assert (
+        b'batchscope_target_errors_total{reason="evaluation",target="other",'
+        b'team="a\\"b\\\\c\\nd"} 1.0\n'
+    ) in body
+    # 3 scrapes of one series and its total: every family present, advice included
+    assert body.count(b"\nbatchscope_advice_value{") >= 2
+
+
+def test_non_finite_gauges_are_left_out_as_prometheus_client_writes_the_rest() -> None:
+    series = SeriesSignals(labels={"model_name": "m"}, running=math.nan, waiting=math.inf,
+                           cap=-0.0, kv_cache_usage=1e-7, requests_per_second=12345678.9,
+                           latency_seconds=math.nan)  # fmt: skip
+    signals = TargetSignals("t", "http://t", 0.0, True, None, (series,), series)
+    body = render_metrics([signals])
+    assert body == reference([signals])
+    assert b"batchscope_running_requests{" not in body
+    assert b"batchscope_latency_seconds{" not in body
+    assert b'batchscope_batch_cap{model_name="m",target="t"} -0.0\n' in body
+    assert b'batchscope_requests_per_second{model_name="m",target="t"} 1.23456789e+07\n' in body
+
+
+# Label values with what the exposition escapes (\\, ", newline) and beyond ASCII.
+label_values = st.text(alphabet=st.sampled_from('ab"\\\n\u00e9\u4e2d '), max_size=6)
+# Extra label names around the exporter's own (target, state, bound, kind...) in sort order.
+label_names = st.sampled_from(["a", "aa", "boundary", "engine", "kinds", "reasons", "team", "zz"])
+numbers = st.one_of(
+    st.none(),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.sampled_from([0.0, -0.0, 1.0, 1e6, 1234567.0, 0.1]),
+)
+advice_items = st.builds(
+    AdviceItem, kind=st.sampled_from(["raise_cap_helps", 'we"ird\\kind']),
+    value=st.floats(allow_nan=True, allow_infinity=True), unit=st.just("tokens"),
+    text=label_values, inputs=st.dictionaries(st.sampled_from(["cap", "kv"]), numbers),
+    confidence=st.sampled_from(["high", "low"]), caveats=st.lists(label_values).map(tuple),
+)  # fmt: skip
+
+
+@st.composite
+def series_signals(draw: st.DrawFn) -> SeriesSignals:
+    gauges = {attribute: draw(numbers) for _, _, attribute in SERIES_GAUGES}
+    static = draw(st.one_of(st.none(), st.builds(
+        UtilizationEstimate, batch_size=st.just(8), requests=st.just(10.0),
+        estimate=st.floats(0.01, 1.0), lower=st.one_of(st.floats(0.01, 1.0), st.just(math.nan)),
+        upper=st.one_of(st.floats(0.01, 1e300), st.just(math.inf)))))  # fmt: skip
+    return SeriesSignals(
+        labels=draw(st.dictionaries(st.sampled_from(["model_name", "engine"]), label_values)),
+        latency_seconds=draw(numbers),
+        latency_statistic=draw(st.sampled_from([None, "mean", "quantile"])),
+        latency_quantile=draw(st.sampled_from([0.5, 0.99, 0.999])),
+        budget_saturated=draw(st.booleans()),
+        static_utilization=static,
+        diagnosis=Diagnosis(draw(st.sampled_from(DIAGNOSIS_STATES)), draw(label_values)),
+        advice=Advice(
+            tuple(draw(st.lists(advice_items, max_size=3))), draw(label_values), draw(st.booleans())
+        ),
+        batch_size_distribution=draw(
+            st.lists(
+                st.tuples(st.sampled_from([1.0, 8.0, math.inf]), st.floats(0.0, 1.0)), max_size=3
+            )
+        ),
+        not_exposed=tuple(draw(st.lists(st.sampled_from(["running", "waiting"]), max_size=2))),
+        **gauges,
+    )
+
+
+@st.composite
+def target_signals(draw: st.DrawFn) -> TargetSignals:
+    return TargetSignals(
+        target=draw(label_values),
+        url="http://x",
+        t=0.0,
+        up=draw(st.booleans()),
+        error=None,
+        series=tuple(draw(st.lists(series_signals(), max_size=2))),
+        total=draw(series_signals()),
+        scrape_seconds=draw(numbers),
+        extra_labels=draw(st.dictionaries(label_names, label_values, max_size=3)),
+        errors_total=draw(st.dictionaries(label_values, st.integers(0, 10**6), max_size=2)),
+        window_resets_total=draw(st.dictionaries(st.just("engine_changed"), st.integers(0, 9))),
+    )
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(target_signals(), max_size=4))
+def test_metrics_are_byte_for_byte_prometheus_clients_on_any_signals(targets) -> None:
+    assert render_metrics(targets) == reference(targets)
 
 
 def test_padding_waste_of_an_in_house_batcher_is_read_back_and_exported() -> None:

@@ -231,6 +231,35 @@ def test_adaptive_decision_waits_for_the_smallest_batch_that_keeps_up_within_the
     assert adaptive_decision(1, 0.0, 1e6, flat_2ms, 0.050, 16).target_size == 16
 
 
+def test_adaptive_decision_waits_for_company_once_then_fires_what_formed() -> None:
+    # 770 items/s on the H200 curve: one item waits for a second, due in 1/770 s. That
+    # is the whole allowance, (2 - 1) / 770 s: half of it spent leaves half to wait...
+    first = adaptive_decision(1, 0.0, 770.0, h200_encoder, 0.070, 128)
+    assert first.wait_seconds == pytest.approx(1 / 770)
+    half_spent = adaptive_decision(
+        1, 0.5 / 770, 770.0, h200_encoder, 0.070, 128, waited_for_company_seconds=0.5 / 770
+    )
+    assert not half_spent.fire and half_spent.target_size == 2
+    assert half_spent.wait_seconds == pytest.approx(0.5 / 770)
+    # ...and once it is spent the lone item fires, instead of planning 1/770 s again.
+    spent = adaptive_decision(
+        1, 1 / 770, 770.0, h200_encoder, 0.070, 128, waited_for_company_seconds=1 / 770
+    )
+    assert spent.fire and spent.trigger == "budget"
+    # 2000 items/s at 10 ms + 0.1 ms/item waits for 32, (32 - 1) / 2000 = 15.5 ms in
+    # all. 20 queued after 10 ms: 12 more would take 6 ms, only 5.5 ms are left.
+    late = adaptive_decision(
+        20, 0.010, 2000.0, slow_per_batch, 0.100, 128, waited_for_company_seconds=0.010
+    )
+    assert late.target_size == 32
+    assert late.wait_seconds == pytest.approx(0.0055)
+    # 15.5 ms spent: the 20 that formed fire.
+    spent = adaptive_decision(
+        20, 0.0155, 2000.0, slow_per_batch, 0.100, 128, waited_for_company_seconds=0.0155
+    )
+    assert spent.fire and spent.trigger == "budget"
+
+
 def test_arrival_rate_settles_on_a_steady_rate_and_decays_when_traffic_stops() -> None:
     rate = ArrivalRate(window_seconds=1.0)
     assert rate.rate(0.0) == 0.0
