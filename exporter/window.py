@@ -89,7 +89,7 @@ class Window:
         self._sole_keys: deque[LabelKey | None] = deque()
 
     @classmethod
-    def of(cls, snapshots: list[Snapshot], settings: SignalSettings) -> Window:
+    def of(cls, snapshots: Iterable[Snapshot], settings: SignalSettings) -> Window:
         """A window holding all these snapshots, whatever their age."""
         window = cls(float("inf"), settings)
         for snapshot in snapshots:
