@@ -7,6 +7,7 @@ series: cumulative bucket counts by upper bound (`le`), plus `_sum` and `_count`
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -53,7 +54,7 @@ def histogram_add(a: Histogram | None, b: Histogram) -> Histogram | None:
         return None
     return Histogram(
         a.bounds,
-        tuple(x + y for x, y in zip(a.counts, b.counts, strict=True)),
+        tuple(map(operator.add, a.counts, b.counts)),
         a.sum + b.sum,
         a.count + b.count,
     )
@@ -65,22 +66,38 @@ def histogram_sub(newer: Histogram, older: Histogram | None) -> Histogram:
         return newer
     return Histogram(
         newer.bounds,
-        tuple(n - o for n, o in zip(newer.counts, older.counts, strict=True)),
+        tuple(map(operator.sub, newer.counts, older.counts)),
         newer.sum - older.sum,
         newer.count - older.count,
     )
 
 
-def _was_reset(older: Histogram, newer: Histogram) -> bool:
+def histogram_restarted(older: Histogram, newer: Histogram) -> bool:
     """The server restarted between two scrapes: a new bucket layout, or a count went down."""
     return (
         newer.bounds != older.bounds
         or newer.count < older.count
-        or any(n < o for n, o in zip(newer.counts, older.counts, strict=True))
+        or any(map(operator.lt, newer.counts, older.counts))
     )
 
 
-def histogram_increase(hists: Sequence[Histogram | None]) -> Histogram | None:
+def histogram_restarts(hists: Sequence[Histogram | None]) -> list[bool]:
+    """For each scrape of one histogram: whether it restarted since the previous scrape
+    that held it (False where it is absent, and at the first scrape that holds it)."""
+    restarts = []
+    previous = None
+    for current in hists:
+        restarts.append(
+            current is not None and previous is not None and histogram_restarted(previous, current)
+        )
+        if current is not None:
+            previous = current
+    return restarts
+
+
+def histogram_increase(
+    hists: Sequence[Histogram | None], restarts: Sequence[bool] | None = None
+) -> Histogram | None:
     """The observations made over consecutive scrapes of one histogram, through restarts.
 
     As PromQL's increase() on each bucket: a restart (a count went down, or a new bucket
@@ -88,20 +105,28 @@ def histogram_increase(hists: Sequence[Histogram | None]) -> Histogram | None:
     a histogram absent at the first scrape was created since and counts from zero too.
     None with fewer than two scrapes, no histogram at all, or observations in two
     bucket layouts within the window (they cannot be added up).
+
+    `restarts[i]`: whether `hists[i]` restarted since the previous histogram present,
+    read only where there is one: `histogram_restarts(hists)`, passed by a caller that
+    already knows it (a window works each one out once, as its scrape arrives), else
+    worked out here.
     """
     if len(hists) < 2:
         return None
-    points = [h for h in hists if h is not None]
-    if not points:
-        return None
+    if restarts is None:
+        restarts = histogram_restarts(hists)
     parts = []
     base = hists[0]
-    previous = points[0]
-    for current in points[1:]:
-        if _was_reset(previous, current):
+    previous = None
+    for current, restarted in zip(hists, restarts, strict=True):
+        if current is None:
+            continue
+        if restarted and previous is not None:
             parts.append(histogram_sub(previous, base))
             base = None
         previous = current
+    if previous is None:
+        return None
     parts.append(histogram_sub(previous, base))
     # A part without observations says nothing, whatever its layout.
     observed = [part for part in parts if part.count > 0] or parts[-1:]

@@ -26,7 +26,7 @@ from exporter.promtext import ParseError, SampleLimitExceeded
 from exporter.scrape import ScrapeResult, scrape
 from exporter.signals import SaturationState, SignalSettings
 from exporter.snapshot import LabelKey, Snapshot
-from exporter.target import TargetSignals, evaluate_target, unreadable_signals
+from exporter.target import TargetSignals, evaluate_window, unreadable_signals
 from exporter.window import Window
 
 log = logging.getLogger("batchscope.exporter")
@@ -194,10 +194,11 @@ class Exporter:
             state = self.states.get(name)
             if state is None or state.target != target:
                 self.states[name] = TargetState(
-                    target,
-                    Window(self.settings.window_seconds),
-                    deque(maxlen=self.settings.history_points),
+                    target, self._new_window(target), deque(maxlen=self.settings.history_points)
                 )
+
+    def _new_window(self, target: Target) -> Window:
+        return Window(self.settings.window_seconds, signal_settings(target, self.settings))
 
     # -- one round ----------------------------------------------------------------
 
@@ -212,17 +213,16 @@ class Exporter:
             log.warning("target %s: engine changed from %s to %s; its window starts again",
                         state.target.name, "+".join(sorted(state.engines)),
                         "+".join(sorted(engines)))  # fmt: skip
-            state.window = Window(self.settings.window_seconds)
+            state.window = self._new_window(state.target)
             state.saturation = {}
             state.window_resets["engine_changed"] += 1
         if engines:
             state.engines = engines
         state.window.add(snapshot)
-        signals, state.saturation = evaluate_target(
+        signals, state.saturation = evaluate_window(
             state.target.name,
             state.target.url,
-            state.window.snapshots(),
-            signal_settings(state.target, self.settings),
+            state.window,
             state.saturation,
             now,
             dict(state.target.labels),
@@ -255,7 +255,7 @@ class Exporter:
             reason = "evaluation"
             error = f"evaluation failed: {type(err).__name__}: {err}"
             signals = unreadable_signals(target.name, target.url, now, error,
-                                         signal_settings(target, self.settings),
+                                         state.window.settings,
                                          result.seconds, dict(target.labels))  # fmt: skip
             state.history.append(api.history_point(signals))
         if reason is not None:

@@ -6,6 +6,7 @@ math only ever sees these, so adding an engine touches one adapter file.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -100,6 +101,12 @@ def effective_cap(series: SeriesSnapshot, configured: float | None) -> float | N
     return configured if configured is not None else series.engine_cap
 
 
+# The counts and gauges a target total adds up over its series.
+SUMMED = ("running", "waiting", "preemptions_total", "requests_total",
+          "generation_tokens_total", "items_total", "batches_total", "batch_tokens_total",
+          "padding_tokens_total", "batch_tokens")  # fmt: skip
+
+
 def merge_series(
     series: Sequence[SeriesSnapshot],
     default_cap: float | None,
@@ -140,23 +147,14 @@ def merge_series(
     return SeriesSnapshot(
         key=(),
         engine="+".join(sorted({s.engine for s in series})),
-        running=_sum_known([s.running for s in series]),
-        waiting=_sum_known([s.waiting for s in series]),
-        preemptions_total=_sum_known([s.preemptions_total for s in series]),
+        **{name: _sum_known([getattr(s, name) for s in series]) for name in SUMMED},
         kv_usage=max(kv) if kv else None,
         cap=None if any(c is None for c in caps) or not caps else sum(caps),
         budget_seconds=budgets.pop() if len(budgets) == 1 else None,
-        requests_total=_sum_known([s.requests_total for s in series]),
-        generation_tokens_total=_sum_known([s.generation_tokens_total for s in series]),
-        items_total=_sum_known([s.items_total for s in series]),
-        batches_total=_sum_known([s.batches_total for s in series]),
-        batch_tokens_total=_sum_known([s.batch_tokens_total for s in series]),
-        padding_tokens_total=_sum_known([s.padding_tokens_total for s in series]),
         latency=latency,
         latency_means=means,
         # Quantiles of several series do not add up: the total has them for one series only.
         latency_quantiles=series[0].latency_quantiles if len(series) == 1 else {},
-        batch_tokens=_sum_known([s.batch_tokens for s in series]),
         output_tokens=_merge_histograms(
             [s.output_tokens for s in series if s.output_tokens is not None]
         ),
@@ -170,3 +168,36 @@ def merge_series(
         gpu_memory_utilization=only.gpu_memory_utilization,
         kv_cache_memory_bytes=only.kv_cache_memory_bytes,
     )
+
+
+def histograms_of(series: SeriesSnapshot) -> dict[str, Histogram]:
+    """The histograms a series holds, by name: `latency:KIND` (`latency_histogram`),
+    `output_tokens`, `prompt_tokens`, `batch_size`."""
+    named = {latency_histogram(kind): hist for kind, hist in series.latency.items()}
+    for name, hist in (("output_tokens", series.output_tokens),
+                       ("prompt_tokens", series.prompt_tokens),
+                       ("batch_size", series.batch_size)):  # fmt: skip
+        if hist is not None:
+            named[name] = hist
+    return named
+
+
+def latency_histogram(kind: str) -> str:
+    """The name `histograms_of` gives a series' latency histogram of this kind."""
+    return f"latency:{kind}"
+
+
+def total_is_the_series(series: SeriesSnapshot, default_cap: float | None) -> bool:
+    """Whether the total of a target whose scrape holds only this series
+    (`merge_series([series], default_cap, ...)`) holds what the series holds but its
+    labels, with its cap and budget resolved: every other field equal, as dataclasses
+    compare them. The signals of such a total are the series' own, without labels.
+
+    It does unless the series has a batch-size histogram (no total keeps one), or a NaN
+    among the values a total adds up (a sum of one NaN is another NaN, unequal).
+    """
+    added = [getattr(series, name) for name in SUMMED]
+    added.append(effective_cap(series, default_cap))
+    for pair in (*series.latency_means.values(), *series.execution_by_size.values()):
+        added.extend(pair)
+    return series.batch_size is None and not any(v is not None and math.isnan(v) for v in added)

@@ -15,6 +15,7 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from itertools import islice
+from typing import NamedTuple
 
 from exporter.histogram import Histogram
 
@@ -195,9 +196,11 @@ class UtilizationEstimate:
         }
 
 
-@dataclass(frozen=True, slots=True)
-class _Bucket:
-    """Observations in (edge_low, edge_high], with the integer range they can take."""
+class _Bucket(NamedTuple):
+    """Observations in (edge_low, edge_high], with the integer range they can take.
+
+    A named tuple: every evaluation of a target builds these, and a tuple is built
+    several times faster than a frozen dataclass."""
 
     count: int
     rank_below: int  # observations in lower buckets
@@ -292,11 +295,12 @@ def estimate_from_histogram(hist: Histogram, batch_size: int) -> UtilizationEsti
         return max_cdf(top) - max_cdf(bucket.rank_below)
 
     budget = total - floor_sum
-    floor_max = sum(b.low * weight(b) for b in buckets)
+    weights = [weight(b) for b in buckets]
+    floor_max = sum(b.low * w for b, w in zip(buckets, weights, strict=True))
 
     largest_max = floor_max
     remaining = budget
-    for b in reversed(buckets):
+    for b, w in zip(reversed(buckets), reversed(weights), strict=True):
         if remaining <= 0:
             break
         top = b.rank_below + b.count
@@ -307,7 +311,7 @@ def estimate_from_histogram(hist: Histogram, batch_size: int) -> UtilizationEsti
             remaining = 0.0
         elif width > 0:
             if remaining >= width * b.count:
-                largest_max += width * weight(b)
+                largest_max += width * w
                 remaining -= width * b.count
             else:
                 full = math.floor(remaining / width)
@@ -318,10 +322,10 @@ def estimate_from_histogram(hist: Histogram, batch_size: int) -> UtilizationEsti
 
     smallest_max = 0.0
     remaining = budget
-    for b in buckets:
+    for b, w in zip(buckets, weights, strict=True):
         added = min(remaining, (b.high - b.low) * b.count)
         remaining -= added
-        smallest_max += (b.low + added / b.count) * weight(b)
+        smallest_max += (b.low + added / b.count) * w
 
     upper = min(1.0, mean / smallest_max)
     lower = min(upper, mean / largest_max)

@@ -1,13 +1,13 @@
 """The evaluator: every signal of a target, per series and in total, from its window.
 
-The formulas live in `exporter.signals`; this module walks a window of snapshots once
-per series and hands each formula what it needs.
+The formulas live in `exporter.signals`; this module reads each series' points from the
+window (`exporter.window`) and hands each formula what it needs.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 
 from exporter.advice import Advice, AdviceInputs, advise
 from exporter.capacity import cost_per_batch
@@ -31,8 +31,9 @@ from exporter.signals import (
     throughput_gain,
     unreadable_diagnosis,
 )
-from exporter.snapshot import LabelKey, SeriesSnapshot, Snapshot, effective_cap, merge_series
+from exporter.snapshot import LabelKey, SeriesSnapshot, Snapshot, effective_cap, latency_histogram
 from exporter.static_util import UtilizationEstimate, estimate_from_histogram
+from exporter.window import Window
 
 TOTAL: LabelKey = ()
 
@@ -119,13 +120,14 @@ def advice_inputs(
     latency_seconds: float | None,
     latency_statistic: str | None,
     padding_waste: float | None,
+    output_tokens: Histogram | None,
+    prompt_tokens: Histogram | None,
 ) -> AdviceInputs:
     """What the advice reads from one series' window of snapshots, oldest first, beside
     the signals already computed over it (static estimate, arrivals, budget, latency and
-    whether it is a quantile or a mean, padding waste)."""
+    whether it is a quantile or a mean, padding waste, the increases of the output and
+    prompt length histograms)."""
     last = snapshots[-1]
-    output_tokens = histogram_increase([p.output_tokens for p in snapshots])
-    prompt_tokens = histogram_increase([p.prompt_tokens for p in snapshots])
     near_cap = settings.near_cap * cap if cap else None
     return AdviceInputs(
         engine=last.engine,
@@ -164,16 +166,21 @@ def advice_inputs(
 
 
 def window_latency(
-    snapshots: Sequence[SeriesSnapshot], settings: SignalSettings
+    snapshots: Sequence[SeriesSnapshot],
+    settings: SignalSettings,
+    restarts: Mapping[str, Sequence[bool]] | None = None,
 ) -> tuple[float | None, str | None]:
     """The latency of the configured kind over the window, and which statistic it is.
 
     The configured quantile from the histogram's increase; else from the engine's own
     summary (its sliding window); else the mean per request from the increase of
     cumulative (requests, seconds) counters. (None, None) without traffic or data.
+    `restarts`: as `series_signals` takes them.
     """
     kind = settings.histogram
-    hist = histogram_increase([p.latency.get(kind) for p in snapshots])
+    hist = histogram_increase(
+        [p.latency.get(kind) for p in snapshots], _restarts_of(restarts, latency_histogram(kind))
+    )
     if hist is not None and hist.count > 0:
         return histogram_quantile(settings.quantile, hist), "quantile"
     summary = snapshots[-1].latency_quantiles.get(kind, {})
@@ -208,16 +215,23 @@ def not_exposed(last: SeriesSnapshot, settings: SignalSettings) -> tuple[str, ..
     return tuple(name for name, absent in missing.items() if absent)
 
 
+def _restarts_of(restarts: Mapping[str, Sequence[bool]] | None, name: str) -> Sequence[bool] | None:
+    return restarts.get(name) if restarts is not None else None
+
+
 def series_signals(
     points: Sequence[tuple[float, SeriesSnapshot]],
     settings: SignalSettings,
     saturation: SaturationState,
     now: float,
+    restarts: Mapping[str, Sequence[bool]] | None = None,
 ) -> tuple[SeriesSignals, SaturationState]:
     """All signals of one series over the window `points` (time, snapshot), oldest first.
 
     Returns the signals and the next saturation state. The latest point gives the
-    gauges; counters and histograms give increases over the whole window.
+    gauges; counters and histograms give increases over the whole window. `restarts`:
+    for the histograms by name (`histograms_of`), `histogram_restarts` over the points,
+    where the caller keeps them (`SeriesTrack.restarts`); worked out here otherwise.
     """
     t_first, first = points[0]
     t_last, last = points[-1]
@@ -236,7 +250,12 @@ def series_signals(
     mean_batch = items / batches if items is not None and batches else None
     batch = last.running if last.running is not None else mean_batch
 
-    latency, statistic = window_latency(snapshots, settings)
+    def increase(name: str) -> Histogram | None:
+        return histogram_increase(
+            [getattr(p, name) for p in snapshots], _restarts_of(restarts, name)
+        )
+
+    latency, statistic = window_latency(snapshots, settings, restarts)
     utilization = budget_utilization(latency, budget)
     saturation = step_saturation(
         saturation,
@@ -251,7 +270,7 @@ def series_signals(
     tokens_rate = rate(lambda p: p.generation_tokens_total)
 
     static = None
-    output_tokens = histogram_increase([p.output_tokens for p in snapshots])
+    output_tokens = increase("output_tokens")
     if output_tokens is not None and output_tokens.count > 0 and cap:
         static = estimate_from_histogram(output_tokens, int(cap))
 
@@ -259,7 +278,7 @@ def series_signals(
         execution_increase(first.execution_by_size, last.execution_by_size),
         dict(last.execution_by_size),
     )
-    batch_hist = histogram_increase([p.batch_size for p in snapshots])
+    batch_hist = increase("batch_size")
     running_samples = [p.running for p in snapshots if p.running is not None]
     # A batcher without a running gauge fills batches and fires them: its progress is
     # items and batches executed, where an LLM engine's is tokens and finished requests.
@@ -305,6 +324,8 @@ def series_signals(
             latency_seconds=latency,
             latency_statistic=statistic,
             padding_waste=padding,
+            output_tokens=output_tokens,
+            prompt_tokens=increase("prompt_tokens"),
         )
     )
     signals = SeriesSignals(
@@ -389,25 +410,25 @@ def unreadable_signals(
                          dict(extra_labels))  # fmt: skip
 
 
-def _points_by_key(
-    snapshots: Sequence[Snapshot],
-    series_of: Callable[[Snapshot], Iterable[tuple[LabelKey, SeriesSnapshot]]],
-) -> dict[LabelKey, list[tuple[float, SeriesSnapshot]]]:
-    """(time, series) points of every series key over the scrapes that answered."""
-    points: dict[LabelKey, list[tuple[float, SeriesSnapshot]]] = {}
-    for snap in snapshots:
-        if not snap.up:
-            continue
-        for key, series in series_of(snap):
-            points.setdefault(key, []).append((snap.t, series))
-    return points
-
-
 def evaluate_target(
     name: str,
     url: str,
     snapshots: Sequence[Snapshot],
     settings: SignalSettings,
+    saturation: Mapping[LabelKey, SaturationState],
+    now: float,
+    extra_labels: Mapping[str, str] | None = None,
+) -> tuple[TargetSignals, dict[LabelKey, SaturationState]]:
+    """Signals for one target from a list of snapshots, all in the window (`evaluate_window`
+    on a window of them); returns them and the next saturation states."""
+    window = Window.of(snapshots, settings)
+    return evaluate_window(name, url, window, saturation, now, extra_labels)
+
+
+def evaluate_window(
+    name: str,
+    url: str,
+    window: Window,
     saturation: Mapping[LabelKey, SaturationState],
     now: float,
     extra_labels: Mapping[str, str] | None = None,
@@ -418,9 +439,15 @@ def evaluate_target(
     are registered with no samples yet. Series absent from the newest snapshot (a model
     that was unloaded) are dropped; the total is computed like any series, over the
     merged series of each scrape, so its own saturation state is kept under key ().
+    A target whose every scrape held the same one series, with a total that is that
+    series but its labels, in the same saturation state, has the series' signals as its
+    total: computing them again would give the same.
     """
+    settings = window.settings
     labels = dict(extra_labels or {})
-    latest = snapshots[-1]
+    latest = window.latest()
+    if latest is None:
+        raise ValueError(f"target {name}: evaluating an empty window")
     if not latest.up:
         down = down_signals(latest.error, settings)
         return TargetSignals(name, url, latest.t, False, latest.error, (), down,
@@ -429,22 +456,23 @@ def evaluate_target(
         total = signals_without_series(no_data_diagnosis(), settings)
         return TargetSignals(name, url, latest.t, True, None, (), total,
                              latest.scrape_seconds, labels), {}  # fmt: skip
-    current_keys = {s.key for s in latest.series}
-    by_key = _points_by_key(snapshots, lambda snap: ((s.key, s) for s in snap.series))
-    totals = _points_by_key(
-        snapshots,
-        lambda snap: [(TOTAL, merge_series(snap.series, settings.cap, settings.budget_seconds))],
-    )
     next_states: dict[LabelKey, SaturationState] = {}
     series = []
-    for key in sorted(current_keys):
+    for key in sorted({s.key for s in latest.series}):
+        track = window.series[key]
         signals, next_states[key] = series_signals(
-            by_key[key], settings, saturation.get(key, SaturationState()), now
+            track.points, settings, saturation.get(key, SaturationState()), now, track.restarts()
         )
         series.append(signals)
-    total, next_states[TOTAL] = series_signals(
-        totals[TOTAL], settings, saturation.get(TOTAL, SaturationState()), now
-    )
+    sole = window.sole_series_key()
+    total_state = saturation.get(TOTAL, SaturationState())
+    if sole is not None and total_state == saturation.get(sole, SaturationState()):
+        total, next_states[TOTAL] = replace(series[0], labels={}), next_states[sole]
+    else:
+        total_track = window.total()
+        total, next_states[TOTAL] = series_signals(
+            total_track.points, settings, total_state, now, total_track.restarts()
+        )
     return (
         TargetSignals(name, url, latest.t, True, None, tuple(series), total,
                       latest.scrape_seconds, labels),

@@ -2,8 +2,9 @@
 
 Benchmarks: `parser` (promtext vs prometheus_client on a real vLLM payload,
 bench_parser.py), `ingest` (read_series against commit 2137ba4 on the vLLM payloads
-and fleet_sim's variants, bench_ingest.py), `render` (the /metrics body of 1000
-targets, the served writer vs the previous one and prometheus_client,
+and fleet_sim's variants, bench_ingest.py), `evaluation` (a target's evaluation per
+scrape against the baseline commit's, bench_evaluation.py), `render` (the /metrics body
+of 1000 targets, the served writer vs the previous one and prometheus_client,
 bench_render.py), `fleet` (the exporter process scraping 1000 simulated vLLM targets,
 bench_fleet.py + fleet_sim.py), `prometheus` (the exporter beside a real Prometheus
 2.42 on the same 1000 targets, bench_prometheus.py), `fuzz` (5 minutes of atheris on
@@ -36,6 +37,7 @@ import tempfile
 from pathlib import Path
 
 import bench_dashboard
+import bench_evaluation
 import bench_fleet
 import bench_ingest
 import bench_parser
@@ -52,8 +54,8 @@ PACKAGES = ("batchscope", "aiohttp", "prometheus-client", "psutil", "PyYAML", "t
 BATCHER_SCRIPT = ROOT / "scripts/bench_batcher.py"
 ADVICE_SCRIPT = ROOT / "scripts/bench_advice.py"
 BENCHMARKS = (
-    "parser", "ingest", "render", "fleet", "prometheus", "fuzz", "batching", "dashboard",
-    "batcher", "advice",
+    "parser", "ingest", "evaluation", "render", "fleet", "prometheus", "fuzz", "batching",
+    "dashboard", "batcher", "advice",
 )  # fmt: skip
 # Run only when named with --only: the soak takes 30 minutes (--soak-minutes).
 ON_REQUEST = ("soak",)
@@ -183,6 +185,8 @@ def main(argv: list[str] | None = None) -> int:
         sections.append(bench_parser.markdown(*bench_parser.run(args.quick)))
     if "ingest" in selected:
         sections.append(bench_ingest.markdown(*bench_ingest.run(args.quick)))
+    if "evaluation" in selected:
+        sections.append(bench_evaluation.markdown(bench_evaluation.run(args.quick)))
     if "render" in selected:
         sections.append(bench_render.markdown(bench_render.run(args.quick)))
     if "fleet" in selected:

@@ -81,3 +81,24 @@ def test_quick_ingest_bench_reports_identical_series_against_the_baseline(tmp_pa
         ratio = re.search(r"\| (\d+\.\d)x \| yes \|", row)
         assert ratio is not None, row
         assert float(ratio.group(1)) > 0
+
+
+def test_quick_evaluation_bench_reports_identical_signals_against_the_baseline(
+    tmp_path: Path,
+) -> None:
+    report = tmp_path / "benchmarks.md"
+    done = subprocess.run(
+        [sys.executable, "scripts/bench.py", "--quick", "--only", "evaluation",
+         "--output", str(report)],
+        cwd=ROOT, capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    text = report.read_text(encoding="utf-8")
+    assert "Identical in every variant: True." in text
+    rows = [line for line in text.splitlines() if line.startswith("| one") or
+            line.startswith("| two")]  # fmt: skip
+    assert len(rows) == 2
+    for row in rows:
+        assert "(13 scrapes in window)" in row
+        ratio = re.search(r"\| (\d+\.\d)x \| yes \|", row)
+        assert ratio is not None and float(ratio.group(1)) > 0, row
