@@ -3,6 +3,8 @@ rows, built once per source, and a clear fallback when it cannot be built."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -13,6 +15,8 @@ from demo_server import ragged
 from demo_server.decoder import TinyDecoder
 from demo_server.devices import select_device
 from demo_server.scheduler import Scheduler, SchedulerConfig
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(scope="module")
@@ -95,6 +99,21 @@ def test_build_is_cached_per_source_and_rebuilt_when_it_changes(
     second = ragged.build(tmp_path)
     assert second != first and second.exists()
     assert not list(tmp_path.glob("*.partial"))  # nothing half-written left behind
+
+
+def test_loading_the_kernel_leaves_subnormal_floats_alone(tmp_path: Path) -> None:
+    """A library built with -ffast-math sets flush-to-zero for the whole process when it
+    loads: the smallest float / 2 became 0 in the server and in every test after it. A
+    fresh process, since that mode, once set, stays."""
+    probe = (
+        "import sys; from pathlib import Path; from demo_server import ragged; "
+        "tiny = sys.float_info.min; before = tiny / 2; "
+        f"ragged._load(ragged.build(Path({str(tmp_path)!r}))); "
+        "print(before > 0, tiny / 2 > 0, tiny / 2 == before)"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          cwd=ROOT, timeout=300, check=True)  # fmt: skip
+    assert done.stdout.split() == ["True", "True", "True"], done.stdout + done.stderr
 
 
 def test_build_without_a_compiler_says_why(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
