@@ -152,7 +152,7 @@ async def test_non_200_answer_keeps_status_and_reason_and_drops_the_connection()
         (b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nshort", "closed in the middle"),
         (b"HTTP/1.1 200 OK\r\nContent-Length: 9\r\nContent-Encoding: br\r\n\r\n123456789",
          "unsupported Content-Encoding 'br'"),
-        (b"HTTP/1.1 200 OK\r\nContent-Length: 9\r\nContent-Encoding: gzip\r\n\r\n123456789",
+        (ok(b"\x1f\x8b\x08\x00" + b"not deflate" * 8, "Content-Encoding: gzip"),
          "invalid compressed body"),
         (ok(gzip.compress(PAYLOAD)[:-12], "Content-Encoding: gzip"), "truncated compressed body"),
         (b"", "connection closed before any answer"),
