@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import gzip
 import ssl
-import subprocess
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -19,6 +18,7 @@ from exporter.http_get import (
     HttpGetError,
     build_request,
 )
+from tests.system_tools import self_signed_certificate
 
 PAYLOAD = b"vllm:num_requests_running 3\n" * 100
 
@@ -206,19 +206,8 @@ async def test_a_cancelled_request_closes_its_connection() -> None:
         assert connections.idle() == 0
 
 
-def _self_signed(folder: Path) -> tuple[Path, Path]:
-    cert, key = folder / "cert.pem", folder / "key.pem"
-    subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
-         "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
-         "-keyout", str(key), "-out", str(cert)],
-        check=True, capture_output=True,
-    )  # fmt: skip
-    return cert, key
-
-
 async def test_https_verifies_the_certificate(tmp_path: Path) -> None:
-    cert, key = _self_signed(tmp_path)
+    cert, key = self_signed_certificate(tmp_path)
     server_tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     server_tls.load_cert_chain(cert, key)
     server = Server(lambda n: ok(PAYLOAD))
