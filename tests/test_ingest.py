@@ -117,6 +117,18 @@ def test_layouts_are_bounded(monkeypatch: pytest.MonkeyPatch, vllm_load: str) ->
     assert 1 <= len(promtext._selection(families).layouts) <= 3
 
 
+def test_plans_are_bounded(monkeypatch: pytest.MonkeyPatch, vllm_load: str) -> None:
+    monkeypatch.setattr(engines, "_PLANS_MAX", 3)
+    for n in range(7):
+        text = vllm_load.replace('model_name="/tmp/tinyllama"', f'model_name="m{n}"')
+        for _ in range(3):  # a layout, its plan compiled, the plan
+            (series,) = read_series(text, "vllm", None, "e2e")
+            assert (
+                series.key == (("model_name", f"m{n}"), ("engine", "0")) and series.running == 8.0
+            )
+    assert 1 <= len(engines._PLANS) <= 3
+
+
 def _reference_vllm_samples(text: str) -> list[Sample]:
     """prometheus_client's samples of the vLLM families, as promtext Samples."""
     return [

@@ -142,6 +142,12 @@ def _plan(names: tuple[str, ...], layout: Layout) -> Plan | None:
     return plan
 
 
+def clear_caches() -> None:
+    """Forget the layouts, label sets and plans seen so far (benchmarks time a first scrape so)."""
+    promtext.clear_caches()
+    _PLANS.clear()
+
+
 def _some_series(names: Sequence[str], samples: list[Sample]) -> tuple[SeriesSnapshot, ...]:
     series = series_of(names, samples)
     if not series:
@@ -149,9 +155,10 @@ def _some_series(names: Sequence[str], samples: list[Sample]) -> tuple[SeriesSna
     return series
 
 
-# (adapter names, id(layout)) -> (layout, its plan, compiled yet). Bounded as the layouts.
+# (adapter names, id(layout)) -> (layout, its plan, compiled yet). Bounded as promtext's
+# layouts (a vLLM plan is about 9 KiB beside its layout's 15 KB).
 _PLANS: dict[tuple[tuple[str, ...], int], tuple[Layout, Plan | None, bool]] = {}
-_PLANS_MAX = 16_384
+_PLANS_MAX = 4_096
 
 
 def join_series(series: list[SeriesSnapshot]) -> tuple[SeriesSnapshot, ...]:
