@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import asyncio
 import ssl
-import zlib
 from collections import deque
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 import httptools
+from isal import isal_zlib
 
 # Idle connections kept, all hosts together, and how long one may sit unused.
 MAX_IDLE_CONNECTIONS = 2048
@@ -79,14 +79,17 @@ def build_request(url: str, headers: dict[str, str]) -> Request:
     return Request(Endpoint(parts.hostname, port, tls), ("\r\n".join(lines) + "\r\n").encode())
 
 
-def _inflater(encoding: str) -> zlib._Decompress | None:
-    """A decompressor for the Content-Encoding (None: the body is as sent)."""
+def _inflater(encoding: str) -> isal_zlib.Decompress | None:
+    """A decompressor for the Content-Encoding (None: the body is as sent).
+
+    ISA-L's inflate (`isal`, zlib's interface), not zlib's: about half the CPU on a
+    gzipped vLLM payload (77 against 166 us), the largest single cost of a scrape."""
     if encoding in ("", "identity"):
         return None
     if encoding in ("gzip", "x-gzip"):
-        return zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
+        return isal_zlib.decompressobj(wbits=16 + isal_zlib.MAX_WBITS)
     if encoding == "deflate":
-        return zlib.decompressobj()
+        return isal_zlib.decompressobj()
     raise BodyRefused(f"unsupported Content-Encoding {encoding!r}")
 
 
@@ -170,7 +173,7 @@ class _Connection(asyncio.Protocol):
         if self._inflater is not None:
             try:
                 chunk = self._inflater.decompress(chunk, self._max_bytes + 1 - len(self._body))
-            except zlib.error as err:
+            except isal_zlib.error as err:
                 self._refuse(BodyRefused(f"invalid compressed body: {err}"))
             if self._inflater.unconsumed_tail:
                 self._refuse(self._too_large())
@@ -199,7 +202,7 @@ class _Connection(asyncio.Protocol):
         self._wire = 0
         self._keep_alive = False
         self._body = bytearray()
-        self._inflater: zlib._Decompress | None = None
+        self._inflater: isal_zlib.Decompress | None = None
         self._error: HttpGetError | None = None
         assert self.transport is not None
         self.transport.write(head + b"\r\n")
@@ -228,7 +231,7 @@ class _Connection(asyncio.Protocol):
         if self._inflater is not None and self._parser.get_status_code() == 200:
             try:
                 body += self._inflater.flush(self._max_bytes + 1 - len(body))
-            except zlib.error as err:
+            except isal_zlib.error as err:
                 self._fail(BodyRefused(f"invalid compressed body: {err}"))
                 return
             if not self._inflater.eof:

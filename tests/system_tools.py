@@ -1,9 +1,12 @@
-"""Finding the Prometheus tools the tests start: a missing one fails, naming the fix."""
+"""Finding the system tools the tests start (Prometheus's, openssl): a missing one fails,
+naming the fix."""
 
 from __future__ import annotations
 
 import shutil
 import socket
+import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -30,3 +33,15 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def self_signed_certificate(folder: Path) -> tuple[Path, Path]:
+    """A certificate for 127.0.0.1, valid one day, and its key (openssl, in `folder`)."""
+    cert, key = folder / "cert.pem", folder / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+         "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
+         "-keyout", str(key), "-out", str(cert)],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    return cert, key

@@ -14,34 +14,37 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def test_quick_parser_bench_reports_identical_samples_and_ratios(tmp_path: Path) -> None:
-    report = tmp_path / "benchmarks.md"
+def quick_report(benchmark: str, folder: Path) -> str:
+    """The report `scripts/bench.py --quick --only BENCHMARK` writes (it must exit 0)."""
+    report = folder / "benchmarks.md"
     done = subprocess.run(
-        [sys.executable, "scripts/bench.py", "--quick", "--only", "parser",
+        [sys.executable, "scripts/bench.py", "--quick", "--only", benchmark,
          "--output", str(report)],
         cwd=ROOT, capture_output=True, text=True, timeout=300, check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
-    text = report.read_text(encoding="utf-8")
-    assert "Identical samples in every variant: True." in text
+    return report.read_text(encoding="utf-8")
+
+
+def assert_five_checked_ratios(text: str) -> None:
+    """Rows (a) to (e), each with a positive ratio and `yes` (identical output)."""
     rows = [line for line in text.splitlines() if line.startswith("| (")]
     assert [row[:5] for row in rows] == ["| (a)", "| (b)", "| (c)", "| (d)", "| (e)"]
     for row in rows:
         ratio = re.search(r"\| (\d+\.\d)x \| yes \|", row)
         assert ratio is not None, row
         assert float(ratio.group(1)) > 0
+
+
+def test_quick_parser_bench_reports_identical_samples_and_ratios(tmp_path: Path) -> None:
+    text = quick_report("parser", tmp_path)
+    assert "Identical samples in every variant: True." in text
+    assert_five_checked_ratios(text)
     assert "Command: `.venv/bin/python scripts/bench.py --quick --only parser" in text
 
 
 def test_quick_render_bench_reports_identical_bytes_and_ratios(tmp_path: Path) -> None:
-    report = tmp_path / "benchmarks.md"
-    done = subprocess.run(
-        [sys.executable, "scripts/bench.py", "--quick", "--only", "render",
-         "--output", str(report)],
-        cwd=ROOT, capture_output=True, text=True, timeout=300, check=False,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    text = report.read_text(encoding="utf-8")
+    text = quick_report("render", tmp_path)
     assert "## /metrics render (100 targets)" in text
     assert "Identical bytes from all three in every repetition: True." in text
     assert "Identical bytes in every repetition: True." in text  # the JSON body
@@ -52,48 +55,22 @@ def test_quick_render_bench_reports_identical_bytes_and_ratios(tmp_path: Path) -
 
 
 def test_quick_dashboard_bench_reports_the_live_page_time(tmp_path: Path) -> None:
-    report = tmp_path / "benchmarks.md"
-    done = subprocess.run(
-        [sys.executable, "scripts/bench.py", "--quick", "--only", "dashboard",
-         "--output", str(report)],
-        cwd=ROOT, capture_output=True, text=True, timeout=300, check=False,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    text = report.read_text(encoding="utf-8")
+    text = quick_report("dashboard", tmp_path)
     assert "for 10 targets with 720 history points each" in text
     assert "| runs | 2 (after one warm-up run) |" in text
     assert re.search(r"\| median \(min - max\) \| \d+ ms \(\d+ - \d+ ms\) \|", text), text
 
 
 def test_quick_ingest_bench_reports_identical_series_against_the_baseline(tmp_path: Path) -> None:
-    report = tmp_path / "benchmarks.md"
-    done = subprocess.run(
-        [sys.executable, "scripts/bench.py", "--quick", "--only", "ingest",
-         "--output", str(report)],
-        cwd=ROOT, capture_output=True, text=True, timeout=300, check=False,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    text = report.read_text(encoding="utf-8")
+    text = quick_report("ingest", tmp_path)
     assert "Identical series in every variant: True." in text
-    rows = [line for line in text.splitlines() if line.startswith("| (")]
-    assert [row[:5] for row in rows] == ["| (a)", "| (b)", "| (c)", "| (d)", "| (e)"]
-    for row in rows:
-        ratio = re.search(r"\| (\d+\.\d)x \| yes \|", row)
-        assert ratio is not None, row
-        assert float(ratio.group(1)) > 0
+    assert_five_checked_ratios(text)
 
 
 def test_quick_evaluation_bench_reports_identical_signals_against_the_baseline(
     tmp_path: Path,
 ) -> None:
-    report = tmp_path / "benchmarks.md"
-    done = subprocess.run(
-        [sys.executable, "scripts/bench.py", "--quick", "--only", "evaluation",
-         "--output", str(report)],
-        cwd=ROOT, capture_output=True, text=True, timeout=300, check=False,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    text = report.read_text(encoding="utf-8")
+    text = quick_report("evaluation", tmp_path)
     assert "Identical in every variant: True." in text
     rows = [line for line in text.splitlines() if line.startswith("| one") or
             line.startswith("| two")]  # fmt: skip

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import ssl
-import subprocess
 
 import aiohttp
 from aiohttp import web
@@ -13,24 +12,14 @@ from aiohttp import web
 from exporter.config import Auth, Settings, Target
 from exporter.exposure import exposure_warnings
 from tests.live import Targets, running_exporter, vllm_payload, wait_for
+from tests.system_tools import self_signed_certificate
 
 WEB_TOKEN = "exporter-web-token-9876"
 QUERY_KEY = "SUPERSECRETQUERYKEY42"
 
 
-def _self_signed(tmp_path) -> tuple[str, str]:
-    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
-    subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
-         "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
-         "-keyout", str(key), "-out", str(cert)],
-        check=True, capture_output=True,
-    )  # fmt: skip
-    return str(cert), str(key)
-
-
 async def test_token_tls_origin_and_redaction_on_the_real_endpoints(tmp_path) -> None:
-    cert, key = _self_signed(tmp_path)
+    cert, key = map(str, self_signed_certificate(tmp_path))
     trust = ssl.create_default_context(cafile=cert)
     queries: list[str] = []
     async with Targets() as targets:

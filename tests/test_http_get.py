@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import gzip
 import ssl
-import subprocess
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -19,6 +18,7 @@ from exporter.http_get import (
     HttpGetError,
     build_request,
 )
+from tests.system_tools import self_signed_certificate
 
 PAYLOAD = b"vllm:num_requests_running 3\n" * 100
 
@@ -152,7 +152,7 @@ async def test_non_200_answer_keeps_status_and_reason_and_drops_the_connection()
         (b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nshort", "closed in the middle"),
         (b"HTTP/1.1 200 OK\r\nContent-Length: 9\r\nContent-Encoding: br\r\n\r\n123456789",
          "unsupported Content-Encoding 'br'"),
-        (b"HTTP/1.1 200 OK\r\nContent-Length: 9\r\nContent-Encoding: gzip\r\n\r\n123456789",
+        (ok(b"\x1f\x8b\x08\x00" + b"not deflate" * 8, "Content-Encoding: gzip"),
          "invalid compressed body"),
         (ok(gzip.compress(PAYLOAD)[:-12], "Content-Encoding: gzip"), "truncated compressed body"),
         (b"", "connection closed before any answer"),
@@ -206,19 +206,8 @@ async def test_a_cancelled_request_closes_its_connection() -> None:
         assert connections.idle() == 0
 
 
-def _self_signed(folder: Path) -> tuple[Path, Path]:
-    cert, key = folder / "cert.pem", folder / "key.pem"
-    subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
-         "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
-         "-keyout", str(key), "-out", str(cert)],
-        check=True, capture_output=True,
-    )  # fmt: skip
-    return cert, key
-
-
 async def test_https_verifies_the_certificate(tmp_path: Path) -> None:
-    cert, key = _self_signed(tmp_path)
+    cert, key = self_signed_certificate(tmp_path)
     server_tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     server_tls.load_cert_chain(cert, key)
     server = Server(lambda n: ok(PAYLOAD))
