@@ -42,6 +42,9 @@ class Sample(NamedTuple):
     timestamp: float | None
 
 
+# (position among the found lines, name, labels) of each wanted sample of a payload.
+Layout = tuple[tuple[int, str, dict[str, str]], ...]
+
 # Sample(...) runs NamedTuple's __new__, a Python function: reading a known layout builds
 # its samples with tuple.__new__ directly, which makes the same object in C.
 _new_sample = tuple.__new__
@@ -202,7 +205,7 @@ class Selection(NamedTuple):
 
     lines: re.Pattern[str]
     names: frozenset[str]
-    layouts: dict[tuple[str, ...], tuple[tuple[int, str, dict[str, str]], ...] | None]
+    layouts: dict[tuple[str, ...], Layout | None]
 
 
 def _selection(families: tuple[str, ...]) -> Selection:
@@ -217,10 +220,40 @@ def _selection(families: tuple[str, ...]) -> Selection:
 _SELECTIONS: dict[tuple[str, ...], Selection] = {}
 
 
+def read_values(
+    text: str, families: Iterable[str], limit: int | None = None
+) -> tuple[Layout, list[float]] | None:
+    """The layout of the wanted lines of `text` and every found line's value, when
+    `parse(text, families, limit)` is exactly those values on that layout (sample i of
+    the layout, `(position, name, labels)`, has value `values[position]`), and None when
+    the text must be parsed as `parse` does. The same layout object comes back for every
+    payload with the same line heads."""
+    family_tuple = tuple(families)
+    if not family_tuple:
+        return None
+    selection = _selection(family_tuple)
+    return _known_values(selection, selection.lines.findall("\n" + text), limit)
+
+
 def _read_known_layout(
     selection: Selection, lines: list[str], limit: int | None
 ) -> list[Sample] | None:
-    """The wanted samples of the lines when their heads make a layout (`_layout`) and
+    """The wanted samples of the lines when `_known_values` reads them; else None."""
+    known = _known_values(selection, lines, limit)
+    if known is None:
+        return None
+    return samples_of(*known)
+
+
+def samples_of(layout: Layout, values: list[float]) -> list[Sample]:
+    """The samples `read_values` stands for: each of the layout's with its value."""
+    return [_new_sample(Sample, (name, labels, values[i], None)) for i, name, labels in layout]
+
+
+def _known_values(
+    selection: Selection, lines: list[str], limit: int | None
+) -> tuple[Layout, list[float]] | None:
+    """The lines' layout and values when their heads make a layout (`_layout`) and
     every value is a plain number (no `_`, what float() reads, blanks around it
     allowed); None when the lines must be parsed one by one."""
     if not lines:
@@ -239,15 +272,12 @@ def _read_known_layout(
     if "_" in "".join(values):  # float() reads 1_000; the exposition format does not
         return None
     try:
-        numbers = list(map(float, values))
+        return layout, list(map(float, values))
     except ValueError:
         return None
-    return [_new_sample(Sample, (name, labels, numbers[i], None)) for i, name, labels in layout]
 
 
-def _layout(
-    heads: tuple[str, ...], names: frozenset[str]
-) -> tuple[tuple[int, str, dict[str, str]], ...] | None:
+def _layout(heads: tuple[str, ...], names: frozenset[str]) -> Layout | None:
     """(position, name, labels) of each head whose sample is wanted, when every line made
     of these heads, a space and plain values parses as its head alone does: each head
     stands alone (no blank or `#` before it, no blank after it) and its labels end it,

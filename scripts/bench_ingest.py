@@ -28,8 +28,7 @@ from types import ModuleType
 from bench_parser import Comparison, compare
 from fleet_sim import Template
 
-from exporter import promtext
-from exporter.engines import read_series
+from exporter.engines import clear_caches, read_series
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests/fixtures"
@@ -121,8 +120,8 @@ def run(quick: bool = False) -> tuple[list[Comparison], dict]:
             for t in texts
         )
 
-    def clear_caches() -> None:
-        promtext.clear_caches()
+    def clear_both_caches() -> None:
+        clear_caches()
         old_promtext._LABEL_CACHE.clear()
 
     def variant(name: str, texts: list[str], histogram: str | None, cold: bool) -> Comparison:
@@ -135,7 +134,7 @@ def run(quick: bool = False) -> tuple[list[Comparison], dict]:
             lambda: [attempt(old_read_series, t, histogram) for t in texts],
             repetitions,
             identical,
-            clear_caches if cold else None,
+            clear_both_caches if cold else None,
         )
 
     comparisons = [
@@ -157,13 +156,16 @@ def markdown(comparisons: list[Comparison], facts: dict) -> str:
         f"## Ingest: `read_series` against commit {BASELINE_COMMIT}",
         "",
         "`read_series(text, 'vllm', None, histogram)`: a scraped payload to the series "
-        "a Snapshot holds (promtext's selective parse, grouping, the vLLM adapter). "
+        "a Snapshot holds (promtext's selective parse, grouping, the vLLM adapter; on a "
+        "layout seen before, the selective parse's values and the adapter's compiled "
+        "plan). "
         f"The baseline is the same call at commit {BASELINE_COMMIT}, imported in the "
         f"same process. {facts['repetitions']} interleaved repetitions per variant, "
         "medians; a repetition reads every payload of the variant once, and the "
         "times below are per payload. Warm: the parser's caches kept, as when the "
-        "exporter scrapes the same servers again; cold: cleared before every "
-        "repetition (outside the timing). fleet_sim payloads: each target serves its "
+        "exporter scrapes the same servers again (from the second repetition on, each "
+        "payload's layout has its plan); cold: cleared before every "
+        "repetition (outside the timing), so no layout is known and none has a plan. fleet_sim payloads: each target serves its "
         "own model name, with counters that grow and gauges that move on every scrape. "
         "Identical: equal series, field by field, on every payload of the variant.",
         "",

@@ -11,12 +11,16 @@ all read this registry.
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
 from dataclasses import fields, replace
 from types import ModuleType
 
 from exporter import promtext
 from exporter.engines import inhouse, llamacpp, rayserve, sglang, tgi, triton, trtllm, vllm
+from exporter.promtext import Layout, Sample
 from exporter.samples import group_by_name
+from exporter.series_plan import Plan, compile_plan
 from exporter.snapshot import SeriesSnapshot
 
 # Order matters where two adapters read the same series: the first one's fields win
@@ -90,8 +94,17 @@ def read_series(
             + ")"
         )
     families = [f for name in names for f in families_read(ADAPTERS[name], latency_kind)]
-    by_name = group_by_name(promtext.parse(text, families, sample_limit))
-    series = join_series([s for name in names for s in ADAPTERS[name].to_series(by_name)])
+    known = promtext.read_values(text, families, sample_limit)
+    if known is None:
+        samples = promtext.parse(text, families, sample_limit)
+    else:
+        layout, values = known
+        plan = _plan(tuple(names), layout)
+        # A plan holds for finite values only (series_plan); an overflowing sum is no harm.
+        if plan is not None and math.isfinite(sum(values)):
+            return plan(values)
+        samples = promtext.samples_of(layout, values)
+    series = series_of(names, samples)
     if not series:
         missing = (
             f"no {'/'.join(names)} series in the payload (looked for "
@@ -102,6 +115,50 @@ def read_series(
             raise NoSamplesYet(f"{missing}, only their registered families")
         raise UnrecognisedPayload(missing)
     return series
+
+
+def series_of(names: Sequence[str], samples: list[Sample]) -> tuple[SeriesSnapshot, ...]:
+    """The named adapters' series of the samples, joined."""
+    by_name = group_by_name(samples)
+    return join_series([s for name in names for s in ADAPTERS[name].to_series(by_name)])
+
+
+def _plan(names: tuple[str, ...], layout: Layout) -> Plan | None:
+    """`series_of` compiled for a layout (series_plan), from the second payload that has
+    it on: a target whose labels churn, one layout a scrape, never pays for compiling.
+    None also where the adapters cannot be traced or find no series (the general path
+    then raises what it raises)."""
+    key = (names, id(layout))
+    entry = _PLANS.get(key)
+    if entry is None or entry[0] is not layout:  # an entry holds its layout: ids stay unique
+        if len(_PLANS) >= _PLANS_MAX:
+            _PLANS.clear()
+        _PLANS[key] = (layout, None, False)
+        return None
+    _, plan, compiled = entry
+    if not compiled:
+        plan = compile_plan(layout, lambda samples: _some_series(names, samples))
+        _PLANS[key] = (layout, plan, True)
+    return plan
+
+
+def clear_caches() -> None:
+    """Forget the layouts, label sets and plans seen so far (benchmarks time a first scrape so)."""
+    promtext.clear_caches()
+    _PLANS.clear()
+
+
+def _some_series(names: Sequence[str], samples: list[Sample]) -> tuple[SeriesSnapshot, ...]:
+    series = series_of(names, samples)
+    if not series:
+        raise ValueError("no series: read_series raises its error on the general path")
+    return series
+
+
+# (adapter names, id(layout)) -> (layout, its plan, compiled yet). Bounded as promtext's
+# layouts (a vLLM plan is about 9 KiB beside its layout's 15 KB).
+_PLANS: dict[tuple[tuple[str, ...], int], tuple[Layout, Plan | None, bool]] = {}
+_PLANS_MAX = 4_096
 
 
 def join_series(series: list[SeriesSnapshot]) -> tuple[SeriesSnapshot, ...]:
