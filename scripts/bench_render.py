@@ -46,7 +46,11 @@ from exporter.runtime import Exporter
 from exporter.scrape import ScrapeResult
 from exporter.server import GZIP_LEVEL
 from exporter.target import TargetSignals
-from tests.test_api_json import reference_encode, reference_series_json
+
+# The JSON reference (the plain asdict definition) is the tests': `make bench` runs this
+# from scripts/, so the repository root goes on the path for it.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from tests.test_api_json import reference_encode, reference_series_json  # noqa: E402
 
 TARGETS = 1000
 QUICK_TARGETS = 100
