@@ -15,7 +15,7 @@ import asyncio
 import ssl
 from collections import deque
 from dataclasses import dataclass
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlsplit
 
 import httptools
 from isal import isal_zlib
@@ -23,6 +23,11 @@ from isal import isal_zlib
 # Idle connections kept, all hosts together, and how long one may sit unused.
 MAX_IDLE_CONNECTIONS = 2048
 IDLE_SECONDS = 60.0
+
+
+# Characters kept as written in a request's path and query (RFC 3986's reserved and
+# unreserved ones, and "%" so that escapes already there stay as they are).
+URL_SAFE = "/?:@!$&'()*+,;=-._~%"
 
 
 class HttpGetError(Exception):
@@ -69,10 +74,17 @@ def build_request(url: str, headers: dict[str, str]) -> Request:
         port = parts.port or (443 if tls else 80)
     except ValueError as err:
         raise HttpGetError(f"bad port in URL: {err}") from None
-    host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
+    try:  # the request line and Host are ASCII: IDNA for the host, %-escapes for the rest
+        ascii_host = parts.hostname.encode("idna").decode("ascii")
+    except UnicodeError as err:
+        raise HttpGetError(f"bad host name in URL: {err}") from None
+    host = f"[{ascii_host}]" if ":" in ascii_host else ascii_host
     default_port = port == (443 if tls else 80)
+    target = quote(parts.path or "/", safe=URL_SAFE) + (
+        "?" + quote(parts.query, safe=URL_SAFE) if parts.query else ""
+    )
     lines = [
-        f"GET {parts.path or '/'}{'?' + parts.query if parts.query else ''} HTTP/1.1",
+        f"GET {target} HTTP/1.1",
         f"Host: {host if default_port else f'{host}:{port}'}",
         *(f"{name}: {value}" for name, value in headers.items()),
     ]

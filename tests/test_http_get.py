@@ -232,6 +232,10 @@ def test_request_head_names_the_host_path_and_headers() -> None:
     assert default.endpoint == Endpoint("::1", 443, True)
     assert default.head == b"GET /metrics HTTP/1.1\r\nHost: [::1]\r\n"
     assert build_request("http://h", {}).head.startswith(b"GET / HTTP/1.1\r\n")
+    unicode = build_request("http://bücher.example/métriques?q=ü&a=%41", {})
+    assert unicode.head == (
+        b"GET /m%C3%A9triques?q=%C3%BC&a=%41 HTTP/1.1\r\nHost: xn--bcher-kva.example\r\n"
+    )
 
 
 @pytest.mark.parametrize("url", ["ftp://h/metrics", "http:///metrics", "http://h:99999/"])
