@@ -22,13 +22,8 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import importlib
-import io
 import random
-import subprocess
 import sys
-import tarfile
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -36,6 +31,7 @@ from types import ModuleType
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from baseline import import_at  # noqa: E402
 from bench_parser import Comparison  # noqa: E402
 from fleet_sim import FIXTURE, Template  # noqa: E402
 
@@ -43,7 +39,6 @@ from exporter import config, runtime  # noqa: E402
 from exporter.engines import read_series  # noqa: E402
 from exporter.snapshot import Snapshot  # noqa: E402
 
-ROOT = Path(__file__).resolve().parent.parent
 BASELINE = "2137ba4"
 TARGET_RATIO = 3.0
 INTERVAL_S = 5.0
@@ -56,31 +51,9 @@ READ = ("vllm", None, "e2e")
 
 def load_baseline(commit: str) -> tuple[ModuleType, ModuleType]:
     """`exporter.runtime` and `exporter.config` as of `commit`, imported beside this
-    checkout's: the modules of one stay bound to each other, not to the other's."""
-    archive = subprocess.run(
-        ["git", "archive", "--format=tar", commit, "exporter"],
-        cwd=ROOT, capture_output=True, check=True,
-    ).stdout  # fmt: skip
-    folder = tempfile.mkdtemp(prefix="batchscope-baseline-")
-    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
-        tar.extractall(folder, filter="data")
-
-    def ours() -> dict[str, ModuleType]:
-        return {n: m for n, m in sys.modules.items() if n.split(".")[0] == "exporter"}
-
-    current = ours()
-    for name in current:
-        del sys.modules[name]
-    sys.path.insert(0, folder)
-    try:
-        return importlib.import_module("exporter.runtime"), importlib.import_module(
-            "exporter.config"
-        )
-    finally:
-        sys.path.remove(folder)
-        for name in ours():
-            del sys.modules[name]
-        sys.modules.update(current)
+    checkout's."""
+    runtime_then, config_then = import_at(commit, "exporter.runtime", "exporter.config")
+    return runtime_then, config_then
 
 
 def fleet_scrapes(targets: list[int], scrapes: int) -> list[Snapshot]:

@@ -14,17 +14,13 @@ field by field (repr of every value, so NaN equals NaN and -0.0 differs from 0.0
 from __future__ import annotations
 
 import dataclasses
-import importlib
-import io
 import random
-import subprocess
 import sys
-import tarfile
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 
+from baseline import import_at
 from bench_parser import Comparison, compare
 from fleet_sim import Template
 
@@ -48,29 +44,8 @@ ReadSeries = Callable[..., tuple]
 
 def load_baseline(commit: str) -> tuple[ReadSeries, ModuleType]:
     """`read_series` and `promtext` of `commit`, imported beside this checkout's modules."""
-    archive = subprocess.run(
-        ["git", "archive", commit, "exporter"], cwd=ROOT, capture_output=True, check=True
-    ).stdout
-    saved = {name: module for name, module in sys.modules.items() if _ours(name)}
-    for name in saved:
-        del sys.modules[name]
-    with tempfile.TemporaryDirectory() as tmp:
-        with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
-            tar.extractall(tmp, filter="data")
-        sys.path.insert(0, tmp)
-        try:
-            engines = importlib.import_module("exporter.engines")
-            old_promtext = importlib.import_module("exporter.promtext")
-        finally:
-            sys.path.remove(tmp)
-            for name in [name for name in sys.modules if _ours(name)]:
-                del sys.modules[name]
-            sys.modules.update(saved)
+    engines, old_promtext = import_at(commit, "exporter.engines", "exporter.promtext")
     return engines.read_series, old_promtext
-
-
-def _ours(module_name: str) -> bool:
-    return module_name == "exporter" or module_name.startswith("exporter.")
 
 
 def attempt(read: ReadSeries, text: str, histogram: str | None) -> tuple | ValueError:
