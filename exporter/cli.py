@@ -11,6 +11,7 @@ import sys
 
 from aiohttp import web
 
+from exporter import gc_policy
 from exporter.alertmanager import AlertmanagerDelivery
 from exporter.config import ConfigError, Settings
 from exporter.exposure import exposure_warnings
@@ -88,7 +89,8 @@ async def serve(settings: Settings) -> int:
         "scraping %d target(s) every %g s; serving %s://%s:%d/metrics and /api/v1/signals",
         len(exporter.states), settings.interval_seconds, "https" if tls else "http", host, port,
     )  # fmt: skip
-    tasks = [exporter.run_forever(stop)]
+    gc_policy.configure()
+    tasks = [exporter.run_forever(stop), gc_policy.full_collections(stop)]
     if settings.alertmanager_url:
         delivery = AlertmanagerDelivery(
             settings.alertmanager_url,

@@ -1,0 +1,56 @@
+"""How the exporter's process uses Python's cyclic garbage collector.
+
+The exporter keeps every target's window and signals for tens of seconds, and replaces
+a little of it on every scrape: at 1,000 targets each object lives long enough to reach
+the oldest generation, and CPython's default policy then runs a full collection (every
+object in the process) whenever a quarter of that generation is new, about every 5 s,
+0.2 s each. That was 11% of the exporter's CPU on a 1,000-target fleet (the young
+generations another 3%), for garbage the exporter barely makes: its state holds no
+reference cycles and is freed by reference counting when it leaves the window.
+
+So: young collections run less often (every YOUNG_THRESHOLD container allocations
+instead of 700), the automatic full collection is off, and `full_collections` runs one
+every FULL_COLLECTION_SECONDS, so that a cycle which did reach the oldest generation is
+still freed. What was allocated at start (modules, configuration) is frozen out of
+every collection (`gc.freeze`). On Pythons whose collector is not generational in this
+way (3.13 and later change it), the thresholds mean less but nothing breaks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import logging
+import time
+
+log = logging.getLogger("batchscope.exporter")
+
+# Container allocations (net of frees) between young collections, and young collections
+# between middle ones.
+YOUNG_THRESHOLD = 20_000
+MIDDLE_THRESHOLD = 20
+# Middle collections before an automatic full one: never, in practice.
+NO_AUTOMATIC_FULL = 1_000_000_000
+FULL_COLLECTION_SECONDS = 300.0
+
+
+def configure() -> tuple[int, ...]:
+    """Apply the policy to this process; returns the thresholds it replaced."""
+    before = gc.get_threshold()
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(YOUNG_THRESHOLD, MIDDLE_THRESHOLD, NO_AUTOMATIC_FULL)
+    return before
+
+
+async def full_collections(stop: asyncio.Event, every: float = FULL_COLLECTION_SECONDS) -> None:
+    """A full collection every `every` seconds until `stop` is set (the automatic one is
+    off, see `configure`)."""
+    while not stop.is_set():
+        try:
+            await asyncio.wait_for(stop.wait(), every)
+        except TimeoutError:
+            started = time.perf_counter()
+            found = gc.collect()
+            log.debug("full collection: %d unreachable objects in %.3f s", found,
+                      time.perf_counter() - started)  # fmt: skip
