@@ -228,7 +228,7 @@ class Exporter:
             dict(state.target.labels),
         )
         state.signals = signals
-        state.history.append(api.history_point(signals))
+        state.history.append(api.history_row(signals))
         return signals
 
     async def _scrape_one(self, connections: Connections, gates: Gates, state: TargetState) -> None:
@@ -257,7 +257,7 @@ class Exporter:
             signals = unreadable_signals(target.name, target.url, now, error,
                                          state.window.settings,
                                          result.seconds, dict(target.labels))  # fmt: skip
-            state.history.append(api.history_point(signals))
+            state.history.append(api.history_row(signals))
         if reason is not None:
             state.errors[reason] += 1
         if signals.error != state.logged_error:
@@ -347,13 +347,14 @@ class Exporter:
         """Every target's latest signals (targets not yet scraped are left out)."""
         return [s.signals for s in self.states.values() if s.signals is not None]
 
-    def history(self, name: str) -> list[dict] | None:
-        """A target's history points, oldest first; None for a name not monitored."""
+    def history(self, name: str) -> list[api.HistoryRow] | None:
+        """A target's history rows (`api.history_point` reads each), oldest first; None for
+        a name not monitored."""
         state = self.states.get(name)
         return None if state is None else list(state.history)
 
-    def histories(self, page: int, page_size: int, points: int) -> dict[str, list[dict]]:
-        """One page of targets (by name) with the last `points` history points of each.
+    def histories(self, page: int, page_size: int, points: int) -> dict[str, list[api.HistoryRow]]:
+        """One page of targets (by name) with the last `points` history rows of each.
 
         Copies references only: cheap enough for the event loop, whatever the fleet size.
         """
@@ -361,5 +362,5 @@ class Exporter:
         return {name: _last(self.states[name].history, points) for name in names}
 
 
-def _last(points: deque, n: int) -> list[dict]:
+def _last(points: deque, n: int) -> list[api.HistoryRow]:
     return list(itertools.islice(points, max(0, len(points) - n), None))

@@ -10,8 +10,10 @@ target, the same vLLM beside an in-house batcher.
 
 from __future__ import annotations
 
+import gc
 import re
 import socket
+import sys
 from pathlib import Path
 
 import aiohttp
@@ -20,6 +22,7 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from exporter.api import POINT_NUMBERS, history_point, series_json
 from exporter.config import ConfigError, Settings, Target, load_config
 from exporter.http_get import Connections
 from exporter.instrumentation import BatcherMetrics
@@ -294,3 +297,36 @@ def test_a_target_label_the_exporter_sets_is_refused_at_start(tmp_path, label) -
         "reserved are target, state, bound, quantile, histogram, kind, le, application, batcher, "
         "deployment, engine, function_name, model, model_name, version" in message
     )
+
+
+async def test_history_rows_are_the_signals_numbers_and_hold_nothing_the_collector_walks(
+    fed_exporter,
+) -> None:
+    exporter, _ = fed_exporter
+    # A pass untracks each tuple whose items are untracked: nested ones (the per-series
+    # part, five levels deep) may take a pass a level.
+    for _ in range(6):
+        gc.collect()
+    for signals in exporter.current():
+        row = exporter.history(signals.target)[-1]
+        point = history_point(row)
+        pairs = [(signals.total, point)]
+        if len(signals.series) > 1:
+            pairs += zip(signals.series, point["series"], strict=True)
+        for series, shown in pairs:
+            expected = series_json(series)
+            static = expected["static_utilization"]
+            expected["static_utilization"] = static["estimate"] if static else None
+            assert {n: shown[n] for n in POINT_NUMBERS} == {n: expected[n] for n in POINT_NUMBERS}
+            diagnosis = series.diagnosis
+            assert (shown["diagnosis"], shown["diagnosis_reason"]) == (
+                diagnosis.state,
+                diagnosis.reason,
+            )
+        assert point["t"] == signals.t and point["up"] is signals.up
+        assert type(point["budget_saturated"]) is bool
+        assert not gc.is_tracked(row), signals.target
+        t, _, packed, _, _, series_rows = row
+        if not series_rows:  # time, flag, 16 numbers packed, shared strings: under 300 bytes
+            assert sys.getsizeof(row) + sys.getsizeof(t) + sys.getsizeof(packed) < 300
+    assert {s.target: len(s.series) for s in exporter.current()}["mixed"] == 2

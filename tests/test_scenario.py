@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 from aiohttp import web
 
-from exporter.api import series_json
+from exporter.api import history_point, series_json
 from exporter.config import Settings, Target
 from exporter.http_get import Connections
 from exporter.runtime import Exporter
@@ -160,7 +160,7 @@ async def test_exporter_serves_history_bounded_per_target(server) -> None:
         for _ in range(8):
             clock.t += INTERVAL
             await exporter.run_round(connections)
-    points = exporter.history("llm")
+    points = [history_point(row) for row in exporter.history("llm")]
     assert len(points) == 5
     assert [p["t"] for p in points] == [1000.0 + 5 * i for i in range(4, 9)]
     assert exporter.history("nope") is None
