@@ -49,10 +49,21 @@ def backoff_intervals(failures: int) -> int:
     return min(2 ** (failures - BACKOFF_AFTER_FAILURES + 1), MAX_BACKOFF_INTERVALS)
 
 
-def phase(name: str) -> float:
-    """Where in the interval a target is scraped, 0..1, fixed by its name: scrapes spread
-    over the interval (no thundering herd) and each target keeps its own rhythm."""
-    return zlib.crc32(name.encode()) / 2**32
+# Scrapes start on a grid of ticks this far apart, and the scrapes that end within one
+# tick's time are evaluated together, at its end. A fleet's scrapes are still spread over
+# the interval (1,000 targets at 5 s: 20 a tick), but the code that sends, reads and
+# evaluates runs in bursts, with the interpreter's working set warm: evaluating each
+# scrape as it arrived, between other scrapes' I/O, cost 1.9x the CPU of the same
+# evaluations back to back (docs/benchmarks.md, fleet cost beside Prometheus).
+TICK_SECONDS = 0.1
+
+
+def phase(name: str, interval: float) -> float:
+    """Where in the interval a target is scraped, 0..1, fixed by its name and on the tick
+    grid: scrapes spread over the interval (no thundering herd) and each target keeps its
+    own rhythm."""
+    ticks = max(1, round(interval / TICK_SECONDS))
+    return (zlib.crc32(name.encode()) * ticks >> 32) / ticks
 
 
 def signal_settings(target: Target, settings: Settings) -> SignalSettings:
@@ -155,6 +166,8 @@ class Exporter:
         # Rounds completed: readers cache what they render once per round.
         self.rounds = 0
         self._round_event = asyncio.Event()
+        # Scrapes ended and not yet evaluated: (state, result, time it ended).
+        self._pending: list[tuple[TargetState, ScrapeResult, float]] = []
         self._sync_targets()
 
     # -- target set -------------------------------------------------------------
@@ -231,7 +244,11 @@ class Exporter:
         state.history.append(api.history_row(signals))
         return signals
 
-    async def _scrape_one(self, connections: Connections, gates: Gates, state: TargetState) -> None:
+    async def _scrape_one(
+        self, connections: Connections, gates: Gates, state: TargetState, *, batched: bool = False
+    ) -> None:
+        """Scrape one target; evaluate the scrape now, or `batched`, with the others that
+        end within the same tick (`TICK_SECONDS`), at its end."""
         async with gates.failing if state.failures else gates.healthy:
             result = await scrape(
                 connections,
@@ -240,7 +257,23 @@ class Exporter:
                 self.settings.max_response_bytes,
             )
         state.failures = 0 if result.text is not None else state.failures + 1
-        self.evaluate(state, result, self.clock())
+        if not batched:
+            self.evaluate(state, result, self.clock())
+            return
+        if not self._pending:
+            asyncio.get_running_loop().call_later(TICK_SECONDS, self._evaluate_pending)
+        self._pending.append((state, result, self.clock()))
+
+    def _evaluate_pending(self) -> None:
+        """Evaluate the scrapes queued by `_scrape_one`, each at the time it ended."""
+        pending, self._pending = self._pending, []
+        for state, result, now in pending:
+            if self.states.get(state.target.name) is not state:
+                continue  # the target left the configuration (or changed) meanwhile
+            try:
+                self.evaluate(state, result, now)
+            except Exception:  # a bug must not cost the batch's other targets their scrape
+                log.exception("target %s: evaluation failed", state.target.name)
 
     def evaluate(self, state: TargetState, result: ScrapeResult, now: float) -> TargetSignals:
         """Ingest one scrape of one target. Whatever its payload does, the exception stays
@@ -287,14 +320,14 @@ class Exporter:
         overlaps the previous one of the same target.
         """
         interval = self.settings.interval_seconds
-        due = start + phase(name) * interval
+        due = start + phase(name, interval) * interval
         while True:
             await asyncio.sleep(max(0.0, due - time.monotonic()))
             state = self.states.get(name)
             if state is None:
                 return
             try:
-                await self._scrape_one(connections, gates, state)
+                await self._scrape_one(connections, gates, state, batched=True)
             except Exception:  # a bug must not end this target's monitoring
                 log.exception("target %s: scrape failed", name)
             due += interval * backoff_intervals(state.failures)

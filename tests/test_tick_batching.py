@@ -1,0 +1,76 @@
+"""Scrapes start on a tick grid and the scrapes of a tick are evaluated together at its
+end (exporter/runtime.py, TICK_SECONDS): each still at the time it ended, and one
+target's failure or removal never costs the others their evaluation."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import Counter
+
+from exporter.config import Settings, Target
+from exporter.http_get import Connections
+from exporter.runtime import TICK_SECONDS, Exporter, Gates, phase
+from tests.live import Targets, vllm_payload
+
+
+def test_phases_sit_on_the_tick_grid_and_spread_over_the_interval() -> None:
+    interval = 5.0
+    offsets = [phase(f"t{i}", interval) * interval for i in range(1000)]
+    assert all(0.0 <= offset < interval for offset in offsets)
+    ticks = [offset / TICK_SECONDS for offset in offsets]
+    assert max(abs(t - round(t)) for t in ticks) < 1e-9
+    per_tick = Counter(round(t) for t in ticks)
+    # 50 ticks in 5 s, 20 targets each on average: every tick used, none crowded
+    assert len(per_tick) == 50 and max(per_tick.values()) <= 40
+    assert phase("t1", interval) == phase("t1", interval)  # a target keeps its rhythm
+    assert phase("t1", 0.05) == 0.0  # an interval under one tick: one tick
+
+
+async def test_a_ticks_scrapes_are_evaluated_together_each_at_the_time_it_ended(
+    caplog,
+) -> None:
+    ended: list[float] = []
+
+    def clock() -> float:
+        ended.append(1000.0 + len(ended))
+        return ended[-1]
+
+    async with Targets() as targets:
+        names = ["a", "b", "c", "gone"]
+        targets.payloads = {name: vllm_payload(running=3) for name in names}
+        exporter = Exporter(
+            Settings(targets=tuple(Target(n, targets.url(n), engine="vllm", cap=8) for n in names)),
+            clock=clock,
+        )
+        real_evaluate = exporter.evaluate
+
+        def evaluate(state, result, now):
+            if state.target.name == "b":
+                raise RuntimeError("a bug in b's evaluation")
+            return real_evaluate(state, result, now)
+
+        exporter.evaluate = evaluate
+        gates = Gates()
+        async with Connections() as connections:
+            await asyncio.gather(
+                *(
+                    exporter._scrape_one(connections, gates, exporter.states[n], batched=True)
+                    for n in names
+                )
+            )
+            # every scrape has ended; none is evaluated before the tick's end
+            assert len(ended) == 4
+            assert all(exporter.states[n].signals is None for n in names)
+            gone = exporter.states.pop("gone")
+            with caplog.at_level(logging.ERROR, logger="batchscope.exporter"):
+                await asyncio.sleep(TICK_SECONDS * 2)
+
+    evaluated = {n: exporter.states[n].signals for n in ("a", "c")}
+    assert all(s is not None and s.up and s.total.running == 3.0 for s in evaluated.values())
+    # each at the time its own scrape ended, not the time of the batch
+    assert len({s.t for s in evaluated.values()}) == 2
+    assert {s.t for s in evaluated.values()} < set(ended)
+    assert len(ended) == 4  # the batch read no clock of its own
+    assert exporter.states["b"].signals is None and gone.signals is None
+    assert "target b: evaluation failed" in caplog.text
