@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
 import json
 import shutil
 import statistics
@@ -36,6 +37,9 @@ CPU_RATIO_TARGET = 0.75
 METRICS_MEDIAN_TARGET_SECONDS = 0.1
 PROBE_PERIOD_SECONDS = 1.1
 WARMUP_SECONDS = 15.0
+# The measured time is also cut in spans of this length (two rounds of the fleet), each
+# with its own CPU ratio: their median and range show how steady the ratio is.
+SPAN_SECONDS = 10.0
 STARTUP_TIMEOUT_SECONDS = 240.0
 
 
@@ -60,6 +64,7 @@ class Result:
     metrics_bytes: int
     exporter_rss: int
     prometheus_rss: int
+    span_ratios: list[float]  # exporter / Prometheus CPU over each SPAN_SECONDS of the run
     prometheus_version: str
 
     @property
@@ -158,6 +163,7 @@ def run(quick: bool = False) -> Result:
         time.sleep(WARMUP_SECONDS)
         processes = psutil.Process(exporter.pid), psutil.Process(prom.pid)
         before = [_cpu(p) for p in processes]
+        readings = [before]  # CPU of both at the start and at the end of every span
         started = time.monotonic()
         probes: list[float] = []
         size = 0
@@ -166,11 +172,18 @@ def run(quick: bool = False) -> Result:
             probes.append(seconds)
             size = len(body)
             time.sleep(PROBE_PERIOD_SECONDS)
+            spans = int((time.monotonic() - started) / SPAN_SECONDS)
+            if spans >= len(readings):
+                readings.append([_cpu(p) for p in processes])
         seconds = time.monotonic() - started
         after = [_cpu(p) for p in processes]
         rss = [p.memory_info().rss for p in processes]
+    span_ratios = [
+        (b[0] - a[0]) / (b[1] - a[1]) for a, b in itertools.pairwise(readings) if b[1] > a[1]
+    ]
     return Result(
         plan, after[0] - before[0], after[1] - before[1], seconds, probes, size, rss[0], rss[1],
+        span_ratios,
         (version.stdout or version.stderr).splitlines()[0] if (version.stdout or version.stderr)
         else "unknown",
     )  # fmt: skip
@@ -200,6 +213,9 @@ def markdown(result: Result) -> str:
         f"({result.prometheus_cpu / result.seconds:.0%} of a core) | | |",
         f"| exporter / Prometheus CPU | {result.cpu_ratio:.2f}x | <= {CPU_RATIO_TARGET}x | "
         f"{'yes' if cpu_ok else 'no'} |",
+        f"| the same over {len(result.span_ratios)} spans of {SPAN_SECONDS:g} s, median "
+        f"(min - max) | {statistics.median(result.span_ratios):.2f}x "
+        f"({min(result.span_ratios):.2f} - {max(result.span_ratios):.2f}) | | |",
         f"| `/metrics` median ({len(result.metrics_seconds)} fetches) | "
         f"{result.metrics_median * 1000:.1f} ms (max {max(result.metrics_seconds) * 1000:.0f} "
         f"ms) | <= {METRICS_MEDIAN_TARGET_SECONDS * 1000:.0f} ms | "
