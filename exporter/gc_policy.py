@@ -12,8 +12,8 @@ So: young collections run less often (every YOUNG_THRESHOLD container allocation
 instead of 700), the automatic full collection is off, and `full_collections` runs one
 every FULL_COLLECTION_SECONDS, so that a cycle which did reach the oldest generation is
 still freed. What was allocated at start (modules, configuration) is frozen out of
-every collection (`gc.freeze`). On Pythons whose collector is not generational in this
-way (3.13 and later change it), the thresholds mean less but nothing breaks.
+every collection (`gc.freeze`). On a Python whose collector works otherwise (3.14's is
+incremental) the thresholds mean something else, and nothing breaks.
 """
 
 from __future__ import annotations
