@@ -105,10 +105,14 @@ def histograms_by_key(
     samples = by_name.get(family + "_count", ())
     for key, s in zip(series_keys(samples, key_labels), samples, strict=True):
         counts[key] = counts.get(key, 0.0) + s.value
+    # A series without its +Inf bucket is not a histogram; one with a NaN or infinite count
+    # or sum is left out of this scrape, as if absent, so that no signal becomes NaN.
     return {
         key: Histogram.from_buckets(b, sums.get(key, 0.0), counts.get(key))
         for key, b in buckets.items()
-        if b and math.isinf(max(b))
+        if b
+        and math.isinf(max(b))
+        and math.isfinite(sum(b.values()) + sums.get(key, 0.0) + (counts.get(key) or 0.0))
     }
 
 

@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import pytest
 
+from exporter.config import Settings, Target
 from exporter.engines import UnrecognisedPayload, detect, read_series
+from exporter.runtime import Exporter
+from exporter.scrape import ScrapeResult
 from tests.conftest import fixture_text
+from tests.vllm_payload import VllmState, render
 
 TINY = (("model_name", "/tmp/tinyllama"), ("engine", "0"))
 
@@ -158,3 +162,33 @@ def test_older_vllm_cache_config_gives_capacity_as_blocks_times_block_size() -> 
     (series,) = read_series(payload)
     assert series.kv_capacity_tokens == 2048 * 16
     assert series.kv_cache_memory_bytes is None  # not stated before 0.11: not guessed
+
+
+def _with_bucket_value(text: str, family: str, index: int, value: str) -> str:
+    """The payload with the `index`-th `_bucket` sample of `family` set to `value`."""
+    lines = text.split("\n")
+    at = [i for i, line in enumerate(lines) if line.startswith(family + "_bucket")][index]
+    lines[at] = lines[at].rpartition(" ")[0] + " " + value
+    return "\n".join(lines)
+
+
+@pytest.mark.parametrize("value", ["NaN", "+Inf"])
+def test_a_histogram_with_a_non_finite_count_is_absent_from_that_scrape_never_a_failure(
+    value,
+) -> None:
+    exporter = Exporter(Settings(targets=(Target("t", "http://h/metrics", engine="vllm", cap=8),)))
+    state, server = exporter.states["t"], VllmState(running=4)
+    estimates = []
+    for n in range(5):
+        server.finish(10, latency=0.4, output_tokens=3 + 40 * (n % 2))
+        text = render(server)
+        if n == 3:
+            text = _with_bucket_value(text, "vllm:request_generation_tokens", 3, value)
+            (poisoned,) = read_series(text, "vllm")
+            assert poisoned.output_tokens is None and poisoned.running == 4.0
+        signals = exporter.evaluate(state, ScrapeResult(text, None, 0.01), 1000.0 + 5 * n)
+        assert signals.error is None and signals.total.diagnosis.state != "unreadable"
+        estimates.append(signals.total.static_utilization.estimate if n else None)
+    # the poisoned scrape's estimate is the window's, from the scrapes around it
+    assert estimates[3] == pytest.approx(estimates[2]) and 0.0 < estimates[3] < 1.0
+    assert dict(state.errors) == {}
