@@ -8,6 +8,7 @@ another meaning (that takes a new version).
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import struct
@@ -185,11 +186,19 @@ def _series_row(series: SeriesSignals) -> SeriesRow:
     return packed, sys.intern(series.diagnosis.state), sys.intern(series.diagnosis.reason)
 
 
+@functools.lru_cache(maxsize=65536)
+def _shared_labels(labels: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
+    """One tuple for equal label sets: a series' labels are kept once, not once a row."""
+    return labels
+
+
 def history_row(signals: TargetSignals) -> HistoryRow:
     """The row kept in a target's history for one evaluation (`history_point` reads it):
     the total's numbers, and each series' when the target has more than one."""
     several = len(signals.series) > 1
-    series = tuple((tuple(s.labels.items()), _series_row(s)) for s in signals.series if several)
+    series = tuple(
+        (_shared_labels(tuple(s.labels.items())), _series_row(s)) for s in signals.series if several
+    )
     return signals.t, signals.up, *_series_row(signals.total), series
 
 

@@ -32,6 +32,8 @@ MIDDLE_THRESHOLD = 20
 # Middle collections before an automatic full one: never, in practice.
 NO_AUTOMATIC_FULL = 1_000_000_000
 FULL_COLLECTION_SECONDS = 300.0
+# A full collection that pauses the exporter longer than this is logged at INFO.
+NOTABLE_PAUSE_SECONDS = 0.5
 
 
 def configure() -> tuple[int, ...]:
@@ -52,5 +54,8 @@ async def full_collections(stop: asyncio.Event, every: float = FULL_COLLECTION_S
         except TimeoutError:
             started = time.perf_counter()
             found = gc.collect()
-            log.debug("full collection: %d unreachable objects in %.3f s", found,
-                      time.perf_counter() - started)  # fmt: skip
+            seconds = time.perf_counter() - started
+            # It pauses the event loop: a long pause is worth knowing (scrapes wait on it).
+            level = logging.INFO if seconds > NOTABLE_PAUSE_SECONDS else logging.DEBUG
+            log.log(level, "full garbage collection: %d unreachable objects, %.3f s", found,
+                    seconds)  # fmt: skip

