@@ -141,8 +141,8 @@ def advice_response(generated_at: float, targets: Iterable[TargetSignals]) -> di
 # A target's history keeps one row per evaluation, as compact as the API allows: at
 # 1,000 targets and 720 points each, a dict per point held 662 MiB and gave the garbage
 # collector 1.4 million more objects to walk; a row is a tuple of a time, a flag, the
-# numbers packed in one bytes object and two shared strings (216 MiB for the same), and
-# holds nothing the collector tracks. Rows become the API's points (dicts) only when read.
+# numbers packed in one bytes object and two strings (216 MiB for the same), and holds
+# nothing the collector tracks. Rows become the API's points (dicts) only when read.
 #
 # A point's numbers, in the order of the point's keys; None is packed as NaN, which the
 # JSON says as null either way. `budget_saturated` is packed as 0 or 1.
