@@ -106,13 +106,14 @@ def histograms_by_key(
     for key, s in zip(series_keys(samples, key_labels), samples, strict=True):
         counts[key] = counts.get(key, 0.0) + s.value
     # A series without its +Inf bucket is not a histogram; one with a NaN or infinite count
-    # or sum is left out of this scrape, as if absent, so that no signal becomes NaN.
+    # or sum is left out of this scrape, as if absent, so that no signal becomes NaN. (No
+    # truth test on a value here: a series plan traces this code, see series_plan.)
     return {
         key: Histogram.from_buckets(b, sums.get(key, 0.0), counts.get(key))
         for key, b in buckets.items()
         if b
         and math.isinf(max(b))
-        and math.isfinite(sum(b.values()) + sums.get(key, 0.0) + (counts.get(key) or 0.0))
+        and all(map(math.isfinite, (*b.values(), sums.get(key, 0.0), counts.get(key, 0.0))))
     }
 
 

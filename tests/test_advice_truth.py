@@ -24,9 +24,13 @@ pytestmark = pytest.mark.slow
 
 
 def test_kv_advice_predicts_the_running_count_and_the_memory_for_the_cap() -> None:
+    # 300 requests/s offered (48 in flight at most): past what the server serves at the
+    # cap on a fast machine, so that requests wait at the cap whatever the machine's speed
+    # (at 100/s a faster machine than the first served them all: 11.4 running of 16).
     args = bench_advice.build_parser().parse_args(
-        ["--phase-seconds", "32", "--warmup-seconds", "8", "--cap", "16", "--kv-tokens", "400"]
-    )
+        ["--phase-seconds", "32", "--warmup-seconds", "8", "--cap", "16", "--kv-tokens", "400",
+         "--rate", "300"]
+    )  # fmt: skip
     small, raised, given = asyncio.run(bench_advice.kv_check(args))
     print(bench_advice.kv_markdown([small, raised, given], args))
 
