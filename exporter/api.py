@@ -165,7 +165,6 @@ POINT_NUMBERS = (
     "static_utilization",
 )
 _PACKED_NUMBERS = struct.Struct(f"<{len(POINT_NUMBERS)}d")
-_NAN = math.nan
 
 # (numbers packed, diagnosis state, diagnosis reason) of one series at one evaluation.
 SeriesRow = tuple[bytes, str, str]
@@ -181,7 +180,7 @@ def _series_row(series: SeriesSignals) -> SeriesRow:
     static = series.static_utilization
     numbers = [getattr(series, name) for name in POINT_NUMBERS[:-1]]
     numbers.append(static.estimate if static is not None else None)
-    packed = _PACKED_NUMBERS.pack(*[_NAN if v is None else v for v in numbers])
+    packed = _PACKED_NUMBERS.pack(*[math.nan if v is None else v for v in numbers])
     # Interned: one copy of each distinct state and reason, however many rows hold it.
     return packed, sys.intern(series.diagnosis.state), sys.intern(series.diagnosis.reason)
 
@@ -195,9 +194,10 @@ def _shared_labels(labels: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str]
 def history_row(signals: TargetSignals) -> HistoryRow:
     """The row kept in a target's history for one evaluation (`history_point` reads it):
     the total's numbers, and each series' when the target has more than one."""
-    several = len(signals.series) > 1
-    series = tuple(
-        (_shared_labels(tuple(s.labels.items())), _series_row(s)) for s in signals.series if several
+    series = (
+        tuple((_shared_labels(tuple(s.labels.items())), _series_row(s)) for s in signals.series)
+        if len(signals.series) > 1
+        else ()
     )
     return signals.t, signals.up, *_series_row(signals.total), series
 

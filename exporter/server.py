@@ -48,10 +48,15 @@ def _json(body: dict[str, Any], status: int = 200) -> web.Response:
 GZIP_LEVEL = 1
 
 
+def gzip_body(plain: bytes) -> bytes:
+    """A body as the exporter serves it to a client that accepts gzip."""
+    return igzip.compress(plain, compresslevel=GZIP_LEVEL)
+
+
 def plain_and_gzip(render: Render, targets: list[TargetSignals]) -> tuple[bytes, bytes]:
     """The body `render` makes of the targets, and its gzip."""
     plain = render(targets)
-    return plain, igzip.compress(plain, compresslevel=GZIP_LEVEL)
+    return plain, gzip_body(plain)
 
 
 # How long after a request a body is still rendered after every round, so that a reader
