@@ -196,10 +196,12 @@ def _plain_histograms(samples: list[Sample], family: str, key_labels: tuple[str,
             sums[key] += s.value
         elif s.name == family + "_count":
             counts[key] += s.value
+    # A series with a NaN or infinite bucket, count or sum is left out, as if absent.
     return {
         key: Histogram.from_buckets(b, sums.get(key, 0.0), counts.get(key))
         for key, b in buckets.items()
         if b and math.isinf(max(b))
+        and all(math.isfinite(v) for v in (*b.values(), sums.get(key, 0.0), counts.get(key, 0.0)))
     }
 
 
