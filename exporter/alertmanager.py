@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Mapping
 
 import aiohttp
 
-from exporter.alerts import AlertBook, delivered, payload, step
+from exporter.alerts import STALE_SECONDS, AlertBook, delivered, payload, step
 from exporter.target import TargetSignals
 
 log = logging.getLogger("batchscope.alertmanager")
@@ -33,7 +33,8 @@ class AlertmanagerDelivery:
     """Evaluates the alerts every `interval_seconds` and posts what changed.
 
     Unsent alerts stay queued (the latest state of each) until a post succeeds; retries
-    back off exponentially. `holds` overrides an alert's hold by name.
+    back off exponentially. `holds` overrides an alert's hold by name; `stale_seconds`:
+    how long a target's conditions outlast scrapes that could not read it (`step`).
     """
 
     def __init__(
@@ -45,6 +46,7 @@ class AlertmanagerDelivery:
         interval_seconds: float,
         clock: Callable[[], float] = time.time,
         holds: Mapping[str, float] | None = None,
+        stale_seconds: float = STALE_SECONDS,
     ) -> None:
         self.endpoint = alerts_endpoint(base_url)
         self.source = source
@@ -52,13 +54,14 @@ class AlertmanagerDelivery:
         self.interval_seconds = interval_seconds
         self.clock = clock
         self.holds = holds
+        self.stale_seconds = stale_seconds
         self.book = AlertBook()
         self.backoff = 0.0
         self.retry_at = 0.0
 
     async def deliver_once(self, session: aiohttp.ClientSession) -> None:
         """One evaluation, and a post of the queued alerts unless a retry is not due yet."""
-        self.book = step(self.book, self.source(), self.clock(), self.holds)
+        self.book = step(self.book, self.source(), self.clock(), self.holds, self.stale_seconds)
         if not self.book.unsent or time.monotonic() < self.retry_at:
             return
         body = [payload(alert, self.generator_url) for alert in self.book.unsent.values()]

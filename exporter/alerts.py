@@ -62,12 +62,16 @@ def hold_seconds(spec: AlertSpec) -> float:
 
 @dataclass(frozen=True, slots=True)
 class Alert:
+    """One condition seen: `active_since` it began, `read_at` the last evaluation that
+    read the target and found it holding."""
+
     spec: AlertSpec
     target: str
     value: float
     active_since: float
     last_sent: float | None = None
     resolved_at: float | None = None
+    read_at: float | None = None
 
     @property
     def key(self) -> AlertKey:
@@ -82,11 +86,17 @@ class AlertBook:
     unsent: Mapping[AlertKey, Alert] = field(default_factory=dict)
 
 
+# How long a target's conditions outlast evaluations that could not read it, by default:
+# the exporter's hold time, as its saturation episodes do.
+STALE_SECONDS = BUDGET_SATURATED.hold_seconds
+
+
 def step(
     book: AlertBook,
     targets: Iterable[TargetSignals],
     now: float,
     holds: Mapping[str, float] | None = None,
+    stale_seconds: float = STALE_SECONDS,
 ) -> AlertBook:
     """Advance the book by one evaluation at `now`.
 
@@ -94,6 +104,10 @@ def step(
     when it starts firing, every RESEND_SECONDS while it fires, and once when it resolves
     (its condition gone, or its target gone from the configuration). `holds` overrides the
     hold by alert name.
+
+    An evaluation that could not read its target (down, unreadable) is no evidence: the
+    target's other conditions stay as they were, neither ended nor restarted nor brought
+    to fire, until it has gone unread for more than `stale_seconds`.
     """
     holds = holds or {}
     seen: dict[AlertKey, Alert] = {}
@@ -103,10 +117,17 @@ def step(
             previous = book.active.get(key)
             since = previous.active_since if previous else now
             seen[key] = Alert(spec, signals.target, value, since,
-                              previous.last_sent if previous else None)  # fmt: skip
+                              previous.last_sent if previous else None, read_at=now)  # fmt: skip
+        if not signals.read:
+            for key, alert in book.active.items():
+                if (key[1] == signals.target and alert.spec is not TARGET_DOWN
+                        and alert.read_at is not None and now - alert.read_at <= stale_seconds):  # fmt: skip
+                    seen[key] = alert
     unsent = dict(book.unsent)
     for key, alert in seen.items():
-        if not _firing(alert, now, holds):
+        # A hold completes only on an evaluation that read the condition; a gap carries on
+        # what already fires.
+        if not _firing(alert, now, holds) or (alert.last_sent is None and alert.read_at != now):
             continue
         if alert.last_sent is None or now - alert.last_sent >= RESEND_SECONDS:
             seen[key] = unsent[key] = replace(alert, last_sent=now)

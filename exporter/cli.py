@@ -97,6 +97,7 @@ async def serve(settings: Settings) -> int:
             exporter.current,
             generator_url=f"http://{host}:{port}/api/v1/signals",
             interval_seconds=settings.interval_seconds,
+            stale_seconds=settings.hold_seconds,
         )
         tasks.append(delivery.run_forever(stop))
         log.info("posting alerts to %s", delivery.endpoint)

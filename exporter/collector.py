@@ -170,8 +170,7 @@ class SignalsCollector(Collector):
                         {**labels, "quantile": _statistic(s), "histogram": s.latency_histogram},
                         s.latency_seconds,
                     )  # fmt: skip
-                if t.up:
-                    saturated.add_sample(saturated.name, labels, float(s.budget_saturated))
+                saturated.add_sample(saturated.name, labels, float(s.budget_saturated))
                 if s.static_utilization is not None:
                     u = s.static_utilization
                     for bound, value in zip(BOUNDS, (u.estimate, u.lower, u.upper), strict=True):
@@ -180,7 +179,7 @@ class SignalsCollector(Collector):
                 for item in s.advice.items:
                     if math.isfinite(item.value):
                         advice.add_sample(advice.name, {**labels, "kind": item.kind}, item.value)
-                for state in DIAGNOSIS_STATES:
+                for state in DIAGNOSIS_STATES if t.read else (s.diagnosis.state,):
                     diagnosis.add_sample(
                         diagnosis.name,
                         {**labels, "state": state},
@@ -263,8 +262,7 @@ def render_metrics(targets: Iterable[TargetSignals]) -> bytes:
                 quantile = {"quantile": _statistic(s), "histogram": s.latency_histogram}
                 latency_text = _braced(_pairs({**labels, **quantile}))
                 latency.append(f"{LATENCY.name}{latency_text} {text_of(s.latency_seconds)}\n")
-            if t.up:
-                saturated.append(f"{SATURATED.name}{text} {text_of(s.budget_saturated)}\n")
+            saturated.append(f"{SATURATED.name}{text} {text_of(s.budget_saturated)}\n")
             if s.static_utilization is not None:
                 u = s.static_utilization
                 before, after = _around(pairs, "bound")
@@ -285,6 +283,7 @@ def render_metrics(targets: Iterable[TargetSignals]) -> bytes:
             diagnosis += [
                 f"{DIAGNOSIS.name}{before}{label}{after} {'1.0' if state == current else '0.0'}\n"
                 for state, label in states
+                if t.read or state == current
             ]
     parts: list[str] = []
     for family in FAMILIES:

@@ -26,7 +26,13 @@ from exporter.promtext import ParseError, SampleLimitExceeded
 from exporter.scrape import ScrapeResult, scrape
 from exporter.signals import SaturationState, SignalSettings
 from exporter.snapshot import LabelKey, Snapshot
-from exporter.target import TargetSignals, evaluate_window, unreadable_signals
+from exporter.target import (
+    TOTAL,
+    TargetSignals,
+    evaluate_window,
+    held_saturation,
+    unreadable_signals,
+)
 from exporter.window import Window
 
 log = logging.getLogger("batchscope.exporter")
@@ -296,9 +302,10 @@ class Exporter:
         except Exception as err:  # noqa: BLE001 - one target's payload must not end the round
             reason = "evaluation"
             error = f"evaluation failed: {type(err).__name__}: {err}"
+            state.saturation = held_saturation(state.saturation, now, state.window.settings)
             signals = unreadable_signals(target.name, target.url, now, error,
-                                         state.window.settings,
-                                         result.seconds, dict(target.labels))  # fmt: skip
+                                         state.window.settings, result.seconds,
+                                         dict(target.labels), state.saturation.get(TOTAL))  # fmt: skip
             state.history.append(api.history_row(signals))
         if reason is not None:
             state.errors[reason] += 1

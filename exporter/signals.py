@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from exporter.histogram import Histogram
 
@@ -106,10 +106,13 @@ class SaturationState:
 
     `above_since`: when utilisation reached the threshold in the current episode
     (None when it is below). `saturated`: the episode has lasted the hold time.
+    `read_at`: when an evaluation last read the target (None before any): a scrape that
+    failed reads nothing, and the state waits for the next one that does.
     """
 
     saturated: bool = False
     above_since: float | None = None
+    read_at: float | None = None
 
 
 def step_saturation(
@@ -121,22 +124,36 @@ def step_saturation(
     hold_seconds: float,
     release_margin: float,
 ) -> SaturationState:
-    """Advance the saturation state by one evaluation at time `now`.
+    """Advance the saturation state by one evaluation of a readable scrape at `now`.
 
     Onset: utilisation >= threshold continuously for >= hold_seconds. Release: only
     when utilisation drops below threshold - release_margin (hysteresis), or when no
     latency is known (no traffic finished in the window: nothing is saturated).
+    A scrape that failed is no evaluation: see `saturation_through_gap`.
     """
     if utilization is None:
-        return SaturationState()
+        return SaturationState(read_at=now)
     if state.saturated:
         if utilization < threshold - release_margin:
-            return SaturationState()
-        return state
+            return SaturationState(read_at=now)
+        return replace(state, read_at=now)
     if utilization >= threshold:
         since = state.above_since if state.above_since is not None else now
-        return SaturationState(saturated=now - since >= hold_seconds, above_since=since)
-    return SaturationState()
+        return SaturationState(now - since >= hold_seconds, since, now)
+    return SaturationState(read_at=now)
+
+
+def saturation_through_gap(
+    state: SaturationState, now: float, stale_seconds: float
+) -> SaturationState | None:
+    """The state at `now` when the target could not be read (a failed, timed-out or
+    unreadable scrape): unchanged, since nothing read ended the episode nor prolonged it,
+    until the last readable scrape is more than `stale_seconds` old; then None: that
+    long without evidence, the episode is over (as Prometheus' lookback ends a series).
+    """
+    if state.read_at is None or now - state.read_at > stale_seconds:
+        return None
+    return state
 
 
 def saturated_seconds(state: SaturationState, now: float) -> float:

@@ -27,6 +27,7 @@ from exporter.signals import (
     per_second,
     running_vs_cap,
     saturated_seconds,
+    saturation_through_gap,
     step_saturation,
     throughput_gain,
     unreadable_diagnosis,
@@ -102,6 +103,13 @@ class TargetSignals:
     extra_labels: Mapping[str, str] = field(default_factory=dict)
     errors_total: Mapping[str, int] = field(default_factory=dict)
     window_resets_total: Mapping[str, int] = field(default_factory=dict)
+
+    @property
+    def read(self) -> bool:
+        """Whether this evaluation read the target: it answered with a payload that could be
+        evaluated. One that did not (down, unreadable) is a gap in the evidence: it ends no
+        held state, and of the diagnosis only its own state is known."""
+        return self.up and self.error is None
 
 
 def _mean(hist: Histogram | None) -> float | None:
@@ -394,6 +402,27 @@ def down_signals(error: str | None, settings: SignalSettings) -> SeriesSignals:
     )
 
 
+def held_saturation(
+    saturation: Mapping[LabelKey, SaturationState], now: float, settings: SignalSettings
+) -> dict[LabelKey, SaturationState]:
+    """The saturation states after a scrape that read nothing: each kept as it was until
+    its last readable scrape is older than the hold time (`saturation_through_gap`)."""
+    held = {}
+    for key, state in saturation.items():
+        kept = saturation_through_gap(state, now, settings.hold_seconds)
+        if kept is not None:
+            held[key] = kept
+    return held
+
+
+def _with_episode(total: SeriesSignals, state: SaturationState | None, now: float) -> SeriesSignals:
+    """A total that read nothing, carrying the saturation episode still open (if any)."""
+    if state is None or state.above_since is None:
+        return total
+    return replace(total, budget_saturated=state.saturated,
+                   budget_saturated_seconds=saturated_seconds(state, now))  # fmt: skip
+
+
 def unreadable_signals(
     name: str,
     url: str,
@@ -402,10 +431,13 @@ def unreadable_signals(
     settings: SignalSettings,
     scrape_seconds: float | None,
     extra_labels: Mapping[str, str],
+    episode: SaturationState | None = None,
 ) -> TargetSignals:
     """A target that answered (up, as Prometheus would say) whose payload could not be
-    evaluated: the error is its state and its diagnosis, and it has no series."""
-    total = signals_without_series(unreadable_diagnosis(error), settings)
+    evaluated: the error is its state and its diagnosis, and it has no series. `episode`:
+    the total's saturation state held through it (`held_saturation`)."""
+    total = _with_episode(signals_without_series(unreadable_diagnosis(error), settings),
+                          episode, t)  # fmt: skip
     return TargetSignals(name, url, t, True, error, (), total, scrape_seconds,
                          dict(extra_labels))  # fmt: skip
 
@@ -436,7 +468,9 @@ def evaluate_window(
     """Signals for one target from its window; returns them and the next saturation states.
 
     The newest snapshot decides up/down; up without a series means the engine's families
-    are registered with no samples yet. Series absent from the newest snapshot (a model
+    are registered with no samples yet. A down scrape (failed, timed out, unreadable)
+    reads nothing: the saturation states are held through it (`held_saturation`), and
+    the total shows the episode still open. Series absent from the newest snapshot (a model
     that was unloaded) are dropped; the total is computed like any series, over the
     merged series of each scrape, so its own saturation state is kept under key ().
     A target whose every scrape held the same one series, with a total that is that
@@ -449,9 +483,10 @@ def evaluate_window(
     if latest is None:
         raise ValueError(f"target {name}: evaluating an empty window")
     if not latest.up:
-        down = down_signals(latest.error, settings)
+        held = held_saturation(saturation, now, settings)
+        down = _with_episode(down_signals(latest.error, settings), held.get(TOTAL), now)
         return TargetSignals(name, url, latest.t, False, latest.error, (), down,
-                             latest.scrape_seconds, labels), {}  # fmt: skip
+                             latest.scrape_seconds, labels), held  # fmt: skip
     if not latest.series:
         total = signals_without_series(no_data_diagnosis(), settings)
         return TargetSignals(name, url, latest.t, True, None, (), total,

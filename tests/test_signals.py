@@ -114,7 +114,7 @@ def test_saturation_seconds_count_the_episode() -> None:
                                 release_margin=0.05)  # fmt: skip
     assert state.above_since == 0 and not state.saturated
     assert step_saturation(state, None, 15, threshold=0.95, hold_seconds=60,
-                           release_margin=0.05) == SaturationState()  # fmt: skip
+                           release_margin=0.05) == SaturationState(read_at=15)  # fmt: skip
 
 
 def test_throughput_gain_against_batch_size_one() -> None:

@@ -77,8 +77,16 @@ def reference_evaluation(
     and the total evaluated by `series_signals` working out its own restarts."""
     latest = snapshots[-1]
     if not latest.up:
+        # A down scrape reads nothing: each state is kept until its last read is older
+        # than the hold, and the total shows the episode still open.
+        held = {key: state for key, state in saturation.items()
+                if state.read_at is not None and now - state.read_at <= settings.hold_seconds}  # fmt: skip
         down = down_signals(latest.error, settings)
-        return TargetSignals("t", "u", latest.t, False, latest.error, (), down), {}
+        episode = held.get(TOTAL)
+        if episode is not None and episode.above_since is not None:
+            down = dataclasses.replace(down, budget_saturated=episode.saturated,
+                                       budget_saturated_seconds=now - episode.above_since)  # fmt: skip
+        return TargetSignals("t", "u", latest.t, False, latest.error, (), down), held
     if not latest.series:
         total = signals_without_series(no_data_diagnosis(), settings)
         return TargetSignals("t", "u", latest.t, True, None, (), total), {}
