@@ -12,6 +12,9 @@ from dataclasses import dataclass
 from exporter.config import Settings
 
 RUNBOOK_PATH = "docs/runbook.md"
+# A scrape slower than half the default interval is slow: the target's /metrics lags,
+# as a model server's does when it is overloaded, before scrapes start to time out.
+SLOW_SCRAPE_SECONDS = Settings(targets=()).interval_seconds / 2
 
 
 @dataclass(frozen=True, slots=True)

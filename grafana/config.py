@@ -7,7 +7,7 @@ rules and the exporter cannot drift apart.
 
 from __future__ import annotations
 
-from exporter.alert_specs import RUNBOOK_PATH
+from exporter.alert_specs import RUNBOOK_PATH, SLOW_SCRAPE_SECONDS
 from exporter.config import Settings
 from exporter.labels import SERIES_LABELS
 from exporter.signals import SignalSettings
@@ -20,12 +20,15 @@ CONFIG = {
     "window": f"{_EXPORTER.window_seconds:g}s",
     "saturation_threshold": _EXPORTER.saturation_threshold,
     "saturation_hold_seconds": _EXPORTER.hold_seconds,
+    # How long a series' newest sample stands for it through failed scrapes (`latest`):
+    # the hold time, as the exporter holds its states through a target it cannot read.
+    "staleness": f"{_EXPORTER.hold_seconds:g}s",
     "near_cap": _SIGNALS.near_cap,
     "kv_high": _SIGNALS.kv_high,
     # Stalled: generated tokens and finished requests per second under this.
     "stall_rate": _SIGNALS.stall_rate,
-    # An exporter scrape slower than half its interval is slow (timeout: 0.8 interval).
-    "slow_scrape_seconds": _EXPORTER.interval_seconds / 2,
+    # An exporter scrape slower than this is slow (half the default interval).
+    "slow_scrape_seconds": SLOW_SCRAPE_SECONDS,
     # Labels that tell one vLLM engine from another inside a target.
     "instance_labels": ("target", "model_name", "engine"),
     # The exporter's series labels (every engine adapter's keys); none of them: the total.

@@ -45,8 +45,8 @@ MEMORY_BOUND_RULE = f"{LEVEL}:vllm_memory_bound:bool"
 STALLED_RULE = f"{LEVEL}:vllm_stalled:bool"
 
 # Both vLLM generations: V0 counted swapped requests apart, 0.9 renamed the KV gauge.
-WAITING_NAMES = "vllm:num_requests_waiting|vllm:num_requests_swapped"
-KV_NAMES = "vllm:kv_cache_usage_perc|vllm:gpu_cache_usage_perc"
+WAITING_NAMES = ("vllm:num_requests_waiting", "vllm:num_requests_swapped")
+KV_NAMES = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
 
 
 def _by(config: Mapping) -> str:
@@ -61,15 +61,21 @@ def vllm_recording_rules(config: Mapping) -> dict:
     """The rule file that turns vLLM's raw series into batchscope's signals."""
     by, window = _by(config), config["window"]
     scraped = 'target!=""'
+    # Gauges are read as their newest sample within the staleness: a scrape of vLLM that
+    # failed is a gap, not an absence (rates already read over a window). Each name is
+    # read apart: last_over_time drops the name, and two names would then collide.
+    running = _newest("sum", by, ("vllm:num_requests_running",), scraped, config)
     rules = [
-        _record(RUNNING, f"sum by ({by}) (vllm:num_requests_running{{{scraped}}})"),
-        _record(WAITING, f'sum by ({by}) ({{__name__=~"{WAITING_NAMES}", {scraped}}})'),
+        _record(RUNNING, running),
+        # V0's swapped requests wait too: added where the engine has them.
+        _record(WAITING, _newest("sum", by, WAITING_NAMES, scraped, config, " + ")),
         _record(RUNNING_VS_CAP, f"{RUNNING} / on (target) group_left () {CAP_RULE}"),
         _record(
             PREEMPTIONS, f"sum by ({by}) (rate(vllm:num_preemptions_total{{{scraped}}}[{window}]))"
         ),
-        # The fullest engine's view, as the exporter's total: max, never an average.
-        _record(KV_USAGE, f'max by ({by}) ({{__name__=~"{KV_NAMES}", {scraped}}})'),
+        # The fullest engine's view, as the exporter's total: max, never an average; the
+        # 0.9+ name where an engine has both.
+        _record(KV_USAGE, _newest("max", by, KV_NAMES, scraped, config, " or ")),
         _record(
             REQUESTS, f"sum by ({by}) (rate(vllm:request_success_total{{{scraped}}}[{window}]))"
         ),
@@ -128,6 +134,28 @@ def vllm_recording_rules(config: Mapping) -> dict:
     return {"groups": [{"name": "batchscope-vllm-signals", "rules": rules}]}
 
 
+def latest(selector: str, config: Mapping) -> str:
+    """The newest sample of each series of `selector` within the staleness. A failed
+    scrape leaves Prometheus a stale marker, and an instant selector then finds nothing,
+    so an alert's `for:` would start again; the newest sample before the gap is the
+    evidence that stands until a later sample, or the staleness, ends it."""
+    return f"last_over_time({selector}[{config['staleness']}])"
+
+
+def _newest(aggregation: str, by: str, names: tuple[str, ...], matchers: str, config: Mapping,
+            combine: str = "") -> str:  # fmt: skip
+    """`aggregation by (by)` of each name's newest samples (`latest`), the names combined
+    with `combine` (" + " adds each name present to the first, " or " takes the first
+    name present); the first name alone where the others are absent."""
+    parts = [f"{aggregation} by ({by}) ({latest(f'{name}{{{matchers}}}', config)})"
+             for name in names]  # fmt: skip
+    if len(parts) == 1:
+        return parts[0]
+    if combine == " or ":
+        return "\nor ".join(parts)
+    return "(" + combine.join(parts) + ")\nor " + parts[0]
+
+
 def _as_bool(condition: str) -> str:
     """1 where the filtering `condition` holds, 0 for every other known instance."""
     return f"clamp(\n{condition},\n1, 1)\nor {WAITING} * 0"
@@ -149,8 +177,11 @@ def _templated(text: str, value_format: str) -> str:
     return text.format(target="{{ $labels.target }}", value=value)
 
 
-def _alert(spec: AlertSpec, expr: str, config: Mapping, holds: Mapping[str, float]) -> dict:
-    hold = holds.get(spec.name, spec.hold_seconds)
+def _alert(spec: AlertSpec, expr: str, config: Mapping, holds: Mapping[str, float],
+           hold_seconds: float | None = None) -> dict:  # fmt: skip
+    """The rule for `spec`: held `hold_seconds` (the spec's hold by default; `holds`
+    overrides it by name)."""
+    hold = holds.get(spec.name, spec.hold_seconds if hold_seconds is None else hold_seconds)
     return {
         "alert": spec.name,
         "expr": expr,
@@ -170,47 +201,63 @@ def total_selector(config: Mapping, extra: str = "") -> str:
     return "{" + ", ".join(([extra] if extra else []) + matchers) + "}"
 
 
-def _diagnosed(state: str) -> str:
-    """A target any of whose series (or its total) is in this diagnosis state."""
-    return f'max by (target) (batchscope_diagnosis{{state="{state}"}}) == 1'
+def _diagnosed(state: str, config: Mapping) -> str:
+    """A target any of whose series (or its total) was in this diagnosis state at the
+    exporter's last reading of it (an unread target exports only its down state)."""
+    selector = f'batchscope_diagnosis{{state="{state}"}}'
+    return f"max by (target) ({latest(selector, config)}) == 1"
+
+
+def _worst(series: str, config: Mapping) -> str:
+    """The worst reading of `series` over a target's series and total, each its newest
+    sample within the staleness (`latest`)."""
+    return f"max by (target) ({latest(series, config)})"
 
 
 def exporter_alerts(config: Mapping, holds: Mapping[str, float] | None = None) -> dict:
     """Alerts on the exporter's series: one alert per target, labelled as the exporter posts,
     from the worst of its series (a saturated model fires even when the total has no latency).
 
-    `holds` overrides an alert's `for:` by name (tests use short ones).
+    Every series is read as its newest sample within the staleness, so a scrape of the
+    exporter that failed (or a target the exporter could not read, whose signals it leaves
+    out) neither ends nor restarts an alert. Saturation is the exporter's own held state,
+    `batchscope_budget_saturated`, which has its hold and hysteresis already: it fires as
+    the exporter's does, at once. `holds` overrides an alert's `for:` by name (tests use
+    short ones).
     """
     holds = holds or {}
-    threshold = config["saturation_threshold"]
+    utilization, saturated = (latest(name, config) for name in
+                              ("batchscope_budget_utilization_ratio", "batchscope_budget_saturated"))  # fmt: skip
     rules = [
         _alert(
             BUDGET_SATURATED,
-            f"max by (target) (batchscope_budget_utilization_ratio) >= {threshold:g}",
+            f"max by (target) (\n{utilization}\nand {saturated} == 1\n)",
             config,
             holds,
+            hold_seconds=0.0,
         ),
         _alert(
             MEMORY_BOUND,
-            f"max by (target) (batchscope_waiting_requests)\n"
-            f"and on (target) {_diagnosed('memory_bound')}",
+            f"{_worst('batchscope_waiting_requests', config)}\n"
+            f"and on (target) {_diagnosed('memory_bound', config)}",
             config,
             holds,
         ),
         _alert(
             PREEMPTIONS_CLIMBING,
-            "max by (target) (batchscope_preemptions_per_second) > 0",
+            f"{_worst('batchscope_preemptions_per_second', config)} > 0",
             config,
             holds,
         ),
         _alert(
             STALLED,
-            f"max by (target) (batchscope_generation_tokens_per_second)\n"
-            f"and on (target) {_diagnosed('stalled')}",
+            f"{_worst('batchscope_generation_tokens_per_second', config)}\n"
+            f"and on (target) {_diagnosed('stalled', config)}",
             config,
             holds,
         ),
-        _alert(TARGET_DOWN, "max by (target) (batchscope_target_up) == 0", config, holds),
+        _alert(TARGET_DOWN, f"{_worst('batchscope_target_up', config)} == 0", config, holds),
+        # Prometheus writes `up` at every scrape, failed or not: one failure is one 0.
         _alert(
             EXPORTER_DOWN,
             f"up{{{config['exporter_selector']}}} == 0 or absent(up{{{config['exporter_selector']}}})",
@@ -219,7 +266,7 @@ def exporter_alerts(config: Mapping, holds: Mapping[str, float] | None = None) -
         ),
         _alert(
             SCRAPES_SLOW,
-            f"max by (target) (batchscope_scrape_duration_seconds) > {config['slow_scrape_seconds']:g}",
+            f"{_worst('batchscope_scrape_duration_seconds', config)} > {config['slow_scrape_seconds']:g}",
             config,
             holds,
         ),
