@@ -11,7 +11,7 @@ import argparse
 from dataclasses import fields
 
 from exporter.config import (
-    MAX_TIMEOUT_SECONDS,
+    DEFAULT_TIMEOUT_SECONDS,
     SETTINGS_FLAGS,
     ConfigError,
     Settings,
@@ -133,7 +133,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--timeout-seconds",
         type=float,
         metavar="S",
-        help=f"scrape timeout (default: min(0.8 x interval, {MAX_TIMEOUT_SECONDS:g}))",
+        help=f"scrape timeout (default: {DEFAULT_TIMEOUT_SECONDS:g}, whatever the interval: a "
+        "slow scrape delays the target's next one, scrapes never overlap)",
     )
     group.add_argument(
         "--max-response-bytes",

@@ -58,7 +58,7 @@ def test_quick_command_line_builds_one_target():
         ),
         listen="127.0.0.1:9500",
         interval_seconds=5.0,
-        timeout_seconds=4.0,
+        timeout_seconds=10.0,
     )
 
 
@@ -71,7 +71,7 @@ def test_quick_defaults_name_from_host_port_and_path_metrics():
     assert settings.window_seconds == 60.0
     assert settings.saturation_threshold == 0.95
     assert settings.hold_seconds == 60.0
-    assert settings.timeout_seconds == 4.0
+    assert settings.timeout_seconds == 10.0
     assert settings.max_response_bytes == 8 * 1024 * 1024
     assert settings.history_points == 720
     assert settings.file_sd == ()
@@ -104,10 +104,20 @@ def test_flags_default_to_none_so_not_given_is_visible():
     assert set(args.values()) == {None}
 
 
-def test_timeout_defaults_to_eighty_percent_of_interval_capped_at_ten():
-    assert parse_flags("--target", "http://h:1", "--interval", "2").timeout_seconds == 1.6
+def test_timeout_defaults_to_ten_seconds_whatever_the_interval():
+    # A loaded vLLM's /metrics takes seconds (docs/benchmarks.md): 0.8 x a 1 s interval
+    # turned those scrapes into gaps.
+    assert parse_flags("--target", "http://h:1", "--interval", "2").timeout_seconds == 10.0
     assert parse_flags("--target", "http://h:1", "--interval", "30").timeout_seconds == 10.0
-    assert Settings(targets=(), interval_seconds=1.0).timeout_seconds == 0.8
+    assert Settings(targets=(), interval_seconds=1.0).timeout_seconds == 10.0
+
+
+def test_a_timeout_longer_than_the_interval_is_accepted(tmp_path):
+    # Scrapes of one target never overlap: a slow one delays that target's next scrape.
+    assert parse_flags("--target", "http://h:1", "--timeout-seconds", "6").timeout_seconds == 6.0
+    path = tmp_path / "fleet.yaml"
+    path.write_text("targets:\n  - url: http://h:1\ninterval_seconds: 2\ntimeout_seconds: 3\n")
+    assert parse_flags("--config", str(path)).timeout_seconds == 3.0
 
 
 @pytest.mark.parametrize(
@@ -142,8 +152,6 @@ def test_listen_forms(listen, stored, bound):
          "--interval: must be <= window_seconds (60, the default) (got 90)"),
         (("--target", "http://h:1", "--window-seconds", "4"),
          "--window-seconds: must be >= interval_seconds (5), a window holds at least one scrape (got 4)"),
-        (("--target", "http://h:1", "--timeout-seconds", "6"),
-         "--timeout-seconds: must be <= interval_seconds (5), a scrape must end before the next round (got 6)"),
         (("--target", "http://h:1", "--saturation-threshold", "0"),
          "--saturation-threshold: must be > 0 and <= 10 (got 0.0)"),
         (("--target", "http://h:1", "--saturation-threshold", "10.5"),
@@ -352,8 +360,6 @@ T = "targets:\n  - name: a\n    url: http://a:1/metrics\n"
         (T + "interval_seconds: 0\n", "4: interval_seconds: must be > 0 (got 0)"),
         (T + "window_seconds: 2\n",
          "4: window_seconds: must be >= interval_seconds (5), a window holds at least one scrape (got 2)"),
-        (T + "interval_seconds: 2\ntimeout_seconds: 3\n",
-         "5: timeout_seconds: must be <= interval_seconds (2), a scrape must end before the next round (got 3)"),
         (T + "saturation_threshold: 0\n", "4: saturation_threshold: must be > 0 and <= 10 (got 0)"),
         (T + "hold_seconds: -1\n", "4: hold_seconds: must be >= 0 (got -1)"),
         (T + "max_response_bytes: 1.5\n",
