@@ -14,7 +14,9 @@ demo server's scheduler, bench_batching.py, run as a subprocess when it is there
 `batcher` (the embedding batcher, fixed vs adaptive, seeds 000 and 001, and its
 overhead against seed 000's plain Batcher: bench_batcher.py, a subprocess; its charts
 go to `bench/` beside the report) and `advice` (the exporter's advice held against the
-demo server's truth: bench_advice.py, a subprocess; it starts demo servers).
+demo server's truth: bench_advice.py, a subprocess; it starts demo servers); on request,
+`overload` (the exporter beside a real vLLM held at five times its budget on the same
+cores: bench_overload.py, a subprocess).
 The report names the machine, the command and the date: numbers from a shared 2-core
 machine only mean something next to those.
 
@@ -57,8 +59,10 @@ BENCHMARKS = (
     "parser", "ingest", "evaluation", "render", "fleet", "prometheus", "fuzz", "batching",
     "dashboard", "batcher", "advice",
 )  # fmt: skip
-# Run only when named with --only: the soak takes 30 minutes (--soak-minutes).
-ON_REQUEST = ("soak",)
+# Run only when named with --only: the soak takes 30 minutes (--soak-minutes); the
+# overload needs the real vLLM of the end-to-end suite (`make vllm-env`), about 5 minutes.
+ON_REQUEST = ("soak", "overload")
+OVERLOAD_SCRIPT = ROOT / "scripts/bench_overload.py"
 FUZZ_SCRIPT = ROOT / "scripts/fuzz_parser.py"
 FUZZ_SECONDS = 300
 FUZZ_QUICK_SECONDS = 20
@@ -209,6 +213,10 @@ def main(argv: list[str] | None = None) -> int:
         chart_args = ["--chart-dir", str(args.output.parent / "bench")]
         quick_args = ["--quick"] if args.quick else []
         sections.append(script_section(BATCHER_SCRIPT, "Batcher", chart_args + quick_args))
+    if "overload" in selected:
+        print("overload: running scripts/bench_overload.py", file=sys.stderr, flush=True)
+        quick_args = ["--phase-seconds", "15"] if args.quick else []
+        sections.append(script_section(OVERLOAD_SCRIPT, "Overload", quick_args))
     if "advice" in selected:
         print("advice: running scripts/bench_advice.py", file=sys.stderr, flush=True)
         quick_args = ["--quick"] if args.quick else []

@@ -1,0 +1,145 @@
+"""End to end: the headline alert through a real Prometheus and Alertmanager while
+Prometheus' scrapes of the exporter keep failing (issue 19).
+
+A scripted vLLM holds budget utilisation at 1.21, the exporter scrapes it, and Prometheus
+scrapes the exporter through a proxy that makes every third answer slower than
+Prometheus' scrape timeout: each such scrape fails and leaves stale markers, which
+restarted the old rule's `for:` every few seconds. BatchingBudgetSaturated must reach
+the webhook once the exporter's hold has passed, and stay firing through the gaps.
+The hold is shortened by setting (`hold_seconds`, the rules' config), not by a code path.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from grafana.build import rule_yaml
+from grafana.config import CONFIG
+from grafana.rules import exporter_alerts
+from tests.monitoring_stack import (
+    alertmanager,
+    exporter,
+    payload_server,
+    prometheus,
+    query,
+    wait_until,
+    webhook,
+)
+from tests.vllm_payload import VllmState, render
+
+pytestmark = pytest.mark.slow
+
+HOLD = 10
+BUDGET = 1.495 / 1.21  # p99 1.495 s (requests of 1.2 s): utilisation 1.21
+SLOW_EVERY = 3
+
+
+@contextmanager
+def slow_proxy(upstream: str, delay: float, every: int) -> Iterator[tuple[str, dict]]:
+    """Forward GETs to `upstream`, holding every `every`-th answer back `delay` seconds;
+    yields the proxy's base URL and its counts (requests, delayed)."""
+    counts = {"requests": 0, "delayed": 0}
+    lock = threading.Lock()
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 - http.server's name
+            with lock:
+                counts["requests"] += 1
+                slow = counts["requests"] % every == 0
+                counts["delayed"] += slow
+            with urllib.request.urlopen(upstream + self.path, timeout=10) as response:
+                body, kind = response.read(), response.headers["Content-Type"]
+            if slow:
+                time.sleep(delay)
+            try:
+                self.send_response(200)
+                self.send_header("Content-Type", kind)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+            except OSError:
+                pass  # Prometheus gave up on this scrape: that is the point
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"127.0.0.1:{server.server_address[1]}", counts
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_saturation_fires_and_stays_firing_while_prometheus_misses_scrapes(tmp_path: Path):
+    state = VllmState(running=8, waiting=20, kv_usage=0.5)
+
+    def scripted() -> str:
+        state.finish(10, 1.2, 100)
+        return render(state)
+
+    for name in ("am", "prometheus"):
+        (tmp_path / name).mkdir()
+    config = {**CONFIG, "saturation_hold_seconds": HOLD}
+    with (
+        payload_server(scripted) as target_url,
+        webhook() as hook,
+        alertmanager(tmp_path / "am", hook.url) as am,
+        exporter(tmp_path, "--target", target_url, "--name", "llm", "--engine", "vllm",
+                 "--cap", "8", "--budget-seconds", str(BUDGET), "--interval", "1",
+                 "--hold-seconds", str(HOLD)) as exp,
+        slow_proxy(exp.url, delay=2.0, every=SLOW_EVERY) as (proxy, counts),
+        prometheus(
+            tmp_path / "prometheus",
+            [{"job_name": "batchscope-exporter", "static_configs": [{"targets": [proxy]}]}],
+            {"exporter-alerts.yml": rule_yaml(exporter_alerts(config))},
+            alertmanager_url=am.url,
+        ) as prom,
+    ):  # fmt: skip
+        started = time.monotonic()
+        wait_until(lambda: hook.alerts("BatchingBudgetSaturated"), 90,
+                   "BatchingBudgetSaturated at the webhook", exp.log)  # fmt: skip
+        fired_after = time.monotonic() - started
+        missed = query(prom, 'count_over_time((up{job="batchscope-exporter"} == 0)[5m:1s])')
+        # Firing, and still firing after more failed scrapes.
+        time.sleep(2 * SLOW_EVERY + 2)
+        firing = query(prom, 'ALERTS{alertname="BatchingBudgetSaturated", alertstate="firing"}')
+        resolved = hook.alerts("BatchingBudgetSaturated", "resolved")
+    assert counts["delayed"] >= 3, counts
+    assert missed and float(missed[0]["value"][1]) >= 3, missed
+    [alert] = {a["labels"]["target"]: a for a in hook.alerts("BatchingBudgetSaturated")}.values()
+    assert alert["labels"] == {"alertname": "BatchingBudgetSaturated", "severity": "warning",
+                               "target": "llm"}  # fmt: skip
+    assert alert["annotations"]["description"].startswith("Budget utilisation on llm is 121%")
+    assert fired_after >= HOLD, fired_after
+    assert firing, "the alert stopped firing at a missed scrape"
+    assert resolved == []
+    print(f"\nfired {fired_after:.0f} s after the start; Prometheus missed "
+          f"{missed[0]['value'][1]} scrapes of the exporter; {counts}")  # fmt: skip
+
+
+def test_slow_proxy_delays_every_third_answer():
+    # The proxy itself, so that the test above cannot pass with a proxy that never delays.
+    with (
+        payload_server(lambda: "x 1\n") as upstream,
+        slow_proxy(upstream.rsplit("/", 1)[0], delay=0.3, every=3) as (proxy, counts),
+    ):  # fmt: skip
+        seconds = []
+        for _ in range(6):
+            t0 = time.monotonic()
+            with urllib.request.urlopen(f"http://{proxy}/metrics", timeout=5) as r:
+                assert r.read() == b"x 1\n"
+            seconds.append(time.monotonic() - t0)
+    assert counts == {"requests": 6, "delayed": 2}
+    assert seconds[2] >= 0.3 and seconds[5] >= 0.3, seconds
+
