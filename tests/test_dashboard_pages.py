@@ -3,6 +3,7 @@ scripted vLLM-format targets: the numbers, states and words a user sees."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import time
@@ -16,7 +17,8 @@ from aiohttp import web
 from streamlit.testing.v1 import AppTest
 
 from dashboard.formatting import plain_markdown
-from exporter.config import Target
+from exporter.alert_specs import SLOW_SCRAPE_SECONDS
+from exporter.config import Settings, Target
 from tests.conftest import fixture_text
 from tests.scripted_fleet import (
     BackgroundServer,
@@ -26,7 +28,7 @@ from tests.scripted_fleet import (
     start_exporter,
     wait_for_states,
 )
-from tests.vllm_payload import VllmState
+from tests.vllm_payload import VllmState, render
 
 VIEWS = Path(__file__).resolve().parent.parent / "dashboard" / "views"
 ODD_NAME = "**fast** <b>x</b>"
@@ -405,3 +407,35 @@ def test_a_token_cap_is_shown_beside_the_request_cap(engines_fleet) -> None:
     assert values["batch tokens / token cap"] == "15500 / 16000"
     assert values["KV cache"] == "not exposed by this engine"
     assert any("a token cap, not a request cap" in t for t in texts(at.markdown))
+
+
+def test_a_slow_target_is_called_slow_before_it_is_down() -> None:
+    # A /metrics that answers in 2.8 s: slower than SLOW_SCRAPE_SECONDS (2.5 s), well
+    # within the timeout. The page says so while the target is up.
+    state = VllmState(running=8, waiting=0, kv_usage=0.4)
+
+    async def slow(_: web.Request) -> web.Response:
+        state.finish(2, 0.4, 40)
+        await asyncio.sleep(2.8)
+        return web.Response(text=render(state))
+
+    app = web.Application()
+    app.router.add_get("/metrics", slow)
+    target = BackgroundServer(app)
+    target.start()
+    settings = Settings(targets=(Target("slow", f"{target.url}/metrics", engine="vllm", cap=8,
+                                        budget_seconds=2),),
+                        interval_seconds=1.0, window_seconds=10.0, timeout_seconds=5.0)  # fmt: skip
+    exporter = start_exporter(settings)
+    try:
+        wait_for_states(exporter.url, {"slow": "healthy"}, seconds=30)
+        at = page("live.py", exporter.url)
+    finally:
+        exporter.stop()
+        target.stop()
+    assert SLOW_SCRAPE_SECONDS == 2.5
+    slow_words = [t for t in texts(at.warning) if t.startswith("This target's /metrics is slow")]
+    assert len(slow_words) == 1, texts(at.warning)
+    took = float(slow_words[0].split("the last scrape took ")[1].split(" s ")[0])
+    assert 2.8 <= took < 5.0, slow_words[0]
+    assert not [t for t in texts(at.error) if t.startswith("This target does not answer")]

@@ -29,6 +29,7 @@ from dashboard.frames import (
     series_choices,
     series_points,
 )
+from exporter.alert_specs import SLOW_SCRAPE_SECONDS
 from exporter.signals import SignalSettings
 
 DEFAULTS = SignalSettings()
@@ -63,11 +64,18 @@ def saturation_banners(doc: dict) -> None:
         total = target.get("total") or {}
         if not total.get("budget_saturated"):
             continue
+        if total.get("budget_utilization") is None:
+            # The last scrape read nothing: the episode is held, not measured now.
+            level = ("the last scrape could not read the target; nothing read since has "
+                     "ended the episode")  # fmt: skip
+        else:
+            level = (
+                f"latency has stayed at {percent(total.get('budget_utilization'))} of the budget"
+            )
         st.error(
-            f"**Budget saturated: {plain_markdown(target.get('target', ''))}**. Latency has "
-            f"stayed at {percent(total.get('budget_utilization'))} of the budget for "
-            f"{seconds(total.get('budget_saturated_seconds'))}: the budget is too tight for "
-            "this traffic, or the server needs more capacity.",
+            f"**Budget saturated: {plain_markdown(target.get('target', ''))}**. Saturated for "
+            f"{seconds(total.get('budget_saturated_seconds'))} ({level}): the budget is too "
+            "tight for this traffic, or the server needs more capacity.",
             icon=":material/notifications_active:",
         )
 
@@ -213,6 +221,14 @@ def target_panel(sources: ui.Sources, target: dict, now: float) -> None:
             f"This target does not answer: {plain_markdown(target.get('error') or 'no reason')}."
             " Check the URL and port in the exporter's configuration, that the server runs, "
             "and the exporter's log. The charts show its last data."
+        )
+    elif (target.get("scrape_seconds") or 0.0) > SLOW_SCRAPE_SECONDS:
+        st.warning(
+            f"This target's /metrics is slow: the last scrape took "
+            f"{seconds(target['scrape_seconds'])} (slow above {seconds(SLOW_SCRAPE_SECONDS)}). "
+            "A model server's /metrics slows down when it is overloaded; a scrape slower than "
+            "the exporter's timeout (10 s by default) becomes a gap, which holds the "
+            "target's states as they were until a scrape reads it again."
         )
     choices = series_choices(target)
     choice = TOTAL_CHOICE
