@@ -103,8 +103,12 @@ def exporter(workdir: Path, *flags: str) -> Iterator[Process]:
 
 @contextmanager
 def prometheus(workdir: Path, scrape_configs: list[dict], rule_files: dict[str, str],
-               alertmanager_url: str | None = None, interval: str = "1s") -> Iterator[Process]:  # fmt: skip
-    """A Prometheus with these scrape jobs and rule files (name -> text)."""
+               alertmanager_url: str | None = None, interval: str = "1s",
+               resend_delay: str | None = "1s") -> Iterator[Process]:  # fmt: skip
+    """A Prometheus with these scrape jobs and rule files (name -> text). `resend_delay`:
+    how often a firing alert is sent again (None: Prometheus' default, 1m). An alert sent
+    is valid for four of them, so at 1s a Prometheus starved for 4 s lets Alertmanager
+    resolve it in between."""
     port = free_port()
     names = []
     for name, text in rule_files.items():
@@ -127,7 +131,7 @@ def prometheus(workdir: Path, scrape_configs: list[dict], rule_files: dict[str, 
         f"--config.file={workdir / 'prometheus.yml'}",
         f"--storage.tsdb.path={workdir / 'data'}",
         f"--web.listen-address=127.0.0.1:{port}",
-        "--rules.alert.resend-delay=1s",
+        *([f"--rules.alert.resend-delay={resend_delay}"] if resend_delay else []),
     ]
     with process("prometheus", args, port, workdir, "/-/ready") as proc:
         yield proc
@@ -184,15 +188,9 @@ def webhook() -> Iterator[Webhook]:
         def log_message(self, *args):
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    received.port = server.server_address[1]
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with serving(Handler) as server:
+        received.port = server.server_address[1]
         yield received
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 @contextmanager
@@ -237,11 +235,18 @@ def payload_server(render: Callable[[], str]) -> Iterator[str]:
         def log_message(self, *args):
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    with serving(Handler) as server:
+        yield f"http://127.0.0.1:{server.server_address[1]}/metrics"
+
+
+@contextmanager
+def serving(handler: type[BaseHTTPRequestHandler]) -> Iterator[ThreadingHTTPServer]:
+    """A threaded HTTP server of `handler` on a free local port, for the block."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/metrics"
+        yield server
     finally:
         server.shutdown()
         server.server_close()

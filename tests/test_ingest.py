@@ -200,7 +200,8 @@ def _plain_histograms(samples: list[Sample], family: str, key_labels: tuple[str,
     return {
         key: Histogram.from_buckets(b, sums.get(key, 0.0), counts.get(key))
         for key, b in buckets.items()
-        if b and math.isinf(max(b))
+        if b
+        and math.isinf(max(b))
         and all(math.isfinite(v) for v in (*b.values(), sums.get(key, 0.0), counts.get(key, 0.0)))
     }
 

@@ -16,7 +16,7 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
@@ -30,6 +30,7 @@ from tests.monitoring_stack import (
     payload_server,
     prometheus,
     query,
+    serving,
     wait_until,
     webhook,
 )
@@ -71,14 +72,8 @@ def slow_proxy(upstream: str, delay: float, every: int) -> Iterator[tuple[str, d
         def log_message(self, *args):
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with serving(Handler) as server:
         yield f"127.0.0.1:{server.server_address[1]}", counts
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 def test_saturation_fires_and_stays_firing_while_prometheus_misses_scrapes(tmp_path: Path):
@@ -142,4 +137,3 @@ def test_slow_proxy_delays_every_third_answer():
             seconds.append(time.monotonic() - t0)
     assert counts == {"requests": 6, "delayed": 2}
     assert seconds[2] >= 0.3 and seconds[5] >= 0.3, seconds
-

@@ -490,3 +490,57 @@ def drive_load(
         result.seconds = time.monotonic() - t0
 
     return LoadHandle(run)
+
+
+class ClosedLoop:
+    """`clients` threads, each sending one POST /v1/completions after another (max_tokens
+    drawn from [min_tokens, max_tokens], ignore_eos) until `stop()`: an overload that
+    lasts as long as the test needs, as users in a loop make it."""
+
+    def __init__(self, base_url: str, clients: int, model: str, min_tokens: int = 100,
+                 max_tokens: int = 450, seed: int = 0) -> None:  # fmt: skip
+        self.result = LoadResult()
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._t0 = time.monotonic()
+        self._threads = [
+            threading.Thread(
+                target=self._client,
+                daemon=True,
+                args=(base_url, model, random.Random(seed + i), min_tokens, max_tokens),
+            )  # fmt: skip
+            for i in range(clients)
+        ]
+        for thread in self._threads:
+            thread.start()
+
+    def _client(self, base_url: str, model: str, rng: random.Random, low: int, high: int):
+        while not self._stop.is_set():
+            payload = {
+                "model": model,
+                "prompt": " ".join(rng.choice(_WORDS) for _ in range(8)),
+                "max_tokens": rng.randint(low, high),
+                "ignore_eos": True,
+                "temperature": 0,
+            }
+            try:
+                status, body = http_post_json(f"{base_url}/v1/completions", payload, 300.0)
+                err = None if status == 200 else f"HTTP {status}: {str(body)[:300]}"
+            except Exception as e:  # noqa: BLE001
+                status, body, err = 0, None, repr(e)
+            with self._lock:
+                if err is None:
+                    self.result.ok += 1
+                    usage = (body.get("usage") or {}) if isinstance(body, dict) else {}
+                    self.result.completion_tokens += int(usage.get("completion_tokens", 0))
+                else:
+                    self.result.failed += 1
+                    self.result.errors.append(err)
+
+    def stop(self, timeout: float = 300.0) -> LoadResult:
+        """Let every client finish its request in flight, then return the totals."""
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(timeout)
+        self.result.seconds = time.monotonic() - self._t0
+        return self.result
