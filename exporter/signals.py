@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from exporter.histogram import Histogram
 
@@ -136,7 +136,7 @@ def step_saturation(
     if state.saturated:
         if utilization < threshold - release_margin:
             return SaturationState(read_at=now)
-        return replace(state, read_at=now)
+        return SaturationState(True, state.above_since, now)
     if utilization >= threshold:
         since = state.above_since if state.above_since is not None else now
         return SaturationState(now - since >= hold_seconds, since, now)
