@@ -33,8 +33,10 @@ def http_get(url: str, timeout: float = 5.0) -> bytes:
         return response.read()
 
 
-def wait_until(check: Callable[[], bool], timeout: float, what: str, log: Path | None = None):
-    """Poll `check` every 0.25 s; fail naming `what` (and the process log) after `timeout`."""
+def wait_until(check: Callable[[], bool], timeout: float, what: str, log: Path | None = None,
+               seen: object = None):  # fmt: skip
+    """Poll `check` every 0.25 s; fail naming `what` (what `seen` holds by then, and the
+    process log) after `timeout`."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
@@ -44,7 +46,8 @@ def wait_until(check: Callable[[], bool], timeout: float, what: str, log: Path |
             pass
         time.sleep(0.25)
     tail = log.read_text()[-3000:] if log is not None and log.exists() else ""
-    raise AssertionError(f"timed out after {timeout:g} s waiting for {what}\n{tail}")
+    found = f" (so far: {seen})" if seen is not None else ""
+    raise AssertionError(f"timed out after {timeout:g} s waiting for {what}{found}\n{tail}")
 
 
 @dataclass

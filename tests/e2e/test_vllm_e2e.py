@@ -483,7 +483,7 @@ def test_sustained_saturation_alerts_by_every_path_on_an_overloaded_vllm(
         fired: dict[str, float] = {}
         try:
             wait_until(lambda: every_path(stacks, "firing", started, fired), 420,
-                       f"BatchingBudgetSaturated by every path ({fired})")  # fmt: skip
+                       "BatchingBudgetSaturated by every path", seen=fired)  # fmt: skip
             print(f"\nfired, seconds after the load began: {fired}")
             assert min(fired.values()) >= HOLD_S, fired
             # The banner on the Live page, while the alert fires. The page redraws itself
@@ -514,7 +514,7 @@ def test_sustained_saturation_alerts_by_every_path_on_an_overloaded_vllm(
         assert early == {"1s": set(), "defaults": set()}, early
         resolved: dict[str, float] = {}
         wait_until(lambda: every_path(stacks, "resolved", stopped, resolved), 300,
-                   f"every path resolved ({resolved})")  # fmt: skip
+                   "every path resolved", seen=resolved)  # fmt: skip
         print(f"resolved, seconds after the load stopped: {resolved}")
 
 
