@@ -8,6 +8,7 @@ Alertmanager merges an alert the exporter posts with the same alert from Prometh
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
@@ -62,8 +63,8 @@ def hold_seconds(spec: AlertSpec) -> float:
 
 @dataclass(frozen=True, slots=True)
 class Alert:
-    """One condition seen: `active_since` it began, `read_at` the last evaluation that
-    read the target and found it holding."""
+    """One condition seen: `active_since` it began, `read_at` the time of the last scrape
+    that read the target and found it holding."""
 
     spec: AlertSpec
     target: str
@@ -111,23 +112,28 @@ def step(
     """
     holds = holds or {}
     seen: dict[AlertKey, Alert] = {}
+    read: set[AlertKey] = set()  # conditions this step read, not carried through a gap
+    by_target: dict[str, list[tuple[AlertKey, Alert]]] = defaultdict(list)
+    for key, alert in book.active.items():
+        by_target[key[1]].append((key, alert))
     for signals in targets:
         for spec, value in conditions(signals):
             key = (spec.name, signals.target)
             previous = book.active.get(key)
             since = previous.active_since if previous else now
             seen[key] = Alert(spec, signals.target, value, since,
-                              previous.last_sent if previous else None, read_at=now)  # fmt: skip
+                              previous.last_sent if previous else None, read_at=signals.t)  # fmt: skip
+            read.add(key)
         if not signals.read:
-            for key, alert in book.active.items():
-                if (key[1] == signals.target and alert.spec is not TARGET_DOWN
-                        and alert.read_at is not None and now - alert.read_at <= stale_seconds):  # fmt: skip
+            for key, alert in by_target.get(signals.target, ()):
+                if (alert.spec is not TARGET_DOWN and alert.read_at is not None
+                        and now - alert.read_at <= stale_seconds):  # fmt: skip
                     seen[key] = alert
     unsent = dict(book.unsent)
     for key, alert in seen.items():
         # A hold completes only on an evaluation that read the condition; a gap carries on
         # what already fires.
-        if not _firing(alert, now, holds) or (alert.last_sent is None and alert.read_at != now):
+        if not _firing(alert, now, holds) or (alert.last_sent is None and key not in read):
             continue
         if alert.last_sent is None or now - alert.last_sent >= RESEND_SECONDS:
             seen[key] = unsent[key] = replace(alert, last_sent=now)

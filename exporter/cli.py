@@ -16,7 +16,7 @@ from exporter.alertmanager import AlertmanagerDelivery
 from exporter.config import ConfigError, Settings
 from exporter.exposure import exposure_warnings
 from exporter.flags import add_arguments, settings_from_args
-from exporter.runtime import Exporter
+from exporter.runtime import Exporter, stale_seconds
 from exporter.scrape import read_secret
 from exporter.server import create_app
 
@@ -97,7 +97,7 @@ async def serve(settings: Settings) -> int:
             exporter.current,
             generator_url=f"http://{host}:{port}/api/v1/signals",
             interval_seconds=settings.interval_seconds,
-            stale_seconds=settings.hold_seconds,
+            stale_seconds=stale_seconds(settings),
         )
         tasks.append(delivery.run_forever(stop))
         log.info("posting alerts to %s", delivery.endpoint)

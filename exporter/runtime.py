@@ -89,7 +89,14 @@ def signal_settings(target: Target, settings: Settings) -> SignalSettings:
         histogram=target.histogram,
         saturation_threshold=settings.saturation_threshold,
         hold_seconds=settings.hold_seconds,
+        stale_seconds=stale_seconds(settings),
     )
+
+
+def stale_seconds(settings: Settings) -> float:
+    """How long a target may go unread before its held states end: the hold time, or two
+    intervals where that is longer (a hold shorter than one scrape cannot count gaps)."""
+    return max(settings.hold_seconds, 2 * settings.interval_seconds)
 
 
 # Why a payload could not be read, as `batchscope_target_errors_total` counts it.

@@ -48,6 +48,9 @@ class SignalSettings:
     # Stalled: less progress than this per second over a window at least stall_seconds long.
     stall_rate: float = 0.1
     stall_seconds: float = 20.0
+    # A target unread for longer than this ends its held states (`saturation_through_gap`):
+    # the hold time, or two scrape intervals where that is longer.
+    stale_seconds: float = 60.0
 
 
 # ---------------------------------------------------------------- counters and rates

@@ -405,11 +405,11 @@ def down_signals(error: str | None, settings: SignalSettings) -> SeriesSignals:
 def held_saturation(
     saturation: Mapping[LabelKey, SaturationState], now: float, settings: SignalSettings
 ) -> dict[LabelKey, SaturationState]:
-    """The saturation states after a scrape that read nothing: each kept as it was until
-    its last readable scrape is older than the hold time (`saturation_through_gap`)."""
+    """The saturation states at `now`, whatever the scrape read: each kept as it was until
+    its last readable scrape is older than the staleness (`saturation_through_gap`)."""
     held = {}
     for key, state in saturation.items():
-        kept = saturation_through_gap(state, now, settings.hold_seconds)
+        kept = saturation_through_gap(state, now, settings.stale_seconds)
         if kept is not None:
             held[key] = kept
     return held
@@ -469,8 +469,9 @@ def evaluate_window(
 
     The newest snapshot decides up/down; up without a series means the engine's families
     are registered with no samples yet. A down scrape (failed, timed out, unreadable)
-    reads nothing: the saturation states are held through it (`held_saturation`), and
-    the total shows the episode still open. Series absent from the newest snapshot (a model
+    reads nothing: the saturation states are held through it, and the total shows the
+    episode still open; a state unread for longer than the staleness ends either way
+    (`held_saturation`). Series absent from the newest snapshot (a model
     that was unloaded) are dropped; the total is computed like any series, over the
     merged series of each scrape, so its own saturation state is kept under key ().
     A target whose every scrape held the same one series, with a total that is that
@@ -482,11 +483,13 @@ def evaluate_window(
     latest = window.latest()
     if latest is None:
         raise ValueError(f"target {name}: evaluating an empty window")
+    # A state whose last read is older than the staleness is over, whatever this scrape
+    # reads: a readable scrape after a long outage starts a new episode.
+    saturation = held_saturation(saturation, now, settings)
     if not latest.up:
-        held = held_saturation(saturation, now, settings)
-        down = _with_episode(down_signals(latest.error, settings), held.get(TOTAL), now)
+        down = _with_episode(down_signals(latest.error, settings), saturation.get(TOTAL), now)
         return TargetSignals(name, url, latest.t, False, latest.error, (), down,
-                             latest.scrape_seconds, labels), held  # fmt: skip
+                             latest.scrape_seconds, labels), saturation  # fmt: skip
     if not latest.series:
         total = signals_without_series(no_data_diagnosis(), settings)
         return TargetSignals(name, url, latest.t, True, None, (), total,

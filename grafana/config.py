@@ -19,10 +19,9 @@ CONFIG = {
     # The rate window of the recording rules: the exporter's default window.
     "window": f"{_EXPORTER.window_seconds:g}s",
     "saturation_threshold": _EXPORTER.saturation_threshold,
+    # Also how long a series' newest sample stands for it through failed scrapes
+    # (`rules.latest`), as the exporter holds its states through a target it cannot read.
     "saturation_hold_seconds": _EXPORTER.hold_seconds,
-    # How long a series' newest sample stands for it through failed scrapes (`latest`):
-    # the hold time, as the exporter holds its states through a target it cannot read.
-    "staleness": f"{_EXPORTER.hold_seconds:g}s",
     "near_cap": _SIGNALS.near_cap,
     "kv_high": _SIGNALS.kv_high,
     # Stalled: generated tokens and finished requests per second under this.

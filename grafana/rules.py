@@ -135,11 +135,12 @@ def vllm_recording_rules(config: Mapping) -> dict:
 
 
 def latest(selector: str, config: Mapping) -> str:
-    """The newest sample of each series of `selector` within the staleness. A failed
+    """The newest sample of each series of `selector` within the staleness (the hold
+    time, as the exporter's). A failed
     scrape leaves Prometheus a stale marker, and an instant selector then finds nothing,
     so an alert's `for:` would start again; the newest sample before the gap is the
     evidence that stands until a later sample, or the staleness, ends it."""
-    return f"last_over_time({selector}[{config['staleness']}])"
+    return f"last_over_time({selector}[{_seconds(config['saturation_hold_seconds'])}])"
 
 
 def _newest(aggregation: str, by: str, names: tuple[str, ...], matchers: str, config: Mapping,

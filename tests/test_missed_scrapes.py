@@ -115,6 +115,30 @@ def test_states_held_through_a_gap_are_those_of_the_last_readable_scrape():
     assert run[-1][1].total.budget_saturated  # the run itself reached saturation
 
 
+def test_a_readable_scrape_after_an_outage_longer_than_the_staleness_starts_a_new_episode():
+    # A window longer than the hold keeps old readable points through the outage, but the
+    # episode is over all the same: its last read is older than the staleness.
+    settings = SignalSettings(cap=8, budget_seconds=BUDGET, hold_seconds=30, stale_seconds=30)
+    server = VllmState(running=8, waiting=20, kv_usage=0.5)
+    window, states = Window(120.0, settings), {}
+    # Read every second up to 39 s, then two failed scrapes inside the staleness (backed
+    # off, as a failing target is), then a readable one 36 s after the last read.
+    for t in [*range(0, 40), 45.0, 60.0]:
+        server.finish(10, 1.2, 100)
+        read = t < 40
+        snapshot, _ = read_payload(TARGET, t, render(server) if read else None,
+                                   None if read else "timed out after 10 s", 0.1)  # fmt: skip
+        window.add(snapshot)
+        signals, states = evaluate_window("llm", TARGET.url, window, states, float(t))
+    assert signals.total.budget_saturated and states[TOTAL].read_at == 39.0  # held
+    server.finish(10, 1.2, 100)
+    window.add(read_payload(TARGET, 75.0, render(server), None, 0.1)[0])
+    signals, states = evaluate_window("llm", TARGET.url, window, states, 75.0)
+    assert signals.up and signals.total.budget_utilization > 1
+    assert not signals.total.budget_saturated
+    assert states[TOTAL].above_since == 75.0  # the hold starts again from this read
+
+
 # ------------------------------------------------------------------ the alert book
 
 
@@ -139,9 +163,10 @@ def test_a_missed_scrape_neither_resolves_nor_restarts_a_firing_alert():
     assert [t for t, _ in posts] == [1061.0, 1121.0]
 
 
-def memory_bound(target: str = "llm", up: bool = True) -> TargetSignals:
+def memory_bound(t: float, up: bool = True) -> TargetSignals:
+    """The target llm scraped at `t`: memory-bound, or down."""
     total = SeriesSignals(waiting=12.0, diagnosis=Diagnosis("memory_bound" if up else "down", ""))
-    return TargetSignals(target, "u", 0.0, up, None if up else "timed out", (), total)
+    return TargetSignals("llm", "u", t, up, None if up else "timed out", (), total)
 
 
 def test_the_memory_bound_hold_runs_through_missed_scrapes_and_fires_on_a_read():
@@ -149,26 +174,26 @@ def test_the_memory_bound_hold_runs_through_missed_scrapes_and_fires_on_a_read()
     key = (MEMORY_BOUND.name, "llm")
     for t in range(0, 121):
         # Every tenth scrape fails, the one at 120 s among them.
-        book = step(book, [memory_bound(up=t % 10 != 0 or t == 0)], float(t))
+        book = step(book, [memory_bound(t, up=t % 10 != 0 or t == 0)], float(t))
         assert key in book.active, t
         assert book.active[key].active_since == 0.0
     # The hold (120 s) ended during a gap: nothing fires until a scrape reads it again.
     assert key not in book.unsent
-    book = step(book, [memory_bound()], 121.0)
+    book = step(book, [memory_bound(121.0)], 121.0)
     assert book.unsent[key].resolved_at is None and book.unsent[key].last_sent == 121.0
 
 
 def test_conditions_of_a_target_unread_longer_than_the_stale_time_resolve():
     book = AlertBook()
     for t in range(0, 130):
-        book = step(book, [memory_bound()], float(t))
+        book = step(book, [memory_bound(t)], float(t))
     assert book.active[(MEMORY_BOUND.name, "llm")].last_sent == 120.0
     # Last read at 129 s: held through every unread evaluation up to 129 + HOLD...
     for t in range(130, 130 + int(HOLD)):
-        book = step(book, [memory_bound(up=False)], float(t))
+        book = step(book, [memory_bound(t, up=False)], float(t))
         assert (MEMORY_BOUND.name, "llm") in book.active, t
     # ...and resolved at the first one past it.
-    book = step(book, [memory_bound(up=False)], 129.0 + HOLD + 0.5)
+    book = step(book, [memory_bound(129.0 + HOLD + 0.5, up=False)], 129.0 + HOLD + 0.5)
     assert (MEMORY_BOUND.name, "llm") not in book.active
     assert book.unsent[(MEMORY_BOUND.name, "llm")].resolved_at == 129.0 + HOLD + 0.5
     assert (TARGET_DOWN.name, "llm") in book.active
@@ -217,8 +242,8 @@ async def test_the_real_exporter_reports_saturation_at_the_hold_with_scrapes_tim
     first = next(p for p in points if p["budget_saturated"])
     timed_out = [p["t"] for p in points if not p["up"] and onset < p["t"] < first["t"]]
     assert timed_out, "no scrape timed out inside the hold: the test proved nothing"
-    # Held through every timed-out scrape: reported once the episode lasted the hold,
-    # at the first readable scrape after it (the next interval, or one slow scrape later).
-    assert first["up"]
-    assert hold <= first["t"] - onset <= hold + 2 * interval + timeout * 3, points
+    # Held through every timed-out scrape: reported at the first readable scrape once the
+    # episode had lasted the hold, never before (all times the exporter's own).
+    due = next(p for p in points if p["up"] and p["t"] - onset >= hold)
+    assert first["t"] == due["t"], points
     assert first["budget_saturated_seconds"] == pytest.approx(first["t"] - onset)

@@ -76,11 +76,12 @@ def reference_evaluation(
     """The whole window walked again: points gathered, every scrape merged, every series
     and the total evaluated by `series_signals` working out its own restarts."""
     latest = snapshots[-1]
+    # A state whose last read is older than the staleness is over; a down scrape reads
+    # nothing and keeps the others, the total showing the episode still open.
+    saturation = {key: state for key, state in saturation.items()
+                  if state.read_at is not None and now - state.read_at <= settings.stale_seconds}  # fmt: skip
     if not latest.up:
-        # A down scrape reads nothing: each state is kept until its last read is older
-        # than the hold, and the total shows the episode still open.
-        held = {key: state for key, state in saturation.items()
-                if state.read_at is not None and now - state.read_at <= settings.hold_seconds}  # fmt: skip
+        held = saturation
         down = down_signals(latest.error, settings)
         episode = held.get(TOTAL)
         if episode is not None and episode.above_since is not None:
@@ -216,6 +217,7 @@ SETTINGS = st.builds(
     cap=st.one_of(st.none(), st.just(8.0)),
     budget_seconds=st.one_of(st.none(), st.just(1.0), st.just(0.05)),
     hold_seconds=st.sampled_from([0.0, 10.0]),
+    stale_seconds=st.sampled_from([10.0, 60.0]),
     stall_seconds=st.just(5.0),
 )
 

@@ -30,6 +30,7 @@ from dashboard.frames import (
     series_points,
 )
 from exporter.alert_specs import SLOW_SCRAPE_SECONDS
+from exporter.config import DEFAULT_TIMEOUT_SECONDS
 from exporter.signals import SignalSettings
 
 DEFAULTS = SignalSettings()
@@ -64,7 +65,7 @@ def saturation_banners(doc: dict) -> None:
         total = target.get("total") or {}
         if not total.get("budget_saturated"):
             continue
-        if total.get("budget_utilization") is None:
+        if not target.get("up") or target.get("error"):
             # The last scrape read nothing: the episode is held, not measured now.
             level = ("the last scrape could not read the target; nothing read since has "
                      "ended the episode")  # fmt: skip
@@ -227,8 +228,8 @@ def target_panel(sources: ui.Sources, target: dict, now: float) -> None:
             f"This target's /metrics is slow: the last scrape took "
             f"{seconds(target['scrape_seconds'])} (slow above {seconds(SLOW_SCRAPE_SECONDS)}). "
             "A model server's /metrics slows down when it is overloaded; a scrape slower than "
-            "the exporter's timeout (10 s by default) becomes a gap, which holds the "
-            "target's states as they were until a scrape reads it again."
+            f"the exporter's timeout ({seconds(DEFAULT_TIMEOUT_SECONDS)} by default) becomes "
+            "a gap, which holds the target's states as they were until a scrape reads it again."
         )
     choices = series_choices(target)
     choice = TOTAL_CHOICE
