@@ -148,8 +148,10 @@ def _newest(aggregation: str, by: str, names: tuple[str, ...], matchers: str, co
     """`aggregation by (by)` of each name's newest samples (`latest`), the names combined
     with `combine` (" + " adds each name present to the first, " or " takes the first
     name present); the first name alone where the others are absent."""
-    parts = [f"{aggregation} by ({by}) ({latest(f'{name}{{{matchers}}}', config)})"
-             for name in names]  # fmt: skip
+    # Only series of scrape targets Prometheus still has (`up` is written at every scrape,
+    # failed or not): a replaced instance's last sample is not summed beside its successor's.
+    parts = [f"{aggregation} by ({by}) ({latest(f'{name}{{{matchers}}}', config)}"
+             f" and on (job, instance) up)" for name in names]  # fmt: skip
     if len(parts) == 1:
         return parts[0]
     if combine == " or ":
