@@ -49,6 +49,10 @@ MAX_LAG_RESERVE = 0.25
 # Lag comes in spikes, and the next one is rarely the size of the last: reserve twice it.
 LAG_RESERVE_FACTOR = 2.0
 
+# A wait for company shorter than this is no wait: the event loop's timers cannot resolve
+# it, and what float rounding leaves of a spent plan (1e-18 s) would plan it again.
+MIN_WAIT_SECONDS = 1e-6
+
 # Texts of the smallest shape class have at most this many tokens; each next class
 # holds lengths up to SHAPE_CLASS_RATIO times the previous one's.
 SHAPE_CLASS_BASE_TOKENS = 64
@@ -61,12 +65,14 @@ SHAPE_CLASS_RATIO = 4
 @dataclass(frozen=True, slots=True)
 class Decision:
     """Fire a batch now (with `trigger`), or wait: up to `wait_seconds` (None: no limit)
-    or until the queue holds `target_size` items, whichever comes first."""
+    or until the queue holds `target_size` items, whichever comes first. A wait for
+    company says how long it may last in all, `company_seconds` (the plan's allowance)."""
 
     fire: bool
     trigger: str = ""
     wait_seconds: float | None = None
     target_size: int = 1
+    company_seconds: float | None = None
 
 
 def fixed_decision(
@@ -94,6 +100,7 @@ def adaptive_decision(
     max_batch_size: int,
     reserve_seconds: float = 0.0,
     waited_for_company_seconds: float = 0.0,
+    company_allowance_seconds: float | None = None,
 ) -> Decision:
     """Seed 001's rule, for a free device: fire as soon as waiting can no longer pay for
     itself, or as soon as the budget leaves no room to wait.
@@ -115,9 +122,11 @@ def adaptive_decision(
       When not even one more item fits, the remaining budget only just covers this
       batch: it fires (`budget`).
     - The wait for company is one plan, not a rolling one: the queue waits at most
-      (n* - 1) / arrival_rate in all (`waited_for_company_seconds` is how long it has
-      waited so far), the time the items n* lacks take to arrive from one. When they
-      have not all come by then it fires what formed (`budget`): planning the same wait
+      (n* - 1) / arrival_rate in all, the time the items n* lacks take to arrive from
+      one, reckoned when the wait began (`company_allowance_seconds`, the first plan's
+      `company_seconds`: a rate that decays meanwhile does not stretch it);
+      `waited_for_company_seconds` is how long it has waited so far. When they have
+      not all come by then it fires what formed (`budget`): planning the same wait
       again would only stretch the oldest item's latency (measured at 750 items/s on
       the H200 curve: up to five plans back to back, 10 ms, where one plan is 3 ms).
 
@@ -138,8 +147,13 @@ def adaptive_decision(
     keep_up_size = next(
         (size for size in range(queue_len + 1, max_batch_size) if keeps_up(size)), max_batch_size
     )
-    company_left_seconds = (keep_up_size - 1) / arrival_rate_per_s - waited_for_company_seconds
-    if company_left_seconds <= 0.0:
+    allowance_seconds = (
+        (keep_up_size - 1) / arrival_rate_per_s
+        if company_allowance_seconds is None
+        else company_allowance_seconds
+    )
+    company_left_seconds = allowance_seconds - waited_for_company_seconds
+    if company_left_seconds < MIN_WAIT_SECONDS:
         return Decision(fire=True, trigger="budget")
     remaining_seconds = (
         latency_budget_seconds * (1.0 - BUDGET_HEADROOM) - reserve_seconds - oldest_wait_seconds
@@ -148,7 +162,12 @@ def adaptive_decision(
         form_seconds = (size - queue_len) / arrival_rate_per_s
         if form_seconds + cost_seconds(size) <= remaining_seconds:
             wait_seconds = min(form_seconds, company_left_seconds)
-            return Decision(fire=False, wait_seconds=wait_seconds, target_size=size)
+            return Decision(
+                fire=False,
+                wait_seconds=wait_seconds,
+                target_size=size,
+                company_seconds=allowance_seconds,
+            )
     return Decision(fire=True, trigger="budget")
 
 

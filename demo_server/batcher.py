@@ -35,7 +35,7 @@ import heapq
 import itertools
 import math
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -128,8 +128,10 @@ class _ShapeGroup:
     arrivals: ArrivalRate = field(default_factory=ArrivalRate)
     burst_arrivals: ArrivalRate = field(default_factory=lambda: ArrivalRate(BURST_WINDOW_SECONDS))
     # When the worker first chose to wait for more items of this group (None: it has not
-    # since the group last fired): the adaptive policy waits for company once, not anew.
+    # since the group last fired), and for how long in all that first plan allowed: the
+    # adaptive policy waits for company once, not anew.
     company_since: float | None = None
+    company_allowance_seconds: float | None = None
 
     def record_arrival(self, now: float) -> None:
         self.arrivals.record(now)
@@ -149,6 +151,12 @@ class Batcher:
     ends with exactly one outcome in `metrics`: ok, error, rejected (queue full,
     over budget or stopping) or cancelled (its caller went away). `clock` is monotonic
     seconds, the same clock for every timestamp.
+
+    `execute(texts)`, when given, runs each batch instead of the batcher's thread and
+    returns one result or `ItemError` per text and the seconds the batch took. A test
+    passes a simulated device there and the event loop's clock as `clock`, and drives
+    the batcher in virtual time: its decisions then depend on the arrivals alone, not
+    on how busy the machine is.
     """
 
     def __init__(
@@ -161,6 +169,7 @@ class Batcher:
         cost_prior: Mapping[int, float] | None = None,
         count_tokens: Callable[[str], int] = len,
         clock: Callable[[], float] = time.perf_counter,
+        execute: Callable[[list[str]], Awaitable[tuple[list[Any], float]]] | None = None,
     ) -> None:
         if max_queue < 1:
             raise ValueError(f"max_queue must be at least 1, got {max_queue}")
@@ -170,6 +179,7 @@ class Batcher:
         self._run_batch = run_batch
         self._count_tokens = count_tokens
         self._clock = clock
+        self._execute_elsewhere = execute
         self._arrivals = ArrivalRate()
         self._groups: dict[int, _ShapeGroup] = collections.defaultdict(_ShapeGroup)
         self._queued = 0
@@ -364,6 +374,7 @@ class Batcher:
             settings.max_batch_size,
             self._lag_reserve_seconds(now),
             waited_for_company_seconds=now - company_since,
+            company_allowance_seconds=group.company_allowance_seconds,
         )
 
     def _lag_reserve_seconds(self, now: float) -> float:
@@ -392,9 +403,10 @@ class Batcher:
                 shape = min(firing, key=lambda s: waiting[s].queue[0].enqueued_at)
                 await self._fire(waiting[shape], decisions[shape].trigger)
                 continue
-            for shape in decisions:
+            for shape, decision in decisions.items():
                 if waiting[shape].company_since is None:
                     waiting[shape].company_since = now
+                    waiting[shape].company_allowance_seconds = decision.company_seconds
             self._wake_at_sizes = {s: d.target_size for s, d in decisions.items()}
             waits = [d.wait_seconds for d in decisions.values() if d.wait_seconds is not None]
             wait_seconds = min(waits) if waits else None
@@ -409,6 +421,7 @@ class Batcher:
 
     def _take(self, group: _ShapeGroup) -> list[_Item]:
         group.company_since = None
+        group.company_allowance_seconds = None
         batch: list[_Item] = []
         while group.queue and len(batch) < self.settings.max_batch_size:
             item = group.queue.popleft()
@@ -442,10 +455,12 @@ class Batcher:
         fired_at = self._clock()
         self._in_flight = size
         self._running_until = fired_at + estimate_seconds
-        loop = asyncio.get_running_loop()
-        results, seconds = await loop.run_in_executor(
-            self._executor, self._execute, [item.text for item in batch]
-        )
+        texts = [item.text for item in batch]
+        if self._execute_elsewhere is not None:
+            results, seconds = await self._execute_elsewhere(texts)
+        else:
+            loop = asyncio.get_running_loop()
+            results, seconds = await loop.run_in_executor(self._executor, self._execute, texts)
         done_at = self._clock()
         self._in_flight = 0
         self.metrics.observe_batch(size, trigger, seconds)

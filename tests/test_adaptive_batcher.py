@@ -2,14 +2,15 @@
 load fills batches within the budget, admission control refuses what cannot make it,
 and very different lengths batch apart.
 
-Where wall time cannot be avoided, the assertions read the batcher's own records (its
-triggers, batch sizes and latency histogram) and their margins are explained."""
+The timing claims run in virtual time (`tests.support.virtual_time`) on a simulated
+device whose every batch costs what the scenario says: what they measure follows from
+the arrivals and the costs, not from how busy the machine is. The assertions read the
+batcher's own records (its triggers, batch sizes and latency histogram)."""
 
 from __future__ import annotations
 
 import asyncio
 import gc
-import time
 from collections.abc import Iterator
 
 import pytest
@@ -27,14 +28,16 @@ from demo_server.batch_policy import (
 from demo_server.batcher_settings import BatcherSettings
 from demo_server.devices import select_device
 from demo_server.queueing import OverBudget
-from tests.test_demo_embedding import (
+from tests.support.batching import (
     FakeModel,
+    VirtualDevice,
     make_batcher,
     outcomes,
     poisson_load,
     sample,
     triggers,
 )
+from tests.support.virtual_time import run_virtual
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -77,9 +80,9 @@ def test_one_arrival_per_ten_budgets_runs_alone_and_at_once() -> None:
 
     async def scenario() -> None:
         registry = CollectorRegistry()
-        model = FakeModel(lambda size: 0.002)
+        device = VirtualDevice(lambda size: 0.002)
         batcher = make_batcher(
-            model,
+            device,
             registry,
             BatcherSettings(mode="adaptive", max_batch_size=64, latency_budget_seconds=budget_s),
             cost_prior={1: 0.002},
@@ -89,37 +92,30 @@ def test_one_arrival_per_ten_budgets_runs_alone_and_at_once() -> None:
             await batcher.submit(["lonely"])
             await asyncio.sleep(10 * budget_s)
         await batcher.stop()
-        assert [len(b) for b in model.batches] == [1] * 12
+        assert [len(b) for b in device.batches] == [1] * 12
         assert triggers(registry) == {"full": 0, "timeout": 0, "budget": 12}
-        # The policy decides to wait 0; what the histogram sees is the event loop's
-        # hand-off. Every wait below a quarter of the budget (5 ms) leaves a loaded
-        # machine room, and a policy that waited for company (a fixed 15 ms, or the
-        # budget's edge) could not pass.
+        # The policy decides to wait 0, and in virtual time nothing else adds a wait: a
+        # policy that waited for company (a fixed 15 ms, or the budget's edge) could not pass.
         within_5ms = sample(registry, "batchscope_batcher_queue_wait_seconds_bucket", le="0.005")
         assert within_5ms == 12
+        assert sample(registry, "batchscope_batcher_queue_wait_seconds_sum") == 0.0
 
-    asyncio.run(scenario())
+    run_virtual(scenario())
 
 
-def test_p99_stays_within_the_budget_on_sim_h200_when_traffic_fills_batches(
-    frozen_gc: None,
-) -> None:
+def test_p99_stays_within_the_budget_on_sim_h200_when_traffic_fills_batches() -> None:
     """3,000 items/s against the H200 encoder's curve (1.7 ms at 1 item, 2 ms at 128):
     five times what the device serves one at a time (~600/s), so batches must fill: to
     serve 3,000/s at all the device needs batches of 6 (3,000 x 1.97 ms <= 6), and the
     policy waits for 8 (the smallest that keeps up with its 1.2 rate margin), which form
-    in 2.3 ms. A 75 ms budget (a bucket edge of the latency histogram) leaves a loaded
-    machine most of itself."""
-    device = select_device("sim:h200")
-
-    def h200(texts: list[str]) -> list[list[float]]:
-        device.pace("encoder", len(texts), time.perf_counter())
-        return [[0.0]] * len(texts)
+    in 2.3 ms. The budget is 75 ms, a bucket edge of the latency histogram."""
+    h200 = select_device("sim:h200")
 
     async def scenario() -> None:
         registry = CollectorRegistry()
+        device = VirtualDevice(lambda size: h200.simulated_ms("encoder", size) / 1000)
         batcher = make_batcher(
-            h200,
+            device,
             registry,
             BatcherSettings(mode="adaptive", max_batch_size=128, latency_budget_seconds=0.075),
             cost_prior={1: 0.0017, 128: 0.0020},
@@ -136,7 +132,35 @@ def test_p99_stays_within_the_budget_on_sim_h200_when_traffic_fills_batches(
         assert total == len(served)
         assert within / total >= 0.99
 
-    asyncio.run(scenario())
+    run_virtual(scenario())
+
+
+def test_the_wait_for_company_is_the_first_plan_s_allowance_however_the_rate_decays() -> None:
+    """At 200/s with 10 ms batches, one item does not keep up (200 x 10 ms x 1.2 > 1)
+    and the smallest batch that does is 3: the plan allows (3 - 1) / 200 = 10 ms for
+    company. Once those 10 ms have passed the queue fires, even though the rate has
+    decayed meanwhile (a slower rate would allow a longer wait: a rolling plan), and
+    even when float rounding leaves 1e-18 s of the allowance."""
+
+    def decide(rate: float, waited: float, allowance: float | None) -> Decision:
+        return adaptive_decision(1, waited, rate, lambda size: 0.010, 0.200, 256,
+                                 waited_for_company_seconds=waited,
+                                 company_allowance_seconds=allowance)  # fmt: skip
+
+    first = decide(200.0, 0.0, None)
+    assert not first.fire and first.target_size == 3
+    assert first.company_seconds == pytest.approx(0.010)
+    assert first.wait_seconds == pytest.approx(0.010)
+    # Without the allowance, a rate decayed to 180/s (still 3 to keep up: 180 x 10 ms x
+    # 1.2 = 2.16) would plan (3 - 1) / 180 - 10 ms = 1.1 ms more.
+    rolling = decide(180.0, 0.010, None)
+    assert not rolling.fire and rolling.wait_seconds == pytest.approx(2 / 180 - 0.010)
+    spent = decide(180.0, 0.010, first.company_seconds)
+    assert spent.fire and spent.trigger == "budget"
+    rounded = decide(200.0, 0.010 - 5e-18, 0.010)
+    assert rounded.fire and rounded.trigger == "budget"
+    halfway = decide(180.0, 0.004, first.company_seconds)
+    assert not halfway.fire and halfway.wait_seconds == pytest.approx(0.006)
 
 
 def test_a_lone_item_after_a_burst_waits_for_company_once_then_fires(
@@ -157,9 +181,9 @@ def test_a_lone_item_after_a_burst_waits_for_company_once_then_fires(
 
     async def scenario() -> None:
         registry = CollectorRegistry()
-        model = FakeModel(lambda size: 0.010)
+        device = VirtualDevice(lambda size: 0.010)
         batcher = make_batcher(
-            model,
+            device,
             registry,
             BatcherSettings(mode="adaptive", max_batch_size=256, latency_budget_seconds=0.200),
             cost_prior={1: 0.010, 256: 0.010},
@@ -169,9 +193,9 @@ def test_a_lone_item_after_a_burst_waits_for_company_once_then_fires(
         decisions.clear()
         await batcher.submit(["lonely"])
         await batcher.stop()
-        assert model.batches[-1] == ["lonely"]
+        assert device.batches[-1] == ["lonely"]
 
-    asyncio.run(scenario())
+    run_virtual(scenario())
     waits = [d for _, _, d in decisions if not d.fire]
     assert [queue_len for queue_len, _, _ in decisions] == [1, 1]
     assert len(waits) == 1 and waits[0].target_size > 1
@@ -184,20 +208,20 @@ def test_a_lone_item_after_a_burst_waits_for_company_once_then_fires(
 def test_admission_control_refuses_what_cannot_make_the_budget_and_serves_the_rest() -> None:
     """40 requests at once into batches of 4 that take 30 ms each, budget 150 ms (135 ms
     planned after the 10% headroom): 4 batches (120 ms) fit, the fifth (150 ms) does
-    not, so 16 are served and 24 refused at once. The served finish by about 120 ms:
-    30 ms of margin for a loaded machine."""
+    not, so 16 are served and 24 refused at once. The served finish at 120 ms."""
 
     async def scenario() -> None:
         registry = CollectorRegistry()
-        model = FakeModel(lambda size: 0.030)
+        device = VirtualDevice(lambda size: 0.030)
         batcher = make_batcher(
-            model,
+            device,
             registry,
             BatcherSettings(mode="adaptive", max_batch_size=4, latency_budget_seconds=0.150),
             cost_prior={1: 0.030, 4: 0.030},
         )
         await batcher.start()
-        started = time.perf_counter()
+        clock = asyncio.get_running_loop().time
+        started = clock()
         answers = await asyncio.gather(
             *(batcher.submit([f"r{i}"]) for i in range(40)), return_exceptions=True
         )
@@ -208,12 +232,14 @@ def test_admission_control_refuses_what_cannot_make_the_budget_and_serves_the_re
         assert answers[:16] == [[[2.0]]] * 10 + [[[3.0]]] * 6
         assert outcomes(registry) == {"ok": 16, "error": 0, "rejected": 24, "cancelled": 0}
         assert sample(registry, "batchscope_batcher_rejected_requests_total", reason="budget") == 24
-        assert sum(len(b) for b in model.batches) == 16
+        assert sum(len(b) for b in device.batches) == 16
         within = sample(registry, "batchscope_batcher_request_latency_seconds_bucket", le="0.15")
         assert within == 16
-        assert time.perf_counter() - started < 10  # refused at once, not after timing out
+        assert clock() - started == pytest.approx(0.120)  # 4 batches; refused at once
+        latencies = sample(registry, "batchscope_batcher_request_latency_seconds_sum")
+        assert latencies == pytest.approx(4 * (0.030 + 0.060 + 0.090 + 0.120))
 
-    asyncio.run(scenario())
+    run_virtual(scenario())
 
 
 def test_the_fixed_policy_admits_up_to_its_queue_bound_whatever_the_budget() -> None:

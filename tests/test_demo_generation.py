@@ -147,20 +147,27 @@ def test_ignore_eos_runs_exactly_max_tokens_and_eos_may_stop_early() -> None:
 
 
 def test_cancel_frees_the_slot_for_the_next_request() -> None:
+    # Stepped on this thread (no scheduler thread, no clock): the cancel lands after
+    # exactly three steps of the long request, however fast the machine runs them.
     scheduler = make_scheduler(max_num_seqs=1)
-    scheduler.start()
-    try:
-        long = scheduler.submit(PROMPT, 1000, ignore_eos=True)
-        queued = scheduler.submit(PROMPT, 5, ignore_eos=True)
-        time.sleep(0.05)
-        scheduler.cancel(long.request_id)
-        cancelled = long.future.result(timeout=30)
-        done = queued.future.result(timeout=30)
-    finally:
-        scheduler.stop()
+    long = scheduler.submit(PROMPT, 1000, ignore_eos=True)
+    queued = scheduler.submit(PROMPT, 5, ignore_eos=True)
+    for _ in range(3):
+        assert scheduler.step_here()
+    assert scheduler.stats().running == 1 and scheduler.stats().waiting == 1
+    scheduler.cancel(long.request_id)
+    steps_after_cancel = 0
+    while scheduler.step_here():
+        steps_after_cancel += 1
+        assert steps_after_cancel <= 10, "the queued request did not get the slot"
+    cancelled = long.future.result(timeout=0)
+    done = queued.future.result(timeout=0)
     assert cancelled.finish_reason == "abort"
-    assert cancelled.output_tokens < 1000
+    assert cancelled.output_tokens == 3
     assert done.output_tokens == 5
+    # The cancel and the admission share a step: five steps make its five tokens, and a
+    # sixth frees its slot.
+    assert steps_after_cancel == 6
     assert scheduler.stats().running == 0
 
 

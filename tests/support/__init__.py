@@ -1,0 +1,1 @@
+"""Helpers shared by tests: no test module imports another test module."""
