@@ -62,11 +62,14 @@ SERIES_GAUGES = (
 
 @dataclass(frozen=True)
 class Family:
-    """One metric family of /metrics: its name (a counter's without `_total`), help and type."""
+    """One metric family of /metrics: its name (a counter's without `_total`), help, type,
+    and the labels the exporter sets on it besides `target` and a series' key labels
+    (`exporter.labels` reserves them all)."""
 
     name: str
     documentation: str
     type: str = "gauge"
+    labels: tuple[str, ...] = ()
 
     def header(self) -> str:
         """Its `# HELP` and `# TYPE` lines, as generate_latest writes them."""
@@ -81,6 +84,7 @@ SERIES_GAUGE_FAMILIES = tuple(Family(name, doc) for name, doc, _ in SERIES_GAUGE
 LATENCY = Family(
     "batchscope_latency_seconds",
     "Latency quantile over the window, from the configured histogram's deltas.",
+    labels=("quantile", "histogram"),
 )
 SATURATED = Family(
     "batchscope_budget_saturated",
@@ -90,28 +94,34 @@ STATIC_UTILIZATION = Family(
     "batchscope_static_utilization_ratio",
     "Expected share of useful slot-steps if this traffic were batched statically at the "
     "cap (estimate with lower/upper bounds from the output-length histogram).",
+    labels=("bound",),
 )
 CONTINUOUS_GAIN = Family(
     "batchscope_continuous_batching_gain_ratio",
     "What continuous batching gains over static batching on this traffic (1/estimate).",
 )
 DIAGNOSIS = Family(
-    "batchscope_diagnosis", "1 for the current diagnosis state of the target or series."
+    "batchscope_diagnosis",
+    "1 for the current diagnosis state of the target or series.",
+    labels=("state",),
 )
 ADVICE = Family(
     "batchscope_advice_value",
     "One number of advice (kind label: what it is; /api/v1/advice has its inputs, "
     "confidence and the sentence).",
+    labels=("kind",),
 )
 TARGET_ERRORS = Family(
     "batchscope_target_errors",
     "Payloads of the target that could not be read or evaluated, by reason.",
     "counter",
+    labels=("reason",),
 )
 WINDOW_RESETS = Family(
     "batchscope_window_resets",
     "Times the target's window started again, by reason (engine_changed).",
     "counter",
+    labels=("reason",),
 )
 # The families of /metrics, in the order they are written.
 FAMILIES = (

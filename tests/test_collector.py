@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -14,6 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from exporter.advice import Advice, AdviceItem
 from exporter.collector import SERIES_GAUGES, SignalsCollector, render_metrics
 from exporter.engines import read_series
+from exporter.labels import RESERVED_LABELS
 from exporter.signals import DIAGNOSIS_STATES, Diagnosis, SignalSettings
 from exporter.snapshot import Snapshot
 from exporter.static_util import UtilizationEstimate
@@ -127,6 +130,35 @@ def test_metrics_are_byte_for_byte_prometheus_clients_on_the_real_payloads() -> 
     ) in body
     # 3 scrapes of one series and its total: every family present, advice included
     assert body.count(b"\nbatchscope_advice_value{") >= 2
+
+
+def test_every_label_the_exporter_writes_is_reserved_and_documented() -> None:
+    # A target label named like one the exporter sets would be overwritten on that family
+    # (`reason` on the error and window-reset counters was, before the families declared
+    # their labels): each name either writer emits is refused by the configuration, and
+    # docs/configuration.md lists the same names.
+    snapshots, states = [], {}
+    for i, name in enumerate(PAYLOADS):
+        snapshots.append(Snapshot("llm", 100.0 + 5 * i, True, read_series(fixture_text(name))))
+        signals, states = evaluate_target("llm", "http://x/metrics", snapshots,
+                                          SignalSettings(cap=8, budget_seconds=2.0), states,
+                                          100.0 + 5 * i, {"team": "search"})  # fmt: skip
+    targets = [replace(signals, errors_total={"parse": 3},
+                       window_resets_total={"engine_changed": 1})]  # fmt: skip
+    written = {
+        name
+        for f in text_string_to_metric_families(render_metrics(targets).decode())
+        for sample_ in f.samples
+        for name in sample_.labels
+    }
+    assert {"reason", "state", "kind", "bound", "quantile", "histogram"} <= written
+    assert written - {"team"} <= set(RESERVED_LABELS)
+    assert "reason" in RESERVED_LABELS
+    doc = (Path(__file__).parent.parent / "docs" / "configuration.md").read_text()
+    listed = doc[
+        doc.index("exporter sets itself are refused:") : doc.index("names starting with `__`")
+    ]
+    assert re.findall(r"`([a-z_]+)`", listed) == list(RESERVED_LABELS)
 
 
 def test_non_finite_gauges_are_left_out_as_prometheus_client_writes_the_rest() -> None:

@@ -346,7 +346,7 @@ T = "targets:\n  - name: a\n    url: http://a:1/metrics\n"
         (T + "    name2: x\n", "4: targets[0].name2: unknown key; did you mean 'name'?"),
         (T + "    labels: {target: x}\n",
          "4: targets[0].labels.target: the exporter sets this label itself; reserved are "
-         "target, state, bound, quantile, histogram, kind, le, application, batcher, deployment, engine, "
+         "target, bound, histogram, kind, le, quantile, reason, state, application, batcher, deployment, engine, "
          "function_name, model, model_name, version and names starting with __"),
         (T + "    labels: {9lives: x}\n",
          "4: targets[0].labels.9lives: label names are letters, digits and _, not a digit first"),
@@ -640,7 +640,7 @@ def test_file_sd_name_clashing_with_a_config_target_names_both_files(tmp_path):
          "2: [0].labels.__metrics_path__: must start with / (got 'metrics')"),
         ('[\n  {"targets": ["a:1"], "labels": {"model_name": "x"}}\n]',
          "2: [0].labels.model_name: the exporter sets this label itself; reserved are "
-         "target, state, bound, quantile, histogram, kind, le, application, batcher, deployment, engine, "
+         "target, bound, histogram, kind, le, quantile, reason, state, application, batcher, deployment, engine, "
          "function_name, model, model_name, version and names starting with __"),
         ('[\n  {"targets": ["a:1",\n     "b"]}\n]',
          "3: [0].targets[1]: must be HOST:PORT, e.g. 127.0.0.1:9500 (got 'b')"),

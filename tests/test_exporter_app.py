@@ -282,7 +282,9 @@ async def test_target_labels_are_on_every_series_of_that_target_on_metrics(fed_e
     assert {name for s in samples for name in s.labels} - {"team"} <= set(RESERVED_LABELS)
 
 
-@pytest.mark.parametrize("label", ["target", "histogram", "le", "batcher", "model", "state"])
+@pytest.mark.parametrize(
+    "label", ["target", "histogram", "le", "batcher", "model", "state", "reason"]
+)
 def test_a_target_label_the_exporter_sets_is_refused_at_start(tmp_path, label) -> None:
     config = tmp_path / "fleet.yaml"
     config.write_text(
@@ -294,7 +296,7 @@ def test_a_target_label_the_exporter_sets_is_refused_at_start(tmp_path, label) -
     message = str(caught.value)
     assert message.startswith(f"{config}:4: targets[0].labels.{label}: the exporter sets")
     assert (
-        "reserved are target, state, bound, quantile, histogram, kind, le, application, batcher, "
+        "reserved are target, bound, histogram, kind, le, quantile, reason, state, application, batcher, "
         "deployment, engine, function_name, model, model_name, version" in message
     )
 
