@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable, Mapping
 
 import aiohttp
 
+from exporter.alert_specs import AlertWords
 from exporter.alerts import STALE_SECONDS, AlertBook, delivered, payload, step
 from exporter.target import TargetSignals
 
@@ -34,7 +35,8 @@ class AlertmanagerDelivery:
 
     Unsent alerts stay queued (the latest state of each) until a post succeeds; retries
     back off exponentially. `holds` overrides an alert's hold by name; `stale_seconds`:
-    how long a target's conditions outlast scrapes that could not read it (`step`).
+    how long a target's conditions outlast scrapes that could not read it (`step`);
+    `words`: the configured numbers the alerts' texts state.
     """
 
     def __init__(
@@ -47,6 +49,7 @@ class AlertmanagerDelivery:
         clock: Callable[[], float] = time.time,
         holds: Mapping[str, float] | None = None,
         stale_seconds: float = STALE_SECONDS,
+        words: AlertWords | None = None,
     ) -> None:
         self.endpoint = alerts_endpoint(base_url)
         self.source = source
@@ -55,6 +58,7 @@ class AlertmanagerDelivery:
         self.clock = clock
         self.holds = holds
         self.stale_seconds = stale_seconds
+        self.words = words or AlertWords(holds=holds or {})
         self.book = AlertBook()
         self.backoff = 0.0
         self.retry_at = 0.0
@@ -64,7 +68,9 @@ class AlertmanagerDelivery:
         self.book = step(self.book, self.source(), self.clock(), self.holds, self.stale_seconds)
         if not self.book.unsent or time.monotonic() < self.retry_at:
             return
-        body = [payload(alert, self.generator_url) for alert in self.book.unsent.values()]
+        body = [
+            payload(alert, self.generator_url, self.words) for alert in self.book.unsent.values()
+        ]
         try:
             async with session.post(self.endpoint, json=body) as response:
                 if response.status >= 300:

@@ -20,6 +20,7 @@ from exporter.alert_specs import (
     STALLED,
     TARGET_DOWN,
     AlertSpec,
+    AlertWords,
 )
 from exporter.target import TargetSignals
 
@@ -165,10 +166,12 @@ def _reading(value: float, value_format: str) -> str:
     return f"{value:g}"
 
 
-def payload(alert: Alert, generator_url: str) -> dict:
-    """One alert as Alertmanager's v2 API takes it (`POST /api/v2/alerts` body item)."""
+def payload(alert: Alert, generator_url: str, words: AlertWords | None = None) -> dict:
+    """One alert as Alertmanager's v2 API takes it (`POST /api/v2/alerts` body item), its
+    texts stating the configured numbers `words` holds (default: the default settings)."""
     spec = alert.spec
     reading = _reading(alert.value, spec.value_format)
+    summary, description = (words or AlertWords()).texts(spec, alert.target, reading)
     ends = (
         alert.resolved_at
         if alert.resolved_at is not None
@@ -177,8 +180,8 @@ def payload(alert: Alert, generator_url: str) -> dict:
     return {
         "labels": {"alertname": spec.name, "severity": spec.severity, "target": alert.target},
         "annotations": {
-            "summary": spec.summary.format(target=alert.target, value=reading),
-            "description": spec.description.format(target=alert.target, value=reading),
+            "summary": summary,
+            "description": description,
             "runbook_url": f"{RUNBOOK_PATH}#{spec.runbook_anchor}",
         },
         "startsAt": _iso(alert.active_since),

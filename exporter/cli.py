@@ -12,6 +12,7 @@ import sys
 from aiohttp import web
 
 from exporter import gc_policy
+from exporter.alert_specs import AlertWords
 from exporter.alertmanager import AlertmanagerDelivery
 from exporter.config import ConfigError, Settings
 from exporter.exposure import exposure_warnings
@@ -98,6 +99,7 @@ async def serve(settings: Settings) -> int:
             generator_url=f"http://{host}:{port}/api/v1/signals",
             interval_seconds=settings.interval_seconds,
             stale_seconds=stale_seconds(settings),
+            words=AlertWords.from_settings(settings),
         )
         tasks.append(delivery.run_forever(stop))
         log.info("posting alerts to %s", delivery.endpoint)

@@ -335,10 +335,14 @@ def diagnose(
     if busy == 0:
         return Diagnosis("idle", "no request is running or waiting")
     if budget_saturated:
-        pct = f"{budget_utilization:.0%}" if budget_utilization is not None else "at least 95%"
+        level = (
+            f"at {budget_utilization:.0%}"
+            if budget_utilization is not None
+            else f"at or above {settings.saturation_threshold:.0%}"
+        )
         return Diagnosis(
             "budget_saturated",
-            f"latency has stayed at {pct} of the budget: the budget is too tight for this "
+            f"latency has stayed {level} of the budget: the budget is too tight for this "
             "traffic, or the server needs more capacity",
         )
     waits = (waiting or 0) > 0

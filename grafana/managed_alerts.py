@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from exporter.alert_specs import ALERTS
+from exporter.alert_specs import ALERTS, AlertWords
 
 DATASOURCE_UID = "batchscope-prometheus"
 FOLDER = "batchscope"
@@ -39,7 +39,9 @@ def managed_alert_rules(prometheus_alerts: dict, config: Mapping) -> dict:
         for rule in group["rules"]:
             spec = specs[rule["alert"]]
             value = VALUE_TEMPLATES[spec.value_format]
-            words = {"target": "{{ $labels.target }}", "value": value}
+            summary, description = AlertWords.from_config(config).texts(
+                spec, "{{ $labels.target }}", value
+            )
             rules.append(
                 {
                     "uid": f"batchscope-{spec.runbook_anchor}"[:40],
@@ -64,8 +66,8 @@ def managed_alert_rules(prometheus_alerts: dict, config: Mapping) -> dict:
                     "execErrState": "Error",
                     "labels": dict(rule["labels"]),
                     "annotations": {
-                        "summary": spec.summary.format(**words),
-                        "description": spec.description.format(**words),
+                        "summary": summary,
+                        "description": description,
                         "runbook_url": rule["annotations"]["runbook_url"],
                     },
                 }

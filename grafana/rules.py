@@ -22,6 +22,7 @@ from exporter.alert_specs import (
     STALLED,
     TARGET_DOWN,
     AlertSpec,
+    AlertWords,
 )
 from exporter.engines.vllm import LATENCY_FAMILIES
 from exporter.fleet_rules import BUDGET_RULE, CAP_RULE, RECORDED_QUANTILES, quantile_label
@@ -171,13 +172,15 @@ def _record(name: str, expr: str, labels: Mapping[str, str] | None = None) -> di
     return rule
 
 
-def _templated(text: str, value_format: str) -> str:
+def _templated(spec: AlertSpec, config: Mapping, holds: Mapping[str, float]) -> tuple[str, str]:
+    """`spec`'s summary and description as Prometheus templates, stating the configured
+    numbers."""
     value = {
         "percent": "{{ $value | humanizePercentage }}",
         "seconds": "{{ $value | humanizeDuration }}",
         "number": "{{ $value | humanize }}",
-    }[value_format]
-    return text.format(target="{{ $labels.target }}", value=value)
+    }[spec.value_format]
+    return AlertWords.from_config(config, holds).texts(spec, "{{ $labels.target }}", value)
 
 
 def _alert(spec: AlertSpec, expr: str, config: Mapping, holds: Mapping[str, float],
@@ -185,14 +188,15 @@ def _alert(spec: AlertSpec, expr: str, config: Mapping, holds: Mapping[str, floa
     """The rule for `spec`: held `hold_seconds` (the spec's hold by default; `holds`
     overrides it by name)."""
     hold = holds.get(spec.name, spec.hold_seconds if hold_seconds is None else hold_seconds)
+    summary, description = _templated(spec, config, holds)
     return {
         "alert": spec.name,
         "expr": expr,
         "for": _seconds(hold),
         "labels": {"severity": spec.severity},
         "annotations": {
-            "summary": _templated(spec.summary, spec.value_format),
-            "description": _templated(spec.description, spec.value_format),
+            "summary": summary,
+            "description": description,
             "runbook_url": f"{config['runbook_base']}#{spec.runbook_anchor}",
         },
     }
@@ -282,7 +286,13 @@ def vllm_alerts(config: Mapping, holds: Mapping[str, float] | None = None) -> di
     holds = holds or {}
     threshold = config["saturation_threshold"]
     rules = [
-        _alert(BUDGET_SATURATED, f"{BUDGET_UTILIZATION} >= {threshold:g}", config, holds),
+        _alert(
+            BUDGET_SATURATED,
+            f"{BUDGET_UTILIZATION} >= {threshold:g}",
+            config,
+            holds,
+            hold_seconds=config["saturation_hold_seconds"],
+        ),  # fmt: skip
         _alert(
             MEMORY_BOUND,
             f"{WAITING}\nand on ({_by(config)}) {MEMORY_BOUND_RULE} == 1",

@@ -8,12 +8,29 @@ import json
 import aiohttp
 from aiohttp import web
 
-from exporter.alert_specs import BUDGET_SATURATED, MEMORY_BOUND, STALLED, TARGET_DOWN
+from exporter.alert_specs import (
+    ALERTS,
+    BUDGET_SATURATED,
+    MEMORY_BOUND,
+    STALLED,
+    TARGET_DOWN,
+    AlertWords,
+    duration_words,
+)
 from exporter.alertmanager import AlertmanagerDelivery
 from exporter.alerts import RESEND_SECONDS, AlertBook, delivered, payload, step
+from exporter.config import Settings
 from exporter.signals import Diagnosis
 from exporter.target import SeriesSignals, TargetSignals
-from tests.monitoring_stack import alertmanager, http_get, wait_until, webhook
+from tests.monitoring_stack import (
+    alertmanager,
+    exporter,
+    http_get,
+    payload_server,
+    wait_until,
+    webhook,
+)
+from tests.vllm_payload import VllmState, render
 
 
 def signals(target="llm", *, up=True, saturated=False, utilization=0.5, state="healthy",
@@ -203,3 +220,52 @@ def test_alerts_reach_a_real_alertmanager_and_resolve(tmp_path):
         assert firing["annotations"]["summary"] == "llm: latency budget saturated for a minute"
         # Resolved: Alertmanager lists it no more.
         assert json.loads(http_get(f"{am.url}/api/v2/alerts")) == []
+
+
+def test_the_posted_alert_states_the_configured_threshold_and_hold():
+    # Before the texts took their numbers from the settings, an exporter run with
+    # --saturation-threshold 0.9 --hold-seconds 120 posted "95%" and "for a minute".
+    words = AlertWords.from_settings(
+        Settings(targets=(), saturation_threshold=0.9, hold_seconds=120.0)
+    )
+    book = step(AlertBook(), [signals(saturated=True, utilization=0.93)], now=0.0)
+    [alert] = book.unsent.values()
+    body = payload(alert, "g", words)["annotations"]
+    assert body["summary"] == "llm: latency budget saturated for 2 minutes"
+    assert body["description"].startswith(
+        "Budget utilisation on llm is 93%: the latency quantile has stayed at or above 90% "
+        "of the budget for 2 minutes."
+    )
+    # The other alerts state their own holds (or an override) and the configured levels.
+    levels = AlertWords(near_cap=0.8, kv_high=0.85, holds={"BatchscopeTargetDown": 90.0})
+    memory = levels.texts(MEMORY_BOUND, "llm", "3")[1]
+    assert "under 80% of its cap, with the KV cache at 85% or more" in memory
+    assert "has failed for 90 s" in levels.texts(TARGET_DOWN, "llm", "0")[1]
+    for spec in ALERTS:  # every placeholder of every text has a value
+        levels.texts(spec, "llm", "1")
+    assert [duration_words(s) for s in (60, 120, 300, 3600, 90, 0.5)] == [
+        "a minute", "2 minutes", "5 minutes", "an hour", "90 s", "0.5 s"]  # fmt: skip
+
+
+def test_the_exporter_cli_posts_the_configured_numbers_to_a_real_alertmanager(tmp_path):
+    # The whole path: flags, the exporter's own hold, its post, Alertmanager, the webhook.
+    state = VllmState(running=8, waiting=20, kv_usage=0.5)
+
+    def scripted() -> str:
+        state.finish(10, 1.2, 100)  # p99 1.495 s against a 1.3 s budget: 115%
+        return render(state)
+
+    (tmp_path / "am").mkdir()
+    with (
+        payload_server(scripted) as target_url,
+        webhook() as hook,
+        alertmanager(tmp_path / "am", hook.url) as am,
+        exporter(tmp_path, "--target", target_url, "--name", "llm", "--engine", "vllm",
+                 "--budget-seconds", "1.3", "--interval", "1", "--saturation-threshold", "0.9",
+                 "--hold-seconds", "3", "--alertmanager-url", am.url) as exp,
+    ):  # fmt: skip
+        wait_until(lambda: hook.alerts(BUDGET_SATURATED.name), 60,
+                   "BatchingBudgetSaturated from the exporter", exp.log)  # fmt: skip
+        [firing] = hook.alerts(BUDGET_SATURATED.name)
+    assert firing["annotations"]["summary"] == "llm: latency budget saturated for 3 s"
+    assert "stayed at or above 90% of the budget for 3 s" in firing["annotations"]["description"]

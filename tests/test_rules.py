@@ -13,6 +13,9 @@ from exporter.alert_specs import ALERTS
 from exporter.config import Target
 from exporter.fleet_rules import BUDGET_RULE, CAP_RULE, UnsupportedTarget, target_rules
 from grafana.build import PROMETHEUS, generated_files
+from grafana.config import CONFIG
+from grafana.managed_alerts import managed_alert_rules
+from grafana.rules import exporter_alerts, vllm_alerts
 from tests.system_tools import tool
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -63,6 +66,34 @@ def test_every_alert_has_summary_description_and_a_runbook_anchor_that_exists():
         page, anchor = annotations["runbook_url"].split("#")
         assert page == "docs/runbook.md"
         assert anchor in anchors, f"{alert['alert']}: no '## {anchor}' heading in the runbook"
+
+
+def test_rule_texts_and_holds_follow_the_configured_threshold_and_hold():
+    # The rule files are generated from the config: a threshold of 0.9 held 2 minutes is
+    # what every saturation rule states and (on the vLLM path) holds, on both paths and in
+    # Grafana's managed rules ("95%" and "a minute" were written into the texts before).
+    config = {**CONFIG, "saturation_threshold": 0.9, "saturation_hold_seconds": 120.0,
+              "near_cap": 0.8}  # fmt: skip
+    rules = {}
+    for name, alerts in (("exporter", exporter_alerts(config)), ("vllm", vllm_alerts(config))):
+        rules[name] = {r["alert"]: r for r in alerts["groups"][0]["rules"]}
+        saturated = rules[name]["BatchingBudgetSaturated"]
+        assert saturated["annotations"]["summary"] == (
+            "{{ $labels.target }}: latency budget saturated for 2 minutes"
+        )
+        assert (
+            "at or above 90% of the budget for 2 minutes" in saturated["annotations"]["description"]
+        )
+        assert (
+            "under 80% of its cap"
+            in rules[name]["BatchingMemoryBound"]["annotations"]["description"]
+        )
+    assert rules["vllm"]["BatchingBudgetSaturated"]["for"] == "120s"
+    assert ">= 0.9" in rules["vllm"]["BatchingBudgetSaturated"]["expr"]
+    assert rules["exporter"]["BatchingBudgetSaturated"]["for"] == "0s"  # the exporter held it
+    managed = managed_alert_rules(exporter_alerts(config), config)["groups"][0]["rules"]
+    [grafana] = [r for r in managed if r["title"] == "BatchingBudgetSaturated"]
+    assert "at or above 90% of the budget for 2 minutes" in grafana["annotations"]["description"]
 
 
 def test_recording_rules_are_named_level_metric_operations():

@@ -314,3 +314,10 @@ def test_a_batcher_without_generation_counters_is_judged_by_items_and_batches() 
     assert signals.mean_batch_size == 5.0
     assert signals.diagnosis.state == "batch_limited"
     assert "the batcher fires before batches fill" in signals.diagnosis.reason
+
+
+def test_a_saturated_reason_without_a_reading_states_the_configured_threshold() -> None:
+    reason = diagnose(up=True, error=None, running=8, waiting=3, cap=8, kv_usage=0.2,
+                      preemptions_per_second=0, budget_saturated=True, budget_utilization=None,
+                      settings=SignalSettings(saturation_threshold=0.9)).reason  # fmt: skip
+    assert reason.startswith("latency has stayed at or above 90% of the budget")

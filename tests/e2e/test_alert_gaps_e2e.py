@@ -127,6 +127,8 @@ def test_saturation_fires_and_stays_firing_while_prometheus_misses_scrapes(tmp_p
     assert alert["labels"] == {"alertname": "BatchingBudgetSaturated", "severity": "warning",
                                "target": "llm"}  # fmt: skip
     assert alert["annotations"]["description"].startswith("Budget utilisation on llm is 121%")
+    # The rules were generated with this hold: their words state it.
+    assert alert["annotations"]["summary"] == f"llm: latency budget saturated for {HOLD} s"
     # Not before the hold: the exporter said saturated only once the episode had lasted
     # it (its own times), and Prometheus fires on that.
     onset = next(p for p in history if p["budget_utilization"] is not None)["t"]
