@@ -11,7 +11,7 @@ install: $(STAMP)
 # torch==2.13.0 first: it installs the CPU build from this machine's local wheel, so
 # nothing later pulls a multi-GB CUDA build from the registry.
 # A C compiler builds the demo server's ragged attention kernel on first use
-# (demo_server/ragged.py); machines of this kind have one, a bare Debian gets gcc.
+# (demo_server/generation/ragged.py); machines of this kind have one, a bare Debian gets gcc.
 $(STAMP): pyproject.toml
 	command -v cc >/dev/null || (apt-get update -qq && apt-get install -y -qq --no-install-recommends gcc libc6-dev)
 	$(MAKE) system-packages

@@ -9,8 +9,8 @@ from pathlib import Path
 
 from dashboard.client import DEFAULT_EXPORTER, EXPORTER_ENV, PROMETHEUS_ENV
 from dashboard.embedded import EmbeddedExporter
-from exporter.config import ConfigError
-from exporter.flags import add_arguments, settings_from_args
+from exporter.config.flags import add_arguments, settings_from_args
+from exporter.config.settings import ConfigError
 
 APP = Path(__file__).resolve().parent / "app.py"
 PROG = "batchscope-dashboard"

@@ -11,9 +11,9 @@ import threading
 
 from aiohttp import web
 
-from exporter.config import Settings
-from exporter.runtime import Exporter
-from exporter.server import create_app
+from exporter.config.settings import Settings
+from exporter.scrape.loop import Exporter
+from exporter.serve.app import create_app
 
 START_TIMEOUT_SECONDS = 30.0
 

@@ -8,7 +8,7 @@ import re
 
 from dashboard.client import SourceError, api_url, get_json
 from dashboard.frames import SERIES_NAME_LABELS
-from exporter.collector import SERIES_GAUGES
+from exporter.serve.families import SERIES_GAUGES
 
 # Exporter metric name -> history field, for the gauges whose value is the field.
 FIELDS = {name: attribute for name, _, attribute in SERIES_GAUGES} | {

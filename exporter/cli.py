@@ -11,15 +11,15 @@ import sys
 
 from aiohttp import web
 
-from exporter import gc_policy
-from exporter.alert_specs import AlertWords
-from exporter.alertmanager import AlertmanagerDelivery
-from exporter.config import ConfigError, Settings
-from exporter.exposure import exposure_warnings
-from exporter.flags import add_arguments, settings_from_args
-from exporter.runtime import Exporter, stale_seconds
-from exporter.scrape import read_secret
-from exporter.server import create_app
+from exporter.alerts.delivery import AlertmanagerDelivery
+from exporter.alerts.specs import AlertWords
+from exporter.config.exposure_warnings import exposure_warnings
+from exporter.config.flags import add_arguments, settings_from_args
+from exporter.config.settings import ConfigError, Settings
+from exporter.scrape import gc_policy
+from exporter.scrape.fetch import read_secret
+from exporter.scrape.loop import Exporter, stale_seconds
+from exporter.serve.app import create_app
 
 log = logging.getLogger("batchscope.exporter")
 

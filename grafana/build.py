@@ -12,8 +12,8 @@ from pathlib import Path
 
 import yaml
 
-from exporter.config import load_config
-from exporter.fleet_rules import fleet_rule_groups
+from exporter.alerts.fleet_rules import fleet_rule_groups
+from exporter.config.settings import load_config
 from grafana.boards import DASHBOARDS
 from grafana.config import CONFIG
 from grafana.managed_alerts import managed_alert_rules

@@ -7,10 +7,10 @@ rules and the exporter cannot drift apart.
 
 from __future__ import annotations
 
-from exporter.alert_specs import RUNBOOK_PATH, SLOW_SCRAPE_SECONDS
-from exporter.config import Settings
-from exporter.labels import SERIES_LABELS
-from exporter.signals import SignalSettings
+from exporter.alerts.specs import RUNBOOK_PATH, SLOW_SCRAPE_SECONDS
+from exporter.config.reserved_labels import SERIES_LABELS
+from exporter.config.settings import Settings
+from exporter.core.signals import SignalSettings
 
 _EXPORTER = Settings(targets=())
 _SIGNALS = SignalSettings()

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from exporter.alert_specs import ALERTS, AlertWords
+from exporter.alerts.specs import ALERTS, AlertWords
 
 DATASOURCE_UID = "batchscope-prometheus"
 FOLDER = "batchscope"

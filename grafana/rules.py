@@ -1,6 +1,6 @@
 """Prometheus recording and alerting rules, as plain data built from CONFIG.
 
-Two paths raise the same alerts (exporter/alert_specs.py):
+Two paths raise the same alerts (exporter/alerts/specs.py):
 - `exporter-alerts.yml` reads the exporter's `batchscope_*` series (one exporter);
 - `vllm-rules.yml` records the batching signals from vLLM's raw series and
   `vllm-alerts.yml` alerts on them (a fleet, in Prometheus, Thanos or Mimir), with each
@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from exporter.alert_specs import (
+from exporter.alerts.fleet_rules import BUDGET_RULE, CAP_RULE, RECORDED_QUANTILES, quantile_label
+from exporter.alerts.specs import (
     BUDGET_SATURATED,
     EXPORTER_DOWN,
     MEMORY_BOUND,
@@ -25,7 +26,6 @@ from exporter.alert_specs import (
     AlertWords,
 )
 from exporter.engines.vllm import LATENCY_FAMILIES
-from exporter.fleet_rules import BUDGET_RULE, CAP_RULE, RECORDED_QUANTILES, quantile_label
 
 LEVEL = "target_model_engine"
 

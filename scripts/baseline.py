@@ -22,9 +22,18 @@ from types import ModuleType
 
 ROOT = Path(__file__).resolve().parent.parent
 
+# Modules the benchmarks compare that had other names before `exporter` was split into
+# packages by job: a commit from before the split has them under these.
+BEFORE_PACKAGES = {
+    "exporter.scrape.loop": "exporter.runtime",
+    "exporter.config.settings": "exporter.config",
+    "exporter.ingest.promtext": "exporter.promtext",
+}
+
 
 def import_at(commit: str, *modules: str) -> list[ModuleType]:
-    """The named modules (e.g. "exporter.runtime") as of `commit`."""
+    """The named modules (e.g. "exporter.scrape.loop") as of `commit`, each under its
+    earlier name (BEFORE_PACKAGES) where the commit predates the packages."""
     archive = subprocess.run(
         ["git", "archive", "--format=tar", commit, "exporter"],
         cwd=ROOT, capture_output=True, check=True,
@@ -38,12 +47,21 @@ def import_at(commit: str, *modules: str) -> list[ModuleType]:
         del sys.modules[name]
     sys.path.insert(0, folder)
     try:
-        return [importlib.import_module(name) for name in modules]
+        return [_import_either(name) for name in modules]
     finally:
         sys.path.remove(folder)
         for name in _exporter_modules():
             del sys.modules[name]
         sys.modules.update(current)
+
+
+def _import_either(name: str) -> ModuleType:
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError:
+        if name not in BEFORE_PACKAGES:
+            raise
+        return importlib.import_module(BEFORE_PACKAGES[name])
 
 
 def _exporter_modules() -> dict[str, ModuleType]:

@@ -34,13 +34,14 @@ from pathlib import Path
 
 import aiohttp
 
-from demo_server import loadgen, loadgen_report
-from exporter import promtext
-from exporter.config import Settings, Target
+from demo_server.loadgen import report as loadgen_report
+from demo_server.loadgen import run as loadgen
+from exporter.config.settings import Settings, Target
+from exporter.core.evaluate import SeriesSignals
 from exporter.engines import read_series
-from exporter.http_get import Connections
-from exporter.runtime import Exporter
-from exporter.target import SeriesSignals
+from exporter.ingest import promtext
+from exporter.scrape.http_client import Connections
+from exporter.scrape.loop import Exporter
 
 ROOT = Path(__file__).resolve().parent.parent
 WINDOW_S = 30.0

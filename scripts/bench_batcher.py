@@ -50,11 +50,13 @@ from typing import Any
 import torch
 from prometheus_client import CollectorRegistry
 
-from demo_server import loadgen, loadgen_report, workload
-from demo_server.batcher import Batcher
-from demo_server.batcher_settings import BatcherSettings
 from demo_server.devices import Device, select_device
-from demo_server.embedding import Encoder
+from demo_server.embedding.batcher import Batcher
+from demo_server.embedding.batcher_settings import BatcherSettings
+from demo_server.embedding.service import Encoder
+from demo_server.loadgen import report as loadgen_report
+from demo_server.loadgen import run as loadgen
+from demo_server.loadgen import workload
 from demo_server.queueing import QueueFull
 from exporter.instrumentation import BatcherMetrics
 

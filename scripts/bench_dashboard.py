@@ -1,6 +1,6 @@
 """Dashboard benchmark: server-side time to build the Live page for a fleet with history.
 
-A real exporter app (exporter.server.create_app), in its own process, serves 10 targets, each with one hour
+A real exporter app (exporter.serve.app.create_app), in its own process, serves 10 targets, each with one hour
 of history at a 5 s interval (720 points), built by the exporter's own ingest from a
 real vLLM 0.32 payload. Streamlit's AppTest runs the Live page against it: fetching the
 signals and every target's history over HTTP, building the frames, the fleet table and
@@ -28,11 +28,11 @@ import streamlit as st
 from aiohttp import web
 from streamlit.testing.v1 import AppTest
 
-from exporter.config import Settings, Target
+from exporter.config.settings import Settings, Target
+from exporter.core.snapshot import Snapshot
 from exporter.engines import read_series
-from exporter.runtime import Exporter
-from exporter.server import create_app
-from exporter.snapshot import Snapshot
+from exporter.scrape.loop import Exporter
+from exporter.serve.app import create_app
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURE = ROOT / "tests/fixtures/vllm-0.32.0-cpu-load.txt"

@@ -35,9 +35,10 @@ from baseline import import_at  # noqa: E402
 from bench_parser import Comparison  # noqa: E402
 from fleet_sim import FIXTURE, Template  # noqa: E402
 
-from exporter import config, runtime  # noqa: E402
+from exporter.config import settings as config
+from exporter.core.snapshot import Snapshot  # noqa: E402
 from exporter.engines import read_series  # noqa: E402
-from exporter.snapshot import Snapshot  # noqa: E402
+from exporter.scrape import loop as runtime  # noqa: E402
 
 BASELINE = "2137ba4"
 TARGET_RATIO = 3.0
@@ -50,9 +51,11 @@ READ = ("vllm", None, "e2e")
 
 
 def load_baseline(commit: str) -> tuple[ModuleType, ModuleType]:
-    """`exporter.runtime` and `exporter.config` as of `commit`, imported beside this
+    """`exporter.scrape.loop` and `exporter.config.settings` as of `commit`, imported beside this
     checkout's."""
-    runtime_then, config_then = import_at(commit, "exporter.runtime", "exporter.config")
+    runtime_then, config_then = import_at(
+        commit, "exporter.scrape.loop", "exporter.config.settings"
+    )
     return runtime_then, config_then
 
 

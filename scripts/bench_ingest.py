@@ -44,7 +44,7 @@ ReadSeries = Callable[..., tuple]
 
 def load_baseline(commit: str) -> tuple[ReadSeries, ModuleType]:
     """`read_series` and `promtext` of `commit`, imported beside this checkout's modules."""
-    engines, old_promtext = import_at(commit, "exporter.engines", "exporter.promtext")
+    engines, old_promtext = import_at(commit, "exporter.engines", "exporter.ingest.promtext")
     return engines.read_series, old_promtext
 
 

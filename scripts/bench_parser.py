@@ -1,4 +1,4 @@
-"""Parser benchmark: `exporter.promtext` against `prometheus_client.parser` on a real payload.
+"""Parser benchmark: `exporter.ingest.promtext` against `prometheus_client.parser` on a real payload.
 
 Both parse the 53 KB vLLM 0.32 `/metrics` payload in the same process, in interleaved
 repetitions (the order swaps every repetition, so neither always runs on a warmer
@@ -18,9 +18,9 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter import promtext
 from exporter.engines import read_series, vllm
-from exporter.samples import group_by_name
+from exporter.engines.grouping import group_by_name
+from exporter.ingest import promtext
 
 FIXTURE = Path(__file__).resolve().parent.parent / "tests/fixtures/vllm-0.32.0-cpu-load.txt"
 TARGET_RATIO = 10.0
@@ -167,7 +167,7 @@ def run(quick: bool = False) -> tuple[list[Comparison], dict[str, int]]:
 def markdown(comparisons: list[Comparison], payload: dict[str, int]) -> str:
     """The report section: one row per variant, medians in milliseconds."""
     lines = [
-        "## Parser: `exporter.promtext` vs `prometheus_client.parser`",
+        "## Parser: `exporter.ingest.promtext` vs `prometheus_client.parser`",
         "",
         f"Payload: `{FIXTURE.relative_to(FIXTURE.parents[2])}` ({payload['bytes']} bytes, "
         f"{payload['lines']} lines, {payload['samples']} samples; the vLLM adapter reads "

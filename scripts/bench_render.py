@@ -40,17 +40,18 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import Metric
 from prometheus_client.utils import floatToGoString
 
-from exporter import api
-from exporter.collector import SignalsCollector, render_metrics
-from exporter.config import Settings, Target
-from exporter.runtime import Exporter
-from exporter.scrape import ScrapeResult
-from exporter.server import GZIP_LEVEL, gzip_body
-from exporter.target import TargetSignals
+from exporter.config.settings import Settings, Target
+from exporter.core.evaluate import TargetSignals
+from exporter.scrape.fetch import ScrapeResult
+from exporter.scrape.loop import Exporter
+from exporter.serve import api_json as api
+from exporter.serve.app import GZIP_LEVEL, gzip_body
+from exporter.serve.exposition import render_metrics
 
 # The JSON reference (the plain asdict definition) is the tests': `make bench` runs this
 # from scripts/, so the repository root goes on the path for it.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from tests.support.reference_exposition import SignalsCollector  # noqa: E402
 from tests.test_api_json import reference_encode, reference_series_json  # noqa: E402
 
 TARGETS = 1000

@@ -42,7 +42,7 @@ def _free_port() -> int:
 
 def _loadgen(url: str, rates: str, seconds: float) -> list[dict]:
     done = subprocess.run(
-        [sys.executable, "-m", "demo_server.loadgen", "--url", url, "--endpoint", "embeddings",
+        [sys.executable, "-m", "demo_server.loadgen.run", "--url", url, "--endpoint", "embeddings",
          "--rates", rates, "--duration", f"{seconds:g}", "--json"],
         cwd=ROOT, capture_output=True, text=True, check=True,
     )  # fmt: skip

@@ -15,8 +15,11 @@ from pathlib import Path
 
 import atheris
 
+# The oracle is the tests' (tests/support/parser_oracle.py): the repository root goes on
+# the path for it.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 with atheris.instrument_imports():
-    from exporter.parser_oracle import check_parse
+    from tests.support.parser_oracle import check_parse
 
 FIXTURES = Path(__file__).resolve().parent.parent / "tests/fixtures"
 

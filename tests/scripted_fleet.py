@@ -15,7 +15,7 @@ from aiohttp import web
 
 from dashboard.client import signals
 from dashboard.embedded import EmbeddedExporter
-from exporter.config import Settings, Target
+from exporter.config.settings import Settings, Target
 from tests.vllm_payload import VllmState, render
 
 # Each scrape of a target first applies its step (requests finishing, say).

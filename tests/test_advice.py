@@ -1,15 +1,15 @@
-"""The advice (exporter/advice.py): each item's numbers, words, inputs and confidence, alone and
+"""The advice (exporter/core/advice.py): each item's numbers, words, inputs and confidence, alone and
 through the evaluator."""
 
 from __future__ import annotations
 
 import pytest
 
-from exporter.advice import AdviceInputs, advise
-from exporter.signals import SignalSettings
-from exporter.snapshot import SeriesSnapshot, Snapshot
-from exporter.static_util import UtilizationEstimate
-from exporter.target import evaluate_target
+from exporter.core.advice import AdviceInputs, advise
+from exporter.core.evaluate import evaluate_target
+from exporter.core.signals import SignalSettings
+from exporter.core.snapshot import SeriesSnapshot, Snapshot
+from exporter.core.static_util import UtilizationEstimate
 from tests.test_capacity import LINEAR
 
 

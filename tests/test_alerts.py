@@ -8,7 +8,9 @@ import json
 import aiohttp
 from aiohttp import web
 
-from exporter.alert_specs import (
+from exporter.alerts.book import RESEND_SECONDS, AlertBook, delivered, payload, step
+from exporter.alerts.delivery import AlertmanagerDelivery
+from exporter.alerts.specs import (
     ALERTS,
     BUDGET_SATURATED,
     MEMORY_BOUND,
@@ -17,11 +19,9 @@ from exporter.alert_specs import (
     AlertWords,
     duration_words,
 )
-from exporter.alertmanager import AlertmanagerDelivery
-from exporter.alerts import RESEND_SECONDS, AlertBook, delivered, payload, step
-from exporter.config import Settings
-from exporter.signals import Diagnosis
-from exporter.target import SeriesSignals, TargetSignals
+from exporter.config.settings import Settings
+from exporter.core.evaluate import SeriesSignals, TargetSignals
+from exporter.core.signals import Diagnosis
 from tests.monitoring_stack import (
     alertmanager,
     exporter,

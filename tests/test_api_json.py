@@ -11,8 +11,8 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from exporter import api
-from exporter.target import SeriesSignals, TargetSignals
+from exporter.core.evaluate import SeriesSignals, TargetSignals
+from exporter.serve import api_json as api
 from tests.test_collector import target_signals
 
 

@@ -1,10 +1,10 @@
-"""The capacity arithmetic (exporter/capacity.py): each formula with numbers worked by hand."""
+"""The capacity arithmetic (exporter/core/capacity.py): each formula with numbers worked by hand."""
 
 from __future__ import annotations
 
 import pytest
 
-from exporter.capacity import (
+from exporter.core.capacity import (
     batch_cost,
     budget_headroom,
     cache_fill,

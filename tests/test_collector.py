@@ -13,15 +13,17 @@ from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter.advice import Advice, AdviceItem
-from exporter.collector import SERIES_GAUGES, SignalsCollector, render_metrics
+from exporter.config.reserved_labels import RESERVED_LABELS
+from exporter.core.advice import Advice, AdviceItem
+from exporter.core.evaluate import SeriesSignals, TargetSignals, evaluate_target
+from exporter.core.signals import DIAGNOSIS_STATES, Diagnosis, SignalSettings
+from exporter.core.snapshot import Snapshot
+from exporter.core.static_util import UtilizationEstimate
 from exporter.engines import read_series
-from exporter.labels import RESERVED_LABELS
-from exporter.signals import DIAGNOSIS_STATES, Diagnosis, SignalSettings
-from exporter.snapshot import Snapshot
-from exporter.static_util import UtilizationEstimate
-from exporter.target import SeriesSignals, TargetSignals, evaluate_target
+from exporter.serve.exposition import render_metrics
+from exporter.serve.families import SERIES_GAUGES
 from tests.conftest import fixture_text
+from tests.support.reference_exposition import SignalsCollector
 
 
 def exposition(settings: SignalSettings, payloads: list[str], up: bool = True) -> dict:
@@ -243,9 +245,9 @@ def test_metrics_are_byte_for_byte_prometheus_clients_on_any_signals(targets) ->
 
 
 def test_padding_waste_of_an_in_house_batcher_is_read_back_and_exported() -> None:
-    from exporter.api import series_json
+    from exporter.core.signals import padding_waste
     from exporter.instrumentation import BatcherMetrics
-    from exporter.signals import padding_waste
+    from exporter.serve.api_json import series_json
 
     registry = CollectorRegistry()
     batcher = BatcherMetrics("embed", max_batch_size=8, registry=registry)

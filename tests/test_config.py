@@ -1,4 +1,4 @@
-"""exporter.config: every accepted form, every rejected one with its exact message."""
+"""exporter.config.settings: every accepted form, every rejected one with its exact message."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from exporter.config import Auth, ConfigError, Settings, Target, load_config, load_file_sd
-from exporter.file_sd import expand_file_sd
-from exporter.flags import add_arguments, settings_from_args
-from exporter.scrape import authorization_header
+from exporter.config.file_sd import expand_file_sd
+from exporter.config.flags import add_arguments, settings_from_args
+from exporter.config.settings import Auth, ConfigError, Settings, Target, load_config, load_file_sd
+from exporter.scrape.fetch import authorization_header
 
 SECRET = "s3cr3t-t0ken-value"
 

@@ -57,7 +57,7 @@ def demo(tmp_path_factory) -> Iterator[tuple[str, subprocess.Popen, Path]]:
         result = logs / "sweep.json"
         # The sweep runs while the pages are looked at: the Live page has traffic to show.
         procs.append(subprocess.Popen(
-            [sys.executable, "-m", "demo_server.loadgen", "--url", server, "--endpoint",
+            [sys.executable, "-m", "demo_server.loadgen.run", "--url", server, "--endpoint",
              "completions", "--rates", "2,4,8", "--duration", "12", "--max-tokens", "32,128,256",
              "--json"],
             cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=result.open("w"),

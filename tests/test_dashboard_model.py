@@ -22,7 +22,7 @@ from dashboard.frames import fleet_frame, history_frame, series_choices, series_
 from dashboard.loadtests import ResultError, good_share, load_result, run_from_record
 from dashboard.prometheus import history_query, points_from_matrix
 from dashboard.states import look
-from exporter.static_util import exact_static_utilization
+from exporter.core.static_util import exact_static_utilization
 
 
 def test_percentages_are_percentages() -> None:

@@ -17,8 +17,8 @@ from aiohttp import web
 from streamlit.testing.v1 import AppTest
 
 from dashboard.formatting import plain_markdown
-from exporter.alert_specs import SLOW_SCRAPE_SECONDS
-from exporter.config import Settings, Target
+from exporter.alerts.specs import SLOW_SCRAPE_SECONDS
+from exporter.config.settings import Settings, Target
 from tests.conftest import fixture_text
 from tests.scripted_fleet import (
     BackgroundServer,

@@ -8,10 +8,10 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from demo_server.app import ServerConfig
-from exporter.config import Settings, Target
-from exporter.http_get import Connections
-from exporter.runtime import Exporter
+from demo_server.http.app import ServerConfig
+from exporter.config.settings import Settings, Target
+from exporter.scrape.http_client import Connections
+from exporter.scrape.loop import Exporter
 from tests.test_demo_server import completion, serve
 from tests.test_metrics_doc import DOCUMENTED, family_names
 

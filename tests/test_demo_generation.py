@@ -15,24 +15,31 @@ from pathlib import Path
 import pytest
 import torch
 
-from demo_server.decoder import BOS, EOS, KVCache, PrefillBatch, TinyDecoder, encode_prompt
 from demo_server.devices import (
     H200_DECODE_GRAPH_MS,
     h200_prefill_ms_per_token,
     interpolate_ms,
     select_device,
 )
-from demo_server.queueing import QueueFull
-from demo_server.ragged import try_load
-from demo_server.scheduler import (
+from demo_server.generation.decoder import (
+    BOS,
+    EOS,
+    KVCache,
+    PrefillBatch,
+    TinyDecoder,
+    encode_prompt,
+)
+from demo_server.generation.ragged import try_load
+from demo_server.generation.scheduler import (
     CompletionResult,
     InvalidRequest,
     RequestLog,
     Scheduler,
     SchedulerConfig,
 )
+from demo_server.queueing import QueueFull
 from exporter import static_util_cli
-from exporter.static_util import exact_static_utilization, static_utilization
+from exporter.core.static_util import exact_static_utilization, static_utilization
 
 SEED_TRACE = [3, 5, 8, 11, 4, 14, 6, 16]  # seed 003: 67 of 128 slot-steps
 PROMPT = encode_prompt("hello")

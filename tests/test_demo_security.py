@@ -9,9 +9,9 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from demo_server.app import MAX_REQUEST_BYTES, ServerConfig
-from demo_server.batcher_settings import BatcherSettings
-from demo_server.embedding import Encoder
+from demo_server.embedding.batcher_settings import BatcherSettings
+from demo_server.embedding.service import Encoder
+from demo_server.http.app import MAX_REQUEST_BYTES, ServerConfig
 from tests.test_demo_server import serve
 
 ADMIN_TOKEN = "demo-admin-token-2468"

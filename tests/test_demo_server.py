@@ -21,9 +21,9 @@ import pytest
 import uvicorn
 from prometheus_client.parser import text_string_to_metric_families
 
-from demo_server.app import ServerConfig, create_app
-from demo_server.batcher_settings import BatcherSettings
-from exporter.static_util import static_utilization
+from demo_server.embedding.batcher_settings import BatcherSettings
+from demo_server.http.app import ServerConfig, create_app
+from exporter.core.static_util import static_utilization
 from tests.conftest import fixture_text
 
 ROOT = Path(__file__).resolve().parent.parent

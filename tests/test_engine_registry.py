@@ -10,11 +10,11 @@ from types import ModuleType
 import pytest
 
 from exporter import engines
-from exporter.config import ConfigError, load_config
+from exporter.config.flags import add_arguments, settings_from_args
+from exporter.config.settings import ConfigError, load_config
+from exporter.core.snapshot import SeriesSnapshot
 from exporter.engines import detect, engine_choices, latency_kinds, read_series
-from exporter.flags import add_arguments, settings_from_args
-from exporter.samples import SamplesByName, histograms_by_key, values_by_key
-from exporter.snapshot import SeriesSnapshot
+from exporter.engines.grouping import SamplesByName, histograms_by_key, values_by_key
 from tests.conftest import fixture_text
 from tests.test_metrics_doc import DOC, undocumented_engines
 

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import pytest
 
-from exporter.config import Settings, Target, load_config
+from exporter.config.settings import Settings, Target, load_config
+from exporter.core.evaluate import SeriesSignals, TargetSignals, evaluate_target
+from exporter.core.signals import SignalSettings
+from exporter.core.snapshot import Snapshot
 from exporter.engines import detect, read_series
-from exporter.runtime import Exporter, snapshot_from_payload
-from exporter.signals import SignalSettings
-from exporter.snapshot import Snapshot
-from exporter.target import SeriesSignals, TargetSignals, evaluate_target
+from exporter.scrape.loop import Exporter, snapshot_from_payload
 from tests.conftest import fixture_text
 
 STEP = 30.0
@@ -235,7 +235,7 @@ def test_a_known_prefix_without_the_engine_series_names_the_families_it_wanted()
 def test_a_mean_latency_is_exported_with_quantile_mean() -> None:
     from prometheus_client import CollectorRegistry, generate_latest
 
-    from exporter.collector import SignalsCollector
+    from tests.support.reference_exposition import SignalsCollector
 
     target = Target("trt", "http://127.0.0.1:8002/metrics", budget_seconds=3.0)
     signals = scenario(target, *PAIRS["trtllm+triton"])
@@ -252,7 +252,7 @@ def test_a_mean_latency_is_exported_with_quantile_mean() -> None:
 def test_the_token_cap_flag() -> None:
     import argparse
 
-    from exporter.flags import add_arguments, settings_from_args
+    from exporter.config.flags import add_arguments, settings_from_args
 
     parser = argparse.ArgumentParser()
     add_arguments(parser)

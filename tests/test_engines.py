@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from exporter.config import Settings, Target
+from exporter.config.settings import Settings, Target
 from exporter.engines import UnrecognisedPayload, detect, read_series
-from exporter.runtime import Exporter
-from exporter.scrape import ScrapeResult
+from exporter.scrape.fetch import ScrapeResult
+from exporter.scrape.loop import Exporter
 from tests.conftest import fixture_text
 from tests.vllm_payload import VllmState, render
 

@@ -22,13 +22,13 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter.api import POINT_NUMBERS, history_point, series_json
-from exporter.config import ConfigError, Settings, Target, load_config
-from exporter.http_get import Connections
+from exporter.config.reserved_labels import RESERVED_LABELS
+from exporter.config.settings import ConfigError, Settings, Target, load_config
 from exporter.instrumentation import BatcherMetrics
-from exporter.labels import RESERVED_LABELS
-from exporter.runtime import Exporter
-from exporter.server import create_app
+from exporter.scrape.http_client import Connections
+from exporter.scrape.loop import Exporter
+from exporter.serve.api_json import POINT_NUMBERS, history_point, series_json
+from exporter.serve.app import create_app
 from tests.conftest import fixture_text
 
 DOC = (Path(__file__).parent.parent / "docs" / "api.md").read_text()

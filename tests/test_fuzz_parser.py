@@ -15,8 +15,8 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from exporter.parser_oracle import check_parse, reference_samples
 from tests.conftest import FIXTURES
+from tests.support.parser_oracle import check_parse, reference_samples
 
 ROOT = Path(__file__).resolve().parent.parent
 PAYLOADS = sorted(p.read_text() for p in FIXTURES.glob("*.txt"))

@@ -1,4 +1,4 @@
-"""The exporter's garbage-collection policy (exporter/gc_policy.py), in a fresh process:
+"""The exporter's garbage-collection policy (exporter/scrape/gc_policy.py), in a fresh process:
 it changes the whole process's collector, which the test process must keep as it is."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 SCRIPT = """
 import asyncio, gc, weakref
-from exporter import gc_policy
+from exporter.scrape import gc_policy
 
 class Node:
     pass

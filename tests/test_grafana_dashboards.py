@@ -17,11 +17,11 @@ import pytest
 import yaml
 from prometheus_client import CollectorRegistry
 
-from exporter.collector import SignalsCollector
 from exporter.engines.vllm import KV_USAGE_OLD, SWAPPED
+from exporter.ingest.promtext import parse
 from exporter.instrumentation import BatcherMetrics
-from exporter.promtext import parse
 from grafana.build import PROMETHEUS, ROOT
+from tests.support.reference_exposition import SignalsCollector
 
 DASHBOARD_FILES = sorted((ROOT / "dashboards").glob("*.json"))
 SCHEMA = json.loads((ROOT / "dashboard-import.schema.json").read_text())

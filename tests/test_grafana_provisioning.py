@@ -7,8 +7,8 @@ import subprocess
 import promql_parser
 import yaml
 
-from exporter.alert_specs import ALERTS, EXPORTER_DOWN
-from exporter.config import load_config
+from exporter.alerts.specs import ALERTS, EXPORTER_DOWN
+from exporter.config.settings import load_config
 from grafana.build import PROMETHEUS, ROOT
 from tests.system_tools import tool
 

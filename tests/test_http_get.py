@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from exporter.http_get import (
+from exporter.scrape.http_client import (
     BodyRefused,
     Connections,
     Endpoint,

@@ -14,7 +14,9 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
-from demo_server import loadgen, loadgen_report, workload
+from demo_server.loadgen import report as loadgen_report
+from demo_server.loadgen import run as loadgen
+from demo_server.loadgen import workload
 from exporter.length_log import InputError
 from tests.threaded_app import serve_in_thread
 

@@ -10,9 +10,9 @@ from types import ModuleType
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from exporter.core.signals import SignalSettings
 from exporter.engines import ADAPTERS
 from exporter.instrumentation import BatcherMetrics
-from exporter.signals import SignalSettings
 from tests.test_collector import PAYLOADS, exposition
 
 DOC = (Path(__file__).parent.parent / "docs" / "metrics.md").read_text()

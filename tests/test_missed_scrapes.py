@@ -15,14 +15,14 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from exporter.alert_specs import BUDGET_SATURATED, MEMORY_BOUND, TARGET_DOWN
-from exporter.alerts import AlertBook, delivered, step
-from exporter.collector import render_metrics
-from exporter.config import Target
-from exporter.runtime import read_payload
-from exporter.signals import Diagnosis, SaturationState, SignalSettings, saturation_through_gap
-from exporter.target import TOTAL, SeriesSignals, TargetSignals, evaluate_window
-from exporter.window import Window
+from exporter.alerts.book import AlertBook, delivered, step
+from exporter.alerts.specs import BUDGET_SATURATED, MEMORY_BOUND, TARGET_DOWN
+from exporter.config.settings import Target
+from exporter.core.evaluate import TOTAL, SeriesSignals, TargetSignals, evaluate_window
+from exporter.core.signals import Diagnosis, SaturationState, SignalSettings, saturation_through_gap
+from exporter.core.window import Window
+from exporter.scrape.loop import read_payload
+from exporter.serve.exposition import render_metrics
 from tests.live import Targets, running_exporter, wait_for
 from tests.vllm_payload import VllmState, render
 

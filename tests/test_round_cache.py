@@ -12,10 +12,10 @@ from typing import Any
 import aiohttp
 import pytest
 
-from exporter.config import Settings
-from exporter.runtime import Exporter
-from exporter.server import BodyKind, RoundCache
-from exporter.target import TargetSignals
+from exporter.config.settings import Settings
+from exporter.core.evaluate import TargetSignals
+from exporter.scrape.loop import Exporter
+from exporter.serve.app import BodyKind, RoundCache
 
 # Bounds a test that would otherwise hang on a bug; no test asserts a duration.
 HANG_GUARD_SECONDS = 20

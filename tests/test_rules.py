@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from exporter.alert_specs import ALERTS
-from exporter.config import Target
-from exporter.fleet_rules import BUDGET_RULE, CAP_RULE, UnsupportedTarget, target_rules
+from exporter.alerts.fleet_rules import BUDGET_RULE, CAP_RULE, UnsupportedTarget, target_rules
+from exporter.alerts.specs import ALERTS
+from exporter.config.settings import Target
 from grafana.build import PROMETHEUS, generated_files
 from grafana.config import CONFIG
 from grafana.managed_alerts import managed_alert_rules

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 
-from exporter.config import Settings
-from exporter.http_get import Connections
-from exporter.runtime import Exporter
+from exporter.config.settings import Settings
+from exporter.scrape.http_client import Connections
+from exporter.scrape.loop import Exporter
 
 
 def write_sd(path, groups) -> None:

@@ -10,10 +10,10 @@ from __future__ import annotations
 import pytest
 from aiohttp import web
 
-from exporter.api import history_point, series_json
-from exporter.config import Settings, Target
-from exporter.http_get import Connections
-from exporter.runtime import Exporter
+from exporter.config.settings import Settings, Target
+from exporter.scrape.http_client import Connections
+from exporter.scrape.loop import Exporter
+from exporter.serve.api_json import history_point, series_json
 from tests.vllm_payload import VllmState, render
 
 INTERVAL = 5.0

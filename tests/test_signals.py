@@ -7,8 +7,9 @@ from dataclasses import replace
 
 import pytest
 
-from exporter.histogram import Histogram, histogram_increase, histogram_quantile
-from exporter.signals import (
+from exporter.core.evaluate import series_signals
+from exporter.core.histogram import Histogram, histogram_increase, histogram_quantile
+from exporter.core.signals import (
     SaturationState,
     SignalSettings,
     batch_size_distribution,
@@ -21,8 +22,7 @@ from exporter.signals import (
     step_saturation,
     throughput_gain,
 )
-from exporter.snapshot import SeriesSnapshot, merge_series
-from exporter.target import series_signals
+from exporter.core.snapshot import SeriesSnapshot, merge_series
 
 INF = math.inf
 

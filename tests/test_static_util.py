@@ -13,8 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter.histogram import Histogram, histogram_increase
-from exporter.static_util import (
+from exporter.core.histogram import Histogram, histogram_increase
+from exporter.core.static_util import (
     StaticBatchingAccumulator,
     estimate_from_histogram,
     exact_static_utilization,

@@ -1,5 +1,5 @@
 """Scrapes start on a tick grid and the scrapes of a tick are evaluated together at its
-end (exporter/runtime.py, TICK_SECONDS): each still at the time it ended, and one
+end (exporter/scrape/loop.py, TICK_SECONDS): each still at the time it ended, and one
 target's failure or removal never costs the others their evaluation."""
 
 from __future__ import annotations
@@ -8,10 +8,10 @@ import asyncio
 import logging
 from collections import Counter
 
-from exporter import runtime
-from exporter.config import Settings, Target
-from exporter.http_get import Connections
-from exporter.runtime import MIN_TICKS, TICK_SECONDS, Exporter, Gates, phase
+from exporter.config.settings import Settings, Target
+from exporter.scrape import loop as runtime
+from exporter.scrape.http_client import Connections
+from exporter.scrape.loop import MIN_TICKS, TICK_SECONDS, Exporter, Gates, phase
 from tests.live import Targets, vllm_payload
 
 

@@ -19,17 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from exporter.histogram import Histogram, histogram_increase, histogram_restarts
-from exporter.signals import SaturationState, SignalSettings, no_data_diagnosis
-from exporter.snapshot import (
-    LabelKey,
-    SeriesSnapshot,
-    Snapshot,
-    effective_cap,
-    merge_series,
-    total_is_the_series,
-)
-from exporter.target import (
+from exporter.core.evaluate import (
     TOTAL,
     TargetSignals,
     down_signals,
@@ -37,7 +27,17 @@ from exporter.target import (
     series_signals,
     signals_without_series,
 )
-from exporter.window import Window
+from exporter.core.histogram import Histogram, histogram_increase, histogram_restarts
+from exporter.core.signals import SaturationState, SignalSettings, no_data_diagnosis
+from exporter.core.snapshot import (
+    LabelKey,
+    SeriesSnapshot,
+    Snapshot,
+    effective_cap,
+    merge_series,
+    total_is_the_series,
+)
+from exporter.core.window import Window
 
 INF = math.inf
 MODEL_A: LabelKey = (("model_name", "a"),)

@@ -11,7 +11,7 @@ from dashboard import charts, ui
 from dashboard.episodes import episodes_frame, fleet_episodes
 from dashboard.formatting import plain_markdown
 from dashboard.frames import fleet_history_frame, history_frame
-from exporter.signals import SignalSettings
+from exporter.core.signals import SignalSettings
 
 DEFAULTS = SignalSettings()
 PROMETHEUS_RANGES = {"1 h": 3600, "6 h": 6 * 3600, "24 h": 86400, "7 d": 7 * 86400}

@@ -17,8 +17,8 @@ from dashboard.calculator import (
     summarize_lengths,
 )
 from dashboard.formatting import percent, plain_markdown
+from exporter.core.static_util import exact_static_utilization
 from exporter.length_log import InputError
-from exporter.static_util import exact_static_utilization
 
 PASTE = "paste lengths"
 UPLOAD = "upload a file"

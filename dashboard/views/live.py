@@ -29,9 +29,9 @@ from dashboard.frames import (
     series_choices,
     series_points,
 )
-from exporter.alert_specs import SLOW_SCRAPE_SECONDS
-from exporter.config import DEFAULT_TIMEOUT_SECONDS
-from exporter.signals import SignalSettings
+from exporter.alerts.specs import SLOW_SCRAPE_SECONDS
+from exporter.config.settings import DEFAULT_TIMEOUT_SECONDS
+from exporter.core.signals import SignalSettings
 
 DEFAULTS = SignalSettings()
 RANGES = {"5 min": 300, "15 min": 900, "1 h": 3600, "all kept": None}

@@ -16,12 +16,12 @@ from collections.abc import Sequence
 from dataclasses import fields, replace
 from types import ModuleType
 
-from exporter import promtext
+from exporter.core.snapshot import SeriesSnapshot
 from exporter.engines import inhouse, llamacpp, rayserve, sglang, tgi, triton, trtllm, vllm
-from exporter.promtext import Layout, Sample
-from exporter.samples import group_by_name
-from exporter.series_plan import Plan, compile_plan
-from exporter.snapshot import SeriesSnapshot
+from exporter.engines.grouping import group_by_name
+from exporter.ingest import promtext
+from exporter.ingest.compiled_reads import Plan, compile_plan
+from exporter.ingest.promtext import Layout, Sample
 
 # Order matters where two adapters read the same series: the first one's fields win
 # (TensorRT-LLM's waiting requests over Triton's pending count for the same model).

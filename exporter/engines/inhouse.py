@@ -7,7 +7,8 @@ is read as the mean batch size over the window, against its own max-batch-size g
 from __future__ import annotations
 
 from exporter import instrumentation as names
-from exporter.samples import (
+from exporter.core.snapshot import LabelKey, SeriesSnapshot
+from exporter.engines.grouping import (
     SamplesByName,
     histograms_by_key,
     histograms_by_kind,
@@ -15,7 +16,6 @@ from exporter.samples import (
     series_key,
     values_by_key,
 )
-from exporter.snapshot import LabelKey, SeriesSnapshot
 
 NAME = "inhouse"
 MARKER = names.PREFIX

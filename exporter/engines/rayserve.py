@@ -10,14 +10,14 @@ cap overrides it). Replicas of one deployment add up.
 
 from __future__ import annotations
 
-from exporter.samples import (
+from exporter.core.snapshot import LabelKey, SeriesSnapshot
+from exporter.engines.grouping import (
     SamplesByName,
     histograms_by_key,
     histograms_by_kind,
     of_key,
     values_by_key,
 )
-from exporter.snapshot import LabelKey, SeriesSnapshot
 
 NAME = "rayserve"
 MARKER = "ray_serve_"

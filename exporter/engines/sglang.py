@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from exporter.samples import (
+from exporter.core.snapshot import SeriesSnapshot
+from exporter.engines.grouping import (
     SamplesByName,
     histograms_by_kind,
     of_key,
     values_by_key,
 )
-from exporter.snapshot import SeriesSnapshot
 
 NAME = "sglang"
 MARKER = "sglang:"

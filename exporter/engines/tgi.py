@@ -8,14 +8,14 @@ bounded by `--max-batch-total-tokens` (a token budget, always set) and optionall
 
 from __future__ import annotations
 
-from exporter.samples import (
+from exporter.core.snapshot import SeriesSnapshot
+from exporter.engines.grouping import (
     SamplesByName,
     histograms_by_key,
     histograms_by_kind,
     of_key,
     values_by_key,
 )
-from exporter.snapshot import SeriesSnapshot
 
 NAME = "tgi"
 MARKER = "tgi_"

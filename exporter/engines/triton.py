@@ -10,14 +10,14 @@ summary_latencies=true` also summaries with quantiles, and for decoupled models 
 
 from __future__ import annotations
 
-from exporter.samples import (
+from exporter.core.snapshot import SeriesSnapshot
+from exporter.engines.grouping import (
     SamplesByName,
     histograms_by_kind,
     of_key,
     quantiles_by_key,
     values_by_key,
 )
-from exporter.snapshot import SeriesSnapshot
 
 NAME = "triton"
 MARKER = "nv_inference_"

@@ -10,8 +10,8 @@ for the same model: `read_series` joins them into one series per model.
 
 from __future__ import annotations
 
-from exporter.samples import SamplesByName, values_by_key
-from exporter.snapshot import LabelKey, SeriesSnapshot
+from exporter.core.snapshot import LabelKey, SeriesSnapshot
+from exporter.engines.grouping import SamplesByName, values_by_key
 
 NAME = "trtllm"
 MARKER = "nv_trt_llm_"

@@ -8,15 +8,15 @@ and `kv_cache_memory_bytes` from 0.11 on, `num_gpu_blocks` and `block_size` befo
 
 from __future__ import annotations
 
-from exporter.capacity import kv_capacity_tokens
-from exporter.samples import (
+from exporter.core.capacity import kv_capacity_tokens
+from exporter.core.snapshot import LabelKey, SeriesSnapshot
+from exporter.engines.grouping import (
     SamplesByName,
     histograms_by_key,
     histograms_by_kind,
     of_key,
     values_by_key,
 )
-from exporter.snapshot import LabelKey, SeriesSnapshot
 
 NAME = "vllm"
 MARKER = "vllm:"

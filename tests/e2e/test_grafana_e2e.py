@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from exporter.alert_specs import BUDGET_SATURATED
+from exporter.alerts.specs import BUDGET_SATURATED
 from grafana.build import ROOT, rule_yaml
 from grafana.config import CONFIG
 from grafana.rules import exporter_alerts, vllm_alerts, vllm_recording_rules
@@ -82,7 +82,7 @@ def _rule_files(fleet: Path) -> dict[str, str]:
 
 
 def _load(base_url: str, endpoint: str, rate: str, seconds: int) -> subprocess.Popen:
-    args = [sys.executable, "-m", "demo_server.loadgen", "--url", base_url, "--endpoint",
+    args = [sys.executable, "-m", "demo_server.loadgen.run", "--url", base_url, "--endpoint",
             endpoint, "--rates", rate, "--duration", str(seconds), "--max-tokens", "32",
             "--concurrency-limit", "64"]  # fmt: skip
     return subprocess.Popen(args, env=python_env(), stdout=subprocess.DEVNULL,

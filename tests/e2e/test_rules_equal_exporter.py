@@ -20,7 +20,7 @@ last scrape and spans first to last snapshot, while Prometheus' rate() extrapola
 samples to the window's edges (the same slope for linear counters; the few ms between a
 scrape's timestamp and the moment the payload is rendered are under 0.1% of a 15 s
 window), and (2) histogram interpolation, PromQL's linear interpolation in both
-(exporter/histogram.py follows it). Measured: under 0.1% for every rate, 0 for the rest.
+(exporter/core/histogram.py follows it). Measured: under 0.1% for every rate, 0 for the rest.
 Compared: instants where both windows lie inside one phase (gauges two seconds after a
 switch, states after the hold too) and Prometheus' window holds every scrape: on this
 shared 2-core machine a scrape is now and then late by seconds, and rate() then
@@ -34,8 +34,8 @@ import time
 import pytest
 import yaml
 
-from exporter.config import Target
-from exporter.fleet_rules import fleet_rule_groups
+from exporter.alerts.fleet_rules import fleet_rule_groups
+from exporter.config.settings import Target
 from grafana import rules
 from grafana.build import rule_yaml
 from grafana.config import CONFIG

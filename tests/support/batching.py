@@ -11,9 +11,9 @@ from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry
 
-from demo_server import workload
-from demo_server.batcher import Batcher, run_isolating_failures
-from demo_server.batcher_settings import BatcherSettings
+from demo_server.embedding.batcher import Batcher, run_isolating_failures
+from demo_server.embedding.batcher_settings import BatcherSettings
+from demo_server.loadgen import workload
 from demo_server.queueing import OverBudget
 from exporter.instrumentation import BatcherMetrics
 

@@ -1,0 +1,1 @@
+"""Generation: the continuous and static scheduler, the tiny decoder, ragged attention, vLLM-compatible metrics."""

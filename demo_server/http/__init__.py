@@ -1,0 +1,1 @@
+"""The demo server's HTTP edge: the OpenAI-style and embedding endpoints, /metrics, /health."""

@@ -1,0 +1,1 @@
+"""The load generator: seeded workloads, runs against a server, and their reports."""

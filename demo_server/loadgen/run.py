@@ -1,0 +1,428 @@
+"""Open-loop load generator for the demo server, vLLM, or any OpenAI-style endpoint.
+
+`batchscope-loadgen --base-url URL --endpoint embeddings --rates 10,50,100 --duration 30
+--output results.json` sends arrivals at each rate for `duration` seconds and reports,
+per rate, throughput, latency percentiles, time to first token (completions, streamed),
+errors by status and goodput within `--slo-ms`. `--set max_wait_ms=5,10,20` (or
+`--sweep-max-wait 5,10,20`) repeats the sweep for each value, applied through the demo
+server's `POST /admin/config`, so no restart is needed.
+
+The result file holds `runs`, one per rate and setting, with the field names of
+`vllm bench serve` where the meaning is the same (`request_throughput`,
+`output_throughput`, `p50_e2el_ms`, `p90_e2el_ms`, `p99_e2el_ms`, `mean_ttft_ms`,
+`p99_ttft_ms`, `completed`, `failed`), plus `rate`, `setting`, `errors_by_status` and
+`goodput`; a CSV of the same rows lies beside it. `--plot` draws them with plotly.
+
+Open loop: a request is sent at its scheduled time whether or not earlier ones have
+answered, and its latency is measured from that scheduled time, so a slow server
+shows up as latency instead of silently lowering the offered load. When the generator
+itself cannot keep its schedule (the client is the bottleneck), the run says so
+(`behind_schedule`, `p99_send_lag_ms`) rather than reporting a lower load as the one
+asked for. Only the given URL is contacted; every run is bounded in requests
+(`MAX_REQUESTS_PER_RUN`) and in time (`duration` plus the request timeout).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+import json
+import random
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, TextIO
+
+import aiohttp
+
+from demo_server.loadgen.report import (
+    PlainProgress,
+    RichProgress,
+    RunResult,
+    behind_schedule_note,
+    format_table,
+    percentile,
+    setting_label,
+    write_plots,
+    write_results,
+)
+from demo_server.loadgen.workload import (
+    ARRIVAL_PROCESSES,
+    DEFAULT_MODEL,
+    MAX_REQUESTS_PER_RUN,
+    arrival_times,
+    lengths_from_file,
+    lognormal_lengths,
+    make_payload,
+)
+from exporter.length_log import InputError
+
+ENDPOINTS = {"embeddings": "/v1/embeddings", "completions": "/v1/completions"}
+ADMIN_PATH = "/admin/config"
+
+
+def parse_setting(text: str) -> tuple[str, list[float | int]]:
+    """`name=v1,v2,...` as (name, values); integers stay integers."""
+    name, sep, values = text.partition("=")
+    if not sep or not name or not values:
+        raise ValueError(f"a setting looks like max_wait_ms=5,10,20, got {text!r}")
+    return name.strip(), [_number(v) for v in values.split(",")]
+
+
+def _number(text: str) -> float | int:
+    value = float(text)
+    return int(value) if value.is_integer() and "." not in text else value
+
+
+async def run_rate(
+    session: aiohttp.ClientSession,
+    url: str,
+    endpoint: str,
+    rate_per_s: float,
+    duration_s: float,
+    *,
+    seed: int,
+    max_tokens: Sequence[int] = (16,),
+    output_lengths: Sequence[int] | None = None,
+    arrivals: str = "poisson",
+    burstiness: float = 1.0,
+    model: str = DEFAULT_MODEL,
+    concurrency_limit: int | None = None,
+    setting: dict[str, float | int] | None = None,
+    progress: PlainProgress | None = None,
+) -> RunResult:
+    """Offer load at `rate_per_s` for `duration_s` and measure what came back.
+
+    Completions stream, so the first chunk gives the time to first token and the usage
+    chunk the output tokens. `output_lengths`, when given, are the requests' max_tokens
+    in order (cycled); else each is drawn from `max_tokens`. An arrival that finds
+    `concurrency_limit` requests in flight is not sent and is counted `dropped`; the run
+    ends when every sent request has answered or timed out.
+    """
+    rng = random.Random(seed)
+    schedule = arrival_times(rate_per_s, duration_s, rng, arrivals, burstiness)
+    payloads = [make_payload(endpoint, rng, max_tokens, model) for _ in schedule]
+    if endpoint == "completions":
+        for payload, length in zip(payloads, itertools.cycle(output_lengths or [None])):
+            if length is not None:
+                payload["max_tokens"] = length
+            payload["stream"] = True
+            payload["stream_options"] = {"include_usage": True}
+    result = RunResult(setting or {}, rate_per_s, duration_s, arrivals=arrivals, endpoint=endpoint)
+    target = url.rstrip("/") + ENDPOINTS[endpoint]
+    in_flight: set[asyncio.Task[None]] = set()
+
+    async def one(scheduled_at: float, payload: dict[str, Any]) -> None:
+        try:
+            async with session.post(target, json=payload) as response:
+                status = response.status
+                if status == 200 and payload.get("stream"):
+                    await _read_stream(response, scheduled_at, result)
+                else:
+                    await response.read()
+        except TimeoutError:
+            result.fail("timeout")
+            return
+        except aiohttp.ClientError:
+            result.fail("connection")
+            return
+        finally:
+            if progress is not None:
+                progress.request_done()
+        if 200 <= status < 300:
+            result.ok += 1
+            result.latencies_ms.append((time.perf_counter() - scheduled_at) * 1000.0)
+        else:
+            result.fail(str(status))
+
+    start = time.perf_counter()
+    for offset, payload in zip(schedule, payloads, strict=True):
+        delay = start + offset - time.perf_counter()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        if concurrency_limit is not None and len(in_flight) >= concurrency_limit:
+            result.dropped += 1
+            continue
+        result.send_lags_ms.append((time.perf_counter() - start - offset) * 1000.0)
+        task = asyncio.create_task(one(start + offset, payload))
+        in_flight.add(task)
+        task.add_done_callback(in_flight.discard)
+        result.sent += 1
+    if in_flight:
+        await asyncio.gather(*in_flight)
+    result.elapsed_s = time.perf_counter() - start
+    result.throughput_per_s = result.ok / max(result.elapsed_s, duration_s)
+    result.p50_ms = percentile(result.latencies_ms, 50)
+    result.p99_ms = percentile(result.latencies_ms, 99)
+    return result
+
+
+async def _read_stream(
+    response: aiohttp.ClientResponse, scheduled_at: float, result: RunResult
+) -> None:
+    """Read an OpenAI completion stream: the first text chunk's time is the TTFT; the
+    usage chunk's completion_tokens (else the text chunks counted) the output tokens."""
+    chunks = 0
+    usage_tokens = None
+    async for raw in response.content:
+        line = raw.decode("utf-8", errors="replace").strip()
+        if not line.startswith("data:") or line == "data: [DONE]":
+            continue
+        body = json.loads(line[5:])
+        if body.get("usage") and body["usage"].get("completion_tokens") is not None:
+            usage_tokens = body["usage"]["completion_tokens"]
+        if any(choice.get("text") for choice in body.get("choices") or ()):
+            if chunks == 0:
+                result.ttfts_ms.append((time.perf_counter() - scheduled_at) * 1000.0)
+            chunks += 1
+    result.output_tokens += usage_tokens if usage_tokens is not None else chunks
+
+
+async def apply_setting(
+    session: aiohttp.ClientSession, url: str, setting: dict[str, float | int]
+) -> None:
+    """POST the setting to the server's admin endpoint; raises on a non-2xx answer."""
+    async with session.post(url.rstrip("/") + ADMIN_PATH, json=setting) as response:
+        body = await response.text()
+        if response.status >= 300:
+            raise RuntimeError(f"{ADMIN_PATH} answered {response.status}: {body[:200]}")
+
+
+async def sweep(
+    url: str,
+    endpoint: str,
+    rates: Sequence[float],
+    duration_s: float,
+    *,
+    settings: Sequence[tuple[str, list[float | int]]] = (),
+    seed: int = 0,
+    max_tokens: Sequence[int] = (16,),
+    output_lengths: Sequence[int] | None = None,
+    arrivals: str = "poisson",
+    burstiness: float = 1.0,
+    model: str = DEFAULT_MODEL,
+    concurrency_limit: int | None = None,
+    timeout_s: float = 30.0,
+    progress: TextIO | None = None,
+) -> list[RunResult]:
+    """Every combination of the settings' values, each followed by every rate in turn.
+
+    Progress goes to `progress` (a text stream) when given: a bar on a terminal, plain
+    lines otherwise.
+    """
+    names = [name for name, _ in settings]
+    combinations = [
+        dict(zip(names, values, strict=True))
+        for values in itertools.product(*(values for _, values in settings))
+    ]
+    total = len(combinations) * len(rates)
+    reporter: PlainProgress | None = None
+    if progress is not None:
+        reporter = RichProgress(progress) if progress.isatty() else PlainProgress(progress)
+    results: list[RunResult] = []
+    timeout = aiohttp.ClientTimeout(total=timeout_s)
+    connector = aiohttp.TCPConnector(limit=concurrency_limit or 0)
+    try:
+        async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
+            for setting in combinations:
+                if setting:
+                    await apply_setting(session, url, setting)
+                for rate in rates:
+                    if reporter is not None:
+                        label = setting_label(setting) or "-"
+                        reporter.start_run(
+                            f"[{len(results) + 1}/{total}] {label} rate={rate:g}/s "
+                            f"for {duration_s:g} s",
+                            round(rate * duration_s),
+                        )
+                    result = await run_rate(
+                        session,
+                        url,
+                        endpoint,
+                        rate,
+                        duration_s,
+                        seed=seed + len(results),
+                        max_tokens=max_tokens,
+                        output_lengths=output_lengths,
+                        arrivals=arrivals,
+                        burstiness=burstiness,
+                        model=model,
+                        concurrency_limit=concurrency_limit,
+                        setting=setting,
+                        progress=reporter,
+                    )
+                    results.append(result)
+                    if reporter is not None:
+                        reporter.end_run(result)
+    finally:
+        if reporter is not None:
+            reporter.close()
+    return results
+
+
+def _ints(text: str) -> list[int]:
+    return [int(v) for v in text.split(",")]
+
+
+def _floats(text: str) -> list[float]:
+    return [float(v) for v in text.split(",")]
+
+
+def _lognormal_spec(text: str) -> tuple[float, float, int]:
+    parts = text.split(":")
+    if len(parts) not in (2, 3):
+        raise argparse.ArgumentTypeError(f"looks like MEDIAN:SIGMA[:MAX], got {text!r}")
+    median, sigma = float(parts[0]), float(parts[1])
+    maximum = int(parts[2]) if len(parts) == 3 else 2048
+    if median <= 0 or sigma < 0 or maximum < 1:
+        raise argparse.ArgumentTypeError(f"median > 0, sigma >= 0, max >= 1; got {text!r}")
+    return median, sigma, maximum
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="batchscope-loadgen",
+        description="Open-loop load against an OpenAI-style server (the demo server, vLLM): "
+        "latency percentiles, TTFT, errors and goodput per rate.",
+    )
+    parser.add_argument(
+        "--base-url", "--url", dest="url", default="http://127.0.0.1:8000", help="server base URL"
+    )
+    parser.add_argument("--endpoint", choices=sorted(ENDPOINTS), default="embeddings")
+    parser.add_argument("--model", default=DEFAULT_MODEL, help="model name sent in each request")
+    parser.add_argument(
+        "--rates",
+        type=_floats,
+        default=[10.0, 50.0, 100.0, 200.0],
+        help="requests per second, comma-separated",
+    )
+    parser.add_argument("--duration", type=float, default=10.0, help="seconds per rate")
+    parser.add_argument("--arrivals", choices=ARRIVAL_PROCESSES, default="poisson")
+    parser.add_argument(
+        "--burstiness",
+        type=float,
+        default=1.0,
+        help="gamma arrivals: shape of the gaps; 1 is Poisson, below 1 burstier",
+    )
+    parser.add_argument(
+        "--concurrency-limit",
+        type=int,
+        default=None,
+        help="at most this many requests in flight; more arrivals are dropped",
+    )
+    lengths = parser.add_mutually_exclusive_group()
+    lengths.add_argument(
+        "--max-tokens",
+        type=_ints,
+        default=[16],
+        help="completions: output length, or a comma list drawn at random",
+    )
+    lengths.add_argument(
+        "--output-len-dist",
+        type=_lognormal_spec,
+        metavar="MEDIAN:SIGMA[:MAX]",
+        help="completions: log-normal output lengths",
+    )
+    lengths.add_argument(
+        "--output-len-file",
+        metavar="PATH",
+        help="completions: output lengths in order (cycled), from any file "
+        "batchscope-static-util reads",
+    )
+    parser.add_argument(
+        "--set",
+        dest="settings",
+        action="append",
+        type=parse_setting,
+        default=[],
+        metavar="NAME=V1,V2",
+        help="sweep a server setting via POST /admin/config (repeatable)",
+    )
+    parser.add_argument(
+        "--sweep-max-wait",
+        type=_floats,
+        metavar="MS1,MS2",
+        help="shorthand for --set max_wait_ms=MS1,MS2",
+    )
+    parser.add_argument("--slo-ms", type=float, default=None, help="goodput: answers within this")
+    parser.add_argument("--timeout", type=float, default=30.0, help="seconds per request")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--output", type=Path, help="result file (JSON); a CSV lands beside it")
+    parser.add_argument(
+        "--plot", action="store_true", help="with --output: plotly charts as .html (and .png)"
+    )
+    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the sweep, print the table (or JSON) to stdout, write the files; 0 on success."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if any(rate <= 0 for rate in args.rates) or args.duration <= 0 or args.burstiness <= 0:
+        print("rates, duration and burstiness must be above 0", file=sys.stderr)
+        return 2
+    if args.plot and args.output is None:
+        parser.error("--plot needs --output")
+    settings = list(args.settings)
+    if args.sweep_max_wait:
+        settings.append(("max_wait_ms", [_number(f"{v:g}") for v in args.sweep_max_wait]))
+    output_lengths = None
+    if args.output_len_file:
+        try:
+            output_lengths = lengths_from_file(args.output_len_file)
+        except (OSError, InputError) as error:
+            print(f"--output-len-file: {error}", file=sys.stderr)
+            return 2
+    elif args.output_len_dist:
+        median, sigma, maximum = args.output_len_dist
+        output_lengths = lognormal_lengths(
+            MAX_REQUESTS_PER_RUN, median, sigma, maximum, random.Random(args.seed)
+        )
+    results = asyncio.run(
+        sweep(
+            args.url,
+            args.endpoint,
+            args.rates,
+            args.duration,
+            settings=settings,
+            seed=args.seed,
+            max_tokens=args.max_tokens,
+            output_lengths=output_lengths,
+            arrivals=args.arrivals,
+            burstiness=args.burstiness,
+            model=args.model,
+            concurrency_limit=args.concurrency_limit,
+            timeout_s=args.timeout,
+            progress=sys.stderr,
+        )
+    )
+    if args.json:
+        print(json.dumps([r.summary() for r in results], indent=2))
+    else:
+        print(format_table(results))
+    records = [r.record(args.slo_ms) for r in results]
+    for record in records:
+        if record["behind_schedule"]:
+            print(f"rate {record['rate']:g}/s: {behind_schedule_note(record)}", file=sys.stderr)
+    if args.output is not None:
+        meta = {
+            "base_url": args.url,
+            "endpoint": args.endpoint,
+            "arrivals": args.arrivals,
+            "burstiness": args.burstiness,
+            "slo_ms": args.slo_ms,
+            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        }
+        for written in write_results(args.output, records, meta):
+            print(f"wrote {written}", file=sys.stderr)
+        if args.plot:
+            for note in write_plots(args.output.with_suffix(".html"), records):
+                print(note, file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

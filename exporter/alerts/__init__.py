@@ -1,0 +1,1 @@
+"""The alerts: their specs and words, the alert book, delivery to Alertmanager, fleet rules."""

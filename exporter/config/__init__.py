@@ -1,0 +1,1 @@
+"""The exporter's configuration: settings, the fleet file, file_sd, flags, reserved labels, start-up warnings."""

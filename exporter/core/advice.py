@@ -1,0 +1,426 @@
+"""From diagnosis to advice: what to change, and by how much, with the arithmetic shown.
+
+Pure functions over plain data (no I/O, no clock). `exporter.core.evaluate` gathers an
+`AdviceInputs` from a series' window; `advise` turns it into `Advice` items, each a
+number with the inputs it used and how far to trust it. The formulas are in
+`exporter.core.capacity`.
+
+Two families, after the seeds:
+- LLM engines (seed 003): how many requests of today's length mix the KV cache holds,
+  set against the cap (`--max-num-seqs`); the KV tokens that would make the cap
+  reachable; what continuous batching gains over a static loop on this traffic.
+- In-house batchers (seeds 000 and 001): the fixed `max_wait` / `max_batch_size` pair
+  that would keep today's rate in the budget, whether any can, and the rate at which the
+  batcher runs out.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from exporter.core.capacity import (
+    MAX_DEVICE_LOAD,
+    batch_cost,
+    budget_headroom,
+    cache_fill,
+    fixed_pair,
+    kv_bytes_for,
+    kv_tokens_for,
+    memory_limited,
+    rate_limit,
+    sustainable_concurrency,
+    tokens_per_request_from_lengths,
+    tokens_per_request_over_window,
+    tokens_per_running_request,
+)
+from exporter.core.static_util import UtilizationEstimate
+
+# Fewer scrapes than this in the window say too little to advise anything.
+MIN_SCRAPES = 3
+# A window shorter than this gives advice flagged "low" confidence.
+SHORT_WINDOW_SECONDS = 60.0
+# Busy scrapes (something running, KV usage known) needed to measure tokens per request.
+MIN_BUSY_SCRAPES = 3
+# Padding above this share of the batched positions is worth bucketing by length for.
+PADDING_WORTH_FIXING = 0.2
+
+
+@dataclass(frozen=True, slots=True)
+class AdviceItem:
+    """One number of advice: what it is (`kind`), its value and unit, a sentence saying
+    what to do with it, the inputs it came from, and how far to trust it."""
+
+    kind: str
+    value: float
+    unit: str
+    text: str
+    inputs: Mapping[str, float] = field(default_factory=dict)
+    confidence: str = "high"
+    caveats: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Advice:
+    """The advice for one series: the items and a one-line summary; with too little data
+    no items, and `summary` says what is missing."""
+
+    items: tuple[AdviceItem, ...] = ()
+    summary: str = ""
+    enough_data: bool = False
+
+    def item(self, kind: str) -> AdviceItem | None:
+        """The item of that kind, if advised."""
+        return next((i for i in self.items if i.kind == kind), None)
+
+
+@dataclass(frozen=True, slots=True)
+class AdviceInputs:
+    """What the advice reads from one series' window. Unknown stays None (or empty)."""
+
+    engine: str = ""
+    window_seconds: float = 0.0
+    scrapes: int = 0
+    running: float | None = None
+    waiting: float | None = None
+    cap: float | None = None
+    kv_usage: float | None = None
+    # vllm:cache_config_info
+    kv_capacity_tokens: float | None = None
+    block_size: float | None = None
+    gpu_memory_utilization: float | None = None
+    kv_cache_memory_bytes: float | None = None
+    # Over the window: (running, kv_usage, waiting) at each scrape, and whether requests
+    # waited while the batch was at the cap (at least near_cap x cap).
+    kv_scrapes: Sequence[tuple[float, float, float]] = ()
+    waited_at_cap: bool = False
+    near_cap: float = 0.9
+    # Length mix over the window, from the histograms' increases.
+    mean_prompt_tokens: float | None = None
+    mean_output_tokens: float | None = None
+    length_requests: float = 0.0
+    static: UtilizationEstimate | None = None
+    # In-house batchers.
+    arrival_per_second: float | None = None
+    cost_by_size: Mapping[int, float] = field(default_factory=dict)
+    budget_seconds: float | None = None
+    latency_seconds: float | None = None
+    latency_quantile: float = 0.99
+    # The engine gave no latency histogram: latency_seconds is a mean per request.
+    latency_is_mean: bool = False
+    max_wait_seconds: float | None = None
+    # Share of batched token positions that were padding (batchers that expose lengths).
+    padding_waste: float | None = None
+
+
+def _fmt(x: float) -> str:
+    # A ratio of sums can land a hair off a whole number (2.9999999999999996): say 3.
+    if abs(x) >= 100 or float(round(x, 6)).is_integer():
+        return f"{x:,.0f}"
+    return f"{x:.1f}" if abs(x) >= 10 else f"{x:.2f}"
+
+
+def _caveats(inputs: AdviceInputs) -> tuple[str, ...]:
+    if inputs.window_seconds < SHORT_WINDOW_SECONDS:
+        return (f"short window ({inputs.window_seconds:.0f} s of {inputs.scrapes} scrapes)",)
+    return ()
+
+
+def _confidence(caveats: Sequence[str]) -> str:
+    return "low" if len(caveats) > 1 else "medium" if caveats else "high"
+
+
+def _item(
+    kind: str,
+    value: float,
+    unit: str,
+    text: str,
+    inputs: Mapping[str, float | None],
+    caveats: Sequence[str] = (),
+) -> AdviceItem:
+    return AdviceItem(kind, float(value), unit, text, dict(inputs), _confidence(caveats),
+                      tuple(caveats))  # fmt: skip
+
+
+def kv_advice(inputs: AdviceInputs) -> list[AdviceItem]:
+    """The KV cache items for an LLM engine that states its KV capacity."""
+    capacity = inputs.kv_capacity_tokens
+    if capacity is None:
+        return []
+    window = _caveats(inputs)
+    items = [
+        _item("kv_capacity_tokens", capacity, "tokens",
+              f"the KV cache holds {_fmt(capacity)} tokens",
+              {"kv_capacity_tokens": capacity,
+               **({"block_size": inputs.block_size} if inputs.block_size else {})}),
+    ]  # fmt: skip
+    now = tokens_per_running_request(inputs.kv_usage, capacity, inputs.running)
+    if now is not None:
+        items.append(_item(
+            "kv_tokens_per_request", now, "tokens",
+            f"each running request holds {_fmt(now)} KV tokens now",
+            {"kv_usage": inputs.kv_usage, "kv_capacity_tokens": capacity,
+             "running": inputs.running}))  # fmt: skip
+    busy = [(r, u, w) for r, u, w in inputs.kv_scrapes if r > 0]
+    measured = (
+        tokens_per_request_over_window(busy, capacity) if len(busy) >= MIN_BUSY_SCRAPES else None
+    )
+    if measured is not None:
+        items.append(_item(
+            "kv_tokens_per_request_window", measured, "tokens",
+            f"over the window a running request held {_fmt(measured)} KV tokens on average",
+            {"kv_capacity_tokens": capacity, "busy_scrapes": len(busy),
+             "mean_running": sum(r for r, _, _ in busy) / len(busy)}, window))  # fmt: skip
+    limited = memory_limited(inputs.kv_scrapes, inputs.cap, inputs.near_cap)
+    # Memory must hold the batch for most of the window: a few scrapes of a batch still
+    # ramping up after a start also wait below the cap, with the cache nearly empty.
+    held = len(limited) >= MIN_BUSY_SCRAPES and 2 * len(limited) >= len(busy)
+    fill = cache_fill(limited) if held else None
+    if fill is not None:
+        items.append(_item(
+            "kv_cache_fill", fill, "ratio",
+            f"while requests waited for memory the scheduler kept the KV cache {fill:.0%} full",
+            {"memory_limited_scrapes": len(limited)}, window))  # fmt: skip
+    from_lengths = None
+    if inputs.mean_prompt_tokens is not None and inputs.mean_output_tokens is not None:
+        from_lengths = tokens_per_request_from_lengths(
+            inputs.mean_prompt_tokens, inputs.mean_output_tokens, inputs.block_size
+        )
+        items.append(_item(
+            "kv_tokens_per_request_lengths", from_lengths, "tokens",
+            f"today's length mix (prompt {_fmt(inputs.mean_prompt_tokens)}, output "
+            f"{_fmt(inputs.mean_output_tokens)} tokens on average) holds {_fmt(from_lengths)} "
+            "KV tokens per running request",
+            {"mean_prompt_tokens": inputs.mean_prompt_tokens,
+             "mean_output_tokens": inputs.mean_output_tokens,
+             "requests": inputs.length_requests},
+            (*window, "means of the length histograms: long outputs hold the cache longer "
+                      "than the mean says")))  # fmt: skip
+    if measured is not None:
+        per_request, source = measured, "measured in the cache over the window"
+        source_caveats: tuple[str, ...] = window
+    elif from_lengths is not None:
+        per_request, source = from_lengths, "from the length mix"
+        source_caveats = (*window, "tokens per request from the length mix, not measured")
+    else:
+        return items
+    if per_request <= 0:
+        return items
+    filled = (
+        f", filled to {fill:.0%} as measured while requests waited"
+        if fill is not None
+        else ", if the scheduler fills it (no memory-limited scrapes to measure the fill)"
+    )
+    sustainable = sustainable_concurrency(capacity, per_request, fill or 1.0)
+    basis = {"kv_capacity_tokens": capacity, "kv_tokens_per_request": per_request,
+             "kv_cache_fill": fill or 1.0}  # fmt: skip
+    items.append(_item(
+        "sustainable_concurrency", sustainable, "requests",
+        f"the KV cache holds {_fmt(sustainable)} requests of today's mix "
+        f"({_fmt(capacity)} tokens / {_fmt(per_request)} per request, {source}{filled})",
+        basis, source_caveats))  # fmt: skip
+    items += cap_advice(inputs, sustainable, per_request, fill or 1.0, basis, source_caveats)
+    return items
+
+
+def cap_advice(
+    inputs: AdviceInputs,
+    sustainable: float,
+    per_request: float,
+    fill: float,
+    basis: Mapping[str, float],
+    caveats: Sequence[str],
+) -> list[AdviceItem]:
+    """The verdict on raising the cap, and the KV cache the cap would need."""
+    cap = inputs.cap
+    capacity = inputs.kv_capacity_tokens
+    if cap is None or capacity is None:
+        return []
+    inputs_used = {**basis, "cap": cap, "sustainable_concurrency": sustainable}
+    items = []
+    if sustainable < cap:
+        items.append(_item(
+            "raise_cap_helps", 0, "bool",
+            f"memory-bound: raising max-num-seqs will not help: the KV cache holds "
+            f"{_fmt(sustainable)} requests of today's mix, below the cap of {_fmt(cap)}",
+            inputs_used, caveats))  # fmt: skip
+    elif inputs.waited_at_cap:
+        items.append(_item(
+            "raise_cap_helps", 1, "bool",
+            f"requests waited at the cap of {_fmt(cap)} and the KV cache holds "
+            f"{_fmt(sustainable)} of today's mix: raising max-num-seqs can help, up to "
+            f"{math.floor(sustainable)}",
+            inputs_used, caveats))  # fmt: skip
+    needed = kv_tokens_for(cap, per_request, fill)
+    if needed > capacity:
+        extra_bytes = kv_bytes_for(needed, capacity, inputs.kv_cache_memory_bytes)
+        memory = ""
+        if extra_bytes is not None and inputs.kv_cache_memory_bytes is not None:
+            gib = 1024**3
+            memory = (
+                f" ({extra_bytes / gib:.2f} GiB of KV memory, "
+                f"+{(extra_bytes - inputs.kv_cache_memory_bytes) / gib:.2f} GiB"
+                + (f": raise gpu_memory_utilization from {inputs.gpu_memory_utilization:g}"
+                   if inputs.gpu_memory_utilization is not None else "")
+                + ")"
+            )  # fmt: skip
+        fit = fill * capacity / cap
+        items.append(_item(
+            "kv_tokens_for_cap", needed, "tokens",
+            f"the cap of {_fmt(cap)} needs {_fmt(needed)} KV tokens at today's lengths, "
+            f"{needed / capacity:.1f}x the {_fmt(capacity)} there{memory}; or requests "
+            f"holding at most {_fmt(fit)} tokens each (max_model_len, shorter prompts)",
+            {**inputs_used, "kv_tokens_needed": needed,
+             **({"kv_cache_memory_bytes": inputs.kv_cache_memory_bytes}
+                if inputs.kv_cache_memory_bytes else {})}, caveats))  # fmt: skip
+    return items
+
+
+def static_advice(inputs: AdviceInputs) -> list[AdviceItem]:
+    """What continuous batching gains over a static loop on this traffic (seed 003)."""
+    static = inputs.static
+    if static is None:
+        return []
+    gain = static.continuous_batching_gain
+    continuous = inputs.engine in {"vllm", "tgi", "sglang"}
+    text = (
+        f"continuous batching does {gain:.2f}x the useful work a static loop of "
+        f"{static.batch_size} would on this traffic (bounds {static.gain_lower:.2f}-"
+        f"{static.gain_upper:.2f}x)"
+        if continuous
+        else f"switching from static to continuous batching would gain {gain:.2f}x "
+        f"(bounds {static.gain_lower:.2f}-{static.gain_upper:.2f}x): a static batch of "
+        f"{static.batch_size} wastes {1 - static.estimate:.0%} of its slot-steps"
+    )
+    return [_item("continuous_batching_gain", gain, "ratio", text,
+                  {"static_utilization": static.estimate, "lower": static.lower,
+                   "upper": static.upper, "batch_size": static.batch_size,
+                   "requests": static.requests},
+                  (*_caveats(inputs), "estimated from the output-length histogram"))]  # fmt: skip
+
+
+def batcher_advice(inputs: AdviceInputs) -> list[AdviceItem]:
+    """The fixed pair for today's rate, the budget headroom, and the rate the batcher's
+    current max batch size runs out at."""
+    rate = inputs.arrival_per_second
+    costs = inputs.cost_by_size
+    budget = inputs.budget_seconds
+    if rate is None or rate <= 0 or not costs or budget is None:
+        return []
+    caveats = _caveats(inputs)
+    measured = {f"cost_b{size}_seconds": cost for size, cost in costs.items()}
+    items = [
+        _item(
+            "arrival_per_second",
+            rate,
+            "items/s",
+            f"{_fmt(rate)} items/s arrive",
+            {"arrival_per_second": rate},
+            caveats,
+        )
+    ]
+    if inputs.latency_seconds is not None:
+        headroom = budget_headroom(inputs.latency_seconds, budget)
+        statistic = "mean" if inputs.latency_is_mean else f"p{inputs.latency_quantile * 100:g}"
+        mean = (
+            ("a mean latency (no histogram): the tail is longer",) if inputs.latency_is_mean else ()
+        )
+        items.append(_item(
+            "budget_headroom", headroom, "ratio",
+            f"{statistic} {inputs.latency_seconds * 1000:.1f} ms of a "
+            f"{budget * 1000:.0f} ms budget: {headroom:.0%} headroom",
+            {"latency_seconds": inputs.latency_seconds, "budget_seconds": budget},
+            (*caveats, *mean)))  # fmt: skip
+    cap = int(inputs.cap) if inputs.cap else None
+    if cap is not None and (cost := batch_cost(costs, cap)) is not None:
+        limit = rate_limit(cap, cost)
+        items.append(_item(
+            "rate_limit_per_second", limit, "items/s",
+            f"at its max batch of {cap} ({cost * 1000:.2f} ms) this batcher keeps the device "
+            f"{MAX_DEVICE_LOAD:.0%} busy at {_fmt(limit)} items/s: today's rate is "
+            f"{rate / limit:.0%} of it",
+            {"max_batch_size": cap, "arrival_per_second": rate, **measured}, caveats))  # fmt: skip
+    pair = fixed_pair(rate, costs, budget)
+    if pair is None:
+        return items
+    pair_inputs = {"arrival_per_second": rate, "budget_seconds": budget, **measured}
+    today = (
+        f" (today: max_wait {inputs.max_wait_seconds * 1000:.1f} ms, max_batch_size {cap})"
+        if inputs.max_wait_seconds is not None and cap is not None
+        else ""
+    )
+    sizes = f"cost measured for batches of {min(costs)}-{max(costs)}"
+    pair_caveats = (*caveats, sizes)
+    if pair.feasible:
+        low = (
+            f"; at a tenth of this rate the same pair makes each request wait up to "
+            f"{pair.max_wait_seconds * 1000:.1f} ms for a batch that does not fill"
+            if pair.max_wait_seconds > 0
+            else ""
+        )
+        text = (
+            f"a fixed batcher needs max_wait {pair.max_wait_seconds * 1000:.1f} ms and "
+            f"max_batch_size {pair.max_batch_size} at {_fmt(rate)} items/s{today}: batches of "
+            f"{pair.batch_size}, device {pair.load:.0%} busy, worst latency "
+            f"{pair.worst_latency_seconds * 1000:.1f} ms of {budget * 1000:.0f} ms; it runs "
+            f"out at {_fmt(pair.rate_limit_per_second)} items/s{low}"
+        )
+    else:
+        text = (
+            f"no fixed pair keeps {_fmt(rate)} items/s in the {budget * 1000:.0f} ms budget "
+            f"({sizes}): the best, batches of {pair.batch_size}, leaves the device "
+            f"{pair.load:.0%} busy with a worst latency of "
+            f"{pair.worst_latency_seconds * 1000:.1f} ms; add capacity or raise the budget"
+        )
+    items += [
+        _item("fixed_pair_feasible", int(pair.feasible), "bool", text, pair_inputs, pair_caveats),
+        _item("advised_max_wait_seconds", pair.max_wait_seconds, "s", text, pair_inputs,
+              pair_caveats),
+        _item("advised_max_batch_size", pair.max_batch_size, "items", text, pair_inputs,
+              pair_caveats),
+    ]  # fmt: skip
+    return items
+
+
+def padding_advice(inputs: AdviceInputs) -> list[AdviceItem]:
+    """Padding waste where the batcher exposes its token positions (seed 000's bucketing,
+    seed 001's split by shape)."""
+    waste = inputs.padding_waste
+    if waste is None:
+        return []
+    text = (
+        f"{waste:.0%} of the token positions batched were padding: bucket requests by length "
+        "before batching, or split very different shapes into their own batches"
+        if waste >= PADDING_WORTH_FIXING
+        else f"{waste:.0%} of the token positions batched were padding: little to gain "
+        "from bucketing by length"
+    )
+    return [_item("padding_waste", waste, "ratio", text, {"padding_waste": waste},
+                  _caveats(inputs))]  # fmt: skip
+
+
+def advise(inputs: AdviceInputs) -> Advice:
+    """Every piece of advice the window supports, or none and why when it supports none."""
+    if inputs.scrapes < MIN_SCRAPES or inputs.window_seconds <= 0:
+        return Advice(
+            summary=f"too little data to advise: {inputs.scrapes} scrapes over "
+            f"{inputs.window_seconds:.0f} s (needs at least {MIN_SCRAPES})"
+        )
+    items = [
+        *kv_advice(inputs), *static_advice(inputs), *batcher_advice(inputs),
+        *padding_advice(inputs),
+    ]  # fmt: skip
+    if not items:
+        return Advice(
+            summary="nothing to advise from: no KV capacity (vllm:cache_config_info), no "
+            "length histograms and no batch cost by size in this window",
+            enough_data=True,
+        )
+    lead = next(
+        (i for kind in ("raise_cap_helps", "fixed_pair_feasible", "sustainable_concurrency",
+                        "continuous_batching_gain")
+         for i in items if i.kind == kind),
+        items[0],
+    )  # fmt: skip
+    return Advice(items=tuple(items), summary=lead.text, enough_data=True)

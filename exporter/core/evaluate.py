@@ -1,0 +1,524 @@
+"""The evaluator: every signal of a target, per series and in total, from its window.
+
+The formulas live in `exporter.core.signals`; this module reads each series' points from the
+window (`exporter.core.window`) and hands each formula what it needs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+
+from exporter.core.advice import Advice, AdviceInputs, advise
+from exporter.core.capacity import cost_per_batch
+from exporter.core.histogram import Histogram, histogram_increase, histogram_quantile
+from exporter.core.signals import (
+    Diagnosis,
+    SaturationState,
+    SignalSettings,
+    batch_size_distribution,
+    budget_utilization,
+    counter_increase,
+    diagnose,
+    execution_increase,
+    mean_latency_note,
+    no_data_diagnosis,
+    padding_waste,
+    per_second,
+    running_vs_cap,
+    saturated_seconds,
+    saturation_through_gap,
+    step_saturation,
+    throughput_gain,
+    unreadable_diagnosis,
+)
+from exporter.core.snapshot import (
+    LabelKey,
+    SeriesSnapshot,
+    Snapshot,
+    effective_cap,
+    latency_histogram,
+)
+from exporter.core.static_util import UtilizationEstimate, estimate_from_histogram
+from exporter.core.window import Window
+
+TOTAL: LabelKey = ()
+
+# Scrapes whose peak running batch the diagnosis reads.
+RECENT_SCRAPES = 3
+
+
+@dataclass(frozen=True, slots=True)
+class SeriesSignals:
+    """Every signal of one series (or a target total) at one evaluation.
+
+    A signal that cannot be known (no cap, no traffic in the window, a down target)
+    stays None.
+    """
+
+    labels: dict[str, str] = field(default_factory=dict)
+    engine: str = ""
+    running: float | None = None
+    waiting: float | None = None
+    cap: float | None = None
+    running_vs_cap: float | None = None
+    batch_tokens: float | None = None
+    token_cap: float | None = None
+    tokens_vs_cap: float | None = None
+    mean_batch_size: float | None = None
+    preemptions_per_second: float | None = None
+    kv_cache_usage: float | None = None
+    requests_per_second: float | None = None
+    generation_tokens_per_second: float | None = None
+    latency_quantile: float = 0.99
+    latency_histogram: str = "e2e"
+    latency_seconds: float | None = None
+    # "quantile" (a histogram's or summary's), or "mean" where the engine exposes only that.
+    latency_statistic: str | None = None
+    budget_seconds: float | None = None
+    budget_utilization: float | None = None
+    budget_saturated: bool = False
+    budget_saturated_seconds: float = 0.0
+    throughput_gain: float | None = None
+    padding_waste: float | None = None
+    static_utilization: UtilizationEstimate | None = None
+    batch_size_distribution: list[tuple[float, float]] = field(default_factory=list)
+    diagnosis: Diagnosis = Diagnosis("idle", "")
+    # Signals whose raw series this engine does not publish (absent, not merely unknown).
+    not_exposed: tuple[str, ...] = ()
+    advice: Advice = Advice()
+
+
+@dataclass(frozen=True, slots=True)
+class TargetSignals:
+    """What the exporter knows about one target at one evaluation.
+
+    `extra_labels`: the target's configured `labels:`, carried by every series it exports.
+    `errors_total`: payloads this target sent that could not be read, by reason, since start.
+    `window_resets_total`: times its window started again, by reason, since start.
+    """
+
+    target: str
+    url: str
+    t: float
+    up: bool
+    error: str | None
+    series: tuple[SeriesSignals, ...]
+    total: SeriesSignals
+    scrape_seconds: float | None = None
+    extra_labels: Mapping[str, str] = field(default_factory=dict)
+    errors_total: Mapping[str, int] = field(default_factory=dict)
+    window_resets_total: Mapping[str, int] = field(default_factory=dict)
+
+    @property
+    def read(self) -> bool:
+        """Whether this evaluation read the target: it answered with a payload that could be
+        evaluated. One that did not (down, unreadable) is a gap in the evidence: it ends no
+        held state, and of the diagnosis only its own state is known."""
+        return self.up and self.error is None
+
+
+def _mean(hist: Histogram | None) -> float | None:
+    return hist.sum / hist.count if hist is not None and hist.count > 0 else None
+
+
+def advice_inputs(
+    snapshots: Sequence[SeriesSnapshot],
+    span: float,
+    cap: float | None,
+    settings: SignalSettings,
+    *,
+    static: UtilizationEstimate | None,
+    arrival_per_second: float | None,
+    budget_seconds: float | None,
+    latency_seconds: float | None,
+    latency_statistic: str | None,
+    padding_waste: float | None,
+    output_tokens: Histogram | None,
+    prompt_tokens: Histogram | None,
+) -> AdviceInputs:
+    """What the advice reads from one series' window of snapshots, oldest first, beside
+    the signals already computed over it (static estimate, arrivals, budget, latency and
+    whether it is a quantile or a mean, padding waste, the increases of the output and
+    prompt length histograms)."""
+    last = snapshots[-1]
+    near_cap = settings.near_cap * cap if cap else None
+    return AdviceInputs(
+        engine=last.engine,
+        window_seconds=span,
+        scrapes=len(snapshots),
+        running=last.running,
+        waiting=last.waiting,
+        cap=cap,
+        kv_usage=last.kv_usage,
+        kv_capacity_tokens=last.kv_capacity_tokens,
+        block_size=last.block_size,
+        gpu_memory_utilization=last.gpu_memory_utilization,
+        kv_cache_memory_bytes=last.kv_cache_memory_bytes,
+        kv_scrapes=[
+            (p.running, p.kv_usage, p.waiting or 0.0)
+            for p in snapshots
+            if p.running is not None and p.kv_usage is not None
+        ],
+        near_cap=settings.near_cap,
+        waited_at_cap=near_cap is not None
+        and any((p.running or 0) >= near_cap and (p.waiting or 0) > 0 for p in snapshots),
+        mean_prompt_tokens=_mean(prompt_tokens),
+        mean_output_tokens=_mean(output_tokens),
+        length_requests=output_tokens.count if output_tokens is not None else 0.0,
+        # The cost curve belongs to the model and device, not to this window's traffic.
+        cost_by_size=cost_per_batch(dict(last.execution_by_size)),
+        max_wait_seconds=last.max_wait_seconds,
+        latency_quantile=settings.quantile,
+        static=static,
+        arrival_per_second=arrival_per_second,
+        budget_seconds=budget_seconds,
+        latency_seconds=latency_seconds,
+        latency_is_mean=latency_statistic == "mean",
+        padding_waste=padding_waste,
+    )
+
+
+def window_latency(
+    snapshots: Sequence[SeriesSnapshot],
+    settings: SignalSettings,
+    restarts: Mapping[str, Sequence[bool]] | None = None,
+) -> tuple[float | None, str | None]:
+    """The latency of the configured kind over the window, and which statistic it is.
+
+    The configured quantile from the histogram's increase; else from the engine's own
+    summary (its sliding window); else the mean per request from the increase of
+    cumulative (requests, seconds) counters. (None, None) without traffic or data.
+    `restarts`: as `series_signals` takes them.
+    """
+    kind = settings.histogram
+    hist = histogram_increase(
+        [p.latency.get(kind) for p in snapshots], _restarts_of(restarts, latency_histogram(kind))
+    )
+    if hist is not None and hist.count > 0:
+        return histogram_quantile(settings.quantile, hist), "quantile"
+    summary = snapshots[-1].latency_quantiles.get(kind, {})
+    if settings.quantile in summary:
+        return summary[settings.quantile], "quantile"
+    means = [p.latency_means.get(kind) for p in snapshots]
+    requests = counter_increase([m[0] if m else None for m in means])
+    seconds = counter_increase([m[1] if m else None for m in means])
+    if requests and seconds is not None:
+        return seconds / requests, "mean"
+    return None, None
+
+
+def not_exposed(last: SeriesSnapshot, settings: SignalSettings) -> tuple[str, ...]:
+    """The signals whose raw series the engine does not publish at all, by signal name."""
+    kind = settings.histogram
+    latency = kind in last.latency or kind in last.latency_quantiles or kind in last.latency_means
+    missing = {
+        "running": last.running is None,
+        "waiting": last.waiting is None,
+        "mean_batch_size": last.items_total is None or last.batches_total is None,
+        "batch_tokens": last.batch_tokens is None,
+        "preemptions_per_second": last.preemptions_total is None,
+        "kv_cache_usage": last.kv_usage is None,
+        "requests_per_second": last.requests_total is None,
+        "generation_tokens_per_second": last.generation_tokens_total is None,
+        "latency_seconds": not latency,
+        "budget_utilization": not latency,
+        "throughput_gain": not last.execution_by_size,
+        "static_utilization": last.output_tokens is None,
+    }
+    return tuple(name for name, absent in missing.items() if absent)
+
+
+def _restarts_of(restarts: Mapping[str, Sequence[bool]] | None, name: str) -> Sequence[bool] | None:
+    return restarts.get(name) if restarts is not None else None
+
+
+def series_signals(
+    points: Sequence[tuple[float, SeriesSnapshot]],
+    settings: SignalSettings,
+    saturation: SaturationState,
+    now: float,
+    restarts: Mapping[str, Sequence[bool]] | None = None,
+) -> tuple[SeriesSignals, SaturationState]:
+    """All signals of one series over the window `points` (time, snapshot), oldest first.
+
+    Returns the signals and the next saturation state. The latest point gives the
+    gauges; counters and histograms give increases over the whole window. `restarts`:
+    for the histograms by name (`histograms_of`), `histogram_restarts` over the points,
+    where the caller keeps them (`SeriesTrack.restarts`); worked out here otherwise.
+    """
+    t_first, first = points[0]
+    t_last, last = points[-1]
+    span = t_last - t_first
+    snapshots = [p for _, p in points]
+    cap = effective_cap(last, settings.cap)
+    # An in-house batcher's own published setting (its cap or budget) wins;
+    # configuration fills in what the engine does not say.
+    budget = last.budget_seconds if last.budget_seconds is not None else settings.budget_seconds
+
+    def rate(counter: Callable[[SeriesSnapshot], float | None]) -> float | None:
+        return per_second(counter_increase([counter(p) for p in snapshots]), span)
+
+    items = counter_increase([p.items_total for p in snapshots])
+    batches = counter_increase([p.batches_total for p in snapshots])
+    mean_batch = items / batches if items is not None and batches else None
+    batch = last.running if last.running is not None else mean_batch
+
+    def increase(name: str) -> Histogram | None:
+        return histogram_increase(
+            [getattr(p, name) for p in snapshots], _restarts_of(restarts, name)
+        )
+
+    latency, statistic = window_latency(snapshots, settings, restarts)
+    utilization = budget_utilization(latency, budget)
+    saturation = step_saturation(
+        saturation,
+        utilization,
+        now,
+        threshold=settings.saturation_threshold,
+        hold_seconds=settings.hold_seconds,
+        release_margin=settings.release_margin,
+    )
+    preemption_rate = rate(lambda p: p.preemptions_total)
+    requests_rate = rate(lambda p: p.requests_total)
+    tokens_rate = rate(lambda p: p.generation_tokens_total)
+
+    static = None
+    output_tokens = increase("output_tokens")
+    if output_tokens is not None and output_tokens.count > 0 and cap:
+        static = estimate_from_histogram(output_tokens, int(cap))
+
+    gain = throughput_gain(
+        execution_increase(first.execution_by_size, last.execution_by_size),
+        dict(last.execution_by_size),
+    )
+    batch_hist = increase("batch_size")
+    running_samples = [p.running for p in snapshots if p.running is not None]
+    # A batcher without a running gauge fills batches and fires them: its progress is
+    # items and batches executed, where an LLM engine's is tokens and finished requests.
+    fired_batches = last.running is None and mean_batch is not None
+    # A scrape can catch the batch between a finish and the next admission (7 of 8):
+    # the diagnosis reads the recent peak, the exported ratio stays the instant's.
+    recent = [p.running for p in snapshots[-RECENT_SCRAPES:] if p.running is not None]
+    diagnosis = diagnose(
+        up=True,
+        error=None,
+        running=max(recent) if recent else batch,
+        waiting=last.waiting,
+        cap=cap,
+        kv_usage=last.kv_usage,
+        preemptions_per_second=preemption_rate,
+        budget_saturated=saturation.saturated,
+        budget_utilization=utilization,
+        generated_per_second=tokens_rate if tokens_rate is not None else per_second(items, span),
+        finished_per_second=requests_rate
+        if requests_rate is not None
+        else per_second(batches, span),
+        window_seconds=span,
+        fired_batches=fired_batches,
+        batch_tokens=last.batch_tokens,
+        token_cap=settings.token_cap,
+        settings=settings,
+    )
+    if statistic == "mean" and latency is not None:
+        diagnosis = mean_latency_note(diagnosis, latency)
+    padding = padding_waste(
+        counter_increase([p.padding_tokens_total for p in snapshots]),
+        counter_increase([p.batch_tokens_total for p in snapshots]),
+    )
+    advice = advise(
+        advice_inputs(
+            snapshots,
+            span,
+            cap,
+            settings,
+            static=static,
+            arrival_per_second=per_second(items, span) if fired_batches else None,
+            budget_seconds=budget,
+            latency_seconds=latency,
+            latency_statistic=statistic,
+            padding_waste=padding,
+            output_tokens=output_tokens,
+            prompt_tokens=increase("prompt_tokens"),
+        )
+    )
+    signals = SeriesSignals(
+        labels=last.labels,
+        engine=last.engine,
+        running=last.running,
+        waiting=last.waiting,
+        cap=cap,
+        running_vs_cap=running_vs_cap(batch, cap),
+        batch_tokens=last.batch_tokens,
+        token_cap=settings.token_cap,
+        tokens_vs_cap=running_vs_cap(last.batch_tokens, settings.token_cap),
+        mean_batch_size=mean_batch,
+        preemptions_per_second=preemption_rate,
+        kv_cache_usage=last.kv_usage,
+        requests_per_second=requests_rate,
+        generation_tokens_per_second=tokens_rate,
+        latency_quantile=settings.quantile,
+        latency_histogram=settings.histogram,
+        latency_seconds=latency,
+        latency_statistic=statistic,
+        budget_seconds=budget,
+        budget_utilization=utilization,
+        budget_saturated=saturation.saturated,
+        budget_saturated_seconds=saturated_seconds(saturation, now),
+        throughput_gain=gain,
+        padding_waste=padding,
+        static_utilization=static,
+        batch_size_distribution=batch_size_distribution(
+            running_samples if last.batch_size is None else [], batch_hist
+        ),
+        diagnosis=diagnosis,
+        not_exposed=not_exposed(last, settings),
+        advice=advice,
+    )
+    return signals, saturation
+
+
+def signals_without_series(diagnosis: Diagnosis, settings: SignalSettings) -> SeriesSignals:
+    """The total of a target with no series to evaluate: only the diagnosis says anything."""
+    return SeriesSignals(
+        cap=settings.cap,
+        token_cap=settings.token_cap,
+        latency_quantile=settings.quantile,
+        latency_histogram=settings.histogram,
+        budget_seconds=settings.budget_seconds,
+        diagnosis=diagnosis,
+    )
+
+
+def down_signals(error: str | None, settings: SignalSettings) -> SeriesSignals:
+    """The signals of a target that did not answer: only the diagnosis says anything."""
+    return signals_without_series(
+        diagnose(
+            up=False,
+            error=error,
+            running=None,
+            waiting=None,
+            cap=None,
+            kv_usage=None,
+            preemptions_per_second=None,
+            budget_saturated=False,
+            budget_utilization=None,
+        ),
+        settings,
+    )
+
+
+def held_saturation(
+    saturation: Mapping[LabelKey, SaturationState], now: float, settings: SignalSettings
+) -> dict[LabelKey, SaturationState]:
+    """The saturation states at `now`, whatever the scrape read: each kept as it was until
+    its last readable scrape is older than the staleness (`saturation_through_gap`)."""
+    held = {}
+    for key, state in saturation.items():
+        kept = saturation_through_gap(state, now, settings.stale_seconds)
+        if kept is not None:
+            held[key] = kept
+    return held
+
+
+def _with_episode(total: SeriesSignals, state: SaturationState | None, now: float) -> SeriesSignals:
+    """A total that read nothing, carrying the saturation episode still open (if any)."""
+    if state is None or state.above_since is None:
+        return total
+    return replace(total, budget_saturated=state.saturated,
+                   budget_saturated_seconds=saturated_seconds(state, now))  # fmt: skip
+
+
+def unreadable_signals(
+    name: str,
+    url: str,
+    t: float,
+    error: str,
+    settings: SignalSettings,
+    scrape_seconds: float | None,
+    extra_labels: Mapping[str, str],
+    episode: SaturationState | None = None,
+) -> TargetSignals:
+    """A target that answered (up, as Prometheus would say) whose payload could not be
+    evaluated: the error is its state and its diagnosis, and it has no series. `episode`:
+    the total's saturation state held through it (`held_saturation`)."""
+    total = _with_episode(signals_without_series(unreadable_diagnosis(error), settings),
+                          episode, t)  # fmt: skip
+    return TargetSignals(name, url, t, True, error, (), total, scrape_seconds,
+                         dict(extra_labels))  # fmt: skip
+
+
+def evaluate_target(
+    name: str,
+    url: str,
+    snapshots: Sequence[Snapshot],
+    settings: SignalSettings,
+    saturation: Mapping[LabelKey, SaturationState],
+    now: float,
+    extra_labels: Mapping[str, str] | None = None,
+) -> tuple[TargetSignals, dict[LabelKey, SaturationState]]:
+    """Signals for one target from a list of snapshots, all in the window (`evaluate_window`
+    on a window of them); returns them and the next saturation states."""
+    window = Window.of(snapshots, settings)
+    return evaluate_window(name, url, window, saturation, now, extra_labels)
+
+
+def evaluate_window(
+    name: str,
+    url: str,
+    window: Window,
+    saturation: Mapping[LabelKey, SaturationState],
+    now: float,
+    extra_labels: Mapping[str, str] | None = None,
+) -> tuple[TargetSignals, dict[LabelKey, SaturationState]]:
+    """Signals for one target from its window; returns them and the next saturation states.
+
+    The newest snapshot decides up/down; up without a series means the engine's families
+    are registered with no samples yet. A down scrape (failed, timed out, unreadable)
+    reads nothing: the saturation states are held through it, and the total shows the
+    episode still open; a state unread for longer than the staleness ends either way
+    (`held_saturation`). Series absent from the newest snapshot (a model
+    that was unloaded) are dropped; the total is computed like any series, over the
+    merged series of each scrape, so its own saturation state is kept under key ().
+    A target whose every scrape held the same one series, with a total that is that
+    series but its labels, in the same saturation state, has the series' signals as its
+    total: computing them again would give the same.
+    """
+    settings = window.settings
+    labels = dict(extra_labels or {})
+    latest = window.latest()
+    if latest is None:
+        raise ValueError(f"target {name}: evaluating an empty window")
+    # A state whose last read is older than the staleness is over, whatever this scrape
+    # reads: a readable scrape after a long outage starts a new episode.
+    saturation = held_saturation(saturation, now, settings)
+    if not latest.up:
+        down = _with_episode(down_signals(latest.error, settings), saturation.get(TOTAL), now)
+        return TargetSignals(name, url, latest.t, False, latest.error, (), down,
+                             latest.scrape_seconds, labels), saturation  # fmt: skip
+    if not latest.series:
+        total = signals_without_series(no_data_diagnosis(), settings)
+        return TargetSignals(name, url, latest.t, True, None, (), total,
+                             latest.scrape_seconds, labels), {}  # fmt: skip
+    next_states: dict[LabelKey, SaturationState] = {}
+    series = []
+    for key in sorted({s.key for s in latest.series}):
+        track = window.series[key]
+        signals, next_states[key] = series_signals(
+            track.points, settings, saturation.get(key, SaturationState()), now, track.restarts()
+        )
+        series.append(signals)
+    sole = window.sole_series_key()
+    total_state = saturation.get(TOTAL, SaturationState())
+    if sole is not None and total_state == saturation.get(sole, SaturationState()):
+        total, next_states[TOTAL] = replace(series[0], labels={}), next_states[sole]
+    else:
+        total_track = window.total()
+        total, next_states[TOTAL] = series_signals(
+            total_track.points, settings, total_state, now, total_track.restarts()
+        )
+    return (
+        TargetSignals(name, url, latest.t, True, None, tuple(series), total,
+                      latest.scrape_seconds, labels),
+        next_states,
+    )  # fmt: skip

@@ -1,0 +1,429 @@
+"""The derived batching signals of DESIGN.md's table, as pure functions.
+
+Everything here takes plain data and the current time as arguments: no I/O, no clock.
+`exporter.core.evaluate` ties the formulas together for one series over one window of scrapes.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from exporter.core.histogram import Histogram
+
+# States of the diagnosis, most specific first; docs/metrics.md explains each.
+DIAGNOSIS_STATES = (
+    "down",
+    "unreadable",
+    "no_data",
+    "idle",
+    "budget_saturated",
+    "stalled",
+    "memory_bound",
+    "preempting",
+    "healthy",
+    "batch_limited",
+    "queueing",
+    "underloaded",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class SignalSettings:
+    """How signals are computed for one target (from config)."""
+
+    cap: float | None = None
+    # A token budget for the running batch (TGI's --max-batch-total-tokens), beside `cap`.
+    token_cap: float | None = None
+    budget_seconds: float | None = None
+    quantile: float = 0.99
+    histogram: str = "e2e"
+    saturation_threshold: float = 0.95
+    # Saturation ends only below threshold - margin, so noise around the line cannot flap it.
+    release_margin: float = 0.05
+    hold_seconds: float = 60.0
+    near_cap: float = 0.9
+    kv_high: float = 0.9
+    # Stalled: less progress than this per second over a window at least stall_seconds long.
+    stall_rate: float = 0.1
+    stall_seconds: float = 20.0
+    # A target unread for longer than this ends its held states (`saturation_through_gap`):
+    # the hold time, or two scrape intervals where that is longer.
+    stale_seconds: float = 60.0
+
+
+# ---------------------------------------------------------------- counters and rates
+
+
+def running_vs_cap(running: float | None, cap: float | None) -> float | None:
+    """The running batch as a share of its cap; None when either is unknown."""
+    if running is None or cap is None or cap <= 0:
+        return None
+    return running / cap
+
+
+def counter_increase(values: Sequence[float | None]) -> float | None:
+    """How much a counter grew over consecutive scrapes, counting through restarts.
+
+    A drop means the server restarted and the counter began again from zero, as in
+    PromQL's increase(): the increase is never negative. A counter absent at the first
+    scrape and present later was created since (a labelled child on first use): it
+    counts from zero. None with fewer than two scrapes or no value at all.
+    """
+    if len(values) < 2:
+        return None
+    points = [v for v in values if v is not None and not math.isnan(v)]
+    if not points:
+        return None
+    if values[0] is None:
+        points.insert(0, 0.0)
+    if len(points) < 2:
+        return None
+    total = 0.0
+    for previous, current in zip(points, points[1:], strict=False):
+        total += current - previous if current >= previous else current
+    return total
+
+
+def per_second(increase: float | None, seconds: float) -> float | None:
+    """An increase as a per-second rate; None when the span is empty or unknown."""
+    if increase is None or seconds <= 0:
+        return None
+    return increase / seconds
+
+
+# ---------------------------------------------------------------- latency budget
+
+
+def budget_utilization(latency_seconds: float | None, budget_seconds: float | None) -> float | None:
+    """Observed latency quantile over the latency budget; None when either is unknown."""
+    if latency_seconds is None or budget_seconds is None or budget_seconds <= 0:
+        return None
+    return latency_seconds / budget_seconds
+
+
+@dataclass(frozen=True, slots=True)
+class SaturationState:
+    """Where the sustained-saturation state machine stands.
+
+    `above_since`: when utilisation reached the threshold in the current episode
+    (None when it is below). `saturated`: the episode has lasted the hold time.
+    `read_at`: when an evaluation last read the target (None before any): a scrape that
+    failed reads nothing, and the state waits for the next one that does.
+    """
+
+    saturated: bool = False
+    above_since: float | None = None
+    read_at: float | None = None
+
+
+def step_saturation(
+    state: SaturationState,
+    utilization: float | None,
+    now: float,
+    *,
+    threshold: float,
+    hold_seconds: float,
+    release_margin: float,
+) -> SaturationState:
+    """Advance the saturation state by one evaluation of a readable scrape at `now`.
+
+    Onset: utilisation >= threshold continuously for >= hold_seconds. Release: only
+    when utilisation drops below threshold - release_margin (hysteresis), or when no
+    latency is known (no traffic finished in the window: nothing is saturated).
+    A scrape that failed is no evaluation: see `saturation_through_gap`.
+    """
+    if utilization is None:
+        return SaturationState(read_at=now)
+    if state.saturated:
+        if utilization < threshold - release_margin:
+            return SaturationState(read_at=now)
+        return SaturationState(True, state.above_since, now)
+    if utilization >= threshold:
+        since = state.above_since if state.above_since is not None else now
+        return SaturationState(now - since >= hold_seconds, since, now)
+    return SaturationState(read_at=now)
+
+
+def saturation_through_gap(
+    state: SaturationState, now: float, stale_seconds: float
+) -> SaturationState | None:
+    """The state at `now` when the target could not be read (a failed, timed-out or
+    unreadable scrape): unchanged, since nothing read ended the episode nor prolonged it,
+    until the last readable scrape is more than `stale_seconds` old; then None: that
+    long without evidence, the episode is over (as Prometheus' lookback ends a series).
+    """
+    if state.read_at is None or now - state.read_at > stale_seconds:
+        return None
+    return state
+
+
+def saturated_seconds(state: SaturationState, now: float) -> float:
+    """Seconds the current episode at or above the threshold has lasted; 0 outside one."""
+    return 0.0 if state.above_since is None else now - state.above_since
+
+
+# ---------------------------------------------------------------- batching
+
+
+def batch_size_distribution(
+    running_samples: Sequence[float], batch_hist: Histogram | None
+) -> list[tuple[float, float]]:
+    """Share of batches by size, as (size or bucket upper bound, fraction) pairs.
+
+    In-house batchers: their batch-size histogram over the window. vLLM-like engines:
+    the sampled running-request counts (each scrape is one sample of the batch).
+    """
+    if batch_hist is not None and batch_hist.count > 0:
+        counts = batch_hist.bucket_counts()
+        return [
+            (bound, n / batch_hist.count)
+            for bound, n in zip(batch_hist.bounds, counts, strict=True)
+            if n > 0
+        ]
+    if not running_samples:
+        return []
+    by_size: dict[float, int] = {}
+    for value in running_samples:
+        by_size[value] = by_size.get(value, 0) + 1
+    return [(size, n / len(running_samples)) for size, n in sorted(by_size.items())]
+
+
+def throughput_gain(
+    window_by_size: dict[int, tuple[float, float]],
+    cumulative_by_size: dict[int, tuple[float, float]],
+) -> float | None:
+    """Items per second of execution at the observed batch sizes over the rate at size 1.
+
+    `window_by_size`: batches and execution seconds per batch size within the window;
+    `cumulative_by_size`: the same since start, for the batch-size-1 cost (a busy server
+    rarely runs batches of one inside a window). None without data for both.
+    """
+    items = sum(size * n for size, (n, _) in window_by_size.items())
+    seconds = sum(s for _, s in window_by_size.values())
+    single_n, single_seconds = cumulative_by_size.get(1, (0.0, 0.0))
+    if items <= 0 or seconds <= 0 or single_n <= 0 or single_seconds <= 0:
+        return None
+    return (items / seconds) / (single_n / single_seconds)
+
+
+def padding_waste(padding_tokens: float | None, batch_tokens: float | None) -> float | None:
+    """Share of the token positions batches carried that were padding: padding over
+    real tokens plus padding, from their increases over the window. None without
+    tokens batched in the window."""
+    if padding_tokens is None or not batch_tokens or batch_tokens <= 0:
+        return None
+    return padding_tokens / batch_tokens
+
+
+def execution_increase(
+    first: dict[int, tuple[float, float]], last: dict[int, tuple[float, float]]
+) -> dict[int, tuple[float, float]]:
+    """Per-batch-size executions and seconds between two scrapes (a reset counts from zero)."""
+    out = {}
+    for size, (n, s) in last.items():
+        n0, s0 = first.get(size, (0.0, 0.0))
+        dn, ds = (n - n0, s - s0) if n >= n0 else (n, s)
+        if dn > 0:
+            out[size] = (dn, ds)
+    return out
+
+
+# ---------------------------------------------------------------- diagnosis
+
+
+@dataclass(frozen=True, slots=True)
+class Diagnosis:
+    state: str
+    reason: str
+
+
+def unreadable_diagnosis(error: str) -> Diagnosis:
+    """A target that answered but whose payload could not be evaluated."""
+    return Diagnosis(
+        "unreadable",
+        f"the target answers its /metrics but its payload cannot be evaluated: {error}. "
+        "Its signals are held back until the payload reads again; other targets are "
+        "unaffected. Check the server's metric values and labels",
+    )
+
+
+def no_data_diagnosis() -> Diagnosis:
+    """A target whose metric families are registered but carry no sample yet."""
+    return Diagnosis(
+        "no_data",
+        "the target answers its /metrics with its engine's metric families registered but "
+        "no samples yet: it has served no request since it started, or its metrics are "
+        "not enabled (vLLM: logging of stats must be on). Send a request, or check the "
+        "server's metrics settings",
+    )
+
+
+def _fmt(x: float) -> str:
+    return f"{x:.0f}" if float(x).is_integer() else f"{x:.2f}"
+
+
+def _batch(
+    running: float | None, cap: float | None, tokens: float | None, token_cap: float | None
+) -> str:
+    """The running batch against whichever caps are known: requests, and tokens."""
+    text = f"running {_fmt(running or 0)}" + (f" of cap {_fmt(cap)}" if cap is not None else "")
+    if tokens is not None and token_cap is not None:
+        text += f" holding {_fmt(tokens)} of {_fmt(token_cap)} batch tokens"
+    return text
+
+
+def mean_latency_note(diagnosis: Diagnosis, mean_seconds: float) -> Diagnosis:
+    """The diagnosis, saying that the latency it was judged on is a mean, not a quantile."""
+    if diagnosis.state in ("down", "idle"):
+        return diagnosis
+    return Diagnosis(
+        diagnosis.state,
+        f"{diagnosis.reason} (latency: only a mean is exposed, {mean_seconds:.3f} s per request "
+        "over the window; the tail is longer, so budget utilisation is a lower bound)",
+    )
+
+
+def progress_stopped(
+    generated_per_second: float | None,
+    finished_per_second: float | None,
+    window_seconds: float,
+    settings: SignalSettings,
+) -> bool:
+    """Generation has (nearly) stopped: every known progress rate is under `stall_rate`
+    over a window of at least `stall_seconds`. False when no rate is known or the window
+    is too short to tell a stall from a long prefill."""
+    known = [r for r in (generated_per_second, finished_per_second) if r is not None]
+    if not known or window_seconds < settings.stall_seconds:
+        return False
+    return all(r < settings.stall_rate for r in known)
+
+
+def diagnose(
+    *,
+    up: bool,
+    error: str | None,
+    running: float | None,
+    waiting: float | None,
+    cap: float | None,
+    kv_usage: float | None,
+    preemptions_per_second: float | None,
+    budget_saturated: bool,
+    budget_utilization: float | None,
+    generated_per_second: float | None = None,
+    finished_per_second: float | None = None,
+    window_seconds: float = 0.0,
+    fired_batches: bool = False,
+    batch_tokens: float | None = None,
+    token_cap: float | None = None,
+    settings: SignalSettings = SignalSettings(),
+) -> Diagnosis:
+    """One state, with a plain-language reason an operator can act on (seed 003's advice).
+
+    `generated_per_second`: tokens generated (a batcher: items executed) per second over
+    the window; `finished_per_second`: requests finished (or batches executed) per second.
+    `fired_batches`: `running` is the mean size of batches a batcher filled and fired,
+    not a continuously refilled batch. `batch_tokens` of `token_cap`: the batch against
+    a token budget; whichever cap is nearer full is the one the reason names.
+    """
+    if not up:
+        return Diagnosis(
+            "down", f"the target does not answer its /metrics: {error or 'unknown error'}"
+        )
+    busy = (running or 0) + (waiting or 0)
+    if busy == 0:
+        return Diagnosis("idle", "no request is running or waiting")
+    if budget_saturated:
+        level = (
+            f"at {budget_utilization:.0%}"
+            if budget_utilization is not None
+            else f"at or above {settings.saturation_threshold:.0%}"
+        )
+        return Diagnosis(
+            "budget_saturated",
+            f"latency has stayed {level} of the budget: the budget is too tight for this "
+            "traffic, or the server needs more capacity",
+        )
+    waits = (waiting or 0) > 0
+    ratio = running_vs_cap(running, cap)
+    token_ratio = running_vs_cap(batch_tokens, token_cap)
+    known = [r for r in (ratio, token_ratio) if r is not None]
+    fullest = max(known) if known else None
+    below_cap = fullest is not None and fullest < settings.near_cap
+    batch = _batch(running, cap, batch_tokens, token_cap)
+    preempting = (preemptions_per_second or 0) > 0
+    kv_full = kv_usage is not None and kv_usage >= settings.kv_high
+    if (
+        waits
+        and (fullest is None or below_cap)
+        and not kv_full
+        and not preempting
+        and progress_stopped(generated_per_second, finished_per_second, window_seconds, settings)
+    ):
+        kv = f", KV cache {kv_usage:.0%} used" if kv_usage is not None else ""
+        return Diagnosis(
+            "stalled",
+            f"{_fmt(waiting)} requests wait, {batch}{kv}, no "
+            f"preemptions, yet almost nothing was generated or finished in the last "
+            f"{window_seconds:.0f} s: the scheduler admits nothing while the server still "
+            "answers /metrics. Check the engine's logs for a hung worker or a scheduler "
+            "error; restarting the server clears it",
+        )
+    if waits and below_cap and (kv_full or preempting):
+        evidence = []
+        if kv_full:
+            evidence.append(f"KV cache {kv_usage:.0%} full")
+        if preempting:
+            evidence.append(f"{preemptions_per_second:.2f} preemptions/s")
+        return Diagnosis(
+            "memory_bound",
+            f"{batch} while {_fmt(waiting)} wait, "
+            f"{' and '.join(evidence)}: KV cache memory limits the batch, a higher cap "
+            "will not help",
+        )
+    if preempting:
+        return Diagnosis(
+            "preempting",
+            f"{preemptions_per_second:.2f} preemptions/s: the KV cache is short of memory "
+            "and running requests are being pushed back to the queue",
+        )
+    if ratio is not None and ratio >= settings.near_cap:
+        return Diagnosis(
+            "healthy",
+            batch
+            + (f" with {_fmt(waiting)} waiting" if waits else "")
+            + ": continuous batching is doing its job; the next limit is elsewhere",
+        )
+    if token_ratio is not None and token_ratio >= settings.near_cap:
+        return Diagnosis(
+            "healthy",
+            batch
+            + (f" with {_fmt(waiting)} waiting" if waits else "")
+            + ": the batch is at its token budget (a token cap, not a request cap): "
+            "continuous batching is doing its job, and longer requests make smaller batches",
+        )
+    if waits and ratio is not None and fired_batches:
+        return Diagnosis(
+            "batch_limited",
+            f"batches average {_fmt(running or 0)} of max {_fmt(cap)} while {_fmt(waiting)} "
+            "wait: the batcher fires before batches fill (its max wait or latency budget is "
+            "short for this traffic) or execution cannot keep up",
+        )
+    if waits and fullest is not None:
+        return Diagnosis(
+            "batch_limited",
+            f"{batch} while {_fmt(waiting)} wait, "
+            "with no sign of KV pressure: something else limits the batch (e.g. the "
+            "per-step token budget)",
+        )
+    if waits:
+        return Diagnosis(
+            "queueing",
+            f"{_fmt(waiting)} requests wait; configure the cap to tell a full batch from a "
+            "limited one",
+        )
+    return Diagnosis(
+        "underloaded",
+        "nothing waits: batches are small because there is little traffic to batch",
+    )

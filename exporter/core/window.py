@@ -1,0 +1,157 @@
+"""A per-target ring buffer of snapshots covering the last `seconds`, kept by series.
+
+An evaluation reads each series' points over the window, and the target total's (the
+series of each scrape merged). The window sorts every scrape into them as it arrives,
+with what the scrape implies against the one before it: whether each histogram
+restarted, and whether the total is just the target's one series. So the work a scrape
+brings is done once, when it arrives, and an evaluation does not compare every bucket
+of every pair of scrapes again. The total's points are merged only once some scrape's
+total is not its one series: until then the evaluation never reads them. Without this
+bookkeeping the pure functions give the same results (`histogram_increase` without
+`restarts`, `merge_series` on each scrape): tests/test_window.py holds the two against
+each other.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable
+
+from exporter.core.histogram import Histogram, histogram_restarted
+from exporter.core.signals import SignalSettings
+from exporter.core.snapshot import (
+    LabelKey,
+    SeriesSnapshot,
+    Snapshot,
+    histograms_of,
+    merge_series,
+    total_is_the_series,
+)
+
+
+class SeriesTrack:
+    """One series' (time, snapshot) points in the window, oldest first, and for each of
+    its histograms by name (`histograms_of`) whether it restarted at each point since the
+    previous point that held it, as `histogram_restarts` says."""
+
+    def __init__(self) -> None:
+        self.points: deque[tuple[float, SeriesSnapshot]] = deque()
+        self._restarts: dict[str, deque[bool]] = {}
+        # Each histogram at the newest point that held it: the next point compares with it.
+        self._latest: dict[str, Histogram] = {}
+
+    def add(self, t: float, series: SeriesSnapshot) -> None:
+        """Append a point, noting whether each of its histograms restarted since the newest
+        point that held it."""
+        hists = histograms_of(series)
+        for name in hists.keys() - self._restarts.keys():
+            self._restarts[name] = deque([False] * len(self.points))
+        for name, restarts in self._restarts.items():
+            current, previous = hists.get(name), self._latest.get(name)
+            restarts.append(
+                current is not None
+                and previous is not None
+                and histogram_restarted(previous, current)
+            )
+        self._latest.update(hists)
+        self.points.append((t, series))
+
+    def drop_oldest(self) -> None:
+        self.points.popleft()
+        for restarts in self._restarts.values():
+            restarts.popleft()
+
+    def restarts(self) -> dict[str, list[bool]]:
+        """`histogram_restarts` of each histogram over the points, by name. A point whose
+        histogram's previous holder has left the window says True or False: it is the
+        first holder in the window, where `histogram_increase` reads no restart."""
+        return {name: list(restarts) for name, restarts in self._restarts.items()}
+
+
+class Window:
+    """Snapshots of one target, oldest first, none older than `seconds` before the newest;
+    the points of each series (`series`) and of the target total (`total`) among them.
+
+    `settings`: the target's signal settings, of which the total's default cap and budget.
+    """
+
+    def __init__(self, seconds: float, settings: SignalSettings) -> None:
+        if seconds <= 0:
+            raise ValueError(f"window must be positive, got {seconds}")
+        self.seconds = seconds
+        self.settings = settings
+        self._snapshots: deque[Snapshot] = deque()
+        self.series: dict[LabelKey, SeriesTrack] = {}
+        # The total's points, from the first scrape whose total is not its one series on.
+        self._total: SeriesTrack | None = None
+        # Per answered scrape: the key of its one series when its total is that series but
+        # its labels (`total_is_the_series`), else None.
+        self._sole_keys: deque[LabelKey | None] = deque()
+
+    @classmethod
+    def of(cls, snapshots: Iterable[Snapshot], settings: SignalSettings) -> Window:
+        """A window holding all these snapshots, whatever their age."""
+        window = cls(float("inf"), settings)
+        for snapshot in snapshots:
+            window.add(snapshot)
+        return window
+
+    def add(self, snapshot: Snapshot) -> None:
+        """Append a snapshot and drop those that fell out of the window. A scrape that did
+        not answer adds no point: its series are unknown, not gone."""
+        if snapshot.up:
+            cap, budget = self.settings.cap, self.settings.budget_seconds
+            sole = snapshot.series[0] if len(snapshot.series) == 1 else None
+            itself = sole is not None and total_is_the_series(sole, cap)
+            if not itself and self._total is None:
+                self._total = self._merged(self._snapshots)
+            if self._total is not None:
+                # Merged before any point is added: a scrape it cannot read leaves the
+                # window as it was.
+                self._total.add(snapshot.t, merge_series(snapshot.series, cap, budget))
+            for series in snapshot.series:
+                self.series.setdefault(series.key, SeriesTrack()).add(snapshot.t, series)
+            self._sole_keys.append(sole.key if itself else None)
+        self._snapshots.append(snapshot)
+        horizon = snapshot.t - self.seconds
+        while self._snapshots and self._snapshots[0].t < horizon:
+            self._drop(self._snapshots.popleft())
+
+    def _drop(self, oldest: Snapshot) -> None:
+        if not oldest.up:
+            return
+        for series in oldest.series:
+            track = self.series[series.key]
+            track.drop_oldest()
+            if not track.points:
+                del self.series[series.key]
+        if self._total is not None:
+            self._total.drop_oldest()
+        self._sole_keys.popleft()
+
+    def _merged(self, snapshots: Iterable[Snapshot]) -> SeriesTrack:
+        """The total's points over these snapshots: each answered scrape's series merged."""
+        track = SeriesTrack()
+        cap, budget = self.settings.cap, self.settings.budget_seconds
+        for snapshot in snapshots:
+            if snapshot.up:
+                track.add(snapshot.t, merge_series(snapshot.series, cap, budget))
+        return track
+
+    def total(self) -> SeriesTrack:
+        """The target total's points: each answered scrape's series merged."""
+        if self._total is None:
+            self._total = self._merged(self._snapshots)
+        return self._total
+
+    def sole_series_key(self) -> LabelKey | None:
+        """The key of the one series every answered scrape in the window held, when every
+        scrape's total is that series but its labels; None otherwise."""
+        keys = set(self._sole_keys)
+        return keys.pop() if len(keys) == 1 else None
+
+    def snapshots(self) -> list[Snapshot]:
+        return list(self._snapshots)
+
+    def latest(self) -> Snapshot | None:
+        return self._snapshots[-1] if self._snapshots else None

@@ -1,0 +1,150 @@
+"""Grouping parsed samples by series and assembling histograms: what adapters share."""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+
+from exporter.core.histogram import Histogram
+from exporter.core.snapshot import LabelKey
+from exporter.ingest.promtext import Sample
+
+SamplesByName = Mapping[str, list[Sample]]
+
+
+def group_by_name(samples: Sequence[Sample]) -> dict[str, list[Sample]]:
+    """Samples by their name, in order: adapters then read each name without a rescan."""
+    by_name: dict[str, list[Sample]] = defaultdict(list)
+    for s in samples:
+        by_name[s.name].append(s)
+    return dict(by_name)
+
+
+def series_key(labels: dict[str, str], key_labels: Sequence[str]) -> LabelKey:
+    """The identifying labels of a sample, in a fixed order, absent ones left out."""
+    return tuple([(k, labels[k]) for k in key_labels if k in labels])
+
+
+def series_keys(samples: Sequence[Sample], key_labels: tuple[str, ...]) -> list[LabelKey]:
+    """`series_key` of each sample, in order.
+
+    The parser hands out the same labels dict for a line head on every scrape of a
+    server (promtext._HEADS), and nobody mutates one, so each dict's key is computed
+    once and looked up by the dict's id afterwards: the hot path of every scrape. An
+    entry holds its dict, so no other dict can take that id while the entry is there.
+    """
+    known = _SERIES_KEYS.setdefault(key_labels, {})
+    keys = []
+    for s in samples:
+        labels = s.labels
+        entry = known.get(id(labels))
+        if entry is None or entry[0] is not labels:
+            if len(known) >= _SERIES_KEYS_MAX:
+                known.clear()
+            entry = known[id(labels)] = (labels, series_key(labels, key_labels))
+        keys.append(entry[1])
+    return keys
+
+
+# Per key_labels: id(labels) -> (labels, series key). Bounded as the parser's cache.
+_SERIES_KEYS: dict[tuple[str, ...], dict[int, tuple[dict[str, str], LabelKey]]] = {}
+_SERIES_KEYS_MAX = 200_000
+
+
+def values_by_key(
+    by_name: SamplesByName,
+    name: str,
+    key_labels: tuple[str, ...],
+    where: Mapping[str, str] | None = None,
+) -> dict[LabelKey, float]:
+    """Sample values of one metric name by series key; repeated keys (other labels) add up.
+
+    `where`: only samples carrying these label values count.
+    """
+    out: dict[LabelKey, float] = {}
+    samples = by_name.get(name, ())
+    for key, s in zip(series_keys(samples, key_labels), samples, strict=True):
+        value = s.value
+        if not math.isfinite(value):  # a NaN or infinite gauge is unknown, never a signal
+            continue
+        if where and any(s.labels.get(k) != v for k, v in where.items()):
+            continue
+        out[key] = out.get(key, 0.0) + value
+    return out
+
+
+def histograms_by_key(
+    by_name: SamplesByName, family: str, key_labels: tuple[str, ...], scale: float = 1.0
+) -> dict[LabelKey, Histogram]:
+    """Assemble `family`'s `_bucket`/`_sum`/`_count` samples into one Histogram per series.
+
+    `scale` multiplies bounds and sums: 0.001 reads a histogram in milliseconds as seconds.
+    """
+    samples = by_name.get(family + "_bucket")
+    if not samples:  # a family the payload lacks (most latency kinds): nothing to build
+        return {}
+    buckets: dict[LabelKey, dict[float, float]] = {}
+    for key, s in zip(series_keys(samples, key_labels), samples, strict=True):
+        le = s.labels.get("le")
+        if le is None:
+            continue
+        try:
+            bound = float(le) * scale
+        except ValueError:
+            raise ValueError(f"{family}_bucket: le={le!r} is not a number") from None
+        series = buckets.get(key)
+        if series is None:
+            series = buckets[key] = {}
+        series[bound] = series.get(bound, 0.0) + s.value
+    sums: dict[LabelKey, float] = {}
+    samples = by_name.get(family + "_sum", ())
+    for key, s in zip(series_keys(samples, key_labels), samples, strict=True):
+        sums[key] = sums.get(key, 0.0) + s.value * scale
+    counts: dict[LabelKey, float] = {}
+    samples = by_name.get(family + "_count", ())
+    for key, s in zip(series_keys(samples, key_labels), samples, strict=True):
+        counts[key] = counts.get(key, 0.0) + s.value
+    # A series without its +Inf bucket is not a histogram; one with a NaN or infinite count
+    # or sum is left out of this scrape, as if absent, so that no signal becomes NaN. (No
+    # truth test on a value here: a series plan traces this code, see series_plan.)
+    return {
+        key: Histogram.from_buckets(b, sums.get(key, 0.0), counts.get(key))
+        for key, b in buckets.items()
+        if b
+        and math.isinf(max(b))
+        and all(map(math.isfinite, (*b.values(), sums.get(key, 0.0), counts.get(key, 0.0))))
+    }
+
+
+def histograms_by_kind(
+    by_name: SamplesByName,
+    families: Mapping[str, str],
+    key_labels: tuple[str, ...],
+    scale: float = 1.0,
+) -> dict[str, dict[LabelKey, Histogram]]:
+    """Each latency kind's histograms by series key, from an adapter's LATENCY_FAMILIES."""
+    return {
+        kind: histograms_by_key(by_name, family, key_labels, scale)
+        for kind, family in families.items()
+    }
+
+
+def of_key(
+    by_kind: Mapping[str, Mapping[LabelKey, Histogram]], key: LabelKey
+) -> dict[str, Histogram]:
+    """One series' histograms by kind: the kinds it has."""
+    return {kind: hists[key] for kind, hists in by_kind.items() if key in hists}
+
+
+def quantiles_by_key(
+    by_name: SamplesByName, family: str, key_labels: tuple[str, ...], scale: float = 1.0
+) -> dict[LabelKey, dict[float, float]]:
+    """A summary's `{quantile: value}` per series (NaN quantiles of an idle window left out)."""
+    out: dict[LabelKey, dict[float, float]] = defaultdict(dict)
+    for s in by_name.get(family, ()):
+        q = s.labels.get("quantile")
+        if q is None or math.isnan(s.value):
+            continue
+        out[series_key(s.labels, key_labels)][float(q)] = s.value * scale
+    return dict(out)

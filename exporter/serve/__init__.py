@@ -1,0 +1,1 @@
+"""The exporter's HTTP edge: /metrics, the JSON API and the app that serves them."""

@@ -1,0 +1,312 @@
+"""The JSON API's shape: every body the exporter's /api/v1/... endpoints return.
+
+As all of /metrics lives in `collector.py`, all of the JSON lives here; docs/api.md
+documents each field and a test holds the two together. Every body carries
+`api_version`: fields may be added within a version, never renamed, removed or given
+another meaning (that takes a new version).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+import struct
+import sys
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import fields
+from typing import Any
+
+from exporter.config.settings import Target, redacted_url
+from exporter.core.advice import Advice, AdviceItem
+from exporter.core.evaluate import SeriesSignals, TargetSignals
+from exporter.core.signals import Diagnosis
+
+API_VERSION = 1
+
+
+def finite(value: Any) -> Any:
+    """The value with NaN and infinities replaced by None, so the JSON stays valid."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [finite(v) for v in value]
+    return value
+
+
+def encode(body: Mapping[str, Any]) -> bytes:
+    """A response body as JSON bytes (NaN and infinities as null)."""
+    try:
+        # Most bodies hold no NaN: json refuses one, and only then `finite` walks the body
+        # (the walk costs more than the encoding).
+        return json.dumps(body, allow_nan=False).encode()
+    except ValueError:
+        return json.dumps(finite(dict(body)), allow_nan=False).encode()
+
+
+def _versioned(body: dict[str, Any]) -> dict[str, Any]:
+    return {"api_version": API_VERSION, **body}
+
+
+# ---------------------------------------------------------------- /api/v1/signals
+
+
+def _fields(instance: Any) -> dict[str, Any]:
+    """A dataclass's fields by name, values as they are (asdict without its deep copy,
+    which was most of the cost of /api/v1/signals at a fleet's size)."""
+    return {name: getattr(instance, name) for name in _FIELD_NAMES[type(instance)]}
+
+
+_FIELD_NAMES = {
+    cls: tuple(f.name for f in fields(cls))
+    for cls in (SeriesSignals, Diagnosis, Advice, AdviceItem)
+}
+
+
+def series_json(series: SeriesSignals) -> dict[str, Any]:
+    """Every signal of one series (or a target total), each under its field name."""
+    out = _fields(series)
+    out["labels"] = dict(series.labels)
+    static = series.static_utilization
+    out["static_utilization"] = static.to_dict() if static is not None else None
+    out["batch_size_distribution"] = [
+        {"size": size if math.isfinite(size) else "+Inf", "fraction": fraction}
+        for size, fraction in series.batch_size_distribution
+    ]
+    out["diagnosis"] = _fields(series.diagnosis)
+    out["not_exposed"] = list(series.not_exposed)
+    out["advice"] = advice_json(series)
+    return out
+
+
+def target_json(signals: TargetSignals) -> dict[str, Any]:
+    """One target at its latest evaluation: up/down, each series and the total."""
+    return {
+        "target": signals.target,
+        "url": redacted_url(signals.url),
+        "labels": dict(signals.extra_labels),
+        "t": signals.t,
+        "up": signals.up,
+        "error": signals.error,
+        "scrape_seconds": signals.scrape_seconds,
+        "series": [series_json(s) for s in signals.series],
+        "total": series_json(signals.total),
+    }
+
+
+def signals_response(generated_at: float, targets: Iterable[TargetSignals]) -> dict[str, Any]:
+    """GET /api/v1/signals."""
+    return _versioned({"generated_at": generated_at, "targets": [target_json(t) for t in targets]})
+
+
+# ---------------------------------------------------------------- /api/v1/advice
+
+
+def advice_json(series: SeriesSignals) -> dict[str, Any]:
+    """One series' advice: its summary and items, each with its inputs and confidence."""
+    advice = series.advice
+    items = [
+        {**_fields(item), "inputs": dict(item.inputs), "caveats": list(item.caveats)}
+        for item in advice.items
+    ]
+    return {**_fields(advice), "items": items}
+
+
+def advice_response(generated_at: float, targets: Iterable[TargetSignals]) -> dict[str, Any]:
+    """GET /api/v1/advice: per target, each series' advice and the total's."""
+    return _versioned(
+        {
+            "generated_at": generated_at,
+            "targets": [
+                {
+                    "target": t.target,
+                    "up": t.up,
+                    "series": [
+                        {"labels": s.labels, "engine": s.engine, "advice": advice_json(s)}
+                        for s in t.series
+                    ],
+                    "total": advice_json(t.total),
+                }
+                for t in targets
+            ],
+        }
+    )
+
+
+# ---------------------------------------------------------------- /api/v1/history
+
+
+# A target's history keeps one row per evaluation, as compact as the API allows: at
+# 1,000 targets and 720 points each, a dict per point held 662 MiB and gave the garbage
+# collector 1.4 million more objects to walk; a row is a tuple of a time, a flag, the
+# numbers packed in one bytes object and two strings (216 MiB for the same), and holds
+# nothing the collector tracks. Rows become the API's points (dicts) only when read.
+#
+# A point's numbers, in the order of the point's keys; None is packed as NaN, which the
+# JSON says as null either way. `budget_saturated` is packed as 0 or 1.
+POINT_NUMBERS = (
+    "running",
+    "waiting",
+    "cap",
+    "running_vs_cap",
+    "mean_batch_size",
+    "preemptions_per_second",
+    "kv_cache_usage",
+    "requests_per_second",
+    "generation_tokens_per_second",
+    "latency_seconds",
+    "budget_utilization",
+    "budget_saturated",
+    "budget_saturated_seconds",
+    "throughput_gain",
+    "padding_waste",
+    "static_utilization",
+)
+_PACKED_NUMBERS = struct.Struct(f"<{len(POINT_NUMBERS)}d")
+
+# (numbers packed, diagnosis state, diagnosis reason) of one series at one evaluation.
+SeriesRow = tuple[bytes, str, str]
+# (t, up, the three items of the total's SeriesRow, and for a target with several series
+# each one's labels as (name, value) pairs with its SeriesRow). Flat, so that one pass of
+# the collector finds a one-series row untrackable (it untracks a tuple of untracked items).
+HistoryRow = tuple[
+    float, bool, bytes, str, str, tuple[tuple[tuple[tuple[str, str], ...], SeriesRow], ...]
+]
+
+
+def _series_row(series: SeriesSignals) -> SeriesRow:
+    static = series.static_utilization
+    numbers = [getattr(series, name) for name in POINT_NUMBERS[:-1]]
+    numbers.append(static.estimate if static is not None else None)
+    packed = _PACKED_NUMBERS.pack(*[math.nan if v is None else v for v in numbers])
+    # Interned: one copy of each distinct state and reason, however many rows hold it.
+    return packed, sys.intern(series.diagnosis.state), sys.intern(series.diagnosis.reason)
+
+
+@functools.lru_cache(maxsize=65536)
+def _shared_labels(labels: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
+    """One tuple for equal label sets: a series' labels are kept once, not once a row."""
+    return labels
+
+
+def history_row(signals: TargetSignals) -> HistoryRow:
+    """The row kept in a target's history for one evaluation (`history_point` reads it):
+    the total's numbers, and each series' when the target has more than one."""
+    series = (
+        tuple((_shared_labels(tuple(s.labels.items())), _series_row(s)) for s in signals.series)
+        if len(signals.series) > 1
+        else ()
+    )
+    return signals.t, signals.up, *_series_row(signals.total), series
+
+
+def _series_point(row: SeriesRow) -> dict[str, Any]:
+    packed, state, reason = row
+    point = {
+        name: None if value != value else value  # NaN is None
+        for name, value in zip(POINT_NUMBERS, _PACKED_NUMBERS.unpack(packed), strict=True)
+    }
+    point["budget_saturated"] = point["budget_saturated"] == 1.0
+    point["diagnosis"] = state
+    point["diagnosis_reason"] = reason
+    return point
+
+
+def history_point(row: HistoryRow) -> dict[str, Any]:
+    """One history point as the API answers it: the total's numbers, and each series'
+    under `series` when the target has more than one."""
+    t, up, packed, state, reason, series = row
+    return {
+        "t": t,
+        "up": up,
+        **_series_point((packed, state, reason)),
+        "series": [{"labels": dict(labels), **_series_point(s)} for labels, s in series],
+    }
+
+
+def history_response(target: str, rows: Sequence[HistoryRow]) -> dict[str, Any]:
+    """GET /api/v1/history?target=NAME."""
+    return _versioned({"target": target, "points": [history_point(r) for r in rows]})
+
+
+# GET /api/v1/history without a target answers a page of targets, the last points of each:
+# a bounded body whatever the fleet and history sizes.
+HISTORY_PAGE_TARGETS = 100
+DEFAULT_POINTS_PER_TARGET = 60
+
+
+class BadRequest(ValueError):
+    """A query parameter out of range; `str()` is the error answered with HTTP 400."""
+
+
+def history_page_request(query: Mapping[str, str], history_points: int) -> tuple[int, int]:
+    """(page, points per target) from the query of GET /api/v1/history; raises BadRequest.
+    More points than a history keeps means all of them."""
+
+    def whole(name: str, default: int) -> int:
+        text = query.get(name)
+        if text is None:
+            return default
+        if not text.isdigit() or (name == "points" and int(text) < 1):
+            lowest = 1 if name == "points" else 0
+            raise BadRequest(f"{name} must be a whole number >= {lowest}")
+        return int(text)
+
+    points = whole("points", DEFAULT_POINTS_PER_TARGET)
+    return whole("page", 0), min(points, history_points)
+
+
+def pages(targets: int) -> int:
+    """How many pages of HISTORY_PAGE_TARGETS targets hold `targets` (at least one)."""
+    return max(1, -(-targets // HISTORY_PAGE_TARGETS))
+
+
+def all_histories_response(
+    histories: Mapping[str, Sequence[HistoryRow]], page: int, page_count: int, points: int
+) -> dict[str, Any]:
+    """GET /api/v1/history without a target: one page of targets, their last points each."""
+    return _versioned(
+        {
+            "page": page,
+            "pages": page_count,
+            "points_per_target": points,
+            "targets": {name: [history_point(r) for r in rows] for name, rows in histories.items()},
+        }
+    )
+
+
+# ---------------------------------------------------------------- /api/v1/targets
+
+
+def targets_response(
+    targets: Iterable[Target], interval_seconds: float, window_seconds: float
+) -> dict[str, Any]:
+    """GET /api/v1/targets: what is monitored and how it is judged (never credentials, and
+    query values, which may hold keys, redacted)."""
+    return _versioned(
+        {
+            "targets": [
+                {
+                    "name": t.name,
+                    "url": redacted_url(t.url),
+                    "engine": t.engine,
+                    "cap": t.cap,
+                    "token_cap": t.token_cap,
+                    "budget_seconds": t.budget_seconds,
+                    "quantile": t.quantile,
+                    "histogram": t.histogram,
+                    "labels": dict(t.labels),
+                }
+                for t in targets
+            ],
+            "interval_seconds": interval_seconds,
+            "window_seconds": window_seconds,
+        }
+    )
+
+
+def error_response(message: str) -> dict[str, Any]:
+    """Any error answer, e.g. an unknown target (HTTP 404)."""
+    return _versioned({"error": message})

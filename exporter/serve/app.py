@@ -1,0 +1,286 @@
+"""HTTP edge of the exporter: /metrics for Prometheus and a JSON API for the dashboard.
+
+Targets come from configuration only: the API selects a configured target by name and
+never fetches a URL it is given.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import logging
+import math
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from aiohttp import web
+from isal import igzip
+from prometheus_client import CONTENT_TYPE_LATEST
+
+from exporter.core.evaluate import TargetSignals
+from exporter.scrape.loop import Exporter
+from exporter.serve import api_json as api
+from exporter.serve.exposition import render_metrics
+
+Render = Callable[[list[TargetSignals]], bytes]
+
+log = logging.getLogger("batchscope.exporter")
+
+INDEX = """<!doctype html><title>batchscope exporter</title>
+<h1>batchscope exporter</h1>
+<ul><li><a href="/metrics">/metrics</a> (Prometheus)</li>
+<li><a href="/api/v1/signals">/api/v1/signals</a> (current signals, JSON)</li>
+<li><a href="/api/v1/history">/api/v1/history</a> (?target=NAME, bounded history, JSON)</li>
+<li><a href="/api/v1/advice">/api/v1/advice</a> (what to change, with the numbers, JSON)</li>
+<li><a href="/api/v1/targets">/api/v1/targets</a> (configured targets)</li></ul>
+"""
+
+
+def _json(body: dict[str, Any], status: int = 200) -> web.Response:
+    return web.Response(body=api.encode(body), status=status, content_type="application/json")
+
+
+# ISA-L's gzip (`isal`, also the scrapes' inflate) at level 1: on /metrics at 1,000
+# targets about a fifth of the CPU of zlib's fastest level, for a smaller body
+# (docs/benchmarks.md, /metrics render).
+GZIP_LEVEL = 1
+
+
+def gzip_body(plain: bytes) -> bytes:
+    """A body as the exporter serves it to a client that accepts gzip."""
+    return igzip.compress(plain, compresslevel=GZIP_LEVEL)
+
+
+def plain_and_gzip(render: Render, targets: list[TargetSignals]) -> tuple[bytes, bytes]:
+    """The body `render` makes of the targets, and its gzip."""
+    plain = render(targets)
+    return plain, gzip_body(plain)
+
+
+# How long after a request a body is still rendered after every round, so that a reader
+# polling at most that often always finds it ready: Prometheus scrapes /metrics at its
+# scrape_interval (1 m by default); the dashboard reads the JSON every 5 s, and a
+# script that polled it once must not cost a render a round for long.
+METRICS_KEPT_FRESH_SECONDS = 60.0
+JSON_KEPT_FRESH_SECONDS = 15.0
+
+
+@dataclass(frozen=True)
+class BodyKind:
+    """How to render one kind of body, and how long a request keeps it rendered."""
+
+    render: Render
+    kept_fresh_seconds: float
+
+
+class RoundCache:
+    """The bodies of each scrape round, each rendered at most once, off the event loop.
+
+    At a round's first render the targets' signals are taken once; every body of that
+    round (/metrics, /api/v1/signals, plain and gzip) is rendered from that same list, so
+    they agree with each other. A request never waits for a render when a complete body
+    of this round or the previous one exists: it gets the newest at once, at most one
+    round old, and starts this round's render if none runs. It waits only when no body
+    that recent exists (at start, or when nobody read it for a while). `keep_fresh`
+    renders, after each round, each kind read in its last `kept_fresh_seconds` (the
+    `expected` kinds count as read at start): no reader, no render.
+    """
+
+    def __init__(
+        self, exporter: Exporter, kinds: dict[str, BodyKind], expected: tuple[str, ...] = ()
+    ) -> None:
+        self.exporter = exporter
+        self.kinds = kinds
+        self._targets: tuple[int, list[TargetSignals]] | None = None
+        # kind -> (round, (plain, gzip)) of its newest complete body
+        self._bodies: dict[str, tuple[int, tuple[bytes, bytes]]] = {}
+        # kind -> (round, the render of that round's body)
+        self._renders: dict[str, tuple[int, asyncio.Task[tuple[bytes, bytes]]]] = {}
+        # kind -> the round in which it was last requested
+        self._read: dict[str, int] = dict.fromkeys(expected, exporter.rounds)
+
+    def _render_of(self, kind: str) -> asyncio.Task[tuple[bytes, bytes]]:
+        """This round's render of `kind`: the one started, or a new one."""
+        rounds = self.exporter.rounds
+        started = self._renders.get(kind)
+        if started is not None and started[0] == rounds:
+            return started[1]
+        if self._targets is None or self._targets[0] != rounds:
+            self._targets = (rounds, self.exporter.current())
+        task = asyncio.create_task(self._render(kind, rounds, self._targets[1]))
+        self._renders[kind] = (rounds, task)
+        return task
+
+    async def _render(
+        self, kind: str, rounds: int, targets: list[TargetSignals]
+    ) -> tuple[bytes, bytes]:
+        bodies = await asyncio.to_thread(plain_and_gzip, self.kinds[kind].render, targets)
+        newest = self._bodies.get(kind)
+        if newest is None or newest[0] < rounds:
+            self._bodies[kind] = (rounds, bodies)
+        return bodies
+
+    async def body(self, kind: str, compressed: bool) -> bytes:
+        """The `kind` body, gzip-compressed when asked: the newest complete one when it is
+        of this round or the previous one, otherwise this round's once rendered."""
+        rounds = self.exporter.rounds
+        self._read[kind] = rounds
+        newest = self._bodies.get(kind)
+        if newest is not None and newest[0] == rounds:
+            return newest[1][compressed]
+        task = self._render_of(kind)
+        if newest is not None and newest[0] >= rounds - 1:
+            return newest[1][compressed]
+        # Shielded: a client that goes away must not cancel the render others wait for.
+        return (await asyncio.shield(task))[compressed]
+
+    def read_recently(self, kind: str) -> bool:
+        """Whether `kind` was requested (or expected) in its last `kept_fresh_seconds`."""
+        read = self._read.get(kind)
+        seconds = self.kinds[kind].kept_fresh_seconds
+        window = math.ceil(seconds / self.exporter.settings.interval_seconds)
+        return read is not None and self.exporter.rounds - read <= window
+
+    async def keep_fresh(self) -> None:
+        """After every round, render each kind read recently, so that requests find it
+        ready."""
+        seen = self.exporter.rounds
+        while True:
+            seen = await self.exporter.round_after(seen)
+            for kind in self.kinds:
+                if self.read_recently(kind):
+                    try:
+                        await self._render_of(kind)
+                    except Exception:  # a failed render must not end the next rounds' renders
+                        log.exception("rendering %s failed", kind)
+
+
+def _accepts_gzip(request: web.Request) -> bool:
+    return "gzip" in request.headers.get("Accept-Encoding", "")
+
+
+def cross_origin(request: web.Request) -> bool:
+    """A browser request made by a page of another origin (a script reading the API)."""
+    origin = request.headers.get("Origin")
+    if origin is not None and origin != f"{request.scheme}://{request.host}":
+        return True
+    return (
+        request.headers.get("Sec-Fetch-Site") == "cross-site"
+        and request.headers.get("Sec-Fetch-Mode") != "navigate"
+    )
+
+
+def guard(token: str | None) -> Callable:
+    """Middleware: the bearer token on every path but /health when one is set, and no
+    cross-origin browser request to the JSON API (another site's page must not read it)."""
+    expected = f"Bearer {token}".encode() if token is not None else None
+
+    @web.middleware
+    async def check(request: web.Request, handler: Callable) -> web.StreamResponse:
+        if expected is not None and request.path != "/health":
+            given = request.headers.get("Authorization", "").encode()
+            if not hmac.compare_digest(given, expected):
+                return _json(api.error_response("a bearer token is required"), status=401)
+        if request.path.startswith("/api/") and cross_origin(request):
+            return _json(api.error_response("cross-origin requests are refused"), status=403)
+        return await handler(request)
+
+    return check
+
+
+def create_app(exporter: Exporter, token: str | None = None) -> web.Application:
+    """The exporter's web application over a running Exporter; `token`, when given, is
+    required as `Authorization: Bearer TOKEN` on every path but /health."""
+
+    def json_body(response: Callable[[float, list[TargetSignals]], dict[str, Any]]) -> BodyKind:
+        return BodyKind(
+            lambda targets: api.encode(response(exporter.clock(), targets)),
+            JSON_KEPT_FRESH_SECONDS,
+        )
+
+    bodies = RoundCache(
+        exporter,
+        {
+            "metrics": BodyKind(render_metrics, METRICS_KEPT_FRESH_SECONDS),
+            "signals": json_body(api.signals_response),
+            "advice": json_body(api.advice_response),
+        },
+        expected=("metrics",),
+    )
+
+    async def cached(request: web.Request, kind: str, content_type: str) -> web.Response:
+        compressed = _accepts_gzip(request)
+        headers = {"Content-Type": content_type}
+        if compressed:
+            headers["Content-Encoding"] = "gzip"
+        return web.Response(body=await bodies.body(kind, compressed), headers=headers)
+
+    async def metrics(request: web.Request) -> web.Response:
+        return await cached(request, "metrics", CONTENT_TYPE_LATEST)
+
+    async def signals(request: web.Request) -> web.Response:
+        return await cached(request, "signals", "application/json")
+
+    async def advice(request: web.Request) -> web.Response:
+        return await cached(request, "advice", "application/json")
+
+    async def history(request: web.Request) -> web.Response:
+        name = request.query.get("target")
+        if name is None:
+            try:
+                page, points = api.history_page_request(
+                    request.query, exporter.settings.history_points
+                )
+            except api.BadRequest as err:
+                return _json(api.error_response(str(err)), status=400)
+            page_count = api.pages(len(exporter.states))
+            if page >= page_count:
+                message = f"page must be below {page_count} (pages of this fleet)"
+                return _json(api.error_response(message), status=400)
+            histories = exporter.histories(page, api.HISTORY_PAGE_TARGETS, points)
+            # Turning rows into points and encoding them is the cost: done off the event
+            # loop (the rows are copied on it, and never change), scrapes go on meanwhile.
+            body = await asyncio.to_thread(
+                lambda: api.encode(api.all_histories_response(histories, page, page_count, points))
+            )
+            return web.Response(body=body, content_type="application/json")
+        rows = exporter.history(name)
+        if rows is None:
+            return _json(api.error_response(f"no configured target named {name!r}"), status=404)
+        body = await asyncio.to_thread(lambda: api.encode(api.history_response(name, rows)))
+        return web.Response(body=body, content_type="application/json")
+
+    async def targets(_: web.Request) -> web.Response:
+        return _json(
+            api.targets_response(
+                exporter.targets(),
+                exporter.settings.interval_seconds,
+                exporter.settings.window_seconds,
+            )
+        )
+
+    async def index(_: web.Request) -> web.Response:
+        return web.Response(text=INDEX, content_type="text/html")
+
+    async def health(_: web.Request) -> web.Response:
+        return web.Response(text="ok\n")
+
+    async def render_every_round(_: web.Application) -> AsyncIterator[None]:
+        task = asyncio.create_task(bodies.keep_fresh())
+        yield
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    app = web.Application(middlewares=[guard(token)])
+    app.cleanup_ctx.append(render_every_round)
+    app.router.add_get("/", index)
+    app.router.add_get("/health", health)
+    app.router.add_get("/metrics", metrics)
+    app.router.add_get("/api/v1/signals", signals)
+    app.router.add_get("/api/v1/advice", advice)
+    app.router.add_get("/api/v1/history", history)
+    app.router.add_get("/api/v1/targets", targets)
+    return app

@@ -1,0 +1,146 @@
+"""The exporter's own /metrics: the exposition of `FAMILIES` over the current signals.
+
+`render_metrics` writes the text straight from the signals; the tests hold it byte for
+byte to prometheus_client's generate_latest over a Collector of the same families
+(`tests.support.reference_exposition`). A value that cannot be known is left out,
+never filled with a made-up number.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Iterable, Mapping, Sequence
+
+from prometheus_client.utils import floatToGoString
+
+from exporter.core.evaluate import SeriesSignals, TargetSignals
+from exporter.core.signals import DIAGNOSIS_STATES
+from exporter.serve.families import (
+    ADVICE,
+    BOUNDS,
+    CONTINUOUS_GAIN,
+    DIAGNOSIS,
+    FAMILIES,
+    LATENCY,
+    SATURATED,
+    SCRAPE_DURATION,
+    SERIES_GAUGES,
+    STATIC_UTILIZATION,
+    TARGET_ERRORS,
+    TARGET_UP,
+    WINDOW_RESETS,
+)
+
+
+def escape(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def statistic_label(series: SeriesSignals) -> str:
+    """The `quantile` label: the quantile, or `mean` where the engine exposes only a mean."""
+    return "mean" if series.latency_statistic == "mean" else f"{series.latency_quantile:g}"
+
+
+def _pairs(labels: Mapping[str, str]) -> list[tuple[str, str]]:
+    """(name, `name="escaped value"`) of each label, sorted by name as generate_latest does."""
+    return sorted((name, f'{name}="{escape(value)}"') for name, value in labels.items())
+
+
+def _braced(pairs: Sequence[tuple[str, str]]) -> str:
+    return "{" + ",".join([text for _, text in pairs]) + "}" if pairs else ""
+
+
+def _around(pairs: Sequence[tuple[str, str]], name: str) -> tuple[str, str]:
+    """The braced label text with a label `name` added (in place of one so named), cut
+    where that label goes: the text before it and the text after it."""
+    before = "".join([text + "," for n, text in pairs if n < name])
+    after = "".join(["," + text for n, text in pairs if n > name])
+    return "{" + before, after + "}"
+
+
+class _NumberTexts(dict):
+    """floatToGoString(value) as `texts[value]`, remembered: a fleet's /metrics repeats
+    few numbers (0, 1, caps, budgets), and a dict lookup costs a fraction of formatting.
+    Zero is never remembered, since 0.0 == -0.0 would give one the other's text."""
+
+    def __missing__(self, value: float) -> str:
+        text = floatToGoString(value)
+        if value:
+            self[value] = text
+        return text
+
+
+def render_metrics(targets: Iterable[TargetSignals]) -> bytes:
+    """The /metrics exposition of these targets' signals: byte for byte what
+    generate_latest writes for a registry holding a Collector of FAMILIES over them, at a
+    fraction of its CPU. Each line is written straight from the signals, without Metric
+    or Sample objects; each series' labels are sorted and escaped once for all its lines,
+    and a family that adds a label (`state`, `bound`, `kind`, `reason`) only slots it in."""
+    lines: dict[str, list[str]] = {family.name: [] for family in FAMILIES}
+    up, duration, latency, saturated, static, gain, diagnosis, advice = (
+        lines[family.name]
+        for family in (TARGET_UP, SCRAPE_DURATION, LATENCY, SATURATED, STATIC_UTILIZATION,
+                       CONTINUOUS_GAIN, DIAGNOSIS, ADVICE)
+    )  # fmt: skip
+    counters = (TARGET_ERRORS, "errors_total"), (WINDOW_RESETS, "window_resets_total")
+    gauges = tuple((lines[name], name, attribute) for name, _, attribute in SERIES_GAUGES)
+    states = tuple((state, f'state="{escape(state)}"') for state in DIAGNOSIS_STATES)
+    text_of = _NumberTexts().__getitem__
+    kind_label = functools.cache(lambda kind: f'kind="{escape(kind)}"')
+    for t in targets:
+        target_labels = {"target": t.target, **t.extra_labels}
+        target_pairs = _pairs(target_labels)
+        target_text = _braced(target_pairs)
+        up.append(f"{TARGET_UP.name}{target_text} {text_of(t.up)}\n")
+        for family, attribute in counters:
+            counts = getattr(t, attribute)
+            if counts:
+                before, after = _around(target_pairs, "reason")
+                lines[family.name] += [
+                    f'{family.name}_total{before}reason="{escape(reason)}"{after} '
+                    f"{text_of(count)}\n"
+                    for reason, count in sorted(counts.items())
+                ]
+        if t.scrape_seconds is not None:
+            duration.append(f"{SCRAPE_DURATION.name}{target_text} {text_of(t.scrape_seconds)}\n")
+        for s in (*t.series, t.total) if t.up else (t.total,):
+            labels = {**target_labels, **s.labels}
+            pairs = _pairs(labels)
+            text = _braced(pairs)
+            for out, name, attribute in gauges:
+                value = getattr(s, attribute)
+                if value is not None and math.isfinite(value):
+                    out.append(f"{name}{text} {text_of(value)}\n")
+            if s.latency_seconds is not None and math.isfinite(s.latency_seconds):
+                quantile = {"quantile": statistic_label(s), "histogram": s.latency_histogram}
+                latency_text = _braced(_pairs({**labels, **quantile}))
+                latency.append(f"{LATENCY.name}{latency_text} {text_of(s.latency_seconds)}\n")
+            saturated.append(f"{SATURATED.name}{text} {text_of(s.budget_saturated)}\n")
+            if s.static_utilization is not None:
+                u = s.static_utilization
+                before, after = _around(pairs, "bound")
+                for bound, value in zip(BOUNDS, (u.estimate, u.lower, u.upper), strict=True):
+                    static.append(
+                        f'{STATIC_UTILIZATION.name}{before}bound="{bound}"{after} {text_of(value)}\n'
+                    )
+                gain.append(f"{CONTINUOUS_GAIN.name}{text} {text_of(u.continuous_batching_gain)}\n")
+            if s.advice.items:
+                before, after = _around(pairs, "kind")
+                advice += [
+                    f"{ADVICE.name}{before}{kind_label(item.kind)}{after} {text_of(item.value)}\n"
+                    for item in s.advice.items
+                    if math.isfinite(item.value)
+                ]
+            before, after = _around(pairs, "state")
+            current = s.diagnosis.state
+            diagnosis += [
+                f"{DIAGNOSIS.name}{before}{label}{after} {'1.0' if state == current else '0.0'}\n"
+                for state, label in states
+                if t.read or state == current
+            ]
+    parts: list[str] = []
+    for family in FAMILIES:
+        parts.append(family.header())
+        parts.extend(lines[family.name])
+    return "".join(parts).encode()

@@ -1,0 +1,93 @@
+"""The reference /metrics writer: prometheus_client's own objects over the same families.
+
+`SignalsCollector` is a prometheus-client Collector, fresh families on every collect()
+and no state in metric objects (client_python's pattern). The exporter serves
+`render_metrics`, which writes the same text directly; the tests and the render
+benchmark hold the two byte for byte together.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable
+
+from prometheus_client.core import Metric
+from prometheus_client.registry import Collector
+
+from exporter.core.evaluate import TargetSignals
+from exporter.core.signals import DIAGNOSIS_STATES
+from exporter.serve.exposition import statistic_label
+from exporter.serve.families import (
+    ADVICE,
+    BOUNDS,
+    CONTINUOUS_GAIN,
+    DIAGNOSIS,
+    FAMILIES,
+    LATENCY,
+    SATURATED,
+    SCRAPE_DURATION,
+    SERIES_GAUGES,
+    STATIC_UTILIZATION,
+    TARGET_ERRORS,
+    TARGET_UP,
+    WINDOW_RESETS,
+    Family,
+)
+
+
+def _metric(family: Family) -> Metric:
+    return Metric(family.name, family.documentation, family.type)
+
+
+class SignalsCollector(Collector):
+    """Collects from `source()`, the list of current TargetSignals: the families as
+    prometheus_client objects, for a registry. The exporter serves `render_metrics`,
+    the same bytes written directly (tests hold the two together)."""
+
+    def __init__(self, source: Callable[[], Iterable[TargetSignals]]) -> None:
+        self.source = source
+
+    def collect(self) -> Iterable[Metric]:
+        metrics = {family.name: _metric(family) for family in FAMILIES}
+        up, duration, latency, saturated, static, gain, diagnosis, advice, errors, resets = (
+            metrics[family.name]
+            for family in (TARGET_UP, SCRAPE_DURATION, LATENCY, SATURATED, STATIC_UTILIZATION,
+                           CONTINUOUS_GAIN, DIAGNOSIS, ADVICE, TARGET_ERRORS, WINDOW_RESETS)
+        )  # fmt: skip
+        for t in self.source():
+            target_labels = {"target": t.target, **t.extra_labels}
+            up.add_sample(up.name, target_labels, 1.0 if t.up else 0.0)
+            for counter, counts in ((errors, t.errors_total), (resets, t.window_resets_total)):
+                for reason, count in sorted(counts.items()):
+                    counter.add_sample(counter.name + "_total",
+                                       {**target_labels, "reason": reason}, float(count))  # fmt: skip
+            if t.scrape_seconds is not None:
+                duration.add_sample(duration.name, target_labels, t.scrape_seconds)
+            for s in (*t.series, t.total) if t.up else (t.total,):
+                labels = {**target_labels, **s.labels}
+                for name, _, attribute in SERIES_GAUGES:
+                    value = getattr(s, attribute)
+                    if value is not None and math.isfinite(value):
+                        metrics[name].add_sample(name, labels, float(value))
+                if s.latency_seconds is not None and math.isfinite(s.latency_seconds):
+                    latency.add_sample(
+                        latency.name,
+                        {**labels, "quantile": statistic_label(s), "histogram": s.latency_histogram},
+                        s.latency_seconds,
+                    )  # fmt: skip
+                saturated.add_sample(saturated.name, labels, float(s.budget_saturated))
+                if s.static_utilization is not None:
+                    u = s.static_utilization
+                    for bound, value in zip(BOUNDS, (u.estimate, u.lower, u.upper), strict=True):
+                        static.add_sample(static.name, {**labels, "bound": bound}, value)
+                    gain.add_sample(gain.name, labels, u.continuous_batching_gain)
+                for item in s.advice.items:
+                    if math.isfinite(item.value):
+                        advice.add_sample(advice.name, {**labels, "kind": item.kind}, item.value)
+                for state in DIAGNOSIS_STATES if t.read else (s.diagnosis.state,):
+                    diagnosis.add_sample(
+                        diagnosis.name,
+                        {**labels, "state": state},
+                        1.0 if s.diagnosis.state == state else 0.0,
+                    )
+        yield from metrics.values()
