@@ -184,15 +184,18 @@ def _templated(spec: AlertSpec, config: Mapping, holds: Mapping[str, float]) -> 
 
 
 def _alert(spec: AlertSpec, expr: str, config: Mapping, holds: Mapping[str, float],
-           hold_seconds: float | None = None) -> dict:  # fmt: skip
+           hold_seconds: float | None = None, keep_firing_seconds: float = 0.0) -> dict:  # fmt: skip
     """The rule for `spec`: held `hold_seconds` (the spec's hold by default; `holds`
-    overrides it by name)."""
+    overrides it by name); once firing, kept firing `keep_firing_seconds` through
+    evaluations whose expression came back empty."""
     hold = holds.get(spec.name, spec.hold_seconds if hold_seconds is None else hold_seconds)
     summary, description = _templated(spec, config, holds)
+    keep = {"keep_firing_for": _seconds(keep_firing_seconds)} if keep_firing_seconds else {}
     return {
         "alert": spec.name,
         "expr": expr,
         "for": _seconds(hold),
+        **keep,
         "labels": {"severity": spec.severity},
         "annotations": {
             "summary": summary,
@@ -286,13 +289,18 @@ def vllm_alerts(config: Mapping, holds: Mapping[str, float] | None = None) -> di
     holds = holds or {}
     threshold = config["saturation_threshold"]
     rules = [
+        # After a stall of Prometheus or of vLLM's /metrics for most of the rate window, the
+        # window holds one sample: the rates, and with them the utilisation, come back empty
+        # for an evaluation, which resolved the alert mid-overload on a starved machine.
+        # Once firing, it stays firing through such evaluations for the hold.
         _alert(
             BUDGET_SATURATED,
             f"{BUDGET_UTILIZATION} >= {threshold:g}",
             config,
             holds,
             hold_seconds=config["saturation_hold_seconds"],
-        ),  # fmt: skip
+            keep_firing_seconds=config["saturation_hold_seconds"],
+        ),
         _alert(
             MEMORY_BOUND,
             f"{WAITING}\nand on ({_by(config)}) {MEMORY_BOUND_RULE} == 1",

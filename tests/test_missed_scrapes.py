@@ -10,6 +10,7 @@ slower than the scrape timeout is tested at the end.
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 
 import aiohttp
 import pytest
@@ -19,7 +20,13 @@ from exporter.alerts.book import AlertBook, delivered, step
 from exporter.alerts.specs import BUDGET_SATURATED, MEMORY_BOUND, TARGET_DOWN
 from exporter.config.settings import Target
 from exporter.core.evaluate import TOTAL, SeriesSignals, TargetSignals, evaluate_window
-from exporter.core.signals import Diagnosis, SaturationState, SignalSettings, saturation_through_gap
+from exporter.core.signals import (
+    Diagnosis,
+    SaturationState,
+    SignalSettings,
+    saturation_after_gap,
+    saturation_through_gap,
+)
 from exporter.core.window import Window
 from exporter.scrape.loop import read_payload
 from exporter.serve.exposition import render_metrics
@@ -82,10 +89,18 @@ def test_a_failed_scrape_keeps_the_episode_open_and_says_so():
 
 
 def test_a_target_unread_longer_than_the_hold_ends_its_episode():
+    # Unread counts from the first evaluation that could not read the target (101 s).
     state = SaturationState(saturated=True, above_since=0.0, read_at=100.0)
-    assert saturation_through_gap(state, 100.0 + HOLD, HOLD) == state
-    assert saturation_through_gap(state, 100.0 + HOLD + 0.5, HOLD) is None
+    first = saturation_through_gap(state, 101.0, HOLD)
+    assert first == replace(state, unread_since=101.0)
+    assert saturation_through_gap(first, 101.0 + HOLD, HOLD) == first
+    assert saturation_through_gap(first, 101.0 + HOLD + 0.5, HOLD) is None
     assert saturation_through_gap(SaturationState(), 5.0, HOLD) is None
+    # A readable scrape continues the episode unless the outage outlasted the staleness;
+    # one that follows a readable scrape continues it however late (the exporter was late).
+    assert saturation_after_gap(first, 101.0 + HOLD, HOLD) == first
+    assert saturation_after_gap(first, 101.0 + HOLD + 0.5, HOLD) is None
+    assert saturation_after_gap(state, 100.0 + 10 * HOLD, HOLD) == state
 
 
 def test_the_exporter_metrics_of_an_unread_target_keep_the_episode_and_leave_the_rest_out():
@@ -107,10 +122,10 @@ def test_states_held_through_a_gap_are_those_of_the_last_readable_scrape():
     held = {TOTAL: SaturationState(True, 1001.0, 1069.0)}
     window.add(read_payload(TARGET, 1070.0, None, "refused", 0.0)[0])
     _, states = evaluate_window("llm", TARGET.url, window, held, 1070.0)
-    assert states == held
+    assert states == {TOTAL: SaturationState(True, 1001.0, 1069.0, unread_since=1070.0)}
     # Unread past the hold: every state is gone, and so is the episode.
-    window.add(read_payload(TARGET, 1069.0 + HOLD + 1, None, "refused", 0.0)[0])
-    signals, states = evaluate_window("llm", TARGET.url, window, held, 1069.0 + HOLD + 1)
+    window.add(read_payload(TARGET, 1070.0 + HOLD + 1, None, "refused", 0.0)[0])
+    signals, states = evaluate_window("llm", TARGET.url, window, states, 1070.0 + HOLD + 1)
     assert states == {} and not signals.total.budget_saturated
     assert run[-1][1].total.budget_saturated  # the run itself reached saturation
 
@@ -121,9 +136,9 @@ def test_a_readable_scrape_after_an_outage_longer_than_the_staleness_starts_a_ne
     settings = SignalSettings(cap=8, budget_seconds=BUDGET, hold_seconds=30, stale_seconds=30)
     server = VllmState(running=8, waiting=20, kv_usage=0.5)
     window, states = Window(120.0, settings), {}
-    # Read every second up to 39 s, then two failed scrapes inside the staleness (backed
-    # off, as a failing target is), then a readable one 36 s after the last read.
-    for t in [*range(0, 40), 45.0, 60.0]:
+    # Read every second up to 39 s, then failed scrapes from 40 s inside the staleness
+    # (backed off, as a failing target is), then a readable one 35 s after the first failure.
+    for t in [*range(0, 40), 40.0, 45.0, 60.0]:
         server.finish(10, 1.2, 100)
         read = t < 40
         snapshot, _ = read_payload(TARGET, t, render(server) if read else None,
@@ -137,6 +152,22 @@ def test_a_readable_scrape_after_an_outage_longer_than_the_staleness_starts_a_ne
     assert signals.up and signals.total.budget_utilization > 1
     assert not signals.total.budget_saturated
     assert states[TOTAL].above_since == 75.0  # the hold starts again from this read
+
+
+def test_a_late_evaluation_between_two_readable_scrapes_keeps_the_episode():
+    # An exporter starved of CPU evaluates late: 3 s between two readable scrapes with a
+    # staleness of 0.5 s (the dashboard tests' fast settings) is no outage, and the episode
+    # goes on. Before, the state aged out and the hold started again at every late loop.
+    settings = SignalSettings(cap=8, budget_seconds=BUDGET, hold_seconds=0.5, stale_seconds=0.5)
+    server = VllmState(running=8, waiting=20, kv_usage=0.5)
+    window, states = Window(60.0, settings), {}
+    for t in [0.0, 0.25, 0.5, 0.75, 1.0, 4.0]:
+        server.finish(10, 1.2, 100)
+        window.add(read_payload(TARGET, t, render(server), None, 0.01)[0])
+        signals, states = evaluate_window("llm", TARGET.url, window, states, t)
+    assert signals.total.budget_saturated
+    assert states[TOTAL].above_since == 0.25  # the first read with a latency
+    assert signals.total.budget_saturated_seconds == 3.75
 
 
 # ------------------------------------------------------------------ the alert book
@@ -188,15 +219,45 @@ def test_conditions_of_a_target_unread_longer_than_the_stale_time_resolve():
     for t in range(0, 130):
         book = step(book, [memory_bound(t)], float(t))
     assert book.active[(MEMORY_BOUND.name, "llm")].last_sent == 120.0
-    # Last read at 129 s: held through every unread evaluation up to 129 + HOLD...
-    for t in range(130, 130 + int(HOLD)):
+    # Unread from 130 s: held through every unread evaluation up to 130 + HOLD...
+    for t in range(130, 131 + int(HOLD)):
         book = step(book, [memory_bound(t, up=False)], float(t))
         assert (MEMORY_BOUND.name, "llm") in book.active, t
     # ...and resolved at the first one past it.
-    book = step(book, [memory_bound(129.0 + HOLD + 0.5, up=False)], 129.0 + HOLD + 0.5)
+    book = step(book, [memory_bound(130.0 + HOLD + 0.5, up=False)], 130.0 + HOLD + 0.5)
     assert (MEMORY_BOUND.name, "llm") not in book.active
-    assert book.unsent[(MEMORY_BOUND.name, "llm")].resolved_at == 129.0 + HOLD + 0.5
+    assert book.unsent[(MEMORY_BOUND.name, "llm")].resolved_at == 130.0 + HOLD + 0.5
     assert (TARGET_DOWN.name, "llm") in book.active
+
+
+def test_an_exporter_that_stalled_keeps_its_alerts_through_the_scrape_that_fails_after():
+    # The CI run that found this: the whole machine stalled for about a minute; the
+    # exporter's next scrape timed out and the one after it read the target again. The
+    # stall is the exporter's, not the target's: the alert keeps firing, and the episode
+    # goes on from the scrape that read it.
+    book = AlertBook()
+    key = (MEMORY_BOUND.name, "llm")
+    for t in range(0, 125):
+        book = step(book, [memory_bound(t)], float(t))
+    assert book.active[key].last_sent == 120.0
+    book = delivered(book)
+    book = step(book, [memory_bound(124.0 + 2 * HOLD, up=False)], 124.0 + 2 * HOLD)
+    # Carried and, a minute after its last post, posted again as firing: not resolved.
+    assert key in book.active and book.unsent[key].resolved_at is None
+    book = step(delivered(book), [memory_bound(127.0 + 2 * HOLD)], 127.0 + 2 * HOLD)
+    assert book.active[key].active_since == 0.0 and key not in book.unsent
+
+    window, states = Window(60.0, SETTINGS), {}
+    server = VllmState(running=8, waiting=20, kv_usage=0.5)
+    for t in [*range(1000, 1071), 1070 + 68, 1070 + 71]:  # a stall of 67 s, then a timeout
+        server.finish(10, 1.2, 100)
+        failed = t == 1070 + 68
+        snapshot, _ = read_payload(TARGET, t, None if failed else render(server),
+                                   "timed out after 10 s" if failed else None, 0.1)  # fmt: skip
+        window.add(snapshot)
+        signals, states = evaluate_window("llm", TARGET.url, window, states, float(t))
+    assert signals.up and signals.total.budget_saturated
+    assert states[TOTAL].above_since == 1001.0
 
 
 # ------------------------------------------------- the real exporter, a slow target

@@ -76,12 +76,15 @@ def reference_evaluation(
     """The whole window walked again: points gathered, every scrape merged, every series
     and the total evaluated by `series_signals` working out its own restarts."""
     latest = snapshots[-1]
-    # A state whose last read is older than the staleness is over; a down scrape reads
-    # nothing and keeps the others, the total showing the episode still open.
-    saturation = {key: state for key, state in saturation.items()
-                  if state.read_at is not None and now - state.read_at <= settings.stale_seconds}  # fmt: skip
+    # A down scrape reads nothing and keeps the states, marking when the target first went
+    # unread; a target unread for longer than the staleness since then ends them, at a
+    # down scrape or at the readable one after it. The total shows the episode still open.
+    unread_since = {key: state.unread_since if state.unread_since is not None else now
+                    for key, state in saturation.items()}  # fmt: skip
     if not latest.up:
-        held = saturation
+        held = {key: dataclasses.replace(state, unread_since=unread_since[key])
+                for key, state in saturation.items()
+                if state.read_at is not None and now - unread_since[key] <= settings.stale_seconds}  # fmt: skip
         down = down_signals(latest.error, settings)
         episode = held.get(TOTAL)
         if episode is not None and episode.above_since is not None:
@@ -91,6 +94,8 @@ def reference_evaluation(
     if not latest.series:
         total = signals_without_series(no_data_diagnosis(), settings)
         return TargetSignals("t", "u", latest.t, True, None, (), total), {}
+    saturation = {key: state for key, state in saturation.items()
+                  if state.unread_since is None or now - state.unread_since <= settings.stale_seconds}  # fmt: skip
     answered = [snap for snap in snapshots if snap.up]
     by_key: dict[LabelKey, list[tuple[float, SeriesSnapshot]]] = {}
     for snap in answered:

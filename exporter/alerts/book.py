@@ -65,7 +65,8 @@ def hold_seconds(spec: AlertSpec) -> float:
 @dataclass(frozen=True, slots=True)
 class Alert:
     """One condition seen: `active_since` it began, `read_at` the time of the last scrape
-    that read the target and found it holding."""
+    that read the target and found it holding, `unread_since` the first evaluation since
+    then that could not read the target (None while every one reads it)."""
 
     spec: AlertSpec
     target: str
@@ -74,6 +75,7 @@ class Alert:
     last_sent: float | None = None
     resolved_at: float | None = None
     read_at: float | None = None
+    unread_since: float | None = None
 
     @property
     def key(self) -> AlertKey:
@@ -109,7 +111,8 @@ def step(
 
     An evaluation that could not read its target (down, unreadable) is no evidence: the
     target's other conditions stay as they were, neither ended nor restarted nor brought
-    to fire, until it has gone unread for more than `stale_seconds`.
+    to fire, until it has gone unread for more than `stale_seconds`, counted from the first
+    such evaluation (an exporter that evaluated late is not a target that went unread).
     """
     holds = holds or {}
     seen: dict[AlertKey, Alert] = {}
@@ -127,9 +130,11 @@ def step(
             read.add(key)
         if not signals.read:
             for key, alert in by_target.get(signals.target, ()):
-                if (alert.spec is not TARGET_DOWN and alert.read_at is not None
-                        and now - alert.read_at <= stale_seconds):  # fmt: skip
-                    seen[key] = alert
+                if alert.spec is TARGET_DOWN or alert.read_at is None:
+                    continue
+                since = now if alert.unread_since is None else alert.unread_since
+                if now - since <= stale_seconds:
+                    seen[key] = replace(alert, unread_since=since)
     unsent = dict(book.unsent)
     for key, alert in seen.items():
         # A hold completes only on an evaluation that read the condition; a gap carries on

@@ -27,6 +27,7 @@ from exporter.core.signals import (
     per_second,
     running_vs_cap,
     saturated_seconds,
+    saturation_after_gap,
     saturation_through_gap,
     step_saturation,
     throughput_gain,
@@ -271,14 +272,22 @@ def series_signals(
 
     latency, statistic = window_latency(snapshots, settings, restarts)
     utilization = budget_utilization(latency, budget)
-    saturation = step_saturation(
-        saturation,
-        utilization,
-        now,
-        threshold=settings.saturation_threshold,
-        hold_seconds=settings.hold_seconds,
-        release_margin=settings.release_margin,
-    )
+    if len(points) < 2:
+        # One scrape measures no increase: no evidence either way (the first scrape, or the
+        # first after the exporter stalled for longer than the window). The saturation
+        # state is carried as through a scrape that read nothing.
+        saturation = (
+            saturation_through_gap(saturation, now, settings.stale_seconds) or SaturationState()
+        )
+    else:
+        saturation = step_saturation(
+            saturation,
+            utilization,
+            now,
+            threshold=settings.saturation_threshold,
+            hold_seconds=settings.hold_seconds,
+            release_margin=settings.release_margin,
+        )
     preemption_rate = rate(lambda p: p.preemptions_total)
     requests_rate = rate(lambda p: p.requests_total)
     tokens_rate = rate(lambda p: p.generation_tokens_total)
@@ -409,13 +418,19 @@ def down_signals(error: str | None, settings: SignalSettings) -> SeriesSignals:
 
 
 def held_saturation(
-    saturation: Mapping[LabelKey, SaturationState], now: float, settings: SignalSettings
+    saturation: Mapping[LabelKey, SaturationState],
+    now: float,
+    settings: SignalSettings,
+    readable: bool = False,
 ) -> dict[LabelKey, SaturationState]:
-    """The saturation states at `now`, whatever the scrape read: each kept as it was until
-    its last readable scrape is older than the staleness (`saturation_through_gap`)."""
+    """The saturation states an evaluation at `now` starts from: through a scrape that
+    read nothing, each kept as it was until the target has gone unread for longer than the
+    staleness (`saturation_through_gap`); at a `readable` one, each that no such outage
+    ended (`saturation_after_gap`)."""
+    carry = saturation_after_gap if readable else saturation_through_gap
     held = {}
     for key, state in saturation.items():
-        kept = saturation_through_gap(state, now, settings.stale_seconds)
+        kept = carry(state, now, settings.stale_seconds)
         if kept is not None:
             held[key] = kept
     return held
@@ -476,8 +491,9 @@ def evaluate_window(
     The newest snapshot decides up/down; up without a series means the engine's families
     are registered with no samples yet. A down scrape (failed, timed out, unreadable)
     reads nothing: the saturation states are held through it, and the total shows the
-    episode still open; a state unread for longer than the staleness ends either way
-    (`held_saturation`). Series absent from the newest snapshot (a model
+    episode still open; a target unread for longer than the staleness, counted from the
+    first scrape that read nothing, ends its states (`held_saturation`): two readable
+    scrapes in a row continue them, however late the second. Series absent from the newest snapshot (a model
     that was unloaded) are dropped; the total is computed like any series, over the
     merged series of each scrape, so its own saturation state is kept under key ().
     A target whose every scrape held the same one series, with a total that is that
@@ -489,9 +505,7 @@ def evaluate_window(
     latest = window.latest()
     if latest is None:
         raise ValueError(f"target {name}: evaluating an empty window")
-    # A state whose last read is older than the staleness is over, whatever this scrape
-    # reads: a readable scrape after a long outage starts a new episode.
-    saturation = held_saturation(saturation, now, settings)
+    saturation = held_saturation(saturation, now, settings, readable=latest.up)
     if not latest.up:
         down = _with_episode(down_signals(latest.error, settings), saturation.get(TOTAL), now)
         return TargetSignals(name, url, latest.t, False, latest.error, (), down,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from exporter.core.histogram import Histogram
 
@@ -111,11 +111,16 @@ class SaturationState:
     (None when it is below). `saturated`: the episode has lasted the hold time.
     `read_at`: when an evaluation last read the target (None before any): a scrape that
     failed reads nothing, and the state waits for the next one that does.
+    `unread_since`: the first evaluation since then that could not read it (None while
+    every evaluation reads it): how long the target has gone unread counts from there,
+    not from `read_at`, so an exporter that evaluated late (starved of CPU, suspended)
+    is not taken for a target that stopped answering.
     """
 
     saturated: bool = False
     above_since: float | None = None
     read_at: float | None = None
+    unread_since: float | None = None
 
 
 def step_saturation(
@@ -150,11 +155,26 @@ def saturation_through_gap(
     state: SaturationState, now: float, stale_seconds: float
 ) -> SaturationState | None:
     """The state at `now` when the target could not be read (a failed, timed-out or
-    unreadable scrape): unchanged, since nothing read ended the episode nor prolonged it,
-    until the last readable scrape is more than `stale_seconds` old; then None: that
-    long without evidence, the episode is over (as Prometheus' lookback ends a series).
+    unreadable scrape): unchanged, since nothing read ended the episode nor prolonged it
+    (but for `unread_since`, set at the first such scrape), until the target has gone
+    unread for more than `stale_seconds` since that first one; then None: that long
+    without evidence, the episode is over (as Prometheus' lookback ends a series).
     """
-    if state.read_at is None or now - state.read_at > stale_seconds:
+    if state.read_at is None:
+        return None
+    since = now if state.unread_since is None else state.unread_since
+    if now - since > stale_seconds:
+        return None
+    return state if state.unread_since is not None else replace(state, unread_since=since)
+
+
+def saturation_after_gap(
+    state: SaturationState, now: float, stale_seconds: float
+) -> SaturationState | None:
+    """The state a readable scrape at `now` continues from: None when the target had gone
+    unread for more than `stale_seconds` before it (a readable scrape after a long outage
+    starts a new episode); two readable scrapes in a row continue it, however far apart."""
+    if state.unread_since is not None and now - state.unread_since > stale_seconds:
         return None
     return state
 
