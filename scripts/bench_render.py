@@ -17,7 +17,7 @@ time), medians. The gzip of the body is measured with zlib (levels 1 and 6) and 
 the exporter's own compression (`server.gzip_body`, ISA-L), as the exporter compresses
 each round's body once. The /api/v1/signals body of the same targets is timed the same
 way, `api.encode(api.signals_response(...))` against the API's plain definition that
-tests/test_api_json.py holds it to (dataclasses.asdict, then a walk replacing NaN),
+tests/exporter/test_api_json.py holds it to (dataclasses.asdict, then a walk replacing NaN),
 bytes compared every repetition.
 
     .venv/bin/python scripts/bench_render.py [--quick] [--targets N] [--output FILE]
@@ -52,7 +52,7 @@ from exporter.serve.exposition import render_metrics
 # from scripts/, so the repository root goes on the path for it.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from tests.support.reference_exposition import SignalsCollector  # noqa: E402
-from tests.test_api_json import reference_encode, reference_series_json  # noqa: E402
+from tests.support.reference_json import reference_encode, reference_series_json  # noqa: E402
 
 TARGETS = 1000
 QUICK_TARGETS = 100

@@ -1,16 +1,10 @@
-"""Shared test helpers: the real /metrics payloads in tests/fixtures/."""
+"""Fixtures shared by every test package (helpers live in tests/support/)."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
-FIXTURES = Path(__file__).parent / "fixtures"
-
-
-def fixture_text(name: str) -> str:
-    return (FIXTURES / name).read_text()
+from tests.support.paths import fixture_text
 
 
 @pytest.fixture

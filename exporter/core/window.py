@@ -8,7 +8,7 @@ brings is done once, when it arrives, and an evaluation does not compare every b
 of every pair of scrapes again. The total's points are merged only once some scrape's
 total is not its one series: until then the evaluation never reads them. Without this
 bookkeeping the pure functions give the same results (`histogram_increase` without
-`restarts`, `merge_series` on each scrape): tests/test_window.py holds the two against
+`restarts`, `merge_series` on each scrape): tests/exporter/test_window.py holds the two against
 each other.
 """
 

@@ -25,7 +25,7 @@ import pytest
 from grafana.build import rule_yaml
 from grafana.config import CONFIG
 from grafana.rules import exporter_alerts
-from tests.monitoring_stack import (
+from tests.support.monitoring_stack import (
     alertmanager,
     exporter,
     http_get,
@@ -36,7 +36,7 @@ from tests.monitoring_stack import (
     wait_until,
     webhook,
 )
-from tests.vllm_payload import VllmState, render
+from tests.support.vllm_payload import VllmState, render
 
 pytestmark = pytest.mark.slow
 

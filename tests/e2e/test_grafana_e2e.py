@@ -24,7 +24,7 @@ from exporter.alerts.specs import BUDGET_SATURATED
 from grafana.build import ROOT, rule_yaml
 from grafana.config import CONFIG
 from grafana.rules import exporter_alerts, vllm_alerts, vllm_recording_rules
-from tests.monitoring_stack import (
+from tests.support.monitoring_stack import (
     alertmanager,
     exporter,
     process,
@@ -34,7 +34,7 @@ from tests.monitoring_stack import (
     wait_until,
     webhook,
 )
-from tests.system_tools import free_port
+from tests.support.system_tools import free_port
 
 pytestmark = pytest.mark.slow
 

@@ -1,6 +1,6 @@
 """Rules equal the exporter: the same vLLM series, fed to both, give the same signals.
 
-A scripted vLLM 0.32 payload (tests/vllm_payload.py) is served from a local HTTP
+A scripted vLLM 0.32 payload (tests/support/vllm_payload.py) is served from a local HTTP
 target. The exporter scrapes it every second, and a real Prometheus scrapes both the
 target (with the recording rules of grafana/prometheus/, window and hold shortened for
 the test exactly as a user would set them) and the exporter. Each signal is then read
@@ -39,7 +39,7 @@ from exporter.config.settings import Target
 from grafana import rules
 from grafana.build import rule_yaml
 from grafana.config import CONFIG
-from tests.monitoring_stack import (
+from tests.support.monitoring_stack import (
     exporter,
     payload_server,
     prometheus,
@@ -47,7 +47,7 @@ from tests.monitoring_stack import (
     query_range,
     wait_until,
 )
-from tests.vllm_payload import VllmState, render
+from tests.support.vllm_payload import VllmState, render
 
 pytestmark = pytest.mark.slow
 

@@ -379,7 +379,13 @@ def alert_stack(name: str, workdir: Path, vllm_url: str, interval: float | None)
     from grafana.build import rule_yaml
     from grafana.config import CONFIG
     from grafana.rules import exporter_alerts, vllm_alerts, vllm_recording_rules
-    from tests.monitoring_stack import alertmanager, exporter, prometheus, python_env, webhook
+    from tests.support.monitoring_stack import (
+        alertmanager,
+        exporter,
+        prometheus,
+        python_env,
+        webhook,
+    )
 
     folder = workdir / name
     for sub in ("am-rules", "am-exporter", "prometheus"):
@@ -460,7 +466,7 @@ def test_sustained_saturation_alerts_by_every_path_on_an_overloaded_vllm(
     hold and no alert came) and at the defaults: BatchingBudgetSaturated reaches
     Alertmanager by every path, not before the hold, the Live page shows the banner while
     it fires, and every path resolves once the load stops."""
-    from tests.monitoring_stack import query, wait_until
+    from tests.support.monitoring_stack import query, wait_until
 
     srv = vllm.ensure(MEMORY_ARGS)
     with contextlib.ExitStack() as stack:

@@ -1,0 +1,1 @@
+"""The Streamlit app: its model, pages, CLI and a real browser."""

@@ -1,0 +1,440 @@
+"""Every dashboard page run by Streamlit's AppTest against a real exporter that scrapes
+scripted vLLM-format targets: the numbers, states and words a user sees."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import time
+
+import numpy as np
+import plotly.io
+import pytest
+import streamlit as st
+from aiohttp import web
+from streamlit.testing.v1 import AppTest
+
+from dashboard.formatting import plain_markdown
+from exporter.alerts.specs import SLOW_SCRAPE_SECONDS
+from exporter.config.settings import Settings, Target
+from tests.support.paths import REPO, fixture_text
+from tests.support.scripted_fleet import (
+    BackgroundServer,
+    ScriptedTargets,
+    fast_settings,
+    free_port,
+    start_exporter,
+    wait_for_states,
+)
+from tests.support.vllm_payload import VllmState, render
+
+VIEWS = REPO / "dashboard" / "views"
+ODD_NAME = "**fast** <b>x</b>"
+SEED_001 = "the budget is too tight for this traffic, or the server needs more capacity"
+
+
+def _finishing(n: int, latency: float):
+    return lambda state: state.finish(n, latency, 40)
+
+
+@pytest.fixture(scope="module")
+def fleet():
+    targets = ScriptedTargets(
+        {
+            "mem": (
+                VllmState(running=3, waiting=5, kv_usage=0.95, kv_cache_tokens=1024),
+                _finishing(1, 1.0),
+            ),
+            "sat": (VllmState(running=8, waiting=2, kv_usage=0.5), _finishing(3, 4.0)),
+            "fast": (VllmState(running=8, waiting=0, kv_usage=0.4), _finishing(2, 0.4)),
+        }
+    )
+    targets.start()
+    settings = fast_settings(
+        tuple(
+            Target(name, url, engine="vllm", cap=8, budget_seconds=2)
+            for name, url in (
+                ("mem", targets.metrics_url("mem")),
+                ("sat", targets.metrics_url("sat")),
+                (ODD_NAME, targets.metrics_url("fast")),
+                ("dead", f"http://127.0.0.1:{free_port()}/metrics"),
+            )
+        )
+    )
+    exporter = start_exporter(settings)
+    wait_for_states(exporter.url, {"mem": "memory_bound", "sat": "budget_saturated",
+                                   ODD_NAME: "healthy", "dead": "down"})  # fmt: skip
+    yield exporter.url
+    exporter.stop()
+    targets.stop()
+
+
+def page(name: str, exporter_url: str | None = None) -> AppTest:
+    st.cache_data.clear()
+    at = AppTest.from_file(str(VIEWS / name), default_timeout=30)
+    if exporter_url is not None:
+        at.session_state["exporter_url"] = exporter_url
+    return at.run()
+
+
+def texts(elements) -> list[str]:
+    return [e.value for e in elements]
+
+
+def decoded(values) -> list:
+    """Plotly's JSON stores number arrays as base64 with a dtype."""
+    if isinstance(values, dict):
+        return np.frombuffer(base64.b64decode(values["bdata"]), dtype=values["dtype"]).tolist()
+    return list(values)
+
+
+def metrics(at: AppTest) -> dict[str, str]:
+    return {m.label: m.value for m in at.metric}
+
+
+def test_live_lists_the_fleet_worst_first(fleet) -> None:
+    at = page("live.py", fleet)
+    assert not at.exception
+    table = at.dataframe[0].value
+    assert list(table["target"]) == ["dead", "sat", "mem", ODD_NAME]
+    assert list(table["state"]) == ["down", "budget saturated", "memory-bound", "healthy"]
+    mem = table.set_index("target").loc["mem"]
+    assert (mem["running"], mem["cap"], mem["waiting"]) == (3, 8, 5)
+    assert mem["kv_cache_usage"] == pytest.approx(0.95)
+
+
+def test_memory_bound_target_shows_the_word_its_reason_and_next_step(fleet) -> None:
+    at = page("live.py", fleet)
+    at.selectbox(key="live_target").set_value("mem").run()
+    shown = texts(at.markdown)
+    assert ":orange-badge[memory-bound]" in shown
+    assert any("KV cache 95% full" in t and "a higher cap will not help" in t for t in shown)
+    assert any(t.startswith("**Next:** Spend your time on KV cache memory") for t in shown)
+    values = metrics(at)
+    assert values["KV cache"] == "95%"
+    assert values["running / cap"] == "3 / 8"
+    assert values["waiting"] == "5"
+
+
+def test_memory_bound_target_shows_the_advice_with_its_numbers(fleet) -> None:
+    at = page("live.py", fleet)
+    at.selectbox(key="live_target").set_value("mem").run()
+    # 95% of 1024 KV tokens over 3 running: 324 tokens each; the cache kept 95% full while
+    # requests waited, so 3 fit (what runs), cap 8: 8 x 324 / 0.95 = 2731 tokens needed.
+    assert "**Advice:** " + plain_markdown(
+        "memory-bound: raising max-num-seqs will not help: the KV cache holds "
+        "3 requests of today's mix, below the cap of 8"
+    ) in texts(at.markdown)
+    table = at.dataframe[1].value.set_index("what")
+    assert table.loc["KV cache capacity", "value"] == "1,024 tokens"
+    assert table.loc["KV tokens per running request, now", "value"] == "324 tokens"
+    assert table.loc["Requests the KV cache holds at today's mix", "value"] == "3 requests"
+    assert table.loc["KV cache kept full while requests wait", "value"] == "95%"
+    assert table.loc["Would a higher cap help?", "value"] == "no"
+    assert table.loc["KV tokens the cap needs", "value"] == "2,731 tokens"
+    assert "kv_capacity_tokens 1024" in table.loc["KV cache capacity", "inputs"]
+    assert table.loc["Would a higher cap help?", "confidence"].startswith("medium (short window")
+
+
+def test_saturated_target_shows_the_banner_and_its_utilisation(fleet) -> None:
+    at = page("live.py", fleet)
+    banners = [t for t in texts(at.error) if t.startswith("**Budget saturated: sat**")]
+    assert len(banners) == 1 and SEED_001 in banners[0]
+    at.selectbox(key="live_target").set_value("sat").run()
+    # all requests took 4 s, bucket (2.5, 5]: p99 = 2.5 + 0.99 * 2.5 = 4.975 s of a 2 s budget
+    assert metrics(at)["budget used"] == "249%"
+    latency = metrics(at)["p99 latency"]
+    assert latency.endswith(" s") and float(latency[:-2]) == pytest.approx(4.975, abs=0.006)
+    assert ":red-badge[budget saturated]" in texts(at.markdown)
+
+
+def test_dead_target_says_what_to_check(fleet) -> None:
+    at = page("live.py", fleet)
+    assert at.selectbox(key="live_target").value == "dead"  # the worst is selected first
+    down = [t for t in texts(at.error) if t.startswith("This target does not answer")]
+    assert len(down) == 1 and "Check the URL and port" in down[0]
+
+
+def test_target_names_are_shown_as_text_not_markdown(fleet) -> None:
+    at = page("live.py", fleet)
+    at.selectbox(key="live_target").set_value(ODD_NAME).run()
+    assert texts(at.subheader)[-1] == f"Target {plain_markdown(ODD_NAME)}"
+    assert r"\*\*fast\*\* \<b\>x\</b\>" in texts(at.subheader)[-1]
+    assert ":green-badge[healthy]" in texts(at.markdown)
+
+
+def test_charts_carry_units_the_threshold_and_the_cap(fleet) -> None:
+    at = page("live.py", fleet)
+    at.selectbox(key="live_target").set_value("sat").run()
+    figures = [plotly.io.from_json(c.proto.spec) for c in at.get("plotly_chart")]
+    by_title = {f.layout.title.text: f for f in figures}
+    budget = by_title["Latency budget utilisation (shaded: sustained saturation)"]
+    assert budget.layout.yaxis.title.text == "latency quantile / budget"
+    assert budget.layout.yaxis.tickformat == ".0%"
+    assert [s.y0 for s in budget.layout.shapes if s.type == "line"] == [0.95]
+    assert any(s.type == "rect" for s in budget.layout.shapes)  # saturated stretch shaded
+    running = by_title["Running batch vs cap"]
+    assert [t.name for t in running.data] == ["running", "cap"]
+    assert set(decoded(running.data[1].y)) == {8}
+    assert by_title["KV cache usage"].layout.yaxis.title.text == "KV cache used"
+
+
+def test_a_dead_exporter_is_named_and_the_last_data_stays_with_its_age() -> None:
+    targets = ScriptedTargets({"one": (VllmState(running=2, waiting=0), _finishing(1, 0.3))})
+    targets.start()
+    exporter = start_exporter(fast_settings((Target("one", targets.metrics_url("one"), cap=8),)))
+    wait_for_states(exporter.url, {"one": "underloaded"})
+    at = page("live.py", exporter.url)
+    assert list(at.dataframe[0].value["target"]) == ["one"]
+    exporter.stop()
+    targets.stop()
+    st.cache_data.clear()
+    at.run()
+    problems = texts(at.error)
+    assert any("cannot reach" in t and "\\-\\-exporter" in t for t in problems), problems
+    assert any(t.startswith("Showing the last data received") for t in texts(at.warning))
+    assert list(at.dataframe[0].value["target"]) == ["one"]
+
+
+def test_calculator_shows_seed_003s_examples() -> None:
+    at = page("calculator.py")
+    assert not at.exception
+    toy = at.dataframe[0].value
+    assert list(toy["static utilisation"]) == [0.5234375, 0.25]
+    assert metrics(at)["Static utilisation at B=8"] == "0.5234375"
+    shown = texts(at.markdown)
+    assert "Static: **67 of 128** slot-steps do work (52.3%)." in shown
+    assert any(t.startswith("Continuous, with requests like these waiting: **128 of 128**")
+               for t in shown)  # fmt: skip
+    at.radio(key="calculator_source").set_value("seed 003: one long answer").run()
+    assert metrics(at)["Static utilisation at B=8"] == "0.25"
+    assert len(at.get("plotly_chart")) == 2
+
+
+def test_calculator_streams_an_upload_and_reports_bad_lines() -> None:
+    at = page("calculator.py")
+    at.radio(key="calculator_source").set_value("upload a file").run()
+    at.text_input(key="calculator_sizes").set_value("4, 8").run()
+    # groups of 4 hold 1, 2, 3, 4: 10 useful of 16 paid slot-steps
+    lines = [str(i % 4 + 1) for i in range(100_000)] + ["oops", "-3"]
+    at.file_uploader(key="calculator_file").upload(
+        "lengths.txt", "\n".join(lines).encode(), "text/plain"
+    ).run()
+    assert not at.exception
+    results = at.dataframe[1].value.set_index("batch_size")
+    assert results.loc[4, "static_utilization"] == 0.625
+    assert results.loc[4, "requests"] == 100_000
+    assert results.loc[8, "static_utilization"] == 0.625
+    assert any(t.startswith("2 lines held no valid length") for t in texts(at.warning))
+
+
+def test_calculator_rejects_a_bad_batch_size() -> None:
+    at = page("calculator.py")
+    at.text_input(key="calculator_sizes").set_value("8, 0").run()
+    assert texts(at.error) == ["'0' is not a batch size (a whole number from 1)"]
+
+
+LOADGEN = [
+    {"setting": {"max_wait_ms": 5}, "rate_per_s": 10, "duration_s": 10, "sent": 100, "ok": 100,
+     "throughput_per_s": 10.0, "p50_ms": 20.0, "p99_ms": 80.0},
+    {"setting": {"max_wait_ms": 5}, "rate_per_s": 50, "duration_s": 10, "sent": 500, "ok": 500,
+     "throughput_per_s": 40.0, "p50_ms": 30.0, "p99_ms": 400.0},
+]  # fmt: skip
+VLLM_BENCH = {"label": "vllm", "request_rate": 5, "request_throughput": 4.0,
+              "completed": 100, "latencies": [0.05] * 90 + [2.0] * 10}  # fmt: skip
+
+
+def test_load_tests_page_compares_loadgen_and_vllm_results() -> None:
+    at = page("load_tests.py")
+    at.number_input(key="load_slo").set_value(100.0)
+    at.file_uploader(key="load_files").set_value(
+        [
+            ("sweep.json", json.dumps(LOADGEN).encode(), "application/json"),
+            ("vllm.json", json.dumps(VLLM_BENCH).encode(), "application/json"),
+        ]  # fmt: skip
+    ).run()
+    assert not at.exception
+    runs = at.dataframe[0].value
+    assert list(runs["setting"]) == ["max_wait_ms=5", "max_wait_ms=5", "vllm"]
+    # p99 80 ms within 100 ms: at least 99% in time; p50 30 <= 100 < p99 400: 50% to 99%
+    assert list(runs["goodput_per_s"]) == pytest.approx([9.9, 20.0, 3.6])
+    assert list(runs["goodput_upper_per_s"]) == pytest.approx([10.0, 39.6, 3.6])
+    assert list(runs["goodput_exact"]) == [False, False, True]
+    assert runs["p99_ms"].iloc[2] == pytest.approx(2000.0)
+    assert len(at.get("plotly_chart")) == 2
+
+
+def test_load_tests_page_says_what_is_wrong_with_a_file() -> None:
+    at = page("load_tests.py")
+    at.file_uploader(key="load_files").set_value([("bad.json", b"{oops", "application/json")])
+    at.run()
+    assert any(t.startswith("bad\\.json\\: not JSON") for t in texts(at.error))
+    assert texts(at.info) == ["No results opened yet."]
+
+
+def test_alerts_lists_the_ongoing_saturation_episode(fleet) -> None:
+    at = page("alerts.py", fleet)
+    assert not at.exception
+    episodes = at.dataframe[0].value
+    assert list(episodes["target"]) == ["sat"]
+    assert bool(episodes["ongoing"].iloc[0]) is True
+    assert episodes["peak_utilization"].iloc[0] == pytest.approx(2.4875)
+    assert any(t.startswith("**sat** is saturated now") for t in texts(at.error))
+
+
+def fake_prometheus(now: float, queries: list[str]) -> web.Application:
+    """Prometheus' HTTP API answering with a scripted range of the exporter's metrics."""
+    times = [now - 300 + 60 * i for i in range(5)]
+
+    async def labels(_: web.Request) -> web.Response:
+        return web.json_response({"status": "success", "data": ["gpu-1"]})
+
+    async def query_range(request: web.Request) -> web.Response:
+        queries.append(request.query["query"])
+        series = [
+            ("batchscope_budget_saturated", ["0", "1", "1", "0", "0"]),
+            ("batchscope_budget_utilization_ratio", ["0.9", "1.1", "1.4", "0.5", "0.4"]),
+        ]
+        result = [{"metric": {"__name__": name, "target": "gpu-1"},
+                   "values": [[t, v] for t, v in zip(times, values, strict=True)]}
+                  for name, values in series]  # fmt: skip
+        return web.json_response(
+            {"status": "success", "data": {"resultType": "matrix", "result": result}}
+        )
+
+    app = web.Application()
+    app.router.add_get("/api/v1/label/target/values", labels)
+    app.router.add_get("/api/v1/query_range", query_range)
+    return app
+
+
+def test_alerts_read_longer_history_from_prometheus() -> None:
+    queries: list[str] = []
+    prometheus = BackgroundServer(fake_prometheus(time.time(), queries))
+    prometheus.start()
+    try:
+        st.cache_data.clear()
+        at = AppTest.from_file(str(VIEWS / "alerts.py"), default_timeout=30)
+        at.session_state["prometheus_url"] = prometheus.url
+        at.run()
+    finally:
+        prometheus.stop()
+    assert not at.exception
+    episodes = at.dataframe[0].value
+    assert list(episodes["target"]) == ["gpu-1"]
+    assert episodes["duration_seconds"].iloc[0] == pytest.approx(120.0)
+    assert episodes["peak_utilization"].iloc[0] == pytest.approx(1.4)
+    assert not bool(episodes["ongoing"].iloc[0])
+    assert 'target="gpu-1"' in queries[0]
+
+
+def test_the_app_opens_on_the_live_page(fleet) -> None:
+    st.cache_data.clear()
+    at = AppTest.from_file(str(VIEWS.parent / "app.py"), default_timeout=30)
+    at.session_state["exporter_url"] = fleet
+    at.run()
+    assert not at.exception
+    assert texts(at.title) == ["Is batching doing its job?"]
+    assert list(at.dataframe[0].value["target"])[0] == "dead"
+
+
+def _in_turn(payloads: list[str]):
+    """A handler answering each payload in turn, then the last one again."""
+    queue = list(payloads)
+
+    async def handler(_: web.Request) -> web.Response:
+        return web.Response(text=queue.pop(0) if len(queue) > 1 else queue[0])
+
+    return handler
+
+
+def _serving(payloads: dict[str, list[str]]) -> BackgroundServer:
+    """/NAME/metrics for each target's payloads."""
+    app = web.Application()
+    for name, texts_ in payloads.items():
+        app.router.add_get(f"/{name}/metrics", _in_turn(texts_))
+    return BackgroundServer(app)
+
+
+@pytest.fixture(scope="module")
+def engines_fleet():
+    """A llama.cpp server and a TGI router, from their written payloads."""
+    server = _serving(
+        {
+            "llama": [fixture_text("llamacpp-b4500-a.txt"), fixture_text("llamacpp-b4500-b.txt")],
+            "tgi": [fixture_text("tgi-3.x-a.txt"), fixture_text("tgi-3.x-b.txt")],
+        }
+    )
+    server.start()
+    settings = fast_settings(
+        (
+            Target("llama", f"{server.url}/llama/metrics", cap=4),
+            Target("tgi", f"{server.url}/tgi/metrics", token_cap=16000),
+        )
+    )
+    exporter = start_exporter(settings)
+    wait_for_states(exporter.url, {"llama": "healthy", "tgi": "healthy"})
+    yield exporter.url
+    exporter.stop()
+    server.stop()
+
+
+def test_a_signal_the_engine_lacks_says_so_instead_of_a_blank(engines_fleet) -> None:
+    at = page("live.py", engines_fleet)
+    at.selectbox(key="live_target").set_value("llama").run()
+    assert not at.exception
+    values = metrics(at)
+    assert values["running / cap"] == "4 / 4"
+    assert values["KV cache"] == "74%"
+    assert values["preemptions/s"] == "not exposed by this engine"
+    assert values["p99 latency"] == "not exposed by this engine"
+    assert values["budget used"] == "not exposed by this engine"
+    notes = [t for t in texts(at.info) if "not exposed by this engine" in t]
+    assert "**Preemptions**: not exposed by this engine (llamacpp)." in notes
+    assert "**Latency budget utilisation (shaded: sustained saturation)**: not exposed by " \
+        "this engine (llamacpp)." in notes  # fmt: skip
+    titles = {plotly.io.from_json(c.proto.spec).layout.title.text for c in at.get("plotly_chart")}
+    assert {"Running batch vs cap", "KV cache usage", "Waiting requests"} <= titles
+    assert "Preemptions" not in titles
+
+
+def test_a_token_cap_is_shown_beside_the_request_cap(engines_fleet) -> None:
+    at = page("live.py", engines_fleet)
+    at.selectbox(key="live_target").set_value("tgi").run()
+    values = metrics(at)
+    assert values["batch tokens / token cap"] == "15500 / 16000"
+    assert values["KV cache"] == "not exposed by this engine"
+    assert any("a token cap, not a request cap" in t for t in texts(at.markdown))
+
+
+def test_a_slow_target_is_called_slow_before_it_is_down() -> None:
+    # A /metrics that answers in 2.8 s: slower than SLOW_SCRAPE_SECONDS (2.5 s), well
+    # within the timeout. The page says so while the target is up.
+    state = VllmState(running=8, waiting=0, kv_usage=0.4)
+
+    async def slow(_: web.Request) -> web.Response:
+        state.finish(2, 0.4, 40)
+        await asyncio.sleep(2.8)
+        return web.Response(text=render(state))
+
+    app = web.Application()
+    app.router.add_get("/metrics", slow)
+    target = BackgroundServer(app)
+    target.start()
+    settings = Settings(targets=(Target("slow", f"{target.url}/metrics", engine="vllm", cap=8,
+                                        budget_seconds=2),),
+                        interval_seconds=1.0, window_seconds=10.0, timeout_seconds=5.0)  # fmt: skip
+    exporter = start_exporter(settings)
+    try:
+        wait_for_states(exporter.url, {"slow": "healthy"}, seconds=30)
+        at = page("live.py", exporter.url)
+    finally:
+        exporter.stop()
+        target.stop()
+    assert SLOW_SCRAPE_SECONDS == 2.5
+    slow_words = [t for t in texts(at.warning) if t.startswith("This target's /metrics is slow")]
+    assert len(slow_words) == 1, texts(at.warning)
+    took = float(slow_words[0].split("the last scrape took ")[1].split(" s ")[0])
+    assert 2.8 <= took < 5.0, slow_words[0]
+    assert not [t for t in texts(at.error) if t.startswith("This target does not answer")]

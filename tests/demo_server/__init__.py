@@ -1,0 +1,1 @@
+"""The demo server: generation, the embedding batcher, its HTTP edge and the load generator."""

@@ -1,0 +1,1 @@
+"""The exporter: its math, parser, engines, configuration, scrape loop, server and alerts."""

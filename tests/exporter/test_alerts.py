@@ -1,0 +1,271 @@
+"""The exporter's own alerts: which fire when, their v2 payloads, and their delivery."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import aiohttp
+from aiohttp import web
+
+from exporter.alerts.book import RESEND_SECONDS, AlertBook, delivered, payload, step
+from exporter.alerts.delivery import AlertmanagerDelivery
+from exporter.alerts.specs import (
+    ALERTS,
+    BUDGET_SATURATED,
+    MEMORY_BOUND,
+    STALLED,
+    TARGET_DOWN,
+    AlertWords,
+    duration_words,
+)
+from exporter.config.settings import Settings
+from exporter.core.evaluate import SeriesSignals, TargetSignals
+from exporter.core.signals import Diagnosis
+from tests.support.monitoring_stack import (
+    alertmanager,
+    exporter,
+    http_get,
+    payload_server,
+    wait_until,
+    webhook,
+)
+from tests.support.vllm_payload import VllmState, render
+
+
+def signals(target="llm", *, up=True, saturated=False, utilization=0.5, state="healthy",
+            waiting=0.0, tokens=100.0) -> TargetSignals:  # fmt: skip
+    total = SeriesSignals(
+        waiting=waiting,
+        budget_utilization=utilization,
+        budget_saturated=saturated,
+        generation_tokens_per_second=tokens,
+        diagnosis=Diagnosis(state, ""),
+    )
+    return TargetSignals(target, "http://127.0.0.1:8000/metrics", 0.0, up, None if up else "refused",
+                         (), total)  # fmt: skip
+
+
+def names(book: AlertBook) -> dict[tuple[str, str], float | None]:
+    return {key: alert.resolved_at for key, alert in book.unsent.items()}
+
+
+def test_sustained_saturation_is_posted_at_once_with_the_rules_labels():
+    book = step(AlertBook(), [signals(saturated=True, utilization=0.97)], now=1_800_000_000.0)
+    [alert] = book.unsent.values()
+    body = payload(alert, "http://127.0.0.1:9500/api/v1/signals")
+    assert body["labels"] == {"alertname": "BatchingBudgetSaturated", "severity": "warning",
+                              "target": "llm"}  # fmt: skip
+    assert body["annotations"]["summary"] == "llm: latency budget saturated for a minute"
+    assert body["annotations"]["description"].startswith("Budget utilisation on llm is 97%:")
+    assert body["annotations"]["runbook_url"] == "docs/runbook.md#batchingbudgetsaturated"
+    assert body["startsAt"] == "2027-01-15T08:00:00Z"
+    # Valid for four resends: a dead exporter's alerts resolve on their own.
+    assert body["endsAt"] == "2027-01-15T08:04:00Z"
+
+
+def test_a_saturated_series_fires_for_its_target_when_the_total_has_no_latency():
+    # An LLM beside an embedding batcher with its own budget: the total keeps no latency.
+    llm = SeriesSignals(labels={"model_name": "m"}, budget_utilization=0.99,
+                        budget_saturated=True, diagnosis=Diagnosis("budget_saturated", ""))  # fmt: skip
+    batcher = SeriesSignals(labels={"batcher": "embed"}, budget_utilization=0.4)
+    target = TargetSignals("demo", "http://127.0.0.1:8000/metrics", 0.0, True, None,
+                           (llm, batcher), SeriesSignals())  # fmt: skip
+    book = step(AlertBook(), [target], now=0.0)
+    assert list(book.unsent) == [(BUDGET_SATURATED.name, "demo")]
+    assert book.unsent[(BUDGET_SATURATED.name, "demo")].value == 0.99
+
+
+def test_memory_bound_is_posted_only_after_its_two_minute_hold():
+    book = AlertBook()
+    for now in (0.0, 60.0, 119.0):
+        book = step(book, [signals(state="memory_bound", waiting=12)], now)
+        assert book.unsent == {}
+    book = step(book, [signals(state="memory_bound", waiting=12)], 120.0)
+    assert names(book) == {(MEMORY_BOUND.name, "llm"): None}
+    body = payload(book.unsent[(MEMORY_BOUND.name, "llm")], "")
+    assert body["annotations"]["description"].startswith("On llm 12 requests wait")
+
+
+def test_a_condition_that_clears_inside_its_hold_is_never_posted():
+    book = step(AlertBook(), [signals(state="stalled", tokens=0.0)], 0.0)
+    book = step(book, [signals(state="healthy")], 30.0)
+    book = step(book, [signals(state="healthy")], 90.0)
+    assert book.unsent == {} and book.active == {}
+
+
+def test_a_down_target_fires_target_down_after_a_minute_and_resolves_when_back():
+    book = AlertBook()
+    for now in (0.0, 59.0):
+        book = step(book, [signals(up=False)], now)
+    assert book.unsent == {}
+    book = delivered(step(book, [signals(up=False)], 60.0))
+    book = step(book, [signals()], 75.0)
+    assert names(book) == {(TARGET_DOWN.name, "llm"): 75.0}
+    resolved = payload(book.unsent[(TARGET_DOWN.name, "llm")], "")
+    assert resolved["startsAt"] == "1970-01-01T00:00:00Z"
+    assert resolved["endsAt"] == "1970-01-01T00:01:15Z"
+
+
+def test_a_firing_alert_is_posted_again_every_resend_interval_only():
+    book = delivered(step(AlertBook(), [signals(state="stalled", tokens=0.0)], 0.0,
+                          holds={STALLED.name: 0}))  # fmt: skip
+    book = step(book, [signals(state="stalled", tokens=0.0)], RESEND_SECONDS - 1, {STALLED.name: 0})
+    assert book.unsent == {}
+    book = step(book, [signals(state="stalled", tokens=0.0)], RESEND_SECONDS, {STALLED.name: 0})
+    assert names(book) == {(STALLED.name, "llm"): None}
+
+
+def test_a_target_removed_from_the_config_resolves_its_alerts():
+    book = delivered(step(AlertBook(), [signals("a", saturated=True), signals("b")], 10.0))
+    book = step(book, [signals("b")], 20.0)
+    assert names(book) == {(BUDGET_SATURATED.name, "a"): 20.0}
+
+
+def test_unsent_alerts_keep_their_latest_state_until_delivered():
+    book = step(AlertBook(), [signals(saturated=True)], 10.0)
+    book = step(book, [signals()], 20.0)  # resolved before the first post got through
+    assert names(book) == {(BUDGET_SATURATED.name, "llm"): 20.0}
+
+
+async def test_delivery_backs_off_while_alertmanager_fails_then_posts():
+    received: list[list[dict]] = []
+    failures = 2
+
+    async def alerts(request: web.Request) -> web.Response:
+        nonlocal failures
+        if failures:
+            failures -= 1
+            return web.Response(status=503, text="not ready")
+        received.append(await request.json())
+        return web.Response(status=200)
+
+    app = web.Application()
+    app.router.add_post("/api/v2/alerts", alerts)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]
+    delivery = AlertmanagerDelivery(f"http://127.0.0.1:{port}", lambda: [signals(saturated=True)],
+                                    generator_url="g", interval_seconds=0.1)  # fmt: skip
+    try:
+        async with aiohttp.ClientSession() as session:
+            await delivery.deliver_once(session)
+            assert (delivery.backoff, received) == (1.0, [])
+            await delivery.deliver_once(session)  # inside the backoff: no post
+            assert failures == 1
+            delivery.retry_at = 0.0
+            await delivery.deliver_once(session)
+            assert (delivery.backoff, received) == (2.0, [])
+            delivery.retry_at = 0.0
+            await delivery.deliver_once(session)
+    finally:
+        await runner.cleanup()
+    assert delivery.backoff == 0.0 and delivery.book.unsent == {}
+    assert [[a["labels"]["alertname"] for a in body] for body in received] == [
+        ["BatchingBudgetSaturated"]
+    ]
+
+
+async def test_a_hanging_alertmanager_does_not_hold_the_event_loop():
+    hang = asyncio.Event()
+
+    async def accept(reader, writer):
+        await hang.wait()  # reads nothing, answers nothing
+        writer.close()
+
+    server = await asyncio.start_server(accept, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    delivery = AlertmanagerDelivery(f"http://127.0.0.1:{port}", lambda: [signals(saturated=True)],
+                                    generator_url="g", interval_seconds=0.1)  # fmt: skip
+    ticks = 0
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=1.0)) as session:
+        posting = asyncio.create_task(delivery.deliver_once(session))
+        while not posting.done():
+            ticks += 1  # a scrape round would run here
+            await asyncio.sleep(0.01)
+        await posting
+    hang.set()
+    server.close()
+    assert ticks >= 10
+    assert delivery.backoff == 1.0 and len(delivery.book.unsent) == 1
+
+
+def test_alerts_reach_a_real_alertmanager_and_resolve(tmp_path):
+    state = {"saturated": True}
+    with webhook() as hook, alertmanager(tmp_path, hook.url) as am:
+
+        async def run() -> None:
+            delivery = AlertmanagerDelivery(
+                am.url, lambda: [signals(saturated=state["saturated"], utilization=0.99)],
+                generator_url="http://127.0.0.1:9500/api/v1/signals", interval_seconds=0.2,
+            )  # fmt: skip
+            async with aiohttp.ClientSession() as session:
+                await delivery.deliver_once(session)
+                active = json.loads(http_get(f"{am.url}/api/v2/alerts"))
+                assert [a["labels"] for a in active] == [
+                    {"alertname": "BatchingBudgetSaturated", "severity": "warning",
+                     "target": "llm"}
+                ]  # fmt: skip
+                await asyncio.to_thread(wait_until, lambda: hook.alerts(BUDGET_SATURATED.name),
+                                        30, "the firing notification")  # fmt: skip
+                state["saturated"] = False
+                await delivery.deliver_once(session)
+
+        asyncio.run(run())
+        wait_until(lambda: hook.alerts(BUDGET_SATURATED.name, "resolved"), 30,
+                   "the resolved notification")  # fmt: skip
+        [firing] = hook.alerts(BUDGET_SATURATED.name)
+        assert firing["annotations"]["summary"] == "llm: latency budget saturated for a minute"
+        # Resolved: Alertmanager lists it no more.
+        assert json.loads(http_get(f"{am.url}/api/v2/alerts")) == []
+
+
+def test_the_posted_alert_states_the_configured_threshold_and_hold():
+    # Before the texts took their numbers from the settings, an exporter run with
+    # --saturation-threshold 0.9 --hold-seconds 120 posted "95%" and "for a minute".
+    words = AlertWords.from_settings(
+        Settings(targets=(), saturation_threshold=0.9, hold_seconds=120.0)
+    )
+    book = step(AlertBook(), [signals(saturated=True, utilization=0.93)], now=0.0)
+    [alert] = book.unsent.values()
+    body = payload(alert, "g", words)["annotations"]
+    assert body["summary"] == "llm: latency budget saturated for 2 minutes"
+    assert body["description"].startswith(
+        "Budget utilisation on llm is 93%: the latency quantile has stayed at or above 90% "
+        "of the budget for 2 minutes."
+    )
+    # The other alerts state their own holds (or an override) and the configured levels.
+    levels = AlertWords(near_cap=0.8, kv_high=0.85, holds={"BatchscopeTargetDown": 90.0})
+    memory = levels.texts(MEMORY_BOUND, "llm", "3")[1]
+    assert "under 80% of its cap, with the KV cache at 85% or more" in memory
+    assert "has failed for 90 s" in levels.texts(TARGET_DOWN, "llm", "0")[1]
+    for spec in ALERTS:  # every placeholder of every text has a value
+        levels.texts(spec, "llm", "1")
+    assert [duration_words(s) for s in (60, 120, 300, 3600, 90, 0.5)] == [
+        "a minute", "2 minutes", "5 minutes", "an hour", "90 s", "0.5 s"]  # fmt: skip
+
+
+def test_the_exporter_cli_posts_the_configured_numbers_to_a_real_alertmanager(tmp_path):
+    # The whole path: flags, the exporter's own hold, its post, Alertmanager, the webhook.
+    state = VllmState(running=8, waiting=20, kv_usage=0.5)
+
+    def scripted() -> str:
+        state.finish(10, 1.2, 100)  # p99 1.495 s against a 1.3 s budget: 115%
+        return render(state)
+
+    (tmp_path / "am").mkdir()
+    with (
+        payload_server(scripted) as target_url,
+        webhook() as hook,
+        alertmanager(tmp_path / "am", hook.url) as am,
+        exporter(tmp_path, "--target", target_url, "--name", "llm", "--engine", "vllm",
+                 "--budget-seconds", "1.3", "--interval", "1", "--saturation-threshold", "0.9",
+                 "--hold-seconds", "3", "--alertmanager-url", am.url) as exp,
+    ):  # fmt: skip
+        wait_until(lambda: hook.alerts(BUDGET_SATURATED.name), 60,
+                   "BatchingBudgetSaturated from the exporter", exp.log)  # fmt: skip
+        [firing] = hook.alerts(BUDGET_SATURATED.name)
+    assert firing["annotations"]["summary"] == "llm: latency budget saturated for 3 s"
+    assert "stayed at or above 90% of the budget for 3 s" in firing["annotations"]["description"]

@@ -1,0 +1,205 @@
+"""The real exporter process against good, dead, slow, garbage, huge and authenticated targets.
+
+A bad target marks itself down with the reason and never stalls the others or the
+exporter's own /metrics; a credential reaches its target and nothing else.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import sys
+import time
+
+import aiohttp
+import pytest
+from aiohttp import web
+
+from tests.support.paths import fixture_text
+
+SECRET = "s3cret-token-value-1234"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+async def targets():
+    load = fixture_text("vllm-0.32.0-cpu-load.txt")
+    seen_auth: list[str] = []
+
+    async def good(_: web.Request) -> web.Response:
+        return web.Response(text=load)
+
+    async def slow(_: web.Request) -> web.Response:
+        await asyncio.sleep(60)
+        return web.Response(text=load)
+
+    async def garbage(_: web.Request) -> web.Response:
+        return web.Response(text="<html><h1>502 Bad Gateway</h1></html>", content_type="text/html")
+
+    async def huge(_: web.Request) -> web.Response:
+        return web.Response(text=load * 100)  # about 5 MB
+
+    async def broken(_: web.Request) -> web.Response:
+        return web.Response(text='vllm:num_requests_running{model_name="x" 8\n')
+
+    async def auth(request: web.Request) -> web.Response:
+        seen_auth.append(request.headers.get("Authorization", ""))
+        if request.headers.get("Authorization") != f"Bearer {SECRET}":
+            return web.Response(status=401, text="unauthorized")
+        return web.Response(text=load)
+
+    app = web.Application()
+    for name, handler in (("good", good), ("slow", slow), ("garbage", garbage),
+                          ("huge", huge), ("broken", broken), ("auth", auth)):  # fmt: skip
+        app.router.add_get(f"/{name}/metrics", handler)
+    # the slow handler never finishes on its own: do not wait for it at cleanup
+    runner = web.AppRunner(app, shutdown_timeout=0.5)
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    yield f"http://127.0.0.1:{port}", seen_auth
+    await runner.cleanup()
+
+
+async def _get(session: aiohttp.ClientSession, url: str) -> tuple[int, str, float]:
+    started = time.monotonic()
+    async with session.get(url) as r:
+        return r.status, await r.text(), time.monotonic() - started
+
+
+async def test_bad_targets_are_down_with_reasons_and_never_stall_the_exporter(
+    targets, tmp_path
+) -> None:
+    base, seen_auth = targets
+    dead = f"http://127.0.0.1:{free_port()}/metrics"
+    token_file = tmp_path / "token"
+    token_file.write_text(SECRET + "\n")
+    config = tmp_path / "fleet.yaml"
+    config.write_text(
+        f"""interval_seconds: 1
+timeout_seconds: 0.8
+window_seconds: 10
+max_response_bytes: 1000000
+targets:
+  - {{name: good, url: "{base}/good/metrics", engine: vllm, cap: 8, budget_seconds: 2}}
+  - {{name: slow, url: "{base}/slow/metrics", engine: vllm, cap: 8}}
+  - {{name: garbage, url: "{base}/garbage/metrics"}}
+  - {{name: huge, url: "{base}/huge/metrics", engine: vllm}}
+  - {{name: broken, url: "{base}/broken/metrics", engine: vllm}}
+  - {{name: dead, url: "{dead}", engine: vllm}}
+  - name: env-auth
+    url: "{base}/auth/metrics"
+    engine: vllm
+    auth: {{type: bearer, token_env: BATCHSCOPE_TEST_TOKEN}}
+  - name: file-auth
+    url: "{base}/auth/metrics"
+    engine: vllm
+    auth: {{type: bearer, token_file: "{token_file}"}}
+"""
+    )
+    listen = free_port()
+    log_path = tmp_path / "exporter.log"
+    env = {**os.environ, "BATCHSCOPE_TEST_TOKEN": SECRET}
+    with open(log_path, "wb") as log:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "exporter.cli", "--config", str(config),
+            "--listen", f"127.0.0.1:{listen}", "--log-level", "debug",
+            stdout=log, stderr=log, env=env,
+        )  # fmt: skip
+    try:
+        api = f"http://127.0.0.1:{listen}"
+        async with aiohttp.ClientSession() as session:
+            by_name: dict[str, dict] = {}
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                await asyncio.sleep(0.5)
+                try:
+                    status, _, _ = await _get(session, f"{api}/api/v1/signals")
+                except aiohttp.ClientError:
+                    continue
+                async with session.get(f"{api}/api/v1/signals") as r:
+                    by_name = {t["target"]: t for t in (await r.json())["targets"]}
+                if len(by_name) == 8 and by_name["good"]["total"]["running"] == 8:
+                    break
+            assert len(by_name) == 8, by_name.keys()
+
+            good = by_name["good"]
+            assert good["up"] and good["total"]["running_vs_cap"] == 1.0
+            assert good["total"]["diagnosis"]["state"] == "healthy"
+            assert by_name["env-auth"]["up"] and by_name["file-auth"]["up"]
+            reasons = {
+                n: by_name[n]["error"] for n in ("slow", "garbage", "huge", "broken", "dead")
+            }
+            assert "timed out after 0.8 s" in reasons["slow"]
+            assert "no known engine" in reasons["garbage"]
+            assert "larger than 1000000 bytes" in reasons["huge"]
+            assert "line 1" in reasons["broken"]
+            assert "Connect" in reasons["dead"]
+            for name in reasons:
+                assert not by_name[name]["up"]
+                assert by_name[name]["total"]["diagnosis"]["state"] == "down"
+
+            # the slow target hangs for 60 s on every round; /metrics still answers at once
+            latencies = []
+            for _ in range(5):
+                status, text, seconds = await _get(session, f"{api}/metrics")
+                assert status == 200
+                latencies.append(seconds)
+            assert max(latencies) < 2.0, latencies
+            assert 'batchscope_target_up{target="slow"} 0.0' in text
+            assert 'batchscope_target_up{target="good"} 1.0' in text
+            assert (
+                'batchscope_diagnosis{engine="0",model_name="/tmp/tinyllama",state="healthy",'
+                'target="good"} 1.0' in text
+            )
+
+            status, _, _ = await _get(session, f"{api}/api/v1/history?target=nope")
+            assert status == 404
+            status, body, _ = await _get(session, f"{api}/api/v1/history?target=good")
+            assert status == 200 and '"points"' in body
+
+            pages = [await _get(session, f"{api}{p}") for p in
+                     ("/metrics", "/api/v1/signals", "/api/v1/targets", "/api/v1/history")]  # fmt: skip
+    finally:
+        proc.terminate()
+        assert await asyncio.wait_for(proc.wait(), 10) == 0
+    log_text = log_path.read_text()
+    assert SECRET in "".join(seen_auth)  # it did reach the target
+    assert SECRET not in log_text
+    for _, body, _ in pages:
+        assert SECRET not in body
+    assert "stopped" in log_text
+
+
+async def test_config_error_names_file_and_line(tmp_path) -> None:
+    config = tmp_path / "bad.yaml"
+    config.write_text("targets:\n  - name: a\n    url: http://127.0.0.1:1/metrics\n    cap: -3\n")
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "exporter.cli", "--config", str(config),
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    _, err = await asyncio.wait_for(proc.communicate(), 30)
+    assert proc.returncode == 2
+    message = err.decode()
+    assert f"{config}:4" in message and "cap" in message
+
+
+async def test_listen_on_a_busy_port_is_a_clear_error(tmp_path) -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "exporter.cli", "--target", "http://127.0.0.1:1/metrics",
+            "--name", "x", "--listen", f"127.0.0.1:{port}",
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        _, err = await asyncio.wait_for(proc.communicate(), 30)
+    assert proc.returncode == 1
+    assert f"cannot listen on 127.0.0.1:{port}" in err.decode()

@@ -1,0 +1,324 @@
+"""The ingest path's shortcuts read exactly what the plain path reads.
+
+promtext reads a payload whose line heads it has seen by converting its values only
+(layouts); samples.py looks series keys up by labels dict; read_series replays a plan
+of the adapters' work on a layout seen before (series_plan). Each is held here against
+a reference that takes no shortcut: the full parse filtered to the same names, the
+samples prometheus_client reads, the wanted lines parsed one by one, the adapters run
+on parsed samples, and a plain re-statement of the histogram assembly.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections import defaultdict
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from prometheus_client.parser import text_string_to_metric_families
+
+from exporter import engines
+from exporter.core.histogram import Histogram
+from exporter.engines import ADAPTERS, families_read, read_series, series_of, vllm
+from exporter.engines.grouping import group_by_name, histograms_by_key, values_by_key
+from exporter.ingest import promtext
+from exporter.ingest.compiled_reads import compile_plan
+from exporter.ingest.promtext import ParseError, Sample, SampleLimitExceeded
+from tests.support.paths import FIXTURES
+
+VLLM_FAMILIES = tuple(families_read(vllm, "e2e"))
+WANTED = promtext.wanted_names(VLLM_FAMILIES)
+SETTINGS = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# Values on the edge of what a plain value is: blanks, underscores, braces, hex, words.
+ODD_VALUES = ["1_0", "1}", "{1", "\t1", "1\r", "1\t2", "", "0x1", "nan", "-Inf", "+inf",
+              "1e3", "-0", ".5", "infinity", "1 2", "١٢", "1\x0b", "one"]  # fmt: skip
+
+
+def _reference_outcome(text: str) -> list[Sample] | str:
+    """The plain path: every line that starts (after blanks) with a family's name, parsed
+    one by one, the wanted names kept; or the error, as the selective parse must say."""
+    candidates = [line for line in text.split("\n") if line.lstrip().startswith(VLLM_FAMILIES)]
+    try:
+        return [s for s in promtext.parse("\n".join(candidates)) if s.name in WANTED]
+    except ParseError:
+        return "ParseError"
+
+
+def _selective_outcome(text: str) -> list[Sample] | str:
+    try:
+        return promtext.parse(text, VLLM_FAMILIES)
+    except ParseError:
+        return "ParseError"
+
+
+def _same_outcome(ours: list[Sample] | str, reference: list[Sample] | str) -> bool:
+    """Equal samples (NaN equal to NaN, -0.0 unequal to 0.0), or both refused."""
+    if isinstance(ours, str) or isinstance(reference, str):
+        return ours == reference
+    return [repr(s) for s in ours] == [repr(s) for s in reference]
+
+
+def _payloads() -> list[str]:
+    """The vLLM fixtures that hold lines of the families read."""
+    texts = [p.read_text() for p in sorted(FIXTURES.glob("vllm-*.txt"))]
+    return [t for t in texts if any(line.startswith(VLLM_FAMILIES) for line in t.split("\n"))]
+
+
+@SETTINGS
+@given(
+    st.sampled_from(_payloads()),
+    st.lists(st.tuples(st.integers(0, 10_000), st.sampled_from(ODD_VALUES)), max_size=4),
+)
+def test_a_known_layout_with_odd_values_reads_as_its_lines_one_by_one(
+    payload: str, edits: list[tuple[int, str]]
+) -> None:
+    promtext.parse(payload, VLLM_FAMILIES)  # the payload's heads are now a known layout
+    lines = payload.split("\n")
+    wanted_at = [i for i, line in enumerate(lines) if line.startswith(VLLM_FAMILIES)]
+    for at, value in edits:
+        i = wanted_at[at % len(wanted_at)]
+        lines[i] = lines[i].rpartition(" ")[0] + " " + value
+    text = "\n".join(lines)
+    assert _same_outcome(_selective_outcome(text), _reference_outcome(text))
+
+
+@SETTINGS
+@given(st.sampled_from(_payloads()), st.integers(0, 10_000), st.sampled_from(
+    ["  ", "\t", "#", " x", "{", "}", '{a="1"}', "\r", "_total", "", "\n"]))  # fmt: skip
+def test_a_known_layout_with_an_edited_head_reads_as_its_lines_one_by_one(
+    payload: str, at: int, insert: str
+) -> None:
+    promtext.parse(payload, VLLM_FAMILIES)
+    lines = payload.split("\n")
+    wanted_at = [i for i, line in enumerate(lines) if line.startswith(VLLM_FAMILIES)]
+    i = wanted_at[at % len(wanted_at)]
+    cut = random.Random(at).randint(0, len(lines[i]))
+    lines[i] = lines[i][:cut] + insert + lines[i][cut:]
+    text = "\n".join(lines)
+    assert _same_outcome(_selective_outcome(text), _reference_outcome(text))
+
+
+def test_a_known_layout_keeps_the_sample_limit(vllm_load: str) -> None:
+    wanted = len(promtext.parse(vllm_load, VLLM_FAMILIES))
+    assert wanted == 69
+    assert len(promtext.parse(vllm_load, VLLM_FAMILIES, limit=wanted)) == wanted
+    with pytest.raises(SampleLimitExceeded):
+        promtext.parse(vllm_load, VLLM_FAMILIES, limit=wanted - 1)
+
+
+def test_layouts_are_bounded(monkeypatch: pytest.MonkeyPatch, vllm_load: str) -> None:
+    monkeypatch.setattr(promtext, "_LAYOUTS_MAX", 3)
+    families = ("vllm:num_requests_running",)
+    for n in range(7):
+        text = vllm_load.replace('model_name="/tmp/tinyllama"', f'model_name="m{n}"')
+        (sample,) = promtext.parse(text, families)
+        assert sample.labels["model_name"] == f"m{n}" and sample.value == 8.0
+    assert 1 <= len(promtext._selection(families).layouts) <= 3
+
+
+def test_plans_are_bounded(monkeypatch: pytest.MonkeyPatch, vllm_load: str) -> None:
+    monkeypatch.setattr(engines, "_PLANS_MAX", 3)
+    for n in range(7):
+        text = vllm_load.replace('model_name="/tmp/tinyllama"', f'model_name="m{n}"')
+        for _ in range(3):  # a layout, its plan compiled, the plan
+            (series,) = read_series(text, "vllm", None, "e2e")
+            assert (
+                series.key == (("model_name", f"m{n}"), ("engine", "0")) and series.running == 8.0
+            )
+    assert 1 <= len(engines._PLANS) <= 3
+
+
+def _reference_vllm_samples(text: str) -> list[Sample]:
+    """prometheus_client's samples of the vLLM families, as promtext Samples."""
+    return [
+        Sample(s.name, s.labels, s.value, None)
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if s.name in WANTED
+    ]
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in FIXTURES.glob("vllm-*.txt")))
+def test_read_series_equals_the_adapter_fed_by_prometheus_client(name: str) -> None:
+    text = (FIXTURES / name).read_text()
+    reference = vllm.to_series(group_by_name(_reference_vllm_samples(text)))
+    for _ in range(2):  # a first scrape, then one with a known layout
+        try:
+            ours = read_series(text, "vllm", None, "e2e")
+        except ValueError:
+            assert reference == []
+            continue
+        assert repr(ours) == repr(tuple(reference))
+
+
+@st.composite
+def fleet_like_payloads(draw) -> str:
+    """vLLM 0.32's load payload with its own model name and random moving values."""
+    text = (FIXTURES / "vllm-0.32.0-cpu-load.txt").read_text()
+    model = draw(st.from_regex(r"[a-z][a-z0-9/._-]{0,12}", fullmatch=True))
+    rng = random.Random(draw(st.integers(0, 2**32)))
+    lines = []
+    for line in text.replace('model_name="/tmp/tinyllama"', f'model_name="{model}"').split("\n"):
+        if line.startswith("vllm:") and rng.random() < 0.5:
+            value = rng.choice([repr(rng.uniform(0, 1e6)), str(rng.randint(0, 10**9)),
+                                "NaN", "+Inf", "-0.0", repr(rng.random())])  # fmt: skip
+            line = line.rpartition(" ")[0] + " " + value
+        lines.append(line)
+    return "\n".join(lines)
+
+
+@SETTINGS
+@given(fleet_like_payloads())
+def test_read_series_on_moving_payloads_equals_the_adapter_fed_by_prometheus_client(
+    text: str,
+) -> None:
+    reference = tuple(vllm.to_series(group_by_name(_reference_vllm_samples(text))))
+    assert repr(read_series(text, "vllm", None, "e2e")) == repr(reference)
+    assert repr(read_series(text, "vllm", None, "e2e")) == repr(reference)
+
+
+def _plain_histograms(samples: list[Sample], family: str, key_labels: tuple[str, ...]) -> dict:
+    """histograms_by_key as first written: dicts of dicts, a key built per sample."""
+
+    def key_of(labels: dict[str, str]) -> tuple:
+        return tuple((k, labels[k]) for k in key_labels if k in labels)
+
+    buckets: dict = defaultdict(dict)
+    sums: dict = defaultdict(float)
+    counts: dict = defaultdict(float)
+    for s in samples:
+        key = key_of(s.labels)
+        if s.name == family + "_bucket" and "le" in s.labels:
+            bound = float(s.labels["le"])
+            buckets[key][bound] = buckets[key].get(bound, 0.0) + s.value
+        elif s.name == family + "_sum":
+            sums[key] += s.value
+        elif s.name == family + "_count":
+            counts[key] += s.value
+    # A series with a NaN or infinite bucket, count or sum is left out, as if absent.
+    return {
+        key: Histogram.from_buckets(b, sums.get(key, 0.0), counts.get(key))
+        for key, b in buckets.items()
+        if b
+        and math.isinf(max(b))
+        and all(math.isfinite(v) for v in (*b.values(), sums.get(key, 0.0), counts.get(key, 0.0)))
+    }
+
+
+label_sets = st.fixed_dictionaries(
+    {},
+    optional={
+        "model_name": st.sampled_from(["a", "b"]),
+        "engine": st.sampled_from(["0", "1"]),
+        "reason": st.sampled_from(["x", "y"]),
+        "le": st.sampled_from(["0.5", "1", "+Inf", "1.0"]),
+    },
+)
+histogram_samples = st.lists(
+    st.builds(
+        lambda suffix, labels, value: Sample("h" + suffix, labels, value, None),
+        st.sampled_from(["_bucket", "_bucket", "_sum", "_count"]),
+        label_sets,
+        st.floats(allow_nan=True, allow_infinity=True) | st.sampled_from([0.0, -0.0, 1.0]),
+    ),
+    max_size=30,
+)
+
+
+@SETTINGS
+@given(histogram_samples)
+def test_histograms_and_values_by_key_equal_their_plain_statement(samples: list[Sample]) -> None:
+    by_name = group_by_name(samples)
+    key_labels = vllm.KEY_LABELS
+    for _ in range(2):  # the second time, every labels dict's key is a known one
+        assert repr(histograms_by_key(by_name, "h", key_labels)) == repr(
+            _plain_histograms(samples, "h", key_labels)
+        )
+        plain: dict = defaultdict(float)
+        for s in by_name.get("h_sum", ()):
+            if math.isfinite(s.value):
+                plain[tuple((k, s.labels[k]) for k in key_labels if k in s.labels)] += s.value
+        assert repr(values_by_key(by_name, "h_sum", key_labels)) == repr(dict(plain))
+
+
+def _general_outcome(text: str, engine: str, latency_kind: str | None) -> str:
+    """What read_series says with no layout or plan: the adapters on the parsed samples."""
+    families = families_read(ADAPTERS[engine], latency_kind)
+    try:
+        series = series_of([engine], promtext.parse(text, families))
+    except ValueError as err:
+        return f"{type(err).__name__}: {err}"
+    return repr(series) if series else "no series"
+
+
+def _outcome(text: str, engine: str, latency_kind: str | None = None) -> str:
+    try:
+        return repr(read_series(text, engine, None, latency_kind))
+    except (engines.NoSamplesYet, engines.UnrecognisedPayload):
+        return "no series"
+    except ValueError as err:
+        return f"{type(err).__name__}: {err}"
+
+
+def test_every_adapter_reads_its_fixtures_as_on_parsed_samples_with_or_without_a_plan() -> None:
+    for path in sorted(FIXTURES.glob("*.txt")):
+        text = path.read_text()
+        for engine in ADAPTERS:
+            for latency_kind in (None, "e2e"):
+                expected = _general_outcome(text, engine, latency_kind)
+                # first read: no layout; second: a layout, plan compiled; third: the plan
+                for _ in range(3):
+                    assert _outcome(text, engine, latency_kind) == expected, (path.name, engine)
+
+
+def test_the_vllm_payloads_are_read_by_a_plan(vllm_load: str) -> None:
+    layout, values = promtext.read_values(vllm_load, families_read(vllm, "e2e"))
+    assert len(layout) == 69
+    engines._plan(("vllm",), layout)
+    plan = engines._plan(("vllm",), layout)
+    assert plan is not None
+    assert repr(plan(values)) == repr(read_series(vllm_load, "vllm", None, "e2e"))
+
+
+# Finite values on the edge of float arithmetic: signed zeros, the largest and smallest.
+EDGE_FINITE = ["0", "-0.0", "1.7976931348623157e+308", "-1.7976931348623157e+308", "5e-324",
+               "-5e-324", "1e-310", "3", "0.1", "123456789012345678"]  # fmt: skip
+
+
+@SETTINGS
+@given(st.integers(0, 2**32), st.sampled_from(["a", "b/c"]))
+def test_a_planned_layout_with_new_finite_values_equals_prometheus_client(
+    seed: int, model: str
+) -> None:
+    text = (FIXTURES / "vllm-0.32.0-cpu-load.txt").read_text()
+    text = text.replace('model_name="/tmp/tinyllama"', f'model_name="{model}"')
+    for _ in range(2):  # the layout, then its plan
+        read_series(text, "vllm", None, "e2e")
+    rng = random.Random(seed)
+    lines = [
+        line.rpartition(" ")[0] + " " + rng.choice(EDGE_FINITE + [repr(rng.uniform(-1e6, 1e6))])
+        if line.startswith("vllm:")
+        else line
+        for line in text.split("\n")
+    ]
+    moved = "\n".join(lines)
+    reference = tuple(vllm.to_series(group_by_name(_reference_vllm_samples(moved))))
+    assert repr(read_series(moved, "vllm", None, "e2e")) == repr(reference)
+
+
+def test_a_plan_replays_float_arithmetic_exactly() -> None:
+    layout = ((0, "a", {}), (1, "b", {}), (2, "c", {}))
+    plan = compile_plan(layout, lambda samples: [0.0 + s.value * 2 - 1 for s in samples])
+    assert repr(plan([-0.0, 0.5, 1e308])) == repr([0.0 + -0.0 * 2 - 1, 0.0, 1e308 * 2 - 1])
+    assert repr(plan([-0.5, 0.0, 0.0])) == "[-2.0, -1.0, -1.0]"
+
+
+def test_a_value_that_steers_the_reader_leaves_the_layout_unplanned() -> None:
+    layout = ((0, "a", {}), (1, "b", {}))
+    assert compile_plan(layout, lambda samples: [s for s in samples if s.value > 0]) is None
+    assert compile_plan(layout, lambda samples: [s.value / 2 for s in samples]) is None
+    assert compile_plan(layout, lambda samples: {s.value: 1 for s in samples}) is None
+    assert compile_plan(layout, lambda samples: [round(s.value) for s in samples]) is None
+    assert compile_plan(layout, lambda samples: [s.value + float("nan") for s in samples]) is None

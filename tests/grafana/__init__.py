@@ -1,0 +1,1 @@
+"""The dashboards, rule files and provisioning, with promtool and the Grafana schema."""

@@ -1,0 +1,256 @@
+"""Real Prometheus, Alertmanager and batchscope processes for the tests, on 127.0.0.1.
+
+Each starts in a temporary directory on a free port and is stopped by the fixture that
+started it. A missing binary fails the test with the command that installs it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import yaml
+
+from tests.support.paths import REPO
+from tests.support.system_tools import free_port, tool
+
+REPO = REPO
+
+
+def http_get(url: str, timeout: float = 5.0) -> bytes:
+    with urllib.request.urlopen(url, timeout=timeout) as response:
+        return response.read()
+
+
+def wait_until(check: Callable[[], bool], timeout: float, what: str, log: Path | None = None,
+               seen: object = None):  # fmt: skip
+    """Poll `check` every 0.25 s; fail naming `what` (what `seen` holds by then, and the
+    process log) after `timeout`."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if check():
+                return
+        except (OSError, urllib.error.URLError, ValueError):
+            pass
+        time.sleep(0.25)
+    tail = log.read_text()[-3000:] if log is not None and log.exists() else ""
+    found = f" (so far: {seen})" if seen is not None else ""
+    raise AssertionError(f"timed out after {timeout:g} s waiting for {what}{found}\n{tail}")
+
+
+@dataclass
+class Process:
+    name: str
+    port: int
+    log: Path
+    popen: subprocess.Popen
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def stop(self) -> None:
+        if self.popen.poll() is None:
+            self.popen.terminate()
+            try:
+                self.popen.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.popen.kill()
+                self.popen.wait()
+
+
+@contextmanager
+def process(name: str, args: list[str], port: int, workdir: Path, ready_path: str,
+            env: dict[str, str] | None = None) -> Iterator[Process]:  # fmt: skip
+    """Start `args`, wait until GET ready_path answers, stop it on exit."""
+    log = workdir / f"{name}.log"
+    with open(log, "wb") as out:
+        popen = subprocess.Popen(args, cwd=workdir, stdout=out, stderr=subprocess.STDOUT,
+                                 env=env)  # fmt: skip
+    proc = Process(name, port, log, popen)
+    try:
+        wait_until(
+            lambda: popen.poll() is None and bool(http_get(proc.url + ready_path) is not None),
+            60,
+            f"{name} on port {port}",
+            log,
+        )
+        yield proc
+    finally:
+        proc.stop()
+
+
+def python_env() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(REPO)}
+
+
+@contextmanager
+def exporter(workdir: Path, *flags: str) -> Iterator[Process]:
+    port = free_port()
+    args = [sys.executable, "-m", "exporter.cli", "--listen", f"127.0.0.1:{port}", *flags]
+    with process("exporter", args, port, workdir, "/metrics", python_env()) as proc:
+        yield proc
+
+
+@contextmanager
+def prometheus(workdir: Path, scrape_configs: list[dict], rule_files: dict[str, str],
+               alertmanager_url: str | None = None, interval: str = "1s",
+               resend_delay: str | None = "1s") -> Iterator[Process]:  # fmt: skip
+    """A Prometheus with these scrape jobs and rule files (name -> text). `resend_delay`:
+    how often a firing alert is sent again (None: Prometheus' default, 1m). An alert sent
+    is valid for four of them, so at 1s a Prometheus starved for 4 s lets Alertmanager
+    resolve it in between."""
+    port = free_port()
+    names = []
+    for name, text in rule_files.items():
+        (workdir / name).write_text(text)
+        names.append(name)
+    config: dict = {
+        "global": {"scrape_interval": interval, "evaluation_interval": interval},
+        "rule_files": names,
+        "scrape_configs": scrape_configs,
+    }
+    if alertmanager_url:
+        target = urllib.parse.urlsplit(alertmanager_url).netloc
+        config["alerting"] = {"alertmanagers": [{"static_configs": [{"targets": [target]}]}]}
+    (workdir / "prometheus.yml").write_text(yaml.safe_dump(config))
+    check = subprocess.run([tool("promtool"), "check", "config", str(workdir / "prometheus.yml")],
+                           capture_output=True, text=True)  # fmt: skip
+    assert check.returncode == 0, check.stdout + check.stderr
+    args = [
+        tool("prometheus"),
+        f"--config.file={workdir / 'prometheus.yml'}",
+        f"--storage.tsdb.path={workdir / 'data'}",
+        f"--web.listen-address=127.0.0.1:{port}",
+        *([f"--rules.alert.resend-delay={resend_delay}"] if resend_delay else []),
+    ]
+    with process("prometheus", args, port, workdir, "/-/ready") as proc:
+        yield proc
+
+
+def query(prom: Process, expr: str, at: float | None = None) -> list[dict]:
+    params = {"query": expr, **({"time": f"{at:.3f}"} if at is not None else {})}
+    body = json.loads(http_get(f"{prom.url}/api/v1/query?{urllib.parse.urlencode(params)}"))
+    assert body["status"] == "success", body
+    return body["data"]["result"]
+
+
+def query_range(prom: Process, expr: str, start: float, end: float, step: float = 1.0) -> dict:
+    """{timestamp: value} of the single series `expr` returns (empty when none)."""
+    params = {"query": expr, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": f"{step:g}"}
+    body = json.loads(http_get(f"{prom.url}/api/v1/query_range?{urllib.parse.urlencode(params)}"))
+    assert body["status"] == "success", body
+    result = body["data"]["result"]
+    assert len(result) <= 1, f"{expr} returned {len(result)} series: {result}"
+    return {float(t): float(v) for t, v in result[0]["values"]} if result else {}
+
+
+@dataclass
+class Webhook:
+    """A local Alertmanager webhook receiver that keeps every notification it gets."""
+
+    port: int
+    notifications: list[dict] = field(default_factory=list)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/alerts"
+
+    def alerts(self, name: str, status: str = "firing") -> list[dict]:
+        return [
+            a
+            for n in list(self.notifications)
+            for a in n["alerts"]
+            if a["labels"].get("alertname") == name and a["status"] == status
+        ]
+
+
+@contextmanager
+def webhook() -> Iterator[Webhook]:
+    received = Webhook(0)
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self):  # noqa: N802 - http.server's name
+            body = self.rfile.read(int(self.headers["Content-Length"]))
+            received.notifications.append(json.loads(body))
+            self.send_response(200)
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    with serving(Handler) as server:
+        received.port = server.server_address[1]
+        yield received
+
+
+@contextmanager
+def alertmanager(workdir: Path, webhook_url: str) -> Iterator[Process]:
+    """Alertmanager routing everything at once to `webhook_url`."""
+    port = free_port()
+    config = {
+        "route": {
+            "receiver": "webhook",
+            "group_by": ["alertname", "target"],
+            "group_wait": "1s",
+            "group_interval": "1s",
+            "repeat_interval": "1h",
+        },
+        "receivers": [{"name": "webhook", "webhook_configs": [{"url": webhook_url}]}],
+    }
+    (workdir / "alertmanager.yml").write_text(yaml.safe_dump(config))
+    args = [
+        tool("alertmanager"),
+        f"--config.file={workdir / 'alertmanager.yml'}",
+        f"--storage.path={workdir / 'alertmanager-data'}",
+        f"--web.listen-address=127.0.0.1:{port}",
+        "--cluster.listen-address=",  # one instance: no gossip port
+    ]
+    with process("alertmanager", args, port, workdir, "/-/ready") as proc:
+        yield proc
+
+
+@contextmanager
+def payload_server(render: Callable[[], str]) -> Iterator[str]:
+    """Serve `render()` as /metrics on a free port; yields the URL."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 - http.server's name
+            body = render().encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    with serving(Handler) as server:
+        yield f"http://127.0.0.1:{server.server_address[1]}/metrics"
+
+
+@contextmanager
+def serving(handler: type[BaseHTTPRequestHandler]) -> Iterator[ThreadingHTTPServer]:
+    """A threaded HTTP server of `handler` on a free local port, for the block."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
