@@ -7,6 +7,13 @@ has none) and `to_series(by_name)` over the parsed samples grouped by name. Addi
 engine is adding a file and one line in ADAPTERS: the configuration's engine and
 histogram choices, the reserved labels, `auto` detection and the documentation test
 all read this registry.
+
+The adapter rule: an adapter never truth-tests, compares, rounds or divides a scraped
+value, it only moves values into place and adds, subtracts or multiplies them. A
+payload's layout is then read once and replayed as a compiled plan at every later
+scrape (`exporter.ingest.compiled_reads`); an adapter that steers by value cannot be
+planned and is read the general way, about twice as slowly. Those are listed in
+UNPLANNED with the reason, and a test holds every other adapter planned on its fixtures.
 """
 
 from __future__ import annotations
@@ -27,6 +34,15 @@ from exporter.ingest.promtext import Layout, Sample
 # (TensorRT-LLM's waiting requests over Triton's pending count for the same model).
 ADAPTERS: dict[str, ModuleType] = {
     m.NAME: m for m in (vllm, inhouse, sglang, tgi, trtllm, triton, rayserve, llamacpp)
+}
+
+
+# Adapters read the general way on purpose, and the use of a value that steers each.
+UNPLANNED = {
+    "inhouse": "a published max batch size of 0 reads as none (`cap or None`)",
+    "trtllm": "a max batch size of 0 reads as none (`cap or None`)",
+    "rayserve": "the cap is derived by dividing and rounding two histogram sums, "
+    "when the utilisation sum is positive",
 }
 
 
@@ -137,9 +153,14 @@ def _plan(names: tuple[str, ...], layout: Layout) -> Plan | None:
         return None
     _, plan, compiled = entry
     if not compiled:
-        plan = compile_plan(layout, lambda samples: _some_series(names, samples))
+        plan = compiled_plan(names, layout)
         _PLANS[key] = (layout, plan, True)
     return plan
+
+
+def compiled_plan(names: Sequence[str], layout: Layout) -> Plan | None:
+    """`series_of(names, ...)` compiled for `layout`; None where an adapter steers by value."""
+    return compile_plan(layout, lambda samples: _some_series(names, samples))
 
 
 def clear_caches() -> None:
