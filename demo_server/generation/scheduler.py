@@ -35,7 +35,7 @@ import math
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -53,6 +53,7 @@ from demo_server.generation.decoder import (
     sample,
 )
 from demo_server.generation.ragged import RaggedAttention, try_load
+from demo_server.generation.step_plan import Row, StepLimits, Waiting, plan_step
 from demo_server.queueing import QueueFull, QueueStopping
 
 log = logging.getLogger(__name__)
@@ -503,8 +504,7 @@ class Scheduler:
             # Continuous frees finished slots every step; a static group frees them together.
             for row in [r for r in self._rows if r.finished]:
                 self._remove_row(row)
-        self._preempt_to_fit()
-        requests_wait = self._admit()
+        requests_wait = self._preempt_and_admit()
         if self._rows:
             self._run_batch(requests_wait)
         with self._lock:
@@ -521,35 +521,25 @@ class Scheduler:
     def _active(self) -> list[_Sequence]:
         return [r for r in self._rows if not r.finished]
 
-    def _kv_needed(self, extra: Iterable[_Sequence] = ()) -> int:
-        """KV tokens the next step needs: every active row writes one more position, and an
-        admitted request needs its whole sequence (prefill plus this step's token)."""
-        return self._kv_used + len(self._active()) + sum(s.length for s in extra)
-
-    def _preempt_to_fit(self) -> None:
-        # A lone request always fits (submit checks it), so this ends.
-        while self._kv_needed() > self.kv_cache_tokens and len(self._active()) > 1:
-            victim = max(self._active(), key=lambda s: s.admission)
+    def _preempt_and_admit(self) -> bool:
+        """Carry out this step's `plan_step`: preempt, then admit; True when requests still
+        wait after it."""
+        limits = StepLimits(self._max_num_seqs, self.kv_cache_tokens, self.batching == "static")
+        rows = [Row(r.request_id, r.admission, r.kv_tokens, r.length, not r.finished)
+                for r in self._rows]  # fmt: skip
+        with self._lock:
+            plan = plan_step(rows, (Waiting(s.request_id, s.length) for s in self._waiting), limits)
+        by_id = {row.request_id: row for row in self._rows}
+        for request_id in plan.preempt:
+            victim = by_id[request_id]
             self._remove_row(victim)
             victim.needs_prefill = True
             victim.preemptions += 1
             with self._lock:
                 self._stats.preemptions += 1
                 self._waiting.appendleft(victim)
-
-    def _admit(self) -> bool:
-        """Admit what fits; True when requests still wait after it."""
-        admitted: list[_Sequence] = []
         with self._lock:
-            # A static group forms only once the previous one has left the batch.
-            static_busy = self.batching == "static" and bool(self._rows)
-            room = 0 if static_busy else self._max_num_seqs - len(self._rows)
-            while self._waiting and len(admitted) < room:
-                candidate = self._waiting[0]
-                if self._kv_needed([*admitted, candidate]) > self.kv_cache_tokens:
-                    break
-                admitted.append(self._waiting.popleft())
-            requests_wait = bool(self._waiting)
+            admitted = [self._waiting.popleft() for _ in plan.admit]
         now = time.perf_counter()
         for seq in admitted:
             self._admissions += 1
@@ -557,7 +547,7 @@ class Scheduler:
             if seq.first_admitted is None:
                 seq.first_admitted = now
             self._rows.append(seq)
-        return requests_wait
+        return plan.requests_wait
 
     def _remove_row(self, row: _Sequence) -> None:
         """Take `row` out of the batch and free its cache; the last row moves into its slot

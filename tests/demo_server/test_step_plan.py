@@ -1,0 +1,65 @@
+"""The scheduler's step decisions (`plan_step`) without torch: preemption and admission
+by vLLM's rules, with every number worked by hand."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from demo_server.generation.step_plan import Row, StepLimits, Waiting, plan_step
+
+LIMITS = StepLimits(max_num_seqs=4, kv_cache_tokens=100)
+
+
+def test_torch_is_not_needed_to_plan_a_step() -> None:
+    probe = "import sys, demo_server.generation.step_plan; print('torch' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          check=True)  # fmt: skip
+    assert done.stdout.strip() == "False"
+
+
+def test_requests_are_admitted_in_order_while_slots_and_cache_allow() -> None:
+    # 2 running rows hold 30 + 20 positions and write one more each: 52 of 100 used.
+    rows = [Row("a", 1, 30, 30), Row("b", 2, 20, 20)]
+    waiting = [Waiting("c", 20), Waiting("d", 20), Waiting("e", 5)]
+    plan = plan_step(rows, waiting, LIMITS)
+    # c: 52 + 20 = 72 fits, d: 92 fits; a, b, c and d fill the 4 slots, e waits.
+    assert plan == plan_step(rows, iter(waiting), LIMITS)  # any iterable, read in order
+    assert plan.preempt == () and plan.admit == ("c", "d") and plan.requests_wait
+
+
+def test_the_first_request_that_does_not_fit_stops_admission() -> None:
+    rows = [Row("a", 1, 60, 60)]
+    # 61 used; b needs 40 (101 > 100): it waits, and e (5) does not overtake it.
+    plan = plan_step(rows, [Waiting("b", 40), Waiting("e", 5)], LIMITS)
+    assert plan.admit == () and plan.requests_wait
+
+
+def test_the_last_admitted_is_preempted_until_the_running_rows_fit() -> None:
+    # 3 rows hold 40 + 35 + 24 = 99 and need 3 more: 102 > 100. The last admitted (c,
+    # admission 3) goes; 75 + 2 = 77 fits, and c (its 24 tokens) comes back first in line,
+    # where it fits again: 77 + 24 = 101 > 100, so it waits, ahead of d.
+    rows = [Row("a", 1, 40, 40), Row("b", 2, 35, 35), Row("c", 3, 24, 24)]
+    plan = plan_step(rows, [Waiting("d", 1)], LIMITS)
+    assert plan.preempt == ("c",)
+    assert plan.admit == () and plan.requests_wait
+
+
+def test_preemption_goes_newest_first_and_stops_at_one_row() -> None:
+    # Admission order b(5), a(7), c(9): c then a go; b alone always stays.
+    rows = [Row("a", 7, 50, 50), Row("b", 5, 60, 60), Row("c", 9, 45, 45)]
+    plan = plan_step(rows, [], StepLimits(max_num_seqs=4, kv_cache_tokens=50))
+    assert plan.preempt == ("c", "a")
+    assert plan.admit == () and plan.requests_wait
+
+
+def test_finished_rows_hold_their_slots_and_cache_but_write_nothing() -> None:
+    # A static group: the finished row b keeps its slot and its 30 positions; no new
+    # group forms while any row of the old one is in the batch.
+    rows = [Row("a", 1, 30, 30), Row("b", 2, 30, 30, active=False)]
+    static = StepLimits(max_num_seqs=4, kv_cache_tokens=100, static=True)
+    assert plan_step(rows, [Waiting("c", 5)], static).admit == ()
+    assert plan_step([], [Waiting("c", 5), Waiting("d", 5)], static).admit == ("c", "d")
+    # Continuous: 61 used (b writes nothing), c fits in a free slot.
+    assert plan_step(rows, [Waiting("c", 39)], LIMITS).admit == ("c",)
+    assert plan_step(rows, [Waiting("c", 40)], LIMITS).admit == ()
