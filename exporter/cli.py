@@ -28,7 +28,8 @@ EPILOG = """examples:
       --cap 256 --budget-seconds 0.1
   batchscope-exporter --config fleet.yaml --listen 127.0.0.1:9500
 
-Serves /metrics (Prometheus) and /api/v1/signals, /api/v1/history (JSON) on --listen."""
+Serves /metrics (Prometheus) and the JSON API (/api/v1/signals, /api/v1/advice,
+/api/v1/history, /api/v1/targets; docs/api.md) on --listen, and /health."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -87,7 +88,8 @@ async def serve(settings: Settings) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     log.info(
-        "scraping %d target(s) every %g s; serving %s://%s:%d/metrics and /api/v1/signals",
+        "scraping %d target(s) every %g s; serving %s://%s:%d/metrics and /api/v1/ "
+        "(signals, advice, history, targets)",
         len(exporter.states), settings.interval_seconds, "https" if tls else "http", host, port,
     )  # fmt: skip
     gc_policy.configure()

@@ -30,7 +30,7 @@ def series_keys(samples: Sequence[Sample], key_labels: tuple[str, ...]) -> list[
     """`series_key` of each sample, in order.
 
     The parser hands out the same labels dict for a line head on every scrape of a
-    server (promtext._HEADS), and nobody mutates one, so each dict's key is computed
+    server (promtext._LABEL_CACHE), and nobody mutates one, so each dict's key is computed
     once and looked up by the dict's id afterwards: the hot path of every scrape. An
     entry holds its dict, so no other dict can take that id while the entry is there.
     """

@@ -7,7 +7,7 @@ the test exactly as a user would set them) and the exporter. Each signal is then
 from Prometheus at the same instants, as the rule computed it and as the exporter
 exported it, and compared.
 
-The script, three 25 s phases: calm (4 req/s, p99 0.99 s of a 2 s budget, 12 of 16
+The script, three PHASE (40 s) phases: calm (4 req/s, p99 0.99 s of a 2 s budget, 12 of 16
 running, nothing waits); memory-bound (9 of 16 running, 20 waiting, KV 95%, 0.5
 preemptions/s, same latency); saturated (the same, with p99 1.99 s: saturated once held
 5 s, and then the diagnosis says budget_saturated, not memory_bound). Counters grow

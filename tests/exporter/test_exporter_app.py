@@ -331,3 +331,18 @@ async def test_history_rows_are_the_signals_numbers_and_hold_nothing_the_collect
         if not series_rows:  # time, flag, 16 numbers packed, shared strings: under 300 bytes
             assert sys.getsizeof(row) + sys.getsizeof(t) + sys.getsizeof(packed) < 300
     assert {s.target: len(s.series) for s in exporter.current()}["mixed"] == 2
+
+
+def test_the_help_names_every_path_the_app_serves() -> None:
+    # The epilog named /api/v1/signals and /history only, when the app also serves
+    # /advice and /targets.
+    from exporter.cli import EPILOG
+    from exporter.config.settings import Settings, Target
+    from exporter.scrape.loop import Exporter
+
+    app = create_app(Exporter(Settings(targets=(Target("a", "http://127.0.0.1:1/metrics"),))))
+    paths = {r.resource.canonical for r in app.router.routes() if r.method == "GET"} - {"/"}
+    assert paths == {"/health", "/metrics", "/api/v1/signals", "/api/v1/advice",
+                     "/api/v1/history", "/api/v1/targets"}  # fmt: skip
+    for path in paths:
+        assert path in EPILOG, path
