@@ -43,6 +43,9 @@ from exporter.ingest import promtext
 from exporter.scrape.http_client import Connections
 from exporter.scrape.loop import Exporter
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests.support
+from tests.support.network import free_port  # noqa: E402
+
 ROOT = Path(__file__).resolve().parent.parent
 WINDOW_S = 30.0
 INTERVAL_S = 1.0
@@ -70,12 +73,6 @@ class Phase:
     def sampled_running(self) -> float:
         """Mean of the running counts sampled while requests waited."""
         return statistics.fmean(self.running) if self.running else math.nan
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @contextlib.contextmanager

@@ -36,7 +36,6 @@ import gc
 import os
 import random
 import shlex
-import socket
 import statistics
 import subprocess
 import sys
@@ -59,6 +58,9 @@ from demo_server.loadgen import run as loadgen
 from demo_server.loadgen import workload
 from demo_server.queueing import QueueFull
 from exporter.instrumentation import BatcherMetrics
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests.support
+from tests.support.network import free_port  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 BUDGET_MS = 70.0
@@ -214,12 +216,6 @@ def seed001_in_process(quick: bool) -> dict[str, Any]:
             light[label].append(asyncio.run(run))
     return {"sweep": sweep, "fixed_peak": fixed_peak, "adaptive_peak": adaptive_peak,
             "light": light}  # fmt: skip
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def serve(settings: BatcherSettings) -> tuple[subprocess.Popen[bytes], str]:

@@ -15,7 +15,6 @@ from __future__ import annotations
 import bisect
 import contextlib
 import json
-import socket
 import statistics
 import subprocess
 import sys
@@ -28,6 +27,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests.support
+from tests.support.network import free_port  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 SIMULATOR = ROOT / "scripts/fleet_sim.py"
@@ -135,12 +137,6 @@ class CpuLog:
         t0, t1 = self.times[i - 1], self.times[i]
         share = 0.0 if t1 == t0 else min(max((when - t0) / (t1 - t0), 0.0), 1.0)
         return tuple(a + (b - a) * share for a, b in zip(*self.values[i - 1 : i + 1], strict=True))
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _cpu(process: psutil.Process) -> float:
@@ -268,7 +264,7 @@ def run(quick: bool = False) -> FleetResult:
         print(f"fleet: rendering payloads for {plan.targets} targets", file=sys.stderr, flush=True)
         simulator, address = start_simulator(plan, stack)
         config = _write_config(Path(tmp), plan, address)
-        port = _free_port()
+        port = free_port()
         exporter_proc = subprocess.Popen(
             [sys.executable, "-m", "exporter.cli", "--config", str(config),
              "--interval", f"{plan.interval_seconds:g}", "--listen", f"127.0.0.1:{port}",

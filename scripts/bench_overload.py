@@ -32,8 +32,11 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # tests.support, for vllm_server
 sys.path.insert(0, str(ROOT / "tests" / "e2e"))
 import vllm_server as vs  # noqa: E402
+
+from tests.support.network import free_port  # noqa: E402
 
 VLLM_ARGS = ["--max-num-seqs", "8", "--num-gpu-blocks-override", "8"]
 CLIENTS = 32
@@ -150,14 +153,14 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     work = Path(tempfile.mkdtemp(prefix="bench-overload-"))
     model = vs.ensure_tiny_model(MODEL_DIR)
-    port = vs.free_port()
+    port = free_port()
     rows: list[str] = []
     with vs.vllm_server(model, port, VLLM_ARGS, log_path=work / "vllm.log") as srv:
         load = vs.ClosedLoop(srv.base_url, CLIENTS, srv.model)
         exporters = {}
         for name, timeout in (("timeout 0.8 s (the old default)", OLD_TIMEOUT),
                               ("default timeout", None)):  # fmt: skip
-            eport = vs.free_port()
+            eport = free_port()
             exporters[name] = (eport, start_exporter(srv.metrics_url, eport,
                                                      work / f"exporter-{eport}.log", timeout))  # fmt: skip
         probes = {"vLLM /metrics": Probe(srv.metrics_url)}

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
-from bench_fleet import ROOT, FleetPlan, _cpu, _free_port, _stop, _write_config, start_simulator
+from bench_fleet import ROOT, FleetPlan, _cpu, _stop, _write_config, free_port, start_simulator
 
 CPU_RATIO_TARGET = 0.75
 METRICS_MEDIAN_TARGET_SECONDS = 0.1
@@ -137,7 +137,7 @@ def run(quick: bool = False) -> Result:
         rounds = 20  # 24 bodies a target; past the last, its counters stop (still parsed)
         print(f"prometheus: rendering payloads for {plan.targets} targets", file=sys.stderr)
         _, address = start_simulator(FleetPlan(plan.targets, rounds, plan.interval_seconds), stack)
-        exporter_port, prometheus_port = _free_port(), _free_port()
+        exporter_port, prometheus_port = free_port(), free_port()
         prom = subprocess.Popen(
             [prometheus, f"--config.file={_prometheus_config(folder, plan, address)}",
              f"--storage.tsdb.path={folder / 'data'}",

@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import socket
 import subprocess
 import sys
 import tempfile
@@ -27,17 +26,14 @@ from pathlib import Path
 
 import psutil
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests.support
+from tests.support.network import free_port  # noqa: E402
+
 ROOT = Path(__file__).resolve().parent.parent
 PEAK_SWEEP_RATES = "25,50,100,200,400"
 SWEEP_SECONDS = 5
 WINDOW_SECONDS = 30
 LOAD_SHARE = 0.8
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _loadgen(url: str, rates: str, seconds: float) -> list[dict]:
@@ -60,7 +56,7 @@ def _wait_http(url: str, seconds: float) -> None:
 
 
 def run(minutes: float) -> list[dict]:
-    server_port, exporter_port = _free_port(), _free_port()
+    server_port, exporter_port = free_port(), free_port()
     server_url = f"http://127.0.0.1:{server_port}"
     with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack:
         server = subprocess.Popen(

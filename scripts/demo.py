@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import json
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -21,6 +20,9 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests.support
+from tests.support.network import free_port  # noqa: E402
 
 BIN = Path(sys.executable).parent
 ROOT = Path(__file__).resolve().parent.parent
@@ -34,12 +36,6 @@ PHASES = (
     ("long answers", 45, 3, "512,768", 50),
     ("overload", 60, 30, "64,256,400", 600),
 )
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def wait_http(url: str, seconds: float) -> None:

@@ -20,8 +20,9 @@ import pytest
 
 from dashboard import ui
 from dashboard.states import STATES
+from tests.support.network import free_port
 from tests.support.paths import REPO
-from tests.support.scripted_fleet import free_port, wait_http
+from tests.support.scripted_fleet import wait_http
 
 pytestmark = pytest.mark.slow
 

@@ -11,8 +11,9 @@ from pathlib import Path
 
 from dashboard.cli import streamlit_args
 from dashboard.client import get_json
+from tests.support.network import free_port
 from tests.support.paths import REPO
-from tests.support.scripted_fleet import ScriptedTargets, free_port, wait_http
+from tests.support.scripted_fleet import ScriptedTargets, wait_http
 from tests.support.vllm_payload import VllmState
 
 ROOT = REPO

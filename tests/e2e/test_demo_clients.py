@@ -22,6 +22,8 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import vllm_server as vs  # noqa: E402
 
+from tests.support.network import free_port  # noqa: E402
+
 pytestmark = pytest.mark.slow
 
 BENCH = """
@@ -38,7 +40,7 @@ OUTPUT_LEN = 8
 
 @pytest.fixture(scope="module")
 def demo_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    port = vs.free_port()
+    port = free_port()
     log = (tmp_path_factory.mktemp("demo") / "server.log").open("w")
     process = subprocess.Popen(
         [sys.executable, "-m", "demo_server.cli", "--port", str(port), "--device", "cpu",

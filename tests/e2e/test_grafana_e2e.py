@@ -34,7 +34,7 @@ from tests.support.monitoring_stack import (
     wait_until,
     webhook,
 )
-from tests.support.system_tools import free_port
+from tests.support.network import free_port
 
 pytestmark = pytest.mark.slow
 

@@ -38,6 +38,8 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import vllm_server as vs  # noqa: E402
 
+from tests.support.network import free_port  # noqa: E402
+
 pytestmark = pytest.mark.slow
 
 CAP = 8
@@ -92,7 +94,7 @@ class Exporter:
 
 @contextlib.contextmanager
 def run_exporter(target_url: str, log_path: Path) -> Iterator[Exporter]:
-    port = vs.free_port()
+    port = free_port()
     with open(log_path, "ab") as logf:
         proc = subprocess.Popen(
             exporter_command(target_url, port),
@@ -131,7 +133,7 @@ class VllmManager:
 
     def __init__(self, model_dir: Path, workdir: Path) -> None:
         self.model_dir, self.workdir = model_dir, workdir
-        self.port = vs.free_port()
+        self.port = free_port()
         self.server: vs.VllmServer | None = None
         self.args: list[str] | None = None
         self.starts = 0
@@ -475,7 +477,7 @@ def test_sustained_saturation_alerts_by_every_path_on_an_overloaded_vllm(
             for name, interval in (("1s", 1.0), ("defaults", None))
         }
         exporter_1s = stacks["1s"][1]
-        dashboard_port = vs.free_port()
+        dashboard_port = free_port()
         dashboard = subprocess.Popen(
             [sys.executable, "-m", "dashboard.cli", "--exporter", exporter_1s.url,
              "--port", str(dashboard_port)],

@@ -7,7 +7,7 @@ lives in `.venv-vllm`, installed by scripts/install_vllm.sh
 
     py = ensure_vllm_env()
     model = ensure_tiny_model(tmp / "tiny-llama")
-    port = free_port()
+    port = free_port()  # tests.support.network
     with vllm_server(model, port, ["--max-num-seqs", "8"], log_path=tmp / "vllm.log") as srv:
         load = drive_load(srv.base_url, n_requests=40)
         ...
@@ -23,7 +23,6 @@ import os
 import random
 import re
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -98,12 +97,6 @@ def ensure_tiny_model(model_dir: str | os.PathLike[str]) -> Path:
         raise RuntimeError(f"tiny_model.py failed:\n{res.stdout}\n{res.stderr[-4000:]}")
     _log(f"{res.stdout.strip()} in {time.monotonic() - t0:.1f} s")
     return model_dir
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 # ------------------------------------------------------------------------- http

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import gc
 import re
-import socket
 import sys
 
 import aiohttp
@@ -28,6 +27,7 @@ from exporter.scrape.http_client import Connections
 from exporter.scrape.loop import Exporter
 from exporter.serve.api_json import POINT_NUMBERS, history_point, series_json
 from exporter.serve.app import create_app
+from tests.support.network import free_port
 from tests.support.paths import REPO, fixture_text
 
 DOC = (REPO / "docs" / "api.md").read_text()
@@ -105,12 +105,6 @@ class Seen:
             self.add("point", point)
             for series_point in point["series"]:
                 self.add("series_point", series_point)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Clock:

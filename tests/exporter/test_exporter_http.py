@@ -16,15 +16,10 @@ import aiohttp
 import pytest
 from aiohttp import web
 
+from tests.support.network import free_port
 from tests.support.paths import fixture_text
 
 SECRET = "s3cret-token-value-1234"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture

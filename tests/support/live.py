@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import socket
 import ssl
 import sys
 import time
@@ -20,16 +19,11 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
+from tests.support.network import free_port
 from tests.support.paths import REPO
 
 ROOT = REPO
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def vllm_payload(running: float, waiting: float = 0.0, requests_total: float = 0.0) -> str:

@@ -23,8 +23,9 @@ from pathlib import Path
 
 import yaml
 
+from tests.support.network import free_port
 from tests.support.paths import REPO
-from tests.support.system_tools import free_port, tool
+from tests.support.system_tools import tool
 
 REPO = REPO
 

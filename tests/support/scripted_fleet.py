@@ -4,7 +4,6 @@ test chooses, scraped by a real exporter (the embedded one) on 127.0.0.1."""
 from __future__ import annotations
 
 import asyncio
-import socket
 import threading
 import time
 import urllib.error
@@ -16,16 +15,11 @@ from aiohttp import web
 from dashboard.client import signals
 from dashboard.embedded import EmbeddedExporter
 from exporter.config.settings import Settings, Target
+from tests.support.network import free_port
 from tests.support.vllm_payload import VllmState, render
 
 # Each scrape of a target first applies its step (requests finishing, say).
 Step = Callable[[VllmState], None]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class BackgroundServer:

@@ -4,7 +4,6 @@ naming the fix."""
 from __future__ import annotations
 
 import shutil
-import socket
 import subprocess
 from pathlib import Path
 
@@ -27,12 +26,6 @@ def tool(name: str) -> str:
             return path
     pytest.fail(f"{name} is not installed: run `make system-packages` (Debian packages "
                 "prometheus and prometheus-alertmanager)", pytrace=False)  # fmt: skip
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def self_signed_certificate(folder: Path) -> tuple[Path, Path]:
