@@ -7,7 +7,6 @@ import time
 import streamlit as st
 
 from dashboard import charts, ui
-from dashboard.advice import advice_rows, checklist, next_step
 from dashboard.episodes import saturation_episodes
 from dashboard.formatting import (
     MISSING,
@@ -29,6 +28,7 @@ from dashboard.frames import (
     series_choices,
     series_points,
 )
+from dashboard.next_steps import advice_rows, checklist, next_step
 from exporter.alerts.specs import SLOW_SCRAPE_SECONDS
 from exporter.config.settings import DEFAULT_TIMEOUT_SECONDS
 from exporter.core.signals import SignalSettings

@@ -6,7 +6,7 @@ import streamlit as st
 
 from dashboard import charts
 from dashboard.formatting import plain_markdown
-from dashboard.loadtests import ResultError, load_result, runs_frame
+from dashboard.load_results import ResultError, load_result, runs_frame
 
 RUN_COLUMNS = {
     "setting": st.column_config.TextColumn("setting"),

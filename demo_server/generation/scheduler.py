@@ -122,7 +122,7 @@ TokenCallback = Callable[[int], None]
 
 
 @dataclass(eq=False)
-class _Sequence:
+class _Request:
     """A request's state in the scheduler."""
 
     request_id: str
@@ -293,7 +293,7 @@ class Scheduler:
         self._graph_decode = CudaGraphDecode(self.model, self._cache) if self._use_graphs else None
 
         self._lock = threading.Condition()
-        self._waiting: collections.deque[_Sequence] = collections.deque()
+        self._waiting: collections.deque[_Request] = collections.deque()
         self._cancelled: set[str] = set()
         self._pending_max_num_seqs: int | None = None
         self._accepting = True
@@ -302,7 +302,7 @@ class Scheduler:
         self._thread: threading.Thread | None = None
 
         # Scheduler-thread state.
-        self._rows: list[_Sequence] = []  # row i of the batch lives in cache slot i
+        self._rows: list[_Request] = []  # row i of the batch lives in cache slot i
         self._admissions = 0
         self._kv_used = 0
         # Updated under the lock: `running` and `kv_tokens_used` at the end of each step,
@@ -356,7 +356,7 @@ class Scheduler:
                 f"prompt ({len(prompt_tokens)} tokens) plus max_tokens ({max_tokens}) is "
                 f"{total}, more than the KV cache holds ({self.kv_cache_tokens} tokens)",
             )
-        seq = _Sequence(
+        seq = _Request(
             request_id=f"cmpl-{uuid.uuid4().hex}",
             prompt=list(prompt_tokens),
             max_tokens=max_tokens,
@@ -518,7 +518,7 @@ class Scheduler:
         ):
             self._graph_decode.invalidate()
 
-    def _active(self) -> list[_Sequence]:
+    def _active(self) -> list[_Request]:
         return [r for r in self._rows if not r.finished]
 
     def _preempt_and_admit(self) -> bool:
@@ -549,7 +549,7 @@ class Scheduler:
             self._rows.append(seq)
         return plan.requests_wait
 
-    def _remove_row(self, row: _Sequence) -> None:
+    def _remove_row(self, row: _Request) -> None:
         """Take `row` out of the batch and free its cache; the last row moves into its slot
         so that rows stay contiguous."""
         index = self._rows.index(row)
@@ -643,7 +643,7 @@ class Scheduler:
         for listener in self._listeners:
             listener.on_step(rows, prefill_tokens)
 
-    def _finish(self, seq: _Sequence, reason: FinishReason) -> None:
+    def _finish(self, seq: _Request, reason: FinishReason) -> None:
         seq.finish_reason = reason
         now = time.perf_counter()
         first_token = seq.token_times[0] if seq.token_times else None

@@ -68,10 +68,10 @@ def parse_setting(text: str) -> tuple[str, list[float | int]]:
     name, sep, values = text.partition("=")
     if not sep or not name or not values:
         raise ValueError(f"a setting looks like max_wait_ms=5,10,20, got {text!r}")
-    return name.strip(), [_number(v) for v in values.split(",")]
+    return name.strip(), [_typed_number(v) for v in values.split(",")]
 
 
-def _number(text: str) -> float | int:
+def _typed_number(text: str) -> float | int:
     value = float(text)
     return int(value) if value.is_integer() and "." not in text else value
 
@@ -368,7 +368,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("--plot needs --output")
     settings = list(args.settings)
     if args.sweep_max_wait:
-        settings.append(("max_wait_ms", [_number(f"{v:g}") for v in args.sweep_max_wait]))
+        settings.append(("max_wait_ms", [_typed_number(f"{v:g}") for v in args.sweep_max_wait]))
     output_lengths = None
     if args.output_len_file:
         try:

@@ -165,7 +165,7 @@ def _wrong_type(value: object, expected: str) -> _Invalid:
     return _Invalid(wrong_type(value, expected))
 
 
-def _number(value: object) -> float:
+def _finite_number(value: object) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise _wrong_type(value, "a number")
     try:
@@ -178,7 +178,7 @@ def _number(value: object) -> float:
 
 
 def _positive(value: object) -> float:
-    number = _number(value)
+    number = _finite_number(value)
     if number <= 0:
         raise _Invalid(f"must be > 0 (got {as_written(value)})")
     return number
@@ -193,21 +193,21 @@ def _cap(value: object) -> float:
 
 
 def _non_negative(value: object) -> float:
-    number = _number(value)
+    number = _finite_number(value)
     if number < 0:
         raise _Invalid(f"must be >= 0 (got {as_written(value)})")
     return number
 
 
 def _quantile(value: object) -> float:
-    number = _number(value)
+    number = _finite_number(value)
     if not 0 < number < 1:
         raise _Invalid(f"must be between 0 and 1, both excluded (got {as_written(value)})")
     return number
 
 
 def _threshold(value: object) -> float:
-    number = _number(value)
+    number = _finite_number(value)
     if not 0 < number <= 10:
         raise _Invalid(f"must be > 0 and <= 10 (got {as_written(value)})")
     return number

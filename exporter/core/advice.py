@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 from exporter.core.capacity import (
     MAX_DEVICE_LOAD,
+    KvScrape,
     batch_cost,
     budget_headroom,
     cache_fill,
@@ -91,9 +92,9 @@ class AdviceInputs:
     block_size: float | None = None
     gpu_memory_utilization: float | None = None
     kv_cache_memory_bytes: float | None = None
-    # Over the window: (running, kv_usage, waiting) at each scrape, and whether requests
+    # Over the window: each scrape's running, KV usage and waiting, and whether requests
     # waited while the batch was at the cap (at least near_cap x cap).
-    kv_scrapes: Sequence[tuple[float, float, float]] = ()
+    kv_scrapes: Sequence[KvScrape] = ()
     waited_at_cap: bool = False
     near_cap: float = 0.9
     # Length mix over the window, from the histograms' increases.
@@ -114,7 +115,7 @@ class AdviceInputs:
     padding_waste: float | None = None
 
 
-def _fmt(x: float) -> str:
+def _figure_text(x: float) -> str:
     # A ratio of sums can land a hair off a whole number (2.9999999999999996): say 3.
     if abs(x) >= 100 or float(round(x, 6)).is_integer():
         return f"{x:,.0f}"
@@ -151,7 +152,7 @@ def kv_advice(inputs: AdviceInputs) -> list[AdviceItem]:
     window = _caveats(inputs)
     items = [
         _item("kv_capacity_tokens", capacity, "tokens",
-              f"the KV cache holds {_fmt(capacity)} tokens",
+              f"the KV cache holds {_figure_text(capacity)} tokens",
               {"kv_capacity_tokens": capacity,
                **({"block_size": inputs.block_size} if inputs.block_size else {})}),
     ]  # fmt: skip
@@ -159,7 +160,7 @@ def kv_advice(inputs: AdviceInputs) -> list[AdviceItem]:
     if now is not None:
         items.append(_item(
             "kv_tokens_per_request", now, "tokens",
-            f"each running request holds {_fmt(now)} KV tokens now",
+            f"each running request holds {_figure_text(now)} KV tokens now",
             {"kv_usage": inputs.kv_usage, "kv_capacity_tokens": capacity,
              "running": inputs.running}))  # fmt: skip
     busy = [(r, u, w) for r, u, w in inputs.kv_scrapes if r > 0]
@@ -169,7 +170,7 @@ def kv_advice(inputs: AdviceInputs) -> list[AdviceItem]:
     if measured is not None:
         items.append(_item(
             "kv_tokens_per_request_window", measured, "tokens",
-            f"over the window a running request held {_fmt(measured)} KV tokens on average",
+            f"over the window a running request held {_figure_text(measured)} KV tokens on average",
             {"kv_capacity_tokens": capacity, "busy_scrapes": len(busy),
              "mean_running": sum(r for r, _, _ in busy) / len(busy)}, window))  # fmt: skip
     limited = memory_limited(inputs.kv_scrapes, inputs.cap, inputs.near_cap)
@@ -189,8 +190,8 @@ def kv_advice(inputs: AdviceInputs) -> list[AdviceItem]:
         )
         items.append(_item(
             "kv_tokens_per_request_lengths", from_lengths, "tokens",
-            f"today's length mix (prompt {_fmt(inputs.mean_prompt_tokens)}, output "
-            f"{_fmt(inputs.mean_output_tokens)} tokens on average) holds {_fmt(from_lengths)} "
+            f"today's length mix (prompt {_figure_text(inputs.mean_prompt_tokens)}, output "
+            f"{_figure_text(inputs.mean_output_tokens)} tokens on average) holds {_figure_text(from_lengths)} "
             "KV tokens per running request",
             {"mean_prompt_tokens": inputs.mean_prompt_tokens,
              "mean_output_tokens": inputs.mean_output_tokens,
@@ -217,8 +218,8 @@ def kv_advice(inputs: AdviceInputs) -> list[AdviceItem]:
              "kv_cache_fill": fill or 1.0}  # fmt: skip
     items.append(_item(
         "sustainable_concurrency", sustainable, "requests",
-        f"the KV cache holds {_fmt(sustainable)} requests of today's mix "
-        f"({_fmt(capacity)} tokens / {_fmt(per_request)} per request, {source}{filled})",
+        f"the KV cache holds {_figure_text(sustainable)} requests of today's mix "
+        f"({_figure_text(capacity)} tokens / {_figure_text(per_request)} per request, {source}{filled})",
         basis, source_caveats))  # fmt: skip
     items += cap_advice(inputs, sustainable, per_request, fill or 1.0, basis, source_caveats)
     return items
@@ -243,13 +244,13 @@ def cap_advice(
         items.append(_item(
             "raise_cap_helps", 0, "bool",
             f"memory-bound: raising max-num-seqs will not help: the KV cache holds "
-            f"{_fmt(sustainable)} requests of today's mix, below the cap of {_fmt(cap)}",
+            f"{_figure_text(sustainable)} requests of today's mix, below the cap of {_figure_text(cap)}",
             inputs_used, caveats))  # fmt: skip
     elif inputs.waited_at_cap:
         items.append(_item(
             "raise_cap_helps", 1, "bool",
-            f"requests waited at the cap of {_fmt(cap)} and the KV cache holds "
-            f"{_fmt(sustainable)} of today's mix: raising max-num-seqs can help, up to "
+            f"requests waited at the cap of {_figure_text(cap)} and the KV cache holds "
+            f"{_figure_text(sustainable)} of today's mix: raising max-num-seqs can help, up to "
             f"{math.floor(sustainable)}",
             inputs_used, caveats))  # fmt: skip
     needed = kv_tokens_for(cap, per_request, fill)
@@ -268,9 +269,9 @@ def cap_advice(
         fit = fill * capacity / cap
         items.append(_item(
             "kv_tokens_for_cap", needed, "tokens",
-            f"the cap of {_fmt(cap)} needs {_fmt(needed)} KV tokens at today's lengths, "
-            f"{needed / capacity:.1f}x the {_fmt(capacity)} there{memory}; or requests "
-            f"holding at most {_fmt(fit)} tokens each (max_model_len, shorter prompts)",
+            f"the cap of {_figure_text(cap)} needs {_figure_text(needed)} KV tokens at today's lengths, "
+            f"{needed / capacity:.1f}x the {_figure_text(capacity)} there{memory}; or requests "
+            f"holding at most {_figure_text(fit)} tokens each (max_model_len, shorter prompts)",
             {**inputs_used, "kv_tokens_needed": needed,
              **({"kv_cache_memory_bytes": inputs.kv_cache_memory_bytes}
                 if inputs.kv_cache_memory_bytes else {})}, caveats))  # fmt: skip
@@ -315,7 +316,7 @@ def batcher_advice(inputs: AdviceInputs) -> list[AdviceItem]:
             "arrival_per_second",
             rate,
             "items/s",
-            f"{_fmt(rate)} items/s arrive",
+            f"{_figure_text(rate)} items/s arrive",
             {"arrival_per_second": rate},
             caveats,
         )
@@ -338,7 +339,7 @@ def batcher_advice(inputs: AdviceInputs) -> list[AdviceItem]:
         items.append(_item(
             "rate_limit_per_second", limit, "items/s",
             f"at its max batch of {cap} ({cost * 1000:.2f} ms) this batcher keeps the device "
-            f"{MAX_DEVICE_LOAD:.0%} busy at {_fmt(limit)} items/s: today's rate is "
+            f"{MAX_DEVICE_LOAD:.0%} busy at {_figure_text(limit)} items/s: today's rate is "
             f"{rate / limit:.0%} of it",
             {"max_batch_size": cap, "arrival_per_second": rate, **measured}, caveats))  # fmt: skip
     pair = fixed_pair(rate, costs, budget)
@@ -361,14 +362,14 @@ def batcher_advice(inputs: AdviceInputs) -> list[AdviceItem]:
         )
         text = (
             f"a fixed batcher needs max_wait {pair.max_wait_seconds * 1000:.1f} ms and "
-            f"max_batch_size {pair.max_batch_size} at {_fmt(rate)} items/s{today}: batches of "
+            f"max_batch_size {pair.max_batch_size} at {_figure_text(rate)} items/s{today}: batches of "
             f"{pair.batch_size}, device {pair.load:.0%} busy, worst latency "
             f"{pair.worst_latency_seconds * 1000:.1f} ms of {budget * 1000:.0f} ms; it runs "
-            f"out at {_fmt(pair.rate_limit_per_second)} items/s{low}"
+            f"out at {_figure_text(pair.rate_limit_per_second)} items/s{low}"
         )
     else:
         text = (
-            f"no fixed pair keeps {_fmt(rate)} items/s in the {budget * 1000:.0f} ms budget "
+            f"no fixed pair keeps {_figure_text(rate)} items/s in the {budget * 1000:.0f} ms budget "
             f"({sizes}): the best, batches of {pair.batch_size}, leaves the device "
             f"{pair.load:.0%} busy with a worst latency of "
             f"{pair.worst_latency_seconds * 1000:.1f} ms; add capacity or raise the budget"

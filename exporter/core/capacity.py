@@ -15,10 +15,19 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 # A fixed batcher is sized to keep the device busy at most this share of the time: queueing
 # delay grows as 1 / (1 - load), so a fuller device leaves nothing for the tail.
 MAX_DEVICE_LOAD = 0.7
+
+
+class KvScrape(NamedTuple):
+    """One scrape's requests running, KV cache usage (0..1) and requests waiting."""
+
+    running: float
+    kv_usage: float
+    waiting: float
 
 
 def kv_capacity_tokens(
@@ -43,7 +52,7 @@ def tokens_per_running_request(
 
 
 def tokens_per_request_over_window(
-    kv_scrapes: Sequence[tuple[float, float, float]], capacity_tokens: float
+    kv_scrapes: Sequence[KvScrape], capacity_tokens: float
 ) -> float | None:
     """KV tokens a running request holds, averaged over every request seen at every scrape:
     sum(usage x capacity) / sum(running) over the (running, usage, waiting) scrapes with
@@ -56,17 +65,18 @@ def tokens_per_request_over_window(
 
 
 def memory_limited(
-    kv_scrapes: Sequence[tuple[float, float, float]], cap: float | None, near_cap: float
-) -> list[tuple[float, float, float]]:
+    kv_scrapes: Sequence[KvScrape], cap: float | None, near_cap: float
+) -> list[KvScrape]:
     """The (running, usage, waiting) scrapes in which requests waited with the batch below
     near_cap x cap (any batch when no cap is known): the cache, not the cap, held them."""
     return [
-        (r, u, w) for r, u, w in kv_scrapes
+        KvScrape(r, u, w)
+        for r, u, w in kv_scrapes
         if w > 0 and r > 0 and (cap is None or r < near_cap * cap)
-    ]  # fmt: skip
+    ]
 
 
-def cache_fill(limited: Sequence[tuple[float, float, float]]) -> float | None:
+def cache_fill(limited: Sequence[KvScrape]) -> float | None:
     """The share of the KV cache the scheduler keeps full while requests wait for memory:
     mean usage over the memory-limited scrapes. Below 1: admission needs a request's whole
     context to fit, and preemptions free more than the next step needs."""

@@ -10,7 +10,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from exporter.core.advice import Advice, AdviceInputs, advise
-from exporter.core.capacity import cost_per_batch
+from exporter.core.capacity import KvScrape, cost_per_batch
 from exporter.core.histogram import Histogram, histogram_increase, histogram_quantile
 from exporter.core.signals import (
     Diagnosis,
@@ -157,7 +157,7 @@ def advice_inputs(
         gpu_memory_utilization=last.gpu_memory_utilization,
         kv_cache_memory_bytes=last.kv_cache_memory_bytes,
         kv_scrapes=[
-            (p.running, p.kv_usage, p.waiting or 0.0)
+            KvScrape(p.running, p.kv_usage, p.waiting or 0.0)
             for p in snapshots
             if p.running is not None and p.kv_usage is not None
         ],

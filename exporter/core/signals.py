@@ -280,7 +280,7 @@ def no_data_diagnosis() -> Diagnosis:
     )
 
 
-def _fmt(x: float) -> str:
+def _count_text(x: float) -> str:
     return f"{x:.0f}" if float(x).is_integer() else f"{x:.2f}"
 
 
@@ -288,9 +288,11 @@ def _batch(
     running: float | None, cap: float | None, tokens: float | None, token_cap: float | None
 ) -> str:
     """The running batch against whichever caps are known: requests, and tokens."""
-    text = f"running {_fmt(running or 0)}" + (f" of cap {_fmt(cap)}" if cap is not None else "")
+    text = f"running {_count_text(running or 0)}" + (
+        f" of cap {_count_text(cap)}" if cap is not None else ""
+    )
     if tokens is not None and token_cap is not None:
-        text += f" holding {_fmt(tokens)} of {_fmt(token_cap)} batch tokens"
+        text += f" holding {_count_text(tokens)} of {_count_text(token_cap)} batch tokens"
     return text
 
 
@@ -384,7 +386,7 @@ def diagnose(
         kv = f", KV cache {kv_usage:.0%} used" if kv_usage is not None else ""
         return Diagnosis(
             "stalled",
-            f"{_fmt(waiting)} requests wait, {batch}{kv}, no "
+            f"{_count_text(waiting)} requests wait, {batch}{kv}, no "
             f"preemptions, yet almost nothing was generated or finished in the last "
             f"{window_seconds:.0f} s: the scheduler admits nothing while the server still "
             "answers /metrics. Check the engine's logs for a hung worker or a scheduler "
@@ -398,7 +400,7 @@ def diagnose(
             evidence.append(f"{preemptions_per_second:.2f} preemptions/s")
         return Diagnosis(
             "memory_bound",
-            f"{batch} while {_fmt(waiting)} wait, "
+            f"{batch} while {_count_text(waiting)} wait, "
             f"{' and '.join(evidence)}: KV cache memory limits the batch, a higher cap "
             "will not help",
         )
@@ -412,35 +414,35 @@ def diagnose(
         return Diagnosis(
             "healthy",
             batch
-            + (f" with {_fmt(waiting)} waiting" if waits else "")
+            + (f" with {_count_text(waiting)} waiting" if waits else "")
             + ": continuous batching is doing its job; the next limit is elsewhere",
         )
     if token_ratio is not None and token_ratio >= settings.near_cap:
         return Diagnosis(
             "healthy",
             batch
-            + (f" with {_fmt(waiting)} waiting" if waits else "")
+            + (f" with {_count_text(waiting)} waiting" if waits else "")
             + ": the batch is at its token budget (a token cap, not a request cap): "
             "continuous batching is doing its job, and longer requests make smaller batches",
         )
     if waits and ratio is not None and fired_batches:
         return Diagnosis(
             "batch_limited",
-            f"batches average {_fmt(running or 0)} of max {_fmt(cap)} while {_fmt(waiting)} "
+            f"batches average {_count_text(running or 0)} of max {_count_text(cap)} while {_count_text(waiting)} "
             "wait: the batcher fires before batches fill (its max wait or latency budget is "
             "short for this traffic) or execution cannot keep up",
         )
     if waits and fullest is not None:
         return Diagnosis(
             "batch_limited",
-            f"{batch} while {_fmt(waiting)} wait, "
+            f"{batch} while {_count_text(waiting)} wait, "
             "with no sign of KV pressure: something else limits the batch (e.g. the "
             "per-step token budget)",
         )
     if waits:
         return Diagnosis(
             "queueing",
-            f"{_fmt(waiting)} requests wait; configure the cap to tell a full batch from a "
+            f"{_count_text(waiting)} requests wait; configure the cap to tell a full batch from a "
             "limited one",
         )
     return Diagnosis(

@@ -187,7 +187,7 @@ def latency_histogram(kind: str) -> str:
     return f"latency:{kind}"
 
 
-def total_is_the_series(series: SeriesSnapshot, default_cap: float | None) -> bool:
+def total_equals_sole_series(series: SeriesSnapshot, default_cap: float | None) -> bool:
     """Whether the total of a target whose scrape holds only this series
     (`merge_series([series], default_cap, ...)`) holds what the series holds but its
     labels, with its cap and budget resolved: every other field equal, as dataclasses

@@ -25,7 +25,7 @@ from exporter.core.snapshot import (
     Snapshot,
     histograms_of,
     merge_series,
-    total_is_the_series,
+    total_equals_sole_series,
 )
 
 
@@ -85,7 +85,7 @@ class Window:
         # The total's points, from the first scrape whose total is not its one series on.
         self._total: SeriesTrack | None = None
         # Per answered scrape: the key of its one series when its total is that series but
-        # its labels (`total_is_the_series`), else None.
+        # its labels (`total_equals_sole_series`), else None.
         self._sole_keys: deque[LabelKey | None] = deque()
 
     @classmethod
@@ -102,7 +102,7 @@ class Window:
         if snapshot.up:
             cap, budget = self.settings.cap, self.settings.budget_seconds
             sole = snapshot.series[0] if len(snapshot.series) == 1 else None
-            itself = sole is not None and total_is_the_series(sole, cap)
+            itself = sole is not None and total_equals_sole_series(sole, cap)
             if not itself and self._total is None:
                 self._total = self._merged(self._snapshots)
             if self._total is not None:

@@ -47,7 +47,7 @@ FAMILIES = (
 )  # fmt: skip
 
 
-def _number(text: str | None) -> float | None:
+def _info_number(text: str | None) -> float | None:
     """A cache_config_info label as a number; None for "None", empty or non-numeric."""
     try:
         return float(text) if text is not None else None
@@ -61,16 +61,16 @@ def cache_config_by_engine(by_name: SamplesByName) -> dict[str | None, dict[str,
     out: dict[str | None, dict[str, float | None]] = {}
     for sample in by_name.get(CACHE_CONFIG, ()):
         labels = sample.labels
-        block_size = _number(labels.get("block_size"))
+        block_size = _info_number(labels.get("block_size"))
         out[labels.get("engine")] = {
             "kv_capacity_tokens": kv_capacity_tokens(
-                _number(labels.get("kv_cache_size_tokens")),
-                _number(labels.get("num_gpu_blocks")),
+                _info_number(labels.get("kv_cache_size_tokens")),
+                _info_number(labels.get("num_gpu_blocks")),
                 block_size,
             ),
             "block_size": block_size,
-            "gpu_memory_utilization": _number(labels.get("gpu_memory_utilization")),
-            "kv_cache_memory_bytes": _number(labels.get("kv_cache_memory_bytes")),
+            "gpu_memory_utilization": _info_number(labels.get("gpu_memory_utilization")),
+            "kv_cache_memory_bytes": _info_number(labels.get("kv_cache_memory_bytes")),
         }
     return out
 

@@ -147,7 +147,7 @@ def read_payload(
 
 
 @dataclass
-class Gates:
+class ScrapeSlots:
     """Scrape slots: the healthy targets' and, apart, those of targets that failed."""
 
     healthy: asyncio.Semaphore = field(
@@ -267,11 +267,16 @@ class Exporter:
         return signals
 
     async def _scrape_one(
-        self, connections: Connections, gates: Gates, state: TargetState, *, batched: bool = False
+        self,
+        connections: Connections,
+        slots: ScrapeSlots,
+        state: TargetState,
+        *,
+        batched: bool = False,
     ) -> None:
         """Scrape one target; evaluate the scrape now, or `batched`: TICK_SECONDS after the
         first scrape not yet evaluated ended, with every scrape that ended meanwhile."""
-        async with gates.failing if state.failures else gates.healthy:
+        async with slots.failing if state.failures else slots.healthy:
             result = await scrape(
                 connections,
                 state.target,
@@ -330,13 +335,15 @@ class Exporter:
     async def run_round(self, connections: Connections) -> None:
         """Scrape every target now, concurrently, and wait for all (tests, profiling)."""
         self._sync_targets()
-        gates = Gates()
+        slots = ScrapeSlots()
         await asyncio.gather(
-            *(self._scrape_one(connections, gates, s) for s in list(self.states.values()))
+            *(self._scrape_one(connections, slots, s) for s in list(self.states.values()))
         )
         self._next_round()
 
-    async def _watch(self, connections: Connections, gates: Gates, name: str, start: float) -> None:
+    async def _watch(
+        self, connections: Connections, slots: ScrapeSlots, name: str, start: float
+    ) -> None:
         """Scrape one target at its phase of every interval, for as long as it is monitored.
 
         A slow scrape delays only this target; a dead one is backed off. A scrape never
@@ -350,7 +357,7 @@ class Exporter:
             if state is None:
                 return
             try:
-                await self._scrape_one(connections, gates, state, batched=True)
+                await self._scrape_one(connections, slots, state, batched=True)
             except Exception:  # a bug must not end this target's monitoring
                 log.exception("target %s: scrape failed", name)
             due += interval * backoff_intervals(state.failures)
@@ -364,7 +371,7 @@ class Exporter:
         Every interval the target set is synced (file_sd) and `rounds` advances: readers
         render once per round.
         """
-        gates = Gates()
+        slots = ScrapeSlots()
         watchers: dict[str, asyncio.Task] = {}
         start = time.monotonic()
         async with Connections() as connections:
@@ -375,7 +382,7 @@ class Exporter:
                         watchers.pop(name).cancel()
                     for name in set(self.states) - set(watchers):
                         watchers[name] = asyncio.create_task(
-                            self._watch(connections, gates, name, start)
+                            self._watch(connections, slots, name, start)
                         )
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(stop.wait(), self.settings.interval_seconds)

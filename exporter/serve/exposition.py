@@ -51,7 +51,7 @@ def _braced(pairs: Sequence[tuple[str, str]]) -> str:
     return "{" + ",".join([text for _, text in pairs]) + "}" if pairs else ""
 
 
-def _around(pairs: Sequence[tuple[str, str]], name: str) -> tuple[str, str]:
+def _split_at_label(pairs: Sequence[tuple[str, str]], name: str) -> tuple[str, str]:
     """The braced label text with a label `name` added (in place of one so named), cut
     where that label goes: the text before it and the text after it."""
     before = "".join([text + "," for n, text in pairs if n < name])
@@ -96,7 +96,7 @@ def render_metrics(targets: Iterable[TargetSignals]) -> bytes:
         for family, attribute in counters:
             counts = getattr(t, attribute)
             if counts:
-                before, after = _around(target_pairs, "reason")
+                before, after = _split_at_label(target_pairs, "reason")
                 lines[family.name] += [
                     f'{family.name}_total{before}reason="{escape(reason)}"{after} '
                     f"{text_of(count)}\n"
@@ -119,20 +119,20 @@ def render_metrics(targets: Iterable[TargetSignals]) -> bytes:
             saturated.append(f"{SATURATED.name}{text} {text_of(s.budget_saturated)}\n")
             if s.static_utilization is not None:
                 u = s.static_utilization
-                before, after = _around(pairs, "bound")
+                before, after = _split_at_label(pairs, "bound")
                 for bound, value in zip(BOUNDS, (u.estimate, u.lower, u.upper), strict=True):
                     static.append(
                         f'{STATIC_UTILIZATION.name}{before}bound="{bound}"{after} {text_of(value)}\n'
                     )
                 gain.append(f"{CONTINUOUS_GAIN.name}{text} {text_of(u.continuous_batching_gain)}\n")
             if s.advice.items:
-                before, after = _around(pairs, "kind")
+                before, after = _split_at_label(pairs, "kind")
                 advice += [
                     f"{ADVICE.name}{before}{kind_label(item.kind)}{after} {text_of(item.value)}\n"
                     for item in s.advice.items
                     if math.isfinite(item.value)
                 ]
-            before, after = _around(pairs, "state")
+            before, after = _split_at_label(pairs, "state")
             current = s.diagnosis.state
             diagnosis += [
                 f"{DIAGNOSIS.name}{before}{label}{after} {'1.0' if state == current else '0.0'}\n"

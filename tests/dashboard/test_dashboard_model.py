@@ -8,7 +8,6 @@ import io
 import pandas as pd
 import pytest
 
-from dashboard.advice import advice_rows, advice_value, checklist
 from dashboard.calculator import (
     TOY_EXAMPLES,
     continuous_picture,
@@ -19,7 +18,8 @@ from dashboard.client import SourceError, check_api_version
 from dashboard.episodes import saturation_episodes
 from dashboard.formatting import percent, plain_markdown, seconds
 from dashboard.frames import fleet_frame, history_frame, series_choices, series_points
-from dashboard.loadtests import ResultError, good_share, load_result, run_from_record
+from dashboard.load_results import ResultError, good_share, load_result, run_from_record
+from dashboard.next_steps import advice_rows, advice_value, checklist
 from dashboard.prometheus import history_query, points_from_matrix
 from dashboard.states import look
 from exporter.core.static_util import exact_static_utilization

@@ -219,7 +219,7 @@ def test_sweep_max_wait_is_the_admin_setting_it_names() -> None:
 
 
 def test_the_dashboard_reads_the_result_file_loadgen_writes(tmp_path: Path) -> None:
-    from dashboard.loadtests import load_result
+    from dashboard.load_results import load_result
 
     result = loadgen_report.RunResult(
         {"max_wait_ms": 5}, 50.0, 2.0, sent=100, ok=100, elapsed_s=2.0

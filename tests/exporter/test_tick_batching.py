@@ -11,7 +11,7 @@ from collections import Counter
 from exporter.config.settings import Settings, Target
 from exporter.scrape import loop as runtime
 from exporter.scrape.http_client import Connections
-from exporter.scrape.loop import MIN_TICKS, TICK_SECONDS, Exporter, Gates, phase
+from exporter.scrape.loop import MIN_TICKS, TICK_SECONDS, Exporter, ScrapeSlots, phase
 from tests.support.live import Targets, vllm_payload
 
 
@@ -56,11 +56,11 @@ async def test_a_ticks_scrapes_are_evaluated_together_each_at_the_time_it_ended(
             return real_evaluate(state, result, now)
 
         exporter.evaluate = evaluate
-        gates = Gates()
+        slots = ScrapeSlots()
         async with Connections() as connections:
             await asyncio.gather(
                 *(
-                    exporter._scrape_one(connections, gates, exporter.states[n], batched=True)
+                    exporter._scrape_one(connections, slots, exporter.states[n], batched=True)
                     for n in names
                 )
             )

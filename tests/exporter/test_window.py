@@ -35,7 +35,7 @@ from exporter.core.snapshot import (
     Snapshot,
     effective_cap,
     merge_series,
-    total_is_the_series,
+    total_equals_sole_series,
 )
 from exporter.core.window import Window
 
@@ -287,7 +287,7 @@ def test_the_total_is_the_series_exactly_when_merging_one_series_changes_only_it
         series, key=(), cap=effective_cap(series, cap), engine_cap=None,
         budget_seconds=series.budget_seconds if series.budget_seconds is not None else budget,
     )  # fmt: skip
-    assert total_is_the_series(series, cap) == (merged == relabelled)
+    assert total_equals_sole_series(series, cap) == (merged == relabelled)
 
 
 def hist(counts: Sequence[float], bounds: tuple[float, ...] = LATENCY_LAYOUTS[0]) -> Histogram:

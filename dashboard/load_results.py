@@ -42,7 +42,7 @@ class Run:
         return self.percentiles_ms.get(99.0)
 
 
-def _number(value: object) -> float | None:
+def _cell_number(value: object) -> float | None:
     if isinstance(value, bool) or value is None:
         return None
     if isinstance(value, str):
@@ -56,7 +56,7 @@ def _number(value: object) -> float | None:
 
 def _first(record: dict, *names: str) -> float | None:
     for name in names:
-        value = _number(record.get(name))
+        value = _cell_number(record.get(name))
         if value is not None:
             return value
     return None
@@ -86,7 +86,7 @@ def run_from_record(record: dict, source: str) -> Run:
     percentiles: dict[float, float] = {}
     for key, value in record.items():
         match = _PERCENTILE_FIELD.match(key)
-        number = _number(value)
+        number = _cell_number(value)
         if match and number is not None:
             percentiles[float(match.group(1))] = number
     median = _first(record, "median_e2el_ms")
@@ -98,7 +98,7 @@ def run_from_record(record: dict, source: str) -> Run:
     if not isinstance(raw, list):
         raw, scale = record.get("latencies"), 1000.0  # vLLM: seconds
     if isinstance(raw, list):
-        values = [_number(v) for v in raw]
+        values = [_cell_number(v) for v in raw]
         latencies = tuple(sorted(v * scale for v in values if v is not None))
         if latencies:
             for q in (50.0, 99.0):
