@@ -313,6 +313,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--torch-threads", type=int, default=1)
     parser.add_argument(
+        "--report-only", action="store_true",
+        help="exit 0 whether or not the throughput target is met (a smoke run on a busy machine)",
+    )  # fmt: skip
+    parser.add_argument(
         "--output",
         default=None,
         help="also write the report here (make bench puts it in docs/benchmarks.md)",
@@ -401,7 +405,7 @@ def main(argv: list[str] | None = None) -> int:
         Path(args.output).parent.mkdir(parents=True, exist_ok=True)
         Path(args.output).write_text("\n".join(report) + "\n")
         print(f"\nwrote {args.output}")
-    return 0 if all(r.share >= TARGET for r in rows) else 1
+    return 0 if args.report_only or all(r.share >= TARGET for r in rows) else 1
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ target, the same vLLM beside an in-house batcher.
 from __future__ import annotations
 
 import gc
+import gzip
 import re
 import sys
 
@@ -340,3 +341,19 @@ def test_the_help_names_every_path_the_app_serves() -> None:
                      "/api/v1/history", "/api/v1/targets"}  # fmt: skip
     for path in paths:
         assert path in EPILOG, path
+
+
+async def test_metrics_come_gzip_when_asked_and_agree_with_the_plain_body(fed_exporter) -> None:
+    # No loop runs between the requests (the rounds are the fixture's, on its clock), so
+    # all three are this round's body: the same bytes, packed or not, whatever the speed.
+    _, api = fed_exporter
+    bodies = []
+    async with aiohttp.ClientSession(auto_decompress=False) as session:
+        for encoding in ("gzip", "identity", "gzip, deflate"):
+            async with session.get(f"{api}/metrics", headers={"Accept-Encoding": encoding}) as r:
+                bodies.append((r.headers.get("Content-Encoding"), await r.read()))
+    (zipped, packed), (plain_encoding, plain), (again, packed_again) = bodies
+    assert (zipped, plain_encoding, again) == ("gzip", None, "gzip")
+    assert packed == packed_again
+    assert gzip.decompress(packed) == plain
+    assert b'batchscope_target_up{target="llm",team="search"} 1.0' in plain
