@@ -17,9 +17,18 @@ HEIGHT = 260
 EMPTY_TEMPLATE = go.layout.Template()
 
 
-def _figure(title: str, y_title: str, traces: list, *, percent: bool = False,
-            x_title: str = TIME_AXIS, height: int = HEIGHT, shapes: tuple = (),
-            annotations: tuple = (), layout: dict | None = None) -> go.Figure:  # fmt: skip
+def _figure(
+    title: str,
+    y_title: str,
+    traces: list,
+    *,
+    percent: bool = False,
+    x_title: str = TIME_AXIS,
+    height: int = HEIGHT,
+    shapes: tuple = (),
+    annotations: tuple = (),
+    layout: dict | None = None,
+) -> go.Figure:
     """One figure, built in one go: shapes as layout dicts and an empty template, since
     plotly's add_hline and its default template cost ~50 ms a figure, and Streamlit
     applies its own theme anyway."""
@@ -30,25 +39,50 @@ def _figure(title: str, y_title: str, traces: list, *, percent: bool = False,
             "title": {"text": title, "font": {"size": 14}},
             "height": height,
             "margin": {"l": 10, "r": 10, "t": 40, "b": 10},
-            "legend": {"orientation": "h", "x": 1, "xanchor": "right", "y": 1.0,
-                       "yanchor": "bottom"},
+            "legend": {
+                "orientation": "h",
+                "x": 1,
+                "xanchor": "right",
+                "y": 1.0,
+                "yanchor": "bottom",
+            },
             "xaxis": {"title": {"text": x_title}},
-            "yaxis": {"title": {"text": y_title}, "rangemode": "tozero",
-                      **({"tickformat": ".0%"} if percent else {})},
+            "yaxis": {
+                "title": {"text": y_title},
+                "rangemode": "tozero",
+                **({"tickformat": ".0%"} if percent else {}),
+            },
             "hovermode": "x unified",
             "shapes": list(shapes),
             "annotations": list(annotations),
             **(layout or {}),
         },
-    )  # fmt: skip
+    )
 
 
 def _hline(y: float, color: str, text: str, dash: str = "dash") -> tuple[dict, dict]:
     """A horizontal line across the plot at `y`, and its label."""
-    shape = {"type": "line", "xref": "paper", "x0": 0, "x1": 1, "yref": "y", "y0": y, "y1": y,
-             "line": {"color": color, "dash": dash}}  # fmt: skip
-    label = {"xref": "paper", "x": 1, "yref": "y", "y": y, "text": text, "showarrow": False,
-             "xanchor": "right", "yanchor": "bottom", "font": {"color": color}}  # fmt: skip
+    shape = {
+        "type": "line",
+        "xref": "paper",
+        "x0": 0,
+        "x1": 1,
+        "yref": "y",
+        "y0": y,
+        "y1": y,
+        "line": {"color": color, "dash": dash},
+    }
+    label = {
+        "xref": "paper",
+        "x": 1,
+        "yref": "y",
+        "y": y,
+        "text": text,
+        "showarrow": False,
+        "xanchor": "right",
+        "yanchor": "bottom",
+        "font": {"color": color},
+    }
     return shape, label
 
 
@@ -57,12 +91,22 @@ def _values(column: pd.Series) -> np.ndarray:
     return pd.to_numeric(column, errors="coerce").to_numpy(dtype="float64", na_value=np.nan)
 
 
-def _line(frame: pd.DataFrame, column: str, name: str, color: str = LINE_HEX,
-          dash: str | None = None, shape: str = "linear") -> go.Scatter:  # fmt: skip
+def _line(
+    frame: pd.DataFrame,
+    column: str,
+    name: str,
+    color: str = LINE_HEX,
+    dash: str | None = None,
+    shape: str = "linear",
+) -> go.Scatter:
     return go.Scatter(
-        x=frame["time"].to_numpy(), y=_values(frame[column]), name=name, mode="lines",
-        line={"color": color, "dash": dash, "shape": shape}, connectgaps=False,
-    )  # fmt: skip
+        x=frame["time"].to_numpy(),
+        y=_values(frame[column]),
+        name=name,
+        mode="lines",
+        line={"color": color, "dash": dash, "shape": shape},
+        connectgaps=False,
+    )
 
 
 def running_chart(frame: pd.DataFrame) -> go.Figure:
@@ -78,53 +122,87 @@ def waiting_chart(frame: pd.DataFrame) -> go.Figure:
 
 
 def preemptions_chart(frame: pd.DataFrame) -> go.Figure:
-    return _figure("Preemptions", "preemptions / s",
-                   [_line(frame, "preemptions_per_second", "preemptions/s", MEMORY_HEX)])  # fmt: skip
+    return _figure(
+        "Preemptions",
+        "preemptions / s",
+        [_line(frame, "preemptions_per_second", "preemptions/s", MEMORY_HEX)],
+    )
 
 
 def kv_chart(frame: pd.DataFrame, kv_high: float) -> go.Figure:
     """KV cache usage (0..1 shown as %), with the line where the diagnosis calls it full."""
     shape, label = _hline(kv_high, MEMORY_HEX, f"full ({kv_high:.0%})", "dot")
-    return _figure("KV cache usage", "KV cache used",
-                   [_line(frame, "kv_cache_usage", "KV cache", MEMORY_HEX)], percent=True,
-                   shapes=(shape,), annotations=(label,),
-                   layout={"yaxis": {"title": {"text": "KV cache used"}, "tickformat": ".0%",
-                                     "range": [0, 1.05]}})  # fmt: skip
+    return _figure(
+        "KV cache usage",
+        "KV cache used",
+        [_line(frame, "kv_cache_usage", "KV cache", MEMORY_HEX)],
+        percent=True,
+        shapes=(shape,),
+        annotations=(label,),
+        layout={
+            "yaxis": {"title": {"text": "KV cache used"}, "tickformat": ".0%", "range": [0, 1.05]}
+        },
+    )
 
 
 def episode_shapes(episodes: list[Episode], now: float) -> list[dict]:
     """Shaded rectangles over the stretches of sustained saturation."""
     return [
-        {"type": "rect", "xref": "x", "yref": "paper", "y0": 0, "y1": 1, "layer": "below",
-         "x0": pd.Timestamp(e.start, unit="s"),
-         "x1": pd.Timestamp(now if e.end is None else e.end, unit="s"),
-         "fillcolor": SATURATED_SHADE, "line": {"width": 0}}
+        {
+            "type": "rect",
+            "xref": "x",
+            "yref": "paper",
+            "y0": 0,
+            "y1": 1,
+            "layer": "below",
+            "x0": pd.Timestamp(e.start, unit="s"),
+            "x1": pd.Timestamp(now if e.end is None else e.end, unit="s"),
+            "fillcolor": SATURATED_SHADE,
+            "line": {"width": 0},
+        }
         for e in episodes
-    ]  # fmt: skip
+    ]
 
 
-def budget_chart(frame: pd.DataFrame, threshold: float, episodes: list[Episode],
-                 now: float) -> go.Figure:  # fmt: skip
+def budget_chart(
+    frame: pd.DataFrame, threshold: float, episodes: list[Episode], now: float
+) -> go.Figure:
     """Budget utilisation with the saturation threshold and the saturated stretches shaded."""
     shape, label = _hline(threshold, THRESHOLD_HEX, f"threshold {threshold:.0%}")
-    return _figure("Latency budget utilisation (shaded: sustained saturation)",
-                   "latency quantile / budget", [_line(frame, "budget_utilization", "utilisation")],
-                   percent=True, shapes=(shape, *episode_shapes(episodes, now)),
-                   annotations=(label,))  # fmt: skip
+    return _figure(
+        "Latency budget utilisation (shaded: sustained saturation)",
+        "latency quantile / budget",
+        [_line(frame, "budget_utilization", "utilisation")],
+        percent=True,
+        shapes=(shape, *episode_shapes(episodes, now)),
+        annotations=(label,),
+    )
 
 
 def gain_chart(frame: pd.DataFrame) -> go.Figure:
     shape, label = _hline(1.0, CAP_HEX, "unbatched", "dot")
-    return _figure("Throughput gain vs unbatched", "x (items/s vs batch size 1)",
-                   [_line(frame, "throughput_gain", "throughput gain")],
-                   shapes=(shape,), annotations=(label,))  # fmt: skip
+    return _figure(
+        "Throughput gain vs unbatched",
+        "x (items/s vs batch size 1)",
+        [_line(frame, "throughput_gain", "throughput gain")],
+        shapes=(shape,),
+        annotations=(label,),
+    )
 
 
 def static_chart(frame: pd.DataFrame) -> go.Figure:
-    return _figure("Static batching would use (estimate)", "useful slot-steps",
-                   [_line(frame, "static_utilization", "static utilisation")],
-                   layout={"yaxis": {"title": {"text": "useful slot-steps"}, "tickformat": ".0%",
-                                     "range": [0, 1.05]}})  # fmt: skip
+    return _figure(
+        "Static batching would use (estimate)",
+        "useful slot-steps",
+        [_line(frame, "static_utilization", "static utilisation")],
+        layout={
+            "yaxis": {
+                "title": {"text": "useful slot-steps"},
+                "tickformat": ".0%",
+                "range": [0, 1.05],
+            }
+        },
+    )
 
 
 def diagnosis_chart(frame: pd.DataFrame) -> go.Figure:
@@ -132,28 +210,45 @@ def diagnosis_chart(frame: pd.DataFrame) -> go.Figure:
     traces = []
     for state, points in frame.dropna(subset=["diagnosis"]).groupby("diagnosis", sort=False):
         shown = look(str(state))
-        traces.append(go.Scatter(
-            x=points["time"].to_numpy(), y=[shown.words] * len(points), mode="markers",
-            name=shown.words,
-            marker={"color": shown.hex, "size": 8, "symbol": "square"},
-        ))  # fmt: skip
-    return _figure("Diagnosis over time", "state", traces, height=200,
-                   layout={"hovermode": "closest", "showlegend": False})  # fmt: skip
+        traces.append(
+            go.Scatter(
+                x=points["time"].to_numpy(),
+                y=[shown.words] * len(points),
+                mode="markers",
+                name=shown.words,
+                marker={"color": shown.hex, "size": 8, "symbol": "square"},
+            )
+        )
+    return _figure(
+        "Diagnosis over time",
+        "state",
+        traces,
+        height=200,
+        layout={"hovermode": "closest", "showlegend": False},
+    )
 
 
 def batch_distribution_chart(distribution: pd.DataFrame, cap: float | None) -> go.Figure:
     title = "Batch size distribution (window" + (f"; cap {cap:g})" if cap is not None else ")")
-    bars = go.Bar(x=distribution["size"], y=distribution["fraction"], marker_color=LINE_HEX,
-                  name="share")  # fmt: skip
-    return _figure(title, "share of samples", [bars], percent=True,
-                   x_title="batch size (requests)",
-                   layout={"hovermode": "closest",
-                           "xaxis": {"title": {"text": "batch size (requests)"},
-                                     "type": "category"}})  # fmt: skip
+    bars = go.Bar(
+        x=distribution["size"], y=distribution["fraction"], marker_color=LINE_HEX, name="share"
+    )
+    return _figure(
+        title,
+        "share of samples",
+        [bars],
+        percent=True,
+        x_title="batch size (requests)",
+        layout={
+            "hovermode": "closest",
+            "xaxis": {"title": {"text": "batch size (requests)"}, "type": "category"},
+        },
+    )
 
 
-def fleet_budget_chart(history: pd.DataFrame, threshold: float, episodes: list[Episode],
-                       now: float) -> go.Figure:  # fmt: skip
+def fleet_budget_chart(
+    history: pd.DataFrame, threshold: float, episodes: list[Episode], now: float
+) -> go.Figure:
     """Budget utilisation of every target, one line each, with the threshold and every
     target's saturated stretches shaded."""
     traces = [
@@ -166,9 +261,14 @@ def fleet_budget_chart(history: pd.DataFrame, threshold: float, episodes: list[E
         for name, frame in history.groupby("target", sort=True)
     ]
     shape, label = _hline(threshold, THRESHOLD_HEX, f"threshold {threshold:.0%}")
-    return _figure("Budget utilisation, all targets (shaded: sustained saturation)",
-                   "latency quantile / budget", traces, percent=True,
-                   shapes=(shape, *episode_shapes(episodes, now)), annotations=(label,))  # fmt: skip
+    return _figure(
+        "Budget utilisation, all targets (shaded: sustained saturation)",
+        "latency quantile / budget",
+        traces,
+        percent=True,
+        shapes=(shape, *episode_shapes(episodes, now)),
+        annotations=(label,),
+    )
 
 
 def slots_chart(picture: SlotPicture, title: str, up_to_step: int, steps_axis: int) -> go.Figure:
@@ -181,40 +281,90 @@ def slots_chart(picture: SlotPicture, title: str, up_to_step: int, steps_axis: i
     steps = list(range(1, grid.shape[1] + 1))
     slots = list(range(1, grid.shape[0] + 1))
     traces = [
-        go.Heatmap(z=shown, x=steps, y=slots, colorscale="Turbo", showscale=False, xgap=1,
-                   ygap=1, hovertemplate="step %{x}, slot %{y}: request %{z}<extra></extra>"),
-        go.Heatmap(z=np.where(idle, 1.0, np.nan), x=steps, y=slots,
-                   colorscale=[[0, "#d1d5db"], [1, "#d1d5db"]], showscale=False, xgap=1, ygap=1,
-                   hovertemplate="step %{x}, slot %{y}: idle<extra></extra>"),
-    ]  # fmt: skip
-    return _figure(title, "batch slot", traces, x_title="decode step", height=240,
-                   layout={"hovermode": "closest",
-                           "xaxis": {"title": {"text": "decode step"},
-                                     "range": [0.5, steps_axis + 0.5]},
-                           "yaxis": {"title": {"text": "batch slot"}, "autorange": "reversed",
-                                     "dtick": 1}})  # fmt: skip
+        go.Heatmap(
+            z=shown,
+            x=steps,
+            y=slots,
+            colorscale="Turbo",
+            showscale=False,
+            xgap=1,
+            ygap=1,
+            hovertemplate="step %{x}, slot %{y}: request %{z}<extra></extra>",
+        ),
+        go.Heatmap(
+            z=np.where(idle, 1.0, np.nan),
+            x=steps,
+            y=slots,
+            colorscale=[[0, "#d1d5db"], [1, "#d1d5db"]],
+            showscale=False,
+            xgap=1,
+            ygap=1,
+            hovertemplate="step %{x}, slot %{y}: idle<extra></extra>",
+        ),
+    ]
+    return _figure(
+        title,
+        "batch slot",
+        traces,
+        x_title="decode step",
+        height=240,
+        layout={
+            "hovermode": "closest",
+            "xaxis": {"title": {"text": "decode step"}, "range": [0.5, steps_axis + 0.5]},
+            "yaxis": {"title": {"text": "batch slot"}, "autorange": "reversed", "dtick": 1},
+        },
+    )
 
 
-def _by_setting(runs: pd.DataFrame, title: str, y_title: str, columns: dict[str, str | None],
-                shapes: tuple = (), annotations: tuple = ()) -> go.Figure:  # fmt: skip
+def _by_setting(
+    runs: pd.DataFrame,
+    title: str,
+    y_title: str,
+    columns: dict[str, str | None],
+    shapes: tuple = (),
+    annotations: tuple = (),
+) -> go.Figure:
     traces = []
     for setting, frame in runs.groupby("setting", sort=True):
         for column, dash in columns.items():
             label = f"{setting} {column.removesuffix('_ms').removesuffix('_per_s')}"
-            traces.append(go.Scatter(x=frame["rate_per_s"], y=frame[column], name=label,
-                                     mode="lines+markers", line={"dash": dash}))  # fmt: skip
-    return _figure(title, y_title, traces, x_title="offered rate (requests/s)", height=320,
-                   shapes=shapes, annotations=annotations,
-                   layout={"hovermode": "closest"})  # fmt: skip
+            traces.append(
+                go.Scatter(
+                    x=frame["rate_per_s"],
+                    y=frame[column],
+                    name=label,
+                    mode="lines+markers",
+                    line={"dash": dash},
+                )
+            )
+    return _figure(
+        title,
+        y_title,
+        traces,
+        x_title="offered rate (requests/s)",
+        height=320,
+        shapes=shapes,
+        annotations=annotations,
+        layout={"hovermode": "closest"},
+    )
 
 
 def latency_vs_rate_chart(runs: pd.DataFrame, slo_ms: float | None) -> go.Figure:
     lines = () if slo_ms is None else _hline(slo_ms, THRESHOLD_HEX, f"SLO {slo_ms:g} ms")
-    return _by_setting(runs, "End-to-end latency vs rate (solid p99, dotted p50)",
-                       "latency (ms)", {"p99_ms": None, "p50_ms": "dot"},
-                       shapes=lines[:1], annotations=lines[1:])  # fmt: skip
+    return _by_setting(
+        runs,
+        "End-to-end latency vs rate (solid p99, dotted p50)",
+        "latency (ms)",
+        {"p99_ms": None, "p50_ms": "dot"},
+        shapes=lines[:1],
+        annotations=lines[1:],
+    )
 
 
 def throughput_vs_rate_chart(runs: pd.DataFrame) -> go.Figure:
-    return _by_setting(runs, "Throughput and goodput vs rate (solid throughput, dashed goodput)",
-                       "requests / s", {"throughput_per_s": None, "goodput_per_s": "dash"})  # fmt: skip
+    return _by_setting(
+        runs,
+        "Throughput and goodput vs rate (solid throughput, dashed goodput)",
+        "requests / s",
+        {"throughput_per_s": None, "goodput_per_s": "dash"},
+    )

@@ -32,10 +32,14 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     group = parser.add_argument_group("dashboard")
-    group.add_argument("--exporter", metavar="URL",
-                       help=f"the exporter to read (default: {DEFAULT_EXPORTER})")  # fmt: skip
-    group.add_argument("--prometheus", metavar="URL",
-                       help="a Prometheus that scrapes the exporter, for longer history")  # fmt: skip
+    group.add_argument(
+        "--exporter", metavar="URL", help=f"the exporter to read (default: {DEFAULT_EXPORTER})"
+    )
+    group.add_argument(
+        "--prometheus",
+        metavar="URL",
+        help="a Prometheus that scrapes the exporter, for longer history",
+    )
     group.add_argument(
         "--host", default="127.0.0.1", help="address to serve on (default: %(default)s)"
     )
@@ -47,21 +51,23 @@ def build_parser() -> argparse.ArgumentParser:
 def streamlit_args(host: str, port: int) -> list[str]:
     """`streamlit run` on the app, headless, on host:port, no usage statistics, no deploy button."""
     return [
-        "run", str(APP),
+        "run",
+        str(APP),
         "--server.headless=true",
         f"--server.address={host}",
         f"--server.port={port}",
         "--server.fileWatcherType=none",
         "--browser.gatherUsageStats=false",
         "--client.toolbarMode=minimal",
-    ]  # fmt: skip
+    ]
 
 
 def start_embedded(args: argparse.Namespace, parser: argparse.ArgumentParser) -> str:
     """Start the exporter inside this process; its API's URL."""
     if args.exporter:
-        parser.error("--exporter reads another exporter; --target/--config run one here: "
-                     "give one of them")  # fmt: skip
+        parser.error(
+            "--exporter reads another exporter; --target/--config run one here: give one of them"
+        )
     try:
         settings = settings_from_args(args)
     except ConfigError as err:
@@ -73,8 +79,11 @@ def start_embedded(args: argparse.Namespace, parser: argparse.ArgumentParser) ->
         url = embedded.start()
     except OSError as err:
         parser.exit(1, f"{PROG}: error: cannot listen on {host}:{port}: {err}\n")
-    print(f"{PROG}: scraping {len(settings.targets)} target(s) in this process; "
-          f"exporter API and /metrics at {url}", flush=True)  # fmt: skip
+    print(
+        f"{PROG}: scraping {len(settings.targets)} target(s) in this process; "
+        f"exporter API and /metrics at {url}",
+        flush=True,
+    )
     return url
 
 
@@ -91,8 +100,12 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{PROG}: open http://{args.host}:{args.port} (reading {exporter})", flush=True)
     from streamlit.web import cli as streamlit_cli
 
-    return streamlit_cli.main(streamlit_args(args.host, args.port), prog_name="streamlit",
-                              standalone_mode=False) or 0  # fmt: skip
+    return (
+        streamlit_cli.main(
+            streamlit_args(args.host, args.port), prog_name="streamlit", standalone_mode=False
+        )
+        or 0
+    )
 
 
 if __name__ == "__main__":

@@ -15,16 +15,38 @@ TOTAL_CHOICE = "all models (target total)"
 SERIES_NAME_LABELS = tuple(dict.fromkeys(n for a in ADAPTERS.values() for n in a.KEY_LABELS))
 
 FLEET_COLUMNS = (
-    "target", "up", "state", "running", "cap", "running_vs_cap", "waiting",
-    "preemptions_per_second", "kv_cache_usage", "budget_utilization",
-    "saturated_seconds", "reason",
-)  # fmt: skip
+    "target",
+    "up",
+    "state",
+    "running",
+    "cap",
+    "running_vs_cap",
+    "waiting",
+    "preemptions_per_second",
+    "kv_cache_usage",
+    "budget_utilization",
+    "saturated_seconds",
+    "reason",
+)
 HISTORY_COLUMNS = (
-    "t", "up", "running", "waiting", "cap", "running_vs_cap", "mean_batch_size",
-    "preemptions_per_second", "kv_cache_usage", "requests_per_second",
-    "generation_tokens_per_second", "latency_seconds", "budget_utilization",
-    "budget_saturated", "throughput_gain", "static_utilization", "diagnosis",
-)  # fmt: skip
+    "t",
+    "up",
+    "running",
+    "waiting",
+    "cap",
+    "running_vs_cap",
+    "mean_batch_size",
+    "preemptions_per_second",
+    "kv_cache_usage",
+    "requests_per_second",
+    "generation_tokens_per_second",
+    "latency_seconds",
+    "budget_utilization",
+    "budget_saturated",
+    "throughput_gain",
+    "static_utilization",
+    "diagnosis",
+)
 
 
 def _sort_key_missing_last(value: float | None) -> float:
@@ -160,6 +182,6 @@ def batch_size_frame(distribution: list[dict]) -> pd.DataFrame:
                 "fraction": d["fraction"],
             }
             for d in distribution
-        ],  # fmt: skip
+        ],
         columns=["size", "fraction"],
     )

@@ -65,32 +65,48 @@ def checklist(series: dict) -> list[Check]:
     static = series.get("static_utilization")
     checks = []
     if ratio is None:
-        checks.append(Check("Does the running batch sit near the cap?",
-                            "unknown: no cap configured for this target", None))  # fmt: skip
+        checks.append(
+            Check(
+                "Does the running batch sit near the cap?",
+                "unknown: no cap configured for this target",
+                None,
+            )
+        )
     else:
         near = ratio >= NEAR_CAP
         waits = (waiting or 0) > 0
         answer = f"running {_n(running)} of {_n(cap)} ({ratio:.0%})"
         if not near and waits:
             answer += f" while {_n(waiting)} wait: something else limits the batch"
-        checks.append(Check("Does the running batch sit near the cap?", answer,
-                            near or not waits))  # fmt: skip
+        checks.append(Check("Does the running batch sit near the cap?", answer, near or not waits))
     if preemptions is None:
         checks.append(Check("Are requests being preempted?", "unknown over this window", None))
     else:
-        checks.append(Check("Are requests being preempted?",
-                            f"{preemptions:.2f} preemptions/s", preemptions == 0))  # fmt: skip
+        checks.append(
+            Check(
+                "Are requests being preempted?",
+                f"{preemptions:.2f} preemptions/s",
+                preemptions == 0,
+            )
+        )
     if static is None:
-        checks.append(Check("What would static batching waste on this traffic?",
-                            "unknown: needs the output-length histogram and a cap", None))  # fmt: skip
+        checks.append(
+            Check(
+                "What would static batching waste on this traffic?",
+                "unknown: needs the output-length histogram and a cap",
+                None,
+            )
+        )
     else:
-        checks.append(Check(
-            "What would static batching waste on this traffic?",
-            f"a static batch would use {static['estimate']:.0%} of its slot-steps "
-            f"({static['lower']:.0%} to {static['upper']:.0%}); continuous batching gains "
-            f"{static['continuous_batching_gain']:.2f}x here",
-            None,
-        ))  # fmt: skip
+        checks.append(
+            Check(
+                "What would static batching waste on this traffic?",
+                f"a static batch would use {static['estimate']:.0%} of its slot-steps "
+                f"({static['lower']:.0%} to {static['upper']:.0%}); continuous batching gains "
+                f"{static['continuous_batching_gain']:.2f}x here",
+                None,
+            )
+        )
     return checks
 
 
@@ -140,12 +156,14 @@ def advice_rows(advice: dict) -> list[dict[str, str]]:
     for item in advice.get("items") or []:
         inputs = ", ".join(f"{k} {_input(v)}" for k, v in (item.get("inputs") or {}).items())
         caveats = "; ".join(item.get("caveats") or [])
-        rows.append({
-            "what": ADVICE_LABELS.get(item["kind"], item["kind"]),
-            "value": advice_value(item["value"], item["unit"]),
-            "confidence": item["confidence"] + (f" ({caveats})" if caveats else ""),
-            "inputs": inputs,
-        })  # fmt: skip
+        rows.append(
+            {
+                "what": ADVICE_LABELS.get(item["kind"], item["kind"]),
+                "value": advice_value(item["value"], item["unit"]),
+                "confidence": item["confidence"] + (f" ({caveats})" if caveats else ""),
+                "inputs": inputs,
+            }
+        )
     return rows
 
 

@@ -61,8 +61,14 @@ def points_from_matrix(result: list[dict]) -> list[dict]:
 
 def history(base: str, target: str, start: float, end: float, step: float) -> list[dict]:
     """One target's history from Prometheus between `start` and `end` (unix seconds)."""
-    url = api_url(base, "/api/v1/query_range", query=history_query(target),
-                  start=f"{start:.3f}", end=f"{end:.3f}", step=f"{step:g}")  # fmt: skip
+    url = api_url(
+        base,
+        "/api/v1/query_range",
+        query=history_query(target),
+        start=f"{start:.3f}",
+        end=f"{end:.3f}",
+        step=f"{step:g}",
+    )
     doc = get_json(url, flag="--prometheus")
     if doc.get("status") != "success":
         raise SourceError(f"Prometheus at {base} refused the query: {doc.get('error', doc)}")
@@ -71,8 +77,10 @@ def history(base: str, target: str, start: float, end: float, step: float) -> li
 
 def targets(base: str) -> list[str]:
     """The targets Prometheus has exporter data for."""
-    doc = get_json(api_url(base, "/api/v1/label/target/values",
-                           **{"match[]": "batchscope_target_up"}), flag="--prometheus")  # fmt: skip
+    doc = get_json(
+        api_url(base, "/api/v1/label/target/values", **{"match[]": "batchscope_target_up"}),
+        flag="--prometheus",
+    )
     if doc.get("status") != "success":
         raise SourceError(f"Prometheus at {base} refused the query: {doc.get('error', doc)}")
     return sorted(doc.get("data", []))

@@ -96,8 +96,10 @@ def prometheus_history(base: str, target: str, seconds: float, now: float) -> Lo
     # Rounded to the step so the cache hits between refreshes; about 300 points a chart.
     step = max(5.0, round(seconds / 300))
     end = now // step * step
-    return load(f"prom {base} {target} {seconds}",
-                lambda: _prometheus_history(base, target, end - seconds, end, step))  # fmt: skip
+    return load(
+        f"prom {base} {target} {seconds}",
+        lambda: _prometheus_history(base, target, end - seconds, end, step),
+    )
 
 
 def prometheus_targets(base: str) -> Loaded:

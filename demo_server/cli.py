@@ -149,19 +149,23 @@ def build_parser() -> argparse.ArgumentParser:
         "batch that keeps up with arrivals, within --latency-budget-ms (default %(default)s)",
     )
     embedding.add_argument(
-        "--max-batch-size", type=_positive_int, default=defaults.embedding.max_batch_size,
+        "--max-batch-size",
+        type=_positive_int,
+        default=defaults.embedding.max_batch_size,
         help="default %(default)s",
-    )  # fmt: skip
+    )
     embedding.add_argument(
-        "--max-wait-ms", type=_non_negative_float,
+        "--max-wait-ms",
+        type=_non_negative_float,
         default=defaults.embedding.as_ms()["max_wait_ms"],
         help="fixed mode, milliseconds (default %(default)s)",
-    )  # fmt: skip
+    )
     embedding.add_argument(
-        "--latency-budget-ms", type=_positive_float,
+        "--latency-budget-ms",
+        type=_positive_float,
         default=defaults.embedding.as_ms()["latency_budget_ms"],
         help="adaptive mode, milliseconds (default %(default)s)",
-    )  # fmt: skip
+    )
     return parser
 
 

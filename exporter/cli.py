@@ -41,9 +41,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_arguments(parser)
     parser.add_argument(
-        "--log-level", default="info", choices=["debug", "info", "warning", "error"],
+        "--log-level",
+        default="info",
+        choices=["debug", "info", "warning", "error"],
         help="log verbosity (default: info)",
-    )  # fmt: skip
+    )
     return parser
 
 
@@ -90,8 +92,12 @@ async def serve(settings: Settings) -> int:
     log.info(
         "scraping %d target(s) every %g s; serving %s://%s:%d/metrics and /api/v1/ "
         "(signals, advice, history, targets)",
-        len(exporter.states), settings.interval_seconds, "https" if tls else "http", host, port,
-    )  # fmt: skip
+        len(exporter.states),
+        settings.interval_seconds,
+        "https" if tls else "http",
+        host,
+        port,
+    )
     gc_policy.configure()
     tasks = [exporter.run_forever(stop), gc_policy.full_collections(stop)]
     if settings.alertmanager_url:

@@ -33,9 +33,28 @@ REJECT_REASONS = ("queue_full", "budget", "stopping")
 
 BATCH_SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 LATENCY_BUCKETS = (
-    0.001, 0.0025, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.04, 0.05, 0.075,
-    0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 2.5, 5.0, 10.0,
-)  # fmt: skip
+    0.001,
+    0.0025,
+    0.005,
+    0.0075,
+    0.01,
+    0.015,
+    0.02,
+    0.03,
+    0.04,
+    0.05,
+    0.075,
+    0.1,
+    0.15,
+    0.2,
+    0.3,
+    0.5,
+    0.75,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+)
 
 
 class BatcherMetrics:
@@ -90,13 +109,17 @@ class BatcherMetrics:
             registry=registry,
         )
         self._requests = Counter(
-            REQUESTS, "Requests by outcome: ok, error, rejected, cancelled.",
-            ["batcher", "outcome"], registry=registry,
-        )  # fmt: skip
+            REQUESTS,
+            "Requests by outcome: ok, error, rejected, cancelled.",
+            ["batcher", "outcome"],
+            registry=registry,
+        )
         self._rejected = Counter(
-            REJECTED, "Rejected requests by reason: queue_full, budget, stopping.",
-            ["batcher", "reason"], registry=registry,
-        )  # fmt: skip
+            REJECTED,
+            "Rejected requests by reason: queue_full, budget, stopping.",
+            ["batcher", "reason"],
+            registry=registry,
+        )
         self._batch_tokens = Counter(
             BATCH_TOKENS,
             "Token positions in fired batches: real tokens, and padding up to each batch's "
@@ -112,9 +135,11 @@ class BatcherMetrics:
             registry=registry,
         )
         self._batches = Counter(
-            BATCHES, "Batches fired, by trigger: full, timeout, budget.",
-            ["batcher", "trigger"], registry=registry,
-        )  # fmt: skip
+            BATCHES,
+            "Batches fired, by trigger: full, timeout, budget.",
+            ["batcher", "trigger"],
+            registry=registry,
+        )
         self._max_batch_size = Gauge(
             MAX_BATCH_SIZE, "Configured maximum batch size.", label, registry=registry
         )

@@ -28,8 +28,12 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--config", required=True, metavar="FLEET_YAML",
-                        help="the exporter's config file (targets: and file_sd:)")  # fmt: skip
+    parser.add_argument(
+        "--config",
+        required=True,
+        metavar="FLEET_YAML",
+        help="the exporter's config file (targets: and file_sd:)",
+    )
     parser.add_argument("--output", metavar="PATH", help="write here instead of stdout")
     return parser
 

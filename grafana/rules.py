@@ -144,15 +144,24 @@ def latest(selector: str, config: Mapping) -> str:
     return f"last_over_time({selector}[{_seconds(config['saturation_hold_seconds'])}])"
 
 
-def _newest(aggregation: str, by: str, names: tuple[str, ...], matchers: str, config: Mapping,
-            combine: str = "") -> str:  # fmt: skip
+def _newest(
+    aggregation: str,
+    by: str,
+    names: tuple[str, ...],
+    matchers: str,
+    config: Mapping,
+    combine: str = "",
+) -> str:
     """`aggregation by (by)` of each name's newest samples (`latest`), the names combined
     with `combine` (" + " adds each name present to the first, " or " takes the first
     name present); the first name alone where the others are absent."""
     # Only series of scrape targets Prometheus still has (`up` is written at every scrape,
     # failed or not): a replaced instance's last sample is not summed beside its successor's.
-    parts = [f"{aggregation} by ({by}) ({latest(f'{name}{{{matchers}}}', config)}"
-             f" and on (job, instance) up)" for name in names]  # fmt: skip
+    parts = [
+        f"{aggregation} by ({by}) ({latest(f'{name}{{{matchers}}}', config)}"
+        f" and on (job, instance) up)"
+        for name in names
+    ]
     if len(parts) == 1:
         return parts[0]
     if combine == " or ":
@@ -183,8 +192,14 @@ def _templated(spec: AlertSpec, config: Mapping, holds: Mapping[str, float]) -> 
     return AlertWords.from_config(config, holds).texts(spec, "{{ $labels.target }}", value)
 
 
-def _alert(spec: AlertSpec, expr: str, config: Mapping, holds: Mapping[str, float],
-           hold_seconds: float | None = None, keep_firing_seconds: float = 0.0) -> dict:  # fmt: skip
+def _alert(
+    spec: AlertSpec,
+    expr: str,
+    config: Mapping,
+    holds: Mapping[str, float],
+    hold_seconds: float | None = None,
+    keep_firing_seconds: float = 0.0,
+) -> dict:
     """The rule for `spec`: held `hold_seconds` (the spec's hold by default; `holds`
     overrides it by name); once firing, kept firing `keep_firing_seconds` through
     evaluations whose expression came back empty."""
@@ -236,8 +251,10 @@ def exporter_alerts(config: Mapping, holds: Mapping[str, float] | None = None) -
     short ones).
     """
     holds = holds or {}
-    utilization, saturated = (latest(name, config) for name in
-                              ("batchscope_budget_utilization_ratio", "batchscope_budget_saturated"))  # fmt: skip
+    utilization, saturated = (
+        latest(name, config)
+        for name in ("batchscope_budget_utilization_ratio", "batchscope_budget_saturated")
+    )
     rules = [
         _alert(
             BUDGET_SATURATED,
@@ -270,13 +287,15 @@ def exporter_alerts(config: Mapping, holds: Mapping[str, float] | None = None) -
         # Prometheus writes `up` at every scrape, failed or not: one failure is one 0.
         _alert(
             EXPORTER_DOWN,
-            f"up{{{config['exporter_selector']}}} == 0 or absent(up{{{config['exporter_selector']}}})",
+            f"up{{{config['exporter_selector']}}} == 0 or "
+            f"absent(up{{{config['exporter_selector']}}})",
             config,
             holds,
         ),
         _alert(
             SCRAPES_SLOW,
-            f"{_worst('batchscope_scrape_duration_seconds', config)} > {config['slow_scrape_seconds']:g}",
+            f"{_worst('batchscope_scrape_duration_seconds', config)} > "
+            f"{config['slow_scrape_seconds']:g}",
             config,
             holds,
         ),

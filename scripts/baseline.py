@@ -36,8 +36,10 @@ def import_at(commit: str, *modules: str) -> list[ModuleType]:
     earlier name (BEFORE_PACKAGES) where the commit predates the packages."""
     archive = subprocess.run(
         ["git", "archive", "--format=tar", commit, "exporter"],
-        cwd=ROOT, capture_output=True, check=True,
-    ).stdout  # fmt: skip
+        cwd=ROOT,
+        capture_output=True,
+        check=True,
+    ).stdout
     folder = tempfile.mkdtemp(prefix="batchscope-baseline-")
     atexit.register(shutil.rmtree, folder, ignore_errors=True)
     with tarfile.open(fileobj=io.BytesIO(archive)) as tar:

@@ -51,14 +51,32 @@ ROOT = Path(__file__).resolve().parent.parent
 BATCHING_SCRIPT = ROOT / "scripts/bench_batching.py"
 # bench_batching.py's flags for a smoke run: fewer requests, one repetition.
 BATCHING_QUICK_ARGS = ("--requests", "64", "--repeat", "1")
-PACKAGES = ("batchscope", "aiohttp", "prometheus-client", "psutil", "PyYAML", "torch",
-            "streamlit", "plotly", "pandas")  # fmt: skip
+PACKAGES = (
+    "batchscope",
+    "aiohttp",
+    "prometheus-client",
+    "psutil",
+    "PyYAML",
+    "torch",
+    "streamlit",
+    "plotly",
+    "pandas",
+)
 BATCHER_SCRIPT = ROOT / "scripts/bench_batcher.py"
 ADVICE_SCRIPT = ROOT / "scripts/bench_advice.py"
 BENCHMARKS = (
-    "parser", "ingest", "evaluation", "render", "fleet", "prometheus", "fuzz", "batching",
-    "dashboard", "batcher", "advice",
-)  # fmt: skip
+    "parser",
+    "ingest",
+    "evaluation",
+    "render",
+    "fleet",
+    "prometheus",
+    "fuzz",
+    "batching",
+    "dashboard",
+    "batcher",
+    "advice",
+)
 # Run only when named with --only: the soak takes 30 minutes (--soak-minutes); the
 # overload needs the real vLLM of the end-to-end suite (`make vllm-env`), about 5 minutes.
 ON_REQUEST = ("soak", "overload")
@@ -150,8 +168,10 @@ def fuzz_section(quick: bool) -> str:
     print(f"fuzz: {seconds} s of atheris on the parser", file=sys.stderr, flush=True)
     done = subprocess.run(
         [sys.executable, str(FUZZ_SCRIPT), f"-max_total_time={seconds}", "-rss_limit_mb=2048"],
-        cwd=ROOT, capture_output=True, text=True,
-    )  # fmt: skip
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
     runs = [line for line in done.stderr.splitlines() if line.startswith("Done ")]
     verdict = "no crash" if done.returncode == 0 else f"FAILED (exit code {done.returncode})"
     return (

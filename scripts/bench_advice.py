@@ -81,10 +81,21 @@ def demo_server(*flags: str) -> Iterator[str]:
     port = free_port()
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "demo_server.cli", "--port", str(port), "--log-level", "warning",
-         *flags],
-        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "demo_server.cli",
+            "--port",
+            str(port),
+            "--log-level",
+            "warning",
+            *flags,
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 60
@@ -156,9 +167,13 @@ async def kv_phase(
 ) -> Phase:
     phase = Phase(name, cap, kv_tokens)
     exporter = Exporter(
-        Settings(targets=(Target("demo", f"{url}/metrics", engine="vllm", cap=cap),),
-                 interval_seconds=INTERVAL_S, window_seconds=WINDOW_S, timeout_seconds=1.0)
-    )  # fmt: skip
+        Settings(
+            targets=(Target("demo", f"{url}/metrics", engine="vllm", cap=cap),),
+            interval_seconds=INTERVAL_S,
+            window_seconds=WINDOW_S,
+            timeout_seconds=1.0,
+        )
+    )
     counters: list[tuple[float, float, float]] = []  # (t, generated tokens, busy steps)
 
     def on_sample(text: str, t: float) -> None:
@@ -171,12 +186,19 @@ async def kv_phase(
 
     def make_load(session: aiohttp.ClientSession):
         return loadgen.run_rate(
-            session, url, "completions", args.rate, args.phase_seconds, seed=args.seed,
-            max_tokens=(args.max_tokens,), concurrency_limit=args.in_flight,
-        )  # fmt: skip
+            session,
+            url,
+            "completions",
+            args.rate,
+            args.phase_seconds,
+            seed=args.seed,
+            max_tokens=(args.max_tokens,),
+            concurrency_limit=args.in_flight,
+        )
 
-    _, signals = await drive(url, exporter, args.phase_seconds, args.warmup_seconds,
-                             make_load, on_sample)  # fmt: skip
+    _, signals = await drive(
+        url, exporter, args.phase_seconds, args.warmup_seconds, make_load, on_sample
+    )
     if len(counters) >= 2:
         (t0, n0, s0), (t1, n1, s1) = counters[0], counters[-1]
         phase.tokens_per_s = (n1 - n0) / (t1 - t0)
@@ -185,9 +207,12 @@ async def kv_phase(
         series = engine_series(signals, "vllm")
         phase.advice = advice_numbers(series)
         phase.summary = series.advice.summary
-    print(f"{name}: running {phase.sampled_running} (n={len(phase.running)}), "
-          f"{phase.tokens_per_s:.0f} tokens/s, {phase.tokens_per_step:.2f} tokens/step, "
-          f"advice {phase.advice}", file=sys.stderr)  # fmt: skip
+    print(
+        f"{name}: running {phase.sampled_running} (n={len(phase.running)}), "
+        f"{phase.tokens_per_s:.0f} tokens/s, {phase.tokens_per_step:.2f} tokens/step, "
+        f"advice {phase.advice}",
+        file=sys.stderr,
+    )
     return phase
 
 
@@ -227,16 +252,22 @@ class BatcherRun:
 
 async def batcher_run(url: str, name: str, settings: tuple[int, float], args) -> BatcherRun:
     exporter = Exporter(
-        Settings(targets=(Target("demo", f"{url}/metrics", budget_seconds=args.budget_ms / 1000),),
-                 interval_seconds=INTERVAL_S, window_seconds=WINDOW_S, timeout_seconds=1.0)
-    )  # fmt: skip
+        Settings(
+            targets=(Target("demo", f"{url}/metrics", budget_seconds=args.budget_ms / 1000),),
+            interval_seconds=INTERVAL_S,
+            window_seconds=WINDOW_S,
+            timeout_seconds=1.0,
+        )
+    )
 
     def make_load(session: aiohttp.ClientSession):
-        return loadgen.run_rate(session, url, "embeddings", args.embed_rate, args.phase_seconds,
-                                seed=args.seed)  # fmt: skip
+        return loadgen.run_rate(
+            session, url, "embeddings", args.embed_rate, args.phase_seconds, seed=args.seed
+        )
 
-    result, signals = await drive(url, exporter, args.phase_seconds, args.phase_seconds,
-                                  make_load, lambda text, t: None)  # fmt: skip
+    result, signals = await drive(
+        url, exporter, args.phase_seconds, args.phase_seconds, make_load, lambda text, t: None
+    )
     run = BatcherRun(name, settings[0], settings[1], args.embed_rate, result.p99_ms, result.ok)
     if signals is not None:
         series = engine_series(signals, "inhouse")
@@ -244,23 +275,35 @@ async def batcher_run(url: str, name: str, settings: tuple[int, float], args) ->
         run.summary = series.advice.summary
         if series.latency_seconds is not None:
             run.server_p99_ms = series.latency_seconds * 1000
-    print(f"{name}: p99 {result.p99_ms} ms (server {run.server_p99_ms} ms), ok {result.ok}, "
-          f"advice {run.advice}",
-          file=sys.stderr)  # fmt: skip
+    print(
+        f"{name}: p99 {result.p99_ms} ms (server {run.server_p99_ms} ms), ok {result.ok}, "
+        f"advice {run.advice}",
+        file=sys.stderr,
+    )
     return run
 
 
 async def batcher_check(args: argparse.Namespace) -> list[BatcherRun]:
     """A fixed pair wrong for the traffic, then the advised pair, at the same rate."""
     first = (args.embed_max_batch, args.embed_max_wait_ms)
-    flags = ["--device", "sim:h200", "--embed-batching", "fixed",
-             "--max-batch-size", str(first[0]), "--max-wait-ms", str(first[1])]  # fmt: skip
+    flags = [
+        "--device",
+        "sim:h200",
+        "--embed-batching",
+        "fixed",
+        "--max-batch-size",
+        str(first[0]),
+        "--max-wait-ms",
+        str(first[1]),
+    ]
     with demo_server(*flags) as url:
         before = await batcher_run(url, "as configured", first, args)
         if "advised_max_batch_size" not in before.advice:
             return [before]
-        pair = (int(before.advice["advised_max_batch_size"]),
-                before.advice["advised_max_wait_seconds"] * 1000)  # fmt: skip
+        pair = (
+            int(before.advice["advised_max_batch_size"]),
+            before.advice["advised_max_wait_seconds"] * 1000,
+        )
         await post_admin(url, max_batch_size=pair[0], max_wait_ms=pair[1])
         after = await batcher_run(url, "advised pair", pair, args)
     return [before, after]
@@ -285,25 +328,32 @@ def kv_markdown(phases: Sequence[Phase], args: argparse.Namespace) -> str:
         "",
         "## KV cache: sustainable concurrency, the cap, the memory",
         "",
-        "| phase | cap | KV tokens | running per step | running sampled | tokens/s | advised sustainable | advice |",
+        "| phase | cap | KV tokens | running per step | running sampled | tokens/s | advised "
+        "sustainable | advice |",
         "|---|---|---|---|---|---|---|---|",
-    ]  # fmt: skip
+    ]
     for p in phases:
         lines.append(
             f"| {p.name} | {p.cap} | {p.kv_cache_tokens} | {p.tokens_per_step:.2f} | "
-            f"{p.sampled_running:.2f} | {p.tokens_per_s:.0f} | {p.advice.get('sustainable_concurrency', math.nan):.2f} | "
+            f"{p.sampled_running:.2f} | {p.tokens_per_s:.0f} | "
+            f"{p.advice.get('sustainable_concurrency', math.nan):.2f} | "
             f"{p.summary} |"
         )
     error = abs(sustainable - small.tokens_per_step) / small.tokens_per_step
-    lines += ["", f"- Advised sustainable concurrency {sustainable:.2f} vs the running batch "
-              f"the server settled at, {small.tokens_per_step:.2f} per step: {error:.1%} apart "
-              "(target: within 10%)."]  # fmt: skip
+    lines += [
+        "",
+        f"- Advised sustainable concurrency {sustainable:.2f} vs the running batch "
+        f"the server settled at, {small.tokens_per_step:.2f} per step: {error:.1%} apart "
+        "(target: within 10%).",
+    ]
     if len(phases) >= 2:
         raised = phases[1]
-        lines.append(f"- Cap raised to {raised.cap}: tokens per step "
-                     f"x{raised.tokens_per_step / small.tokens_per_step:.2f}, tokens/s "
-                     f"x{raised.tokens_per_s / small.tokens_per_s:.2f} (the advice said it would "
-                     "not help).")  # fmt: skip
+        lines.append(
+            f"- Cap raised to {raised.cap}: tokens per step "
+            f"x{raised.tokens_per_step / small.tokens_per_step:.2f}, tokens/s "
+            f"x{raised.tokens_per_s / small.tokens_per_s:.2f} (the advice said it would "
+            "not help)."
+        )
     if len(phases) >= 3:
         given = phases[2]
         lines.append(
@@ -327,14 +377,17 @@ def batcher_markdown(runs: Sequence[BatcherRun], args: argparse.Namespace) -> st
         "`batchscope_batcher_request_latency_seconds` over its window, what the budget is held "
         "against; p99 (client): the load generator's, HTTP included.",
         "",
-        "| run | max_batch_size | max_wait | ok | p99 (batcher) | p99 (client) | within budget | advice |",
+        "| run | max_batch_size | max_wait | ok | p99 (batcher) | p99 (client) | within budget | "
+        "advice |",
         "|---|---|---|---|---|---|---|---|",
-    ]  # fmt: skip
+    ]
     for r in runs:
         within = r.server_p99_ms is not None and r.server_p99_ms <= args.budget_ms
-        lines.append(f"| {r.name} | {r.max_batch_size} | {r.max_wait_ms:.1f} ms | {r.ok} | "
-                     f"{_ms(r.server_p99_ms)} | {_ms(r.p99_ms)} | {'yes' if within else 'no'} | "
-                     f"{r.summary} |")  # fmt: skip
+        lines.append(
+            f"| {r.name} | {r.max_batch_size} | {r.max_wait_ms:.1f} ms | {r.ok} | "
+            f"{_ms(r.server_p99_ms)} | {_ms(r.p99_ms)} | {'yes' if within else 'no'} | "
+            f"{r.summary} |"
+        )
     return "\n".join(lines) + "\n"
 
 

@@ -210,12 +210,19 @@ def seed001_in_process(quick: bool) -> dict[str, Any]:
     light: dict[str, list[Run]] = {"fixed": [], "adaptive": []}
     for repeat in range(repeats):
         for label, settings in (("fixed", FIXED), ("adaptive", ADAPTIVE)):
-            print(f"seed 001 in-process at 10% load: {label}, repetition {repeat + 1}",
-                  file=sys.stderr, flush=True)  # fmt: skip
+            print(
+                f"seed 001 in-process at 10% load: {label}, repetition {repeat + 1}",
+                file=sys.stderr,
+                flush=True,
+            )
             run = offer(model, settings, light_rate, light_seconds, 100 + repeat, label)
             light[label].append(asyncio.run(run))
-    return {"sweep": sweep, "fixed_peak": fixed_peak, "adaptive_peak": adaptive_peak,
-            "light": light}  # fmt: skip
+    return {
+        "sweep": sweep,
+        "fixed_peak": fixed_peak,
+        "adaptive_peak": adaptive_peak,
+        "light": light,
+    }
 
 
 def serve(settings: BatcherSettings) -> tuple[subprocess.Popen[bytes], str]:
@@ -224,11 +231,24 @@ def serve(settings: BatcherSettings) -> tuple[subprocess.Popen[bytes], str]:
     port = free_port()
     ms = settings.as_ms()
     args = [
-        sys.executable, "-m", "demo_server.cli", "--port", str(port), "--device", "sim:h200",
-        "--embed-batching", settings.mode, "--max-batch-size", str(settings.max_batch_size),
-        "--max-wait-ms", str(ms["max_wait_ms"]), "--latency-budget-ms",
-        str(ms["latency_budget_ms"]), "--log-level", "warning",
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "demo_server.cli",
+        "--port",
+        str(port),
+        "--device",
+        "sim:h200",
+        "--embed-batching",
+        settings.mode,
+        "--max-batch-size",
+        str(settings.max_batch_size),
+        "--max-wait-ms",
+        str(ms["max_wait_ms"]),
+        "--latency-budget-ms",
+        str(ms["latency_budget_ms"]),
+        "--log-level",
+        "warning",
+    ]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     process = subprocess.Popen(args, cwd=ROOT, env=env, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
@@ -256,14 +276,20 @@ def seed001_http(quick: bool) -> dict[str, Any]:
     try:
         for repeat in range(repeats):
             for label, _ in modes:
-                print(f"seed 001 over HTTP: {label} at {HTTP_RATE:g} req/s, repetition "
-                      f"{repeat + 1}", file=sys.stderr, flush=True)  # fmt: skip
+                print(
+                    f"seed 001 over HTTP: {label} at {HTTP_RATE:g} req/s, repetition {repeat + 1}",
+                    file=sys.stderr,
+                    flush=True,
+                )
                 url = servers[label][1]
                 run = loadgen.sweep(url, "embeddings", [HTTP_RATE], seconds, seed=7 + repeat)
                 light[label] += asyncio.run(run)
         for label, _ in modes:
-            print(f"seed 001 over HTTP: {label} at {HTTP_BUSY_RATE:g} req/s",
-                  file=sys.stderr, flush=True)  # fmt: skip
+            print(
+                f"seed 001 over HTTP: {label} at {HTTP_BUSY_RATE:g} req/s",
+                file=sys.stderr,
+                flush=True,
+            )
             run = loadgen.sweep(
                 servers[label][1], "embeddings", [HTTP_BUSY_RATE], HTTP_BUSY_SECONDS[quick], seed=7
             )
@@ -287,8 +313,11 @@ def seed000_sweep(quick: bool) -> list[tuple[str, float, Run]]:
         for wait_ms in SWEEP_WAITS_MS:
             settings = BatcherSettings(max_batch_size=32, max_wait_seconds=wait_ms / 1000.0)
             for rate in SWEEP_RATES:
-                print(f"seed 000 sweep: {device_name} wait {wait_ms:g} ms at {rate}/s",
-                      file=sys.stderr, flush=True)  # fmt: skip
+                print(
+                    f"seed 000 sweep: {device_name} wait {wait_ms:g} ms at {rate}/s",
+                    file=sys.stderr,
+                    flush=True,
+                )
                 run = asyncio.run(offer(model, settings, rate, seconds, rate, f"{wait_ms:g} ms"))
                 rows.append((device_name, wait_ms, run))
     return rows
@@ -307,11 +336,15 @@ def sweep_chart(rows: Sequence[tuple[str, float, Run]], stem: Path) -> list[str]
             runs = [r for d, w, r in rows if d == device and w == wait]
             for q, dash in ((50, "dot"), (99, "solid")):
                 figure.add_trace(
-                    go.Scatter(x=[r.rate for r in runs], y=[r.p(q) for r in runs],
-                               name=f"{device} max_wait {wait:g} ms p{q}",
-                               line={"dash": dash}),
-                    row=1, col=col,
-                )  # fmt: skip
+                    go.Scatter(
+                        x=[r.rate for r in runs],
+                        y=[r.p(q) for r in runs],
+                        name=f"{device} max_wait {wait:g} ms p{q}",
+                        line={"dash": dash},
+                    ),
+                    row=1,
+                    col=col,
+                )
     figure.update_xaxes(title_text="offered rate (req/s)", type="log")
     figure.update_yaxes(title_text="latency (ms)", type="log")
     figure.update_layout(width=1400, height=520, title="seed 000: latency vs rate by max_wait")
@@ -335,8 +368,9 @@ def sweep_chart(rows: Sequence[tuple[str, float, Run]], stem: Path) -> list[str]
 class SeedBatcher:
     """Seed 000's plain asyncio Batcher, as printed there."""
 
-    def __init__(self, predict: Callable[[list[str]], list[Any]], max_size: int = 32,
-                 max_wait: float = 0.005) -> None:  # fmt: skip
+    def __init__(
+        self, predict: Callable[[list[str]], list[Any]], max_size: int = 32, max_wait: float = 0.005
+    ) -> None:
         self.predict = predict
         self.max_size = max_size
         self.max_wait = max_wait
@@ -381,8 +415,12 @@ async def seed_rate(requests: int) -> float:
 
 async def ours_rate(requests: int) -> float:
     metrics = BatcherMetrics("bench", max_batch_size=32, registry=CollectorRegistry())
-    batcher = Batcher(instant, settings=BatcherSettings(max_batch_size=32,
-                      max_wait_seconds=0.005), max_queue=requests, metrics=metrics)  # fmt: skip
+    batcher = Batcher(
+        instant,
+        settings=BatcherSettings(max_batch_size=32, max_wait_seconds=0.005),
+        max_queue=requests,
+        metrics=metrics,
+    )
     await batcher.start()
     started = time.perf_counter()
     await asyncio.gather(*(batcher.submit([TEXT]) for _ in range(requests)))
@@ -433,8 +471,10 @@ def light_load_lines(light: dict[str, list[Run]]) -> list[str]:
         "|---:|---:|---:|---:|---:|",
     ]
     for i, (fixed, adaptive) in enumerate(zip(light["fixed"], light["adaptive"], strict=True)):
-        lines.append(f"| {i + 1} | {len(adaptive.latencies_ms):,} | {_ms(fixed.p(99))} | "
-                     f"{_ms(adaptive.p(99))} | {_ratio(adaptive.p(99), fixed.p(99)):.2f}x |")  # fmt: skip
+        lines.append(
+            f"| {i + 1} | {len(adaptive.latencies_ms):,} | {_ms(fixed.p(99))} | "
+            f"{_ms(adaptive.p(99))} | {_ratio(adaptive.p(99), fixed.p(99)):.2f}x |"
+        )
     return lines + [""]
 
 
@@ -447,19 +487,28 @@ def http_light_lines(light: dict[str, list[loadgen_report.RunResult]]) -> list[s
         "|---|---:|---:|---:|---:|",
     ]
     for i, (fixed, adaptive) in enumerate(zip(light["fixed"], light["adaptive"], strict=True)):
-        lines.append(f"| {i + 1} | {fixed.ok} / {adaptive.ok} | {_ms(fixed.p99_ms)} | "
-                     f"{_ms(adaptive.p99_ms)} | {_ratio(adaptive.p99_ms, fixed.p99_ms):.2f}x |")  # fmt: skip
+        lines.append(
+            f"| {i + 1} | {fixed.ok} / {adaptive.ok} | {_ms(fixed.p99_ms)} | "
+            f"{_ms(adaptive.p99_ms)} | {_ratio(adaptive.p99_ms, fixed.p99_ms):.2f}x |"
+        )
     fixed_all, adaptive_all = _pooled(light["fixed"]), _pooled(light["adaptive"])
     fixed_p99 = loadgen_report.percentile(fixed_all, 99)
     adaptive_p99 = loadgen_report.percentile(adaptive_all, 99)
-    lines.append(f"| pooled | {len(fixed_all):,} / {len(adaptive_all):,} | {_ms(fixed_p99)} | "
-                 f"{_ms(adaptive_p99)} | {_ratio(adaptive_p99, fixed_p99):.2f}x |")  # fmt: skip
+    lines.append(
+        f"| pooled | {len(fixed_all):,} / {len(adaptive_all):,} | {_ms(fixed_p99)} | "
+        f"{_ms(adaptive_p99)} | {_ratio(adaptive_p99, fixed_p99):.2f}x |"
+    )
     return lines + [""]
 
 
-def markdown(one: dict[str, Any], http_runs: dict[str, Any],
-             sweep: list[tuple[str, float, Run]], charts: list[str],
-             over: dict[str, list[float]], command: str) -> str:  # fmt: skip
+def markdown(
+    one: dict[str, Any],
+    http_runs: dict[str, Any],
+    sweep: list[tuple[str, float, Run]],
+    charts: list[str],
+    over: dict[str, list[float]],
+    command: str,
+) -> str:
     fixed_peak, adaptive_peak = one["fixed_peak"], one["adaptive_peak"]
     light = one["light"]
     light_fixed_p99 = statistics.median(r.p(99) or 0.0 for r in light["fixed"])
@@ -541,8 +590,9 @@ def markdown(one: dict[str, Any], http_runs: dict[str, Any],
         "| offered req/s | fixed | adaptive |",
         "|---:|---|---|",
     ]
-    for fixed_run, adaptive_run in zip(one["sweep"]["fixed"], one["sweep"]["adaptive"],
-                                       strict=True):  # fmt: skip
+    for fixed_run, adaptive_run in zip(
+        one["sweep"]["fixed"], one["sweep"]["adaptive"], strict=True
+    ):
         cells = [
             f"{r.throughput:,.0f}/s, p99 {_ms(r.p(99))}, {r.rejected} refused"
             for r in (fixed_run, adaptive_run)

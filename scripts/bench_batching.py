@@ -313,9 +313,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--torch-threads", type=int, default=1)
     parser.add_argument(
-        "--report-only", action="store_true",
+        "--report-only",
+        action="store_true",
         help="exit 0 whether or not the throughput target is met (a smoke run on a busy machine)",
-    )  # fmt: skip
+    )
     parser.add_argument(
         "--output",
         default=None,
@@ -345,7 +346,8 @@ def main(argv: list[str] | None = None) -> int:
     report = [
         "# Benchmark: static vs continuous batching (demo server)",
         "",
-        f"Command: `{command.strip()}`. Date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.",
+        f"Command: `{command.strip()}`. Date: "
+        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.",
         "",
         f"Machine: {machine()}.",
         "",

@@ -1,6 +1,7 @@
 """Dashboard benchmark: server-side time to build the Live page for a fleet with history.
 
-A real exporter app (exporter.serve.app.create_app), in its own process, serves 10 targets, each with one hour
+A real exporter app (exporter.serve.app.create_app), in its own process, serves 10 targets, each
+with one hour
 of history at a 5 s interval (720 points), built by the exporter's own ingest from a
 real vLLM 0.32 payload. Streamlit's AppTest runs the Live page against it: fetching the
 signals and every target's history over HTTP, building the frames, the fleet table and
@@ -71,7 +72,7 @@ def fleet_with_history(targets: int, points: int) -> Exporter:
                 engine="vllm",
                 cap=256,
                 budget_seconds=2.0,
-            )  # fmt: skip
+            )
             for i in range(targets)
         ),
         interval_seconds=INTERVAL_SECONDS,

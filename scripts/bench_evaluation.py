@@ -10,7 +10,8 @@ hold the same values, field by field.
 
 The snapshots are the real vLLM 0.32 payload (`tests/fixtures/vllm-0.32.0-cpu-load.txt`)
 as `scripts/fleet_sim.py` varies it, counters growing and gauges moving on every scrape,
-read with `read_series` as the exporter reads them, 5 s apart, into the default 60 s window (13 scrapes), with the
+read with `read_series` as the exporter reads them, 5 s apart, into the default 60 s window (13
+scrapes), with the
 fleet benchmark's target settings (engine vllm, cap 256, budget 1 s). Variants: the
 payload's one model series, and two model series in one target (the total then merges
 them on every scrape).
@@ -105,8 +106,9 @@ def compare(variant: str, snapshots: list[Snapshot], warmup: int, old_code) -> C
                 times.append(time.perf_counter() - started)
         identical = identical and signal_values(outputs[0]) == signal_values(outputs[1])
     in_window = len(new_state.window.snapshots())
-    return Comparison(f"{variant} ({in_window} scrapes in window)", BASELINE, new_times,
-                      old_times, identical)  # fmt: skip
+    return Comparison(
+        f"{variant} ({in_window} scrapes in window)", BASELINE, new_times, old_times, identical
+    )
 
 
 def run(quick: bool = False) -> list[Comparison]:

@@ -166,10 +166,17 @@ def start_simulator(plan: FleetPlan, stack: contextlib.ExitStack) -> tuple[psuti
     # Enough bodies that counters keep growing through warm-up, the rounds and some slack.
     variants = plan.rounds + 4
     sim = subprocess.Popen(
-        [sys.executable, str(SIMULATOR), "--targets", str(plan.targets),
-         "--variants", str(variants)],
-        stdout=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            str(SIMULATOR),
+            "--targets",
+            str(plan.targets),
+            "--variants",
+            str(variants),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     stack.callback(_stop, sim)
     line = sim.stdout.readline() if sim.stdout else ""
     if not line.startswith("listening on "):
@@ -266,17 +273,31 @@ def run(quick: bool = False) -> FleetResult:
         config = _write_config(Path(tmp), plan, address)
         port = free_port()
         exporter_proc = subprocess.Popen(
-            [sys.executable, "-m", "exporter.cli", "--config", str(config),
-             "--interval", f"{plan.interval_seconds:g}", "--listen", f"127.0.0.1:{port}",
-             "--log-level", "warning"],
+            [
+                sys.executable,
+                "-m",
+                "exporter.cli",
+                "--config",
+                str(config),
+                "--interval",
+                f"{plan.interval_seconds:g}",
+                "--listen",
+                f"127.0.0.1:{port}",
+                "--log-level",
+                "warning",
+            ],
             cwd=ROOT,
-        )  # fmt: skip
+        )
         stack.callback(_stop, exporter_proc)
         base = f"http://127.0.0.1:{port}"
         cpu = CpuLog(psutil.Process(exporter_proc.pid), simulator)
         launched = time.time()
-        _wait(time.monotonic() + STARTUP_TIMEOUT_SECONDS, cpu, exporter_proc,
-              lambda: _rounds_seen(base) >= 1)  # fmt: skip
+        _wait(
+            time.monotonic() + STARTUP_TIMEOUT_SECONDS,
+            cpu,
+            exporter_proc,
+            lambda: _rounds_seen(base) >= 1,
+        )
         print("fleet: warm-up round started", file=sys.stderr, flush=True)
         probes: list[Probe] = []
         errors: list[str] = []
@@ -289,8 +310,12 @@ def run(quick: bool = False) -> FleetResult:
         try:
             # Round rounds + 1 starting closes the last measured round.
             deadline = time.monotonic() + (plan.rounds + 2) * plan.interval_seconds
-            _wait(deadline + OVERRUN_SECONDS, cpu, exporter_proc,
-                  lambda: _rounds_seen(base) >= plan.rounds + 2)  # fmt: skip
+            _wait(
+                deadline + OVERRUN_SECONDS,
+                cpu,
+                exporter_proc,
+                lambda: _rounds_seen(base) >= plan.rounds + 2,
+            )
         finally:
             stop.set()
             prober.join()
@@ -307,10 +332,16 @@ def run(quick: bool = False) -> FleetResult:
         )
         other_cpu = machine_cpu - exporter_cpu - simulator_cpu - benchmark_cpu
         rounds.append(
-            Round(exporter_cpu, simulator_cpu, benchmark_cpu, other_cpu,
-                  duration=spans[k][1] - spans[k][0],
-                  cycle=spans[k + 1][0] - spans[k][0], up=up[k])
-        )  # fmt: skip
+            Round(
+                exporter_cpu,
+                simulator_cpu,
+                benchmark_cpu,
+                other_cpu,
+                duration=spans[k][1] - spans[k][0],
+                cycle=spans[k + 1][0] - spans[k][0],
+                up=up[k],
+            )
+        )
         print(f"fleet: round {k}: exporter {exporter_cpu:.2f} CPU-s", file=sys.stderr)
     warmup_seconds = spans[0][1] - launched
     return FleetResult(plan, rounds, probes, spans, warmup_seconds, rss, load_before)
@@ -324,21 +355,34 @@ def markdown(result: FleetResult) -> str:
     exporter_cpu = [r.exporter_cpu for r in rounds]
     worst_up = min([r.up for r in rounds] + [p.up for p in probes])
     measures = [
-        ("exporter CPU per round, median (min - max)",
-         f"{result.cpu_per_round:.2f} CPU-s ({min(exporter_cpu):.2f} - {max(exporter_cpu):.2f})"),
+        (
+            "exporter CPU per round, median (min - max)",
+            f"{result.cpu_per_round:.2f} CPU-s ({min(exporter_cpu):.2f} - {max(exporter_cpu):.2f})",
+        ),
         ("exporter CPU per round, mean", f"{result.cpu_per_round_mean:.2f} CPU-s"),
-        (f"fraction of one core at a {interval:g} s interval, median (mean)",
-         f"{result.cpu_per_round / interval:.2f} ({result.cpu_per_round_mean / interval:.2f})"),
-        (f"target: <= {budget:g} CPU-s per round ({TARGET_CORE_FRACTION:g} core), median and mean",
-         "met" if result.meets_target else "missed"),
-        ("simulator CPU per round, median",
-         f"{statistics.median(r.simulator_cpu for r in rounds):.2f} CPU-s"),
-        ("targets up in every measured round and probe",
-         f"{'yes' if result.all_up else 'NO'} ({worst_up} of {plan.targets} at worst)"),
-        ("round duration (first to last target evaluated), median (max)",
-         f"{statistics.median(r.duration for r in rounds):.2f} s "
-         f"({max(r.duration for r in rounds):.2f} s)"),
-    ]  # fmt: skip
+        (
+            f"fraction of one core at a {interval:g} s interval, median (mean)",
+            f"{result.cpu_per_round / interval:.2f} ({result.cpu_per_round_mean / interval:.2f})",
+        ),
+        (
+            f"target: <= {budget:g} CPU-s per round ({TARGET_CORE_FRACTION:g} core), median and "
+            "mean",
+            "met" if result.meets_target else "missed",
+        ),
+        (
+            "simulator CPU per round, median",
+            f"{statistics.median(r.simulator_cpu for r in rounds):.2f} CPU-s",
+        ),
+        (
+            "targets up in every measured round and probe",
+            f"{'yes' if result.all_up else 'NO'} ({worst_up} of {plan.targets} at worst)",
+        ),
+        (
+            "round duration (first to last target evaluated), median (max)",
+            f"{statistics.median(r.duration for r in rounds):.2f} s "
+            f"({max(r.duration for r in rounds):.2f} s)",
+        ),
+    ]
     for endpoint, seconds in (
         ("/metrics", "metrics_seconds"),
         ("/api/v1/signals", "signals_seconds"),
@@ -353,9 +397,11 @@ def markdown(result: FleetResult) -> str:
             measures.append((f"{endpoint} latency {when}, median", shown))
     if probes:
         measures.append(
-            ("/metrics and /api/v1/signals body sizes",
-             f"{probes[-1].metrics_bytes / 1e6:.2f} MB, {probes[-1].signals_bytes / 1e6:.2f} MB")
-        )  # fmt: skip
+            (
+                "/metrics and /api/v1/signals body sizes",
+                f"{probes[-1].metrics_bytes / 1e6:.2f} MB, {probes[-1].signals_bytes / 1e6:.2f} MB",
+            )
+        )
     measures.append(
         ("exporter resident memory at the end", f"{result.exporter_rss_bytes / 2**20:.0f} MiB")
     )

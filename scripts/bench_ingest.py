@@ -114,13 +114,21 @@ def run(quick: bool = False) -> tuple[list[Comparison], dict]:
 
     comparisons = [
         variant("(a) load payload, histogram e2e, warm", [load], HISTOGRAM, cold=False),
-        variant(f"(b) fleet_sim: {len(fleet)} payloads of {FLEET_TARGETS} targets, warm",
-                fleet, HISTOGRAM, cold=False),
+        variant(
+            f"(b) fleet_sim: {len(fleet)} payloads of {FLEET_TARGETS} targets, warm",
+            fleet,
+            HISTOGRAM,
+            cold=False,
+        ),
         variant("(c) load payload, every latency histogram, warm", [load], None, cold=False),
         variant("(d) load payload, histogram e2e, cold caches", [load], HISTOGRAM, cold=True),
-        variant(f"(e) every vLLM fixture ({len(fixtures)}), histogram e2e, warm",
-                list(fixtures.values()), HISTOGRAM, cold=False),
-    ]  # fmt: skip
+        variant(
+            f"(e) every vLLM fixture ({len(fixtures)}), histogram e2e, warm",
+            list(fixtures.values()),
+            HISTOGRAM,
+            cold=False,
+        ),
+    ]
     per_variant = [1, len(fleet), 1, 1, len(fixtures)]
     return comparisons, {"repetitions": repetitions, "payloads": per_variant}
 
@@ -140,7 +148,8 @@ def markdown(comparisons: list[Comparison], facts: dict) -> str:
         "times below are per payload. Warm: the parser's caches kept, as when the "
         "exporter scrapes the same servers again (from the second repetition on, each "
         "payload's layout has its plan); cold: cleared before every "
-        "repetition (outside the timing), so no layout is known and none has a plan. fleet_sim payloads: each target serves its "
+        "repetition (outside the timing), so no layout is known and none has a plan. fleet_sim "
+        "payloads: each target serves its "
         "own model name, with counters that grow and gauges that move on every scrape. "
         "Identical: equal series, field by field, on every payload of the variant.",
         "",

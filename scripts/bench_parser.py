@@ -1,4 +1,5 @@
-"""Parser benchmark: `exporter.ingest.promtext` against `prometheus_client.parser` on a real payload.
+"""Parser benchmark: `exporter.ingest.promtext` against `prometheus_client.parser` on a real
+payload.
 
 Both parse the 53 KB vLLM 0.32 `/metrics` payload in the same process, in interleaved
 repetitions (the order swaps every repetition, so neither always runs on a warmer
@@ -135,23 +136,47 @@ def run(quick: bool = False) -> tuple[list[Comparison], dict[str, int]]:
         return compare(name, reference, fast, slow, repetitions, identical, prepare)
 
     comparisons = [
-        variant("(a) selective read, cold label cache", "parse all + filter",
-                lambda: promtext.parse(text, families),
-                lambda: reference_selected(text, names), selective_same, cold=True),
-        variant("(b) selective read, warm label cache", "parse all + filter",
-                lambda: promtext.parse(text, families),
-                lambda: reference_selected(text, names), selective_same, cold=False),
-        variant("(c) full parse, cold label cache", "parse all",
-                lambda: promtext.parse(text), lambda: reference_samples(text),
-                full_same, cold=True),
-        variant("(d) read_series(text, 'vllm'), warm", "parse all + filter + vllm.to_series",
-                lambda: read_series(text, "vllm"),
-                lambda: vllm.to_series(group_by_name(reference_selected(text, names))),
-                adapter_same, cold=False),
-        variant("(e) full parse, warm label cache", "parse all",
-                lambda: promtext.parse(text), lambda: reference_samples(text),
-                full_same, cold=False),
-    ]  # fmt: skip
+        variant(
+            "(a) selective read, cold label cache",
+            "parse all + filter",
+            lambda: promtext.parse(text, families),
+            lambda: reference_selected(text, names),
+            selective_same,
+            cold=True,
+        ),
+        variant(
+            "(b) selective read, warm label cache",
+            "parse all + filter",
+            lambda: promtext.parse(text, families),
+            lambda: reference_selected(text, names),
+            selective_same,
+            cold=False,
+        ),
+        variant(
+            "(c) full parse, cold label cache",
+            "parse all",
+            lambda: promtext.parse(text),
+            lambda: reference_samples(text),
+            full_same,
+            cold=True,
+        ),
+        variant(
+            "(d) read_series(text, 'vllm'), warm",
+            "parse all + filter + vllm.to_series",
+            lambda: read_series(text, "vllm"),
+            lambda: vllm.to_series(group_by_name(reference_selected(text, names))),
+            adapter_same,
+            cold=False,
+        ),
+        variant(
+            "(e) full parse, warm label cache",
+            "parse all",
+            lambda: promtext.parse(text),
+            lambda: reference_samples(text),
+            full_same,
+            cold=False,
+        ),
+    ]
     clear_cache()
     payload = {
         "bytes": len(text.encode()),
@@ -175,7 +200,8 @@ def markdown(comparisons: list[Comparison], payload: dict[str, int]) -> str:
         f"{payload['repetitions']} interleaved repetitions per variant, one call each, "
         "same process; medians. prometheus_client has no selective mode, so its side of "
         "(a), (b) and (d) parses everything and keeps the same families "
-        "(`promtext.wanted_names`). Cold: the parser's caches of label sets and layouts (`promtext.clear_caches`) cleared before every "
+        "(`promtext.wanted_names`). Cold: the parser's caches of label sets and layouts "
+        "(`promtext.clear_caches`) cleared before every "
         "call (outside the timing); warm: kept, as when the exporter scrapes the same "
         "server again. Identical: same names, labels, values and timestamps in the same "
         "order ((d): equal snapshots when the adapter is fed prometheus_client's samples).",

@@ -139,26 +139,46 @@ def run(quick: bool = False) -> Result:
         _, address = start_simulator(FleetPlan(plan.targets, rounds, plan.interval_seconds), stack)
         exporter_port, prometheus_port = free_port(), free_port()
         prom = subprocess.Popen(
-            [prometheus, f"--config.file={_prometheus_config(folder, plan, address)}",
-             f"--storage.tsdb.path={folder / 'data'}",
-             f"--web.listen-address=127.0.0.1:{prometheus_port}", "--log.level=warn"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )  # fmt: skip
+            [
+                prometheus,
+                f"--config.file={_prometheus_config(folder, plan, address)}",
+                f"--storage.tsdb.path={folder / 'data'}",
+                f"--web.listen-address=127.0.0.1:{prometheus_port}",
+                "--log.level=warn",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         stack.callback(_stop, prom)
         exporter = subprocess.Popen(
-            [sys.executable, "-m", "exporter.cli",
-             "--config", str(_write_config(folder, FleetPlan(plan.targets, 1, 5.0), address)),
-             "--interval", f"{plan.interval_seconds:g}",
-             "--listen", f"127.0.0.1:{exporter_port}", "--log-level", "warning"],
+            [
+                sys.executable,
+                "-m",
+                "exporter.cli",
+                "--config",
+                str(_write_config(folder, FleetPlan(plan.targets, 1, 5.0), address)),
+                "--interval",
+                f"{plan.interval_seconds:g}",
+                "--listen",
+                f"127.0.0.1:{exporter_port}",
+                "--log-level",
+                "warning",
+            ],
             cwd=ROOT,
-        )  # fmt: skip
+        )
         stack.callback(_stop, exporter)
         exporter_base = f"http://127.0.0.1:{exporter_port}"
         prometheus_base = f"http://127.0.0.1:{prometheus_port}"
-        _wait(lambda: _prometheus_up(prometheus_base) == plan.targets, "Prometheus: all up",
-              [prom, exporter])  # fmt: skip
-        _wait(lambda: _exporter_up(exporter_base) == plan.targets, "the exporter: all up",
-              [prom, exporter])  # fmt: skip
+        _wait(
+            lambda: _prometheus_up(prometheus_base) == plan.targets,
+            "Prometheus: all up",
+            [prom, exporter],
+        )
+        _wait(
+            lambda: _exporter_up(exporter_base) == plan.targets,
+            "the exporter: all up",
+            [prom, exporter],
+        )
         print("prometheus: every target up in both; warming up", file=sys.stderr)
         time.sleep(WARMUP_SECONDS)
         processes = psutil.Process(exporter.pid), psutil.Process(prom.pid)
@@ -182,11 +202,19 @@ def run(quick: bool = False) -> Result:
         (b[0] - a[0]) / (b[1] - a[1]) for a, b in itertools.pairwise(readings) if b[1] > a[1]
     ]
     return Result(
-        plan, after[0] - before[0], after[1] - before[1], seconds, probes, size, rss[0], rss[1],
+        plan,
+        after[0] - before[0],
+        after[1] - before[1],
+        seconds,
+        probes,
+        size,
+        rss[0],
+        rss[1],
         span_ratios,
-        (version.stdout or version.stderr).splitlines()[0] if (version.stdout or version.stderr)
+        (version.stdout or version.stderr).splitlines()[0]
+        if (version.stdout or version.stderr)
         else "unknown",
-    )  # fmt: skip
+    )
 
 
 def markdown(result: Result) -> str:

@@ -74,10 +74,16 @@ def fleet_signals(targets: int, seed: int = 0) -> list[TargetSignals]:
     template = Template(FIXTURE.read_text(encoding="utf-8"))
     rng = random.Random(seed)
     configured = tuple(
-        Target(f"t{i}", f"http://127.0.0.1:9/t/{i}/metrics", engine="vllm", cap=256,
-               budget_seconds=1.0, labels=(("team", f"team-{i % 7}"),))
+        Target(
+            f"t{i}",
+            f"http://127.0.0.1:9/t/{i}/metrics",
+            engine="vllm",
+            cap=256,
+            budget_seconds=1.0,
+            labels=(("team", f"team-{i % 7}"),),
+        )
         for i in range(targets)
-    )  # fmt: skip
+    )
     exporter = Exporter(Settings(targets=configured, interval_seconds=5.0))
     for scrape in range(SCRAPES):
         for i, state in enumerate(exporter.states.values()):
@@ -129,10 +135,13 @@ def reference_signals_json(targets: list[TargetSignals]) -> bytes:
     """The same body by the API's plain definition: asdict per series, the NaN walk."""
     body = api.signals_response(GENERATED_AT, [])
     body["targets"] = [
-        {**api.target_json(t), "series": [reference_series_json(s) for s in t.series],
-         "total": reference_series_json(t.total)}
+        {
+            **api.target_json(t),
+            "series": [reference_series_json(s) for s in t.series],
+            "total": reference_series_json(t.total),
+        }
         for t in targets
-    ]  # fmt: skip
+    ]
     return reference_encode(body)
 
 
@@ -211,8 +220,18 @@ def run(quick: bool = False, targets: int | None = None) -> Result:
         runs = [cpu_seconds(lambda compress=compress: compress(body)) for _ in range(5)]
         compressed[name] = (statistics.median(s for s, _ in runs), len(runs[0][1]))
     samples = sum(1 for line in body.splitlines() if not line.startswith(b"#"))
-    return Result(count, repetitions, len(body), samples, seconds, identical, compressed,
-                  len(json_body), json_seconds, json_identical)  # fmt: skip
+    return Result(
+        count,
+        repetitions,
+        len(body),
+        samples,
+        seconds,
+        identical,
+        compressed,
+        len(json_body),
+        json_seconds,
+        json_identical,
+    )
 
 
 def markdown(result: Result) -> str:
@@ -230,9 +249,11 @@ def markdown(result: Result) -> str:
         "| renderer | median CPU (ms) | CPU vs `render_metrics` |",
         "|---|---:|---:|",
     ]
-    for name, title in (("new", "`render_metrics` (served)"),
-                        ("previous", "previous: Collector + text writer"),
-                        ("prometheus_client", "prometheus_client `generate_latest`")):  # fmt: skip
+    for name, title in (
+        ("new", "`render_metrics` (served)"),
+        ("previous", "previous: Collector + text writer"),
+        ("prometheus_client", "prometheus_client `generate_latest`"),
+    ):
         lines.append(f"| {title} | {result.median(name) * 1e3:.1f} | {result.ratio(name):.2f}x |")
     met = "met" if result.ratio("previous") >= TARGET_RATIO else "missed"
     lines += [
@@ -256,8 +277,10 @@ def markdown(result: Result) -> str:
         "| renderer | median CPU (ms) | CPU vs served |",
         "|---|---:|---:|",
     ]
-    for name, title in (("new", "`api.encode(api.signals_response(...))` (served)"),
-                        ("previous", "plain definition: asdict + NaN walk")):  # fmt: skip
+    for name, title in (
+        ("new", "`api.encode(api.signals_response(...))` (served)"),
+        ("previous", "plain definition: asdict + NaN walk"),
+    ):
         lines.append(
             f"| {title} | {result.median(name, 'json_seconds') * 1e3:.1f} | "
             f"{result.ratio(name, 'json_seconds'):.2f}x |"

@@ -38,10 +38,25 @@ LOAD_SHARE = 0.8
 
 def _loadgen(url: str, rates: str, seconds: float) -> list[dict]:
     done = subprocess.run(
-        [sys.executable, "-m", "demo_server.loadgen.run", "--url", url, "--endpoint", "embeddings",
-         "--rates", rates, "--duration", f"{seconds:g}", "--json"],
-        cwd=ROOT, capture_output=True, text=True, check=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "demo_server.loadgen.run",
+            "--url",
+            url,
+            "--endpoint",
+            "embeddings",
+            "--rates",
+            rates,
+            "--duration",
+            f"{seconds:g}",
+            "--json",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return json.loads(done.stdout)
 
 
@@ -60,9 +75,17 @@ def run(minutes: float) -> list[dict]:
     server_url = f"http://127.0.0.1:{server_port}"
     with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack:
         server = subprocess.Popen(
-            [sys.executable, "-m", "demo_server.cli", "--port", str(server_port),
-             "--log-level", "warning"], cwd=ROOT,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "demo_server.cli",
+                "--port",
+                str(server_port),
+                "--log-level",
+                "warning",
+            ],
+            cwd=ROOT,
+        )
         stack.callback(server.terminate)
         _wait_http(server_url + "/health", 120)
         config = Path(tmp) / "soak.yaml"
@@ -70,18 +93,30 @@ def run(minutes: float) -> list[dict]:
             f'targets:\n  - {{name: demo, url: "{server_url}/metrics", engine: auto}}\n'
         )
         exporter = subprocess.Popen(
-            [sys.executable, "-m", "exporter.cli", "--config", str(config),
-             "--listen", f"127.0.0.1:{exporter_port}", "--log-level", "warning"], cwd=ROOT,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "exporter.cli",
+                "--config",
+                str(config),
+                "--listen",
+                f"127.0.0.1:{exporter_port}",
+                "--log-level",
+                "warning",
+            ],
+            cwd=ROOT,
+        )
         stack.callback(exporter.terminate)
         _wait_http(f"http://127.0.0.1:{exporter_port}/health", 60)
         sweep = _loadgen(server_url, PEAK_SWEEP_RATES, SWEEP_SECONDS)
         # The peak: the best rate the server kept up with (achieved >= 95% of offered).
         clean = [
-            r for r in sweep
-            if r["errors"] == 0 and r["rejected_429"] == 0
+            r
+            for r in sweep
+            if r["errors"] == 0
+            and r["rejected_429"] == 0
             and r["throughput_per_s"] >= 0.95 * r["rate_per_s"]
-        ]  # fmt: skip
+        ]
         peak = max(r["throughput_per_s"] for r in clean or sweep)
         rate = LOAD_SHARE * peak
         print(f"soak: peak {peak:.0f}/s, offering {rate:.0f}/s", file=sys.stderr)
@@ -95,10 +130,12 @@ def run(minutes: float) -> list[dict]:
                     "minute": (time.monotonic() - started) / 60,
                     "peak_per_s": peak,
                     **{k: result[k] for k in ("throughput_per_s", "p50_ms", "p99_ms", "errors")},
-                    **{f"{name}_rss_mib": p.memory_info().rss / 2**20
-                       for name, p in processes.items()},
+                    **{
+                        f"{name}_rss_mib": p.memory_info().rss / 2**20
+                        for name, p in processes.items()
+                    },
                 }
-            )  # fmt: skip
+            )
             print(f"soak: {windows[-1]}", file=sys.stderr)
     return windows
 

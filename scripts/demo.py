@@ -120,20 +120,50 @@ def main(argv: list[str] | None = None) -> int:
     try:
         print(f"demo: open the dashboard at {dashboard} (it comes up in about a minute)")
         print(f"demo: starting the demo server on {server} (device {args.device})")
-        start(str(BIN / "batchscope-demo-server"), "--port", str(server_port),
-              "--batching", "continuous", "--max-num-seqs", "8", "--kv-cache-tokens", "2048",
-              "--embed-batching", "adaptive", "--latency-budget-ms", "50",
-              "--device", args.device)  # fmt: skip
+        start(
+            str(BIN / "batchscope-demo-server"),
+            "--port",
+            str(server_port),
+            "--batching",
+            "continuous",
+            "--max-num-seqs",
+            "8",
+            "--kv-cache-tokens",
+            "2048",
+            "--embed-batching",
+            "adaptive",
+            "--latency-budget-ms",
+            "50",
+            "--device",
+            args.device,
+        )
         wait_http(f"{server}/health", 120)
         print(f"demo: starting the exporter on {exporter}")
         fleet = write_fleet(server)
-        start(str(BIN / "batchscope-exporter"), "--config", str(fleet),
-              "--listen", f"127.0.0.1:{args.exporter_port}", "--interval", "3",
-              "--window-seconds", "20", "--hold-seconds", "20")  # fmt: skip
+        start(
+            str(BIN / "batchscope-exporter"),
+            "--config",
+            str(fleet),
+            "--listen",
+            f"127.0.0.1:{args.exporter_port}",
+            "--interval",
+            "3",
+            "--window-seconds",
+            "20",
+            "--hold-seconds",
+            "20",
+        )
         wait_http(f"{exporter}/health", 30)
         print(f"demo: starting the dashboard on {dashboard}")
-        start(sys.executable, "-m", "dashboard.cli", "--exporter", exporter,
-              "--port", str(args.dashboard_port))  # fmt: skip
+        start(
+            sys.executable,
+            "-m",
+            "dashboard.cli",
+            "--exporter",
+            exporter,
+            "--port",
+            str(args.dashboard_port),
+        )
         wait_http(f"{dashboard}/_stcore/health", 60)
         print(f"demo: dashboard ready at {dashboard}")
         print(f"demo: signals at {exporter}/api/v1/signals, Prometheus text at {exporter}/metrics")
@@ -143,16 +173,40 @@ def main(argv: list[str] | None = None) -> int:
         while not args.duration or time.monotonic() - started < args.duration:
             name, seconds, rate, max_tokens, embed_rate = PHASES[phase_index % len(PHASES)]
             phase_index += 1
-            print(f"demo: phase {name}: {rate} completions/s of {max_tokens} tokens, "
-                  f"{embed_rate} embeddings/s, {seconds} s")  # fmt: skip
+            print(
+                f"demo: phase {name}: {rate} completions/s of {max_tokens} tokens, "
+                f"{embed_rate} embeddings/s, {seconds} s"
+            )
             load = [
-                start(str(BIN / "batchscope-loadgen"), "--url", server, "--endpoint",
-                      "completions", "--rates", str(rate), "--duration", str(seconds),
-                      "--max-tokens", max_tokens, "--seed", str(phase_index)),
-                start(str(BIN / "batchscope-loadgen"), "--url", server, "--endpoint",
-                      "embeddings", "--rates", str(embed_rate), "--duration", str(seconds),
-                      "--seed", str(phase_index)),
-            ]  # fmt: skip
+                start(
+                    str(BIN / "batchscope-loadgen"),
+                    "--url",
+                    server,
+                    "--endpoint",
+                    "completions",
+                    "--rates",
+                    str(rate),
+                    "--duration",
+                    str(seconds),
+                    "--max-tokens",
+                    max_tokens,
+                    "--seed",
+                    str(phase_index),
+                ),
+                start(
+                    str(BIN / "batchscope-loadgen"),
+                    "--url",
+                    server,
+                    "--endpoint",
+                    "embeddings",
+                    "--rates",
+                    str(embed_rate),
+                    "--duration",
+                    str(seconds),
+                    "--seed",
+                    str(phase_index),
+                ),
+            ]
             while any(p.poll() is None for p in load):
                 time.sleep(5)
                 try:

@@ -65,10 +65,15 @@ def main() -> None:
     with contextlib.ExitStack() as stack:
         _, address = start_simulator(plan, stack)
         targets = tuple(
-            Target(f"t{i}", f"http://{address}/t/{i}/metrics", engine="vllm", cap=256,
-                   budget_seconds=1.0)
+            Target(
+                f"t{i}",
+                f"http://{address}/t/{i}/metrics",
+                engine="vllm",
+                cap=256,
+                budget_seconds=1.0,
+            )
             for i in range(plan.targets)
-        )  # fmt: skip
+        )
         exporter = Exporter(Settings(targets=targets, interval_seconds=plan.interval_seconds))
         asyncio.run(_rounds(exporter, args))
     _profiled("/metrics body", lambda: render_metrics(exporter.current()), args)

@@ -52,36 +52,52 @@ page_sources = ui.sources()
 def alerts() -> None:
     now = time.time()
     if page_sources.prometheus:
-        range_name = st.segmented_control("Time range", list(PROMETHEUS_RANGES), default="6 h",
-                                          key="alerts_range") or "6 h"  # fmt: skip
+        range_name = (
+            st.segmented_control(
+                "Time range", list(PROMETHEUS_RANGES), default="6 h", key="alerts_range"
+            )
+            or "6 h"
+        )
         st.caption(f"From Prometheus at {plain_markdown(page_sources.prometheus)}.")
-        history = history_from_prometheus(page_sources.prometheus,
-                                          PROMETHEUS_RANGES[range_name], now)  # fmt: skip
+        history = history_from_prometheus(
+            page_sources.prometheus, PROMETHEUS_RANGES[range_name], now
+        )
     else:
         loaded = ui.history(page_sources.exporter)
         ui.show_problem(loaded, now)
         history = None if loaded.data is None else fleet_history_frame(loaded.data)
-        st.caption(f"From the history kept by the exporter at "
-                   f"{plain_markdown(page_sources.exporter)} (set a Prometheus URL for "
-                   "longer spans).")  # fmt: skip
+        st.caption(
+            f"From the history kept by the exporter at "
+            f"{plain_markdown(page_sources.exporter)} (set a Prometheus URL for "
+            "longer spans)."
+        )
     if history is None:
         return
     episodes = fleet_episodes(history)
     if not history.empty:
-        st.plotly_chart(charts.fleet_budget_chart(history, DEFAULTS.saturation_threshold,
-                                                  episodes, now),
-                        width="stretch", key="fleet_budget")  # fmt: skip
+        st.plotly_chart(
+            charts.fleet_budget_chart(history, DEFAULTS.saturation_threshold, episodes, now),
+            width="stretch",
+            key="fleet_budget",
+        )
     ongoing = [e for e in episodes if e.end is None]
     for e in ongoing:
         since = pd.Timestamp(e.start, unit="s", tz="UTC")
-        st.error(f"**{plain_markdown(e.target)}** is saturated now (since {since:%H:%M:%S} UTC).",
-                 icon=":material/notifications_active:")  # fmt: skip
+        st.error(
+            f"**{plain_markdown(e.target)}** is saturated now (since {since:%H:%M:%S} UTC).",
+            icon=":material/notifications_active:",
+        )
     if not episodes:
-        st.success(f"No saturation episode in the {history['target'].nunique()} target(s)' "
-                   "history.")  # fmt: skip
+        st.success(
+            f"No saturation episode in the {history['target'].nunique()} target(s)' history."
+        )
         return
-    st.dataframe(episodes_frame(episodes, now), column_config=EPISODE_COLUMNS,
-                 hide_index=True, width="stretch")  # fmt: skip
+    st.dataframe(
+        episodes_frame(episodes, now),
+        column_config=EPISODE_COLUMNS,
+        hide_index=True,
+        width="stretch",
+    )
 
 
 alerts()

@@ -52,10 +52,15 @@ def toy_table() -> pd.DataFrame:
     rows = []
     for name, lengths in TOY_EXAMPLES.items():
         result = exact_static_utilization(lengths, TOY_BATCH_SIZE)
-        rows.append({"example": name, "lengths": " ".join(map(str, lengths)),
-                     "useful / paid slot-steps": f"{result.useful_slot_steps} / "
-                     f"{result.total_slot_steps}",
-                     "static utilisation": result.static_utilization})  # fmt: skip
+        rows.append(
+            {
+                "example": name,
+                "lengths": " ".join(map(str, lengths)),
+                "useful / paid slot-steps": f"{result.useful_slot_steps} / "
+                f"{result.total_slot_steps}",
+                "static utilisation": result.static_utilization,
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -83,13 +88,13 @@ def summarize_upload(uploaded, sizes: list[int], field_name: str | None) -> Leng
 def show_report(summary: LengthsSummary) -> None:
     report = summary.report
     field = f", field {report.field!r}" if report.field else ""
-    st.caption(plain_markdown(f"{report.name}: {report.format}{field}, "
-                              f"{report.lengths:,} lengths"))  # fmt: skip
+    st.caption(plain_markdown(f"{report.name}: {report.format}{field}, {report.lengths:,} lengths"))
     if report.failed_requests:
         st.caption(f"{report.failed_requests:,} failed requests left out.")
     if report.bad_lines:
-        st.warning(f"{report.bad_lines:,} lines held no valid length and were skipped; "
-                   "the first ones:")  # fmt: skip
+        st.warning(
+            f"{report.bad_lines:,} lines held no valid length and were skipped; the first ones:"
+        )
         st.code("\n".join(report.examples), language=None)
 
 
@@ -98,19 +103,43 @@ def slots_pictures(lengths: list[int], size: int) -> None:
     static = static_picture(lengths, size)
     steps = static.grid.shape[1]
     continuous = continuous_picture(lengths, size, steps)
-    shown = st.slider("Decode step", 0, steps, steps, key="calculator_step",
-                      help="Move to watch the batches fill and drain, step by step.")  # fmt: skip
-    st.plotly_chart(charts.slots_chart(static, "Static batching: a batch runs until its "
-                                       "longest request ends (grey: paid, idle)", shown, steps),
-                    width="stretch", key="static_slots")  # fmt: skip
-    st.markdown(f"Static: **{static.useful_slot_steps} of {static.total_slot_steps}** "
-                f"slot-steps do work ({percent(static.utilization, 1)}).")  # fmt: skip
-    st.plotly_chart(charts.slots_chart(continuous, "Continuous batching: a waiting request "
-                                       "takes each free slot on the next step", shown, steps),
-                    width="stretch", key="continuous_slots")  # fmt: skip
-    st.markdown(f"Continuous, with requests like these waiting: **{continuous.useful_slot_steps}"
-                f" of {continuous.total_slot_steps}** slot-steps do work "
-                f"({percent(continuous.utilization, 1)}).")  # fmt: skip
+    shown = st.slider(
+        "Decode step",
+        0,
+        steps,
+        steps,
+        key="calculator_step",
+        help="Move to watch the batches fill and drain, step by step.",
+    )
+    st.plotly_chart(
+        charts.slots_chart(
+            static,
+            "Static batching: a batch runs until its longest request ends (grey: paid, idle)",
+            shown,
+            steps,
+        ),
+        width="stretch",
+        key="static_slots",
+    )
+    st.markdown(
+        f"Static: **{static.useful_slot_steps} of {static.total_slot_steps}** "
+        f"slot-steps do work ({percent(static.utilization, 1)})."
+    )
+    st.plotly_chart(
+        charts.slots_chart(
+            continuous,
+            "Continuous batching: a waiting request takes each free slot on the next step",
+            shown,
+            steps,
+        ),
+        width="stretch",
+        key="continuous_slots",
+    )
+    st.markdown(
+        f"Continuous, with requests like these waiting: **{continuous.useful_slot_steps}"
+        f" of {continuous.total_slot_steps}** slot-steps do work "
+        f"({percent(continuous.utilization, 1)})."
+    )
 
 
 st.title("Static batching calculator")
@@ -119,12 +148,20 @@ st.markdown(
     "`sum(lengths) / (B × max(lengths))` per group of B consecutive requests. Continuous "
     "batching gives each free slot to a waiting request, so its gain is the inverse."
 )
-st.dataframe(toy_table(), hide_index=True, width="stretch",
-             column_config={"static utilisation": st.column_config.NumberColumn(
-                 "static utilisation (B=8)", format="%.7f")})  # fmt: skip
+st.dataframe(
+    toy_table(),
+    hide_index=True,
+    width="stretch",
+    column_config={
+        "static utilisation": st.column_config.NumberColumn(
+            "static utilisation (B=8)", format="%.7f"
+        )
+    },
+)
 
-source = st.radio("Output lengths", [*TOY_EXAMPLES, PASTE, UPLOAD], horizontal=True,
-                  key="calculator_source")  # fmt: skip
+source = st.radio(
+    "Output lengths", [*TOY_EXAMPLES, PASTE, UPLOAD], horizontal=True, key="calculator_source"
+)
 try:
     sizes = batch_sizes(st.text_input("Batch sizes", "8", key="calculator_sizes"))
 except ValueError as err:
@@ -137,14 +174,22 @@ try:
         text = "\n".join(map(str, TOY_EXAMPLES[source]))
         summary = summarize_lengths(io.StringIO(text), source, sizes)
     elif source == PASTE:
-        pasted = st.text_area("One length per line (or CSV, JSON lines, a vLLM bench result)",
-                              "3\n5\n8\n11\n4\n14\n6\n16", key="calculator_paste")  # fmt: skip
+        pasted = st.text_area(
+            "One length per line (or CSV, JSON lines, a vLLM bench result)",
+            "3\n5\n8\n11\n4\n14\n6\n16",
+            key="calculator_paste",
+        )
         summary = summarize_lengths(io.StringIO(pasted), "pasted lengths", sizes)
     else:
-        field_name = st.text_input("Field (CSV column or JSON key; empty: detect)",
-                                   key="calculator_field").strip() or None  # fmt: skip
-        uploaded = st.file_uploader("Lengths file (any format batchscope-static-util reads)",
-                                    key="calculator_file")  # fmt: skip
+        field_name = (
+            st.text_input(
+                "Field (CSV column or JSON key; empty: detect)", key="calculator_field"
+            ).strip()
+            or None
+        )
+        uploaded = st.file_uploader(
+            "Lengths file (any format batchscope-static-util reads)", key="calculator_file"
+        )
         if uploaded is not None:
             summary = summarize_upload(uploaded, sizes, field_name)
 except InputError as err:
@@ -156,16 +201,28 @@ if summary is not None:
         st.error("No length produced a token: there is nothing to batch.")
     else:
         results = pd.DataFrame([r.to_dict() for r in summary.results.values()])
-        st.dataframe(results[list(RESULT_COLUMNS)], column_config=RESULT_COLUMNS,
-                     hide_index=True, width="stretch")  # fmt: skip
+        st.dataframe(
+            results[list(RESULT_COLUMNS)],
+            column_config=RESULT_COLUMNS,
+            hide_index=True,
+            width="stretch",
+        )
         first = next(iter(summary.results.values()))
-        st.metric(f"Static utilisation at B={first.batch_size}",
-                  f"{first.static_utilization:.7g}",
-                  help="Share of slot-steps doing useful work")  # fmt: skip
+        st.metric(
+            f"Static utilisation at B={first.batch_size}",
+            f"{first.static_utilization:.7g}",
+            help="Share of slot-steps doing useful work",
+        )
         if len(summary.counts) > 1:
             counts = pd.DataFrame(sorted(summary.counts.items()), columns=["length", "requests"])
-            st.bar_chart(counts, x="length", y="requests", x_label="output length (tokens)",
-                         y_label="requests", height=220)  # fmt: skip
+            st.bar_chart(
+                counts,
+                x="length",
+                y="requests",
+                x_label="output length (tokens)",
+                y_label="requests",
+                height=220,
+            )
         if len(summary.first) < summary.report.lengths:
             st.caption(f"The picture shows the first {PICTURE_REQUESTS} requests.")
         slots_pictures(summary.first, first.batch_size)

@@ -47,16 +47,18 @@ FLEET_TABLE_CONFIG = {
     "state": st.column_config.TextColumn("diagnosis"),
     "running": st.column_config.NumberColumn("running", format="%.0f"),
     "cap": st.column_config.NumberColumn("cap", format="%.0f"),
-    "running_vs_cap": st.column_config.ProgressColumn("running / cap", format="percent",
-                                                      min_value=0.0, max_value=1.0),
+    "running_vs_cap": st.column_config.ProgressColumn(
+        "running / cap", format="percent", min_value=0.0, max_value=1.0
+    ),
     "waiting": st.column_config.NumberColumn("waiting", format="%.0f"),
     "preemptions_per_second": st.column_config.NumberColumn("preemptions/s", format="%.2f"),
-    "kv_cache_usage": st.column_config.ProgressColumn("KV cache", format="percent",
-                                                      min_value=0.0, max_value=1.0),
+    "kv_cache_usage": st.column_config.ProgressColumn(
+        "KV cache", format="percent", min_value=0.0, max_value=1.0
+    ),
     "budget_utilization": st.column_config.NumberColumn("budget used", format="percent"),
     "saturated_seconds": st.column_config.NumberColumn("at threshold (s)", format="%.0f"),
     "reason": st.column_config.TextColumn("reason", width="large"),
-}  # fmt: skip
+}
 
 
 def saturation_banners(doc: dict) -> None:
@@ -67,8 +69,10 @@ def saturation_banners(doc: dict) -> None:
             continue
         if not target.get("up") or target.get("error"):
             # The last scrape read nothing: the episode is held, not measured now.
-            level = ("the last scrape could not read the target; nothing read since has "
-                     "ended the episode")  # fmt: skip
+            level = (
+                "the last scrape could not read the target; nothing read since has "
+                "ended the episode"
+            )
         else:
             level = (
                 f"latency has stayed at {percent(total.get('budget_utilization'))} of the budget"
@@ -83,8 +87,9 @@ def saturation_banners(doc: dict) -> None:
 
 def fleet_overview(doc: dict) -> None:
     st.subheader("Fleet, worst first")
-    st.dataframe(fleet_frame(doc), column_config=FLEET_TABLE_CONFIG, hide_index=True,
-                 width="stretch")  # fmt: skip
+    st.dataframe(
+        fleet_frame(doc), column_config=FLEET_TABLE_CONFIG, hide_index=True, width="stretch"
+    )
     st.caption("The Alerts page charts every target's budget utilisation over time.")
 
 
@@ -110,22 +115,42 @@ def metrics_row(series: dict) -> None:
     cells = [
         batch_cell(series),
         ("waiting", shown(series, "waiting", number(series.get("waiting")))),
-        ("preemptions/s", shown(series, "preemptions_per_second",
-                                number(series.get("preemptions_per_second"), 2))),
+        (
+            "preemptions/s",
+            shown(
+                series, "preemptions_per_second", number(series.get("preemptions_per_second"), 2)
+            ),
+        ),
         ("KV cache", shown(series, "kv_cache_usage", percent(series.get("kv_cache_usage")))),
-        (f"{statistic} latency", shown(series, "latency_seconds",
-                                       seconds(series.get("latency_seconds")))),
-        ("budget used", shown(series, "budget_utilization",
-                              percent(series.get("budget_utilization")))),
-        ("throughput gain", shown(series, "throughput_gain",
-                                  MISSING if gain is None else f"{gain:.1f}x")),
-        ("static batching would use", shown(series, "static_utilization",
-                                            percent(static["estimate"]) if static else MISSING)),
-    ]  # fmt: skip
+        (
+            f"{statistic} latency",
+            shown(series, "latency_seconds", seconds(series.get("latency_seconds"))),
+        ),
+        (
+            "budget used",
+            shown(series, "budget_utilization", percent(series.get("budget_utilization"))),
+        ),
+        (
+            "throughput gain",
+            shown(series, "throughput_gain", MISSING if gain is None else f"{gain:.1f}x"),
+        ),
+        (
+            "static batching would use",
+            shown(series, "static_utilization", percent(static["estimate"]) if static else MISSING),
+        ),
+    ]
     if series.get("token_cap") is not None:
-        cells.insert(1, ("batch tokens / token cap", shown(series, "batch_tokens",
-                         f"{number(series.get('batch_tokens'))} / "
-                         f"{number(series.get('token_cap'))}")))  # fmt: skip
+        cells.insert(
+            1,
+            (
+                "batch tokens / token cap",
+                shown(
+                    series,
+                    "batch_tokens",
+                    f"{number(series.get('batch_tokens'))} / {number(series.get('token_cap'))}",
+                ),
+            ),
+        )
     for row in (cells[:-4], cells[-4:]):
         for column, (label, value) in zip(st.columns(len(row)), row, strict=True):
             column.metric(label, value)
@@ -168,8 +193,9 @@ def advice_box(series: dict) -> None:
             )
 
 
-def history_for(sources: ui.Sources, name: str, labels: dict | None,
-                range_seconds: float | None, now: float):  # fmt: skip
+def history_for(
+    sources: ui.Sources, name: str, labels: dict | None, range_seconds: float | None, now: float
+):
     """The history over the range of one series (labels) or the target total (None):
     from Prometheus when configured (totals), else the exporter; and where it came from."""
     if sources.prometheus and range_seconds is not None:
@@ -193,8 +219,10 @@ def charts_grid(frame, series: dict, name: str, now: float) -> None:
     distribution = batch_size_frame(series.get("batch_size_distribution") or [])
     # (the signal a chart draws, the chart): the same panels for every engine
     figures = [
-        ("budget_utilization",
-         charts.budget_chart(frame, DEFAULTS.saturation_threshold, episodes, now)),
+        (
+            "budget_utilization",
+            charts.budget_chart(frame, DEFAULTS.saturation_threshold, episodes, now),
+        ),
         ("running", charts.running_chart(frame)),
         ("waiting", charts.waiting_chart(frame)),
         ("kv_cache_usage", charts.kv_chart(frame, DEFAULTS.kv_high)),
@@ -202,14 +230,16 @@ def charts_grid(frame, series: dict, name: str, now: float) -> None:
         ("", charts.batch_distribution_chart(distribution, series.get("cap"))),
         ("throughput_gain", charts.gain_chart(frame)),
         ("static_utilization", charts.static_chart(frame)),
-    ]  # fmt: skip
+    ]
     columns = st.columns(2)
     for i, (field, figure) in enumerate(figures):
         if exposed(series, field):
             columns[i % 2].plotly_chart(figure, width="stretch", key=f"chart_{i}")
         else:
-            columns[i % 2].info(f"**{figure.layout.title.text}**: {NOT_EXPOSED} "
-                                f"({plain_markdown(series.get('engine') or '')}).")  # fmt: skip
+            columns[i % 2].info(
+                f"**{figure.layout.title.text}**: {NOT_EXPOSED} "
+                f"({plain_markdown(series.get('engine') or '')})."
+            )
     st.plotly_chart(charts.diagnosis_chart(frame), width="stretch", key="chart_diagnosis")
 
 
@@ -240,8 +270,10 @@ def target_panel(sources: ui.Sources, target: dict, now: float) -> None:
     metrics_row(series)
     checklist_box(series)
     advice_box(series)
-    range_name = st.segmented_control("Time range", list(RANGES), default="15 min",
-                                      key="live_range") or "15 min"  # fmt: skip
+    range_name = (
+        st.segmented_control("Time range", list(RANGES), default="15 min", key="live_range")
+        or "15 min"
+    )
     labels = None if choice == TOTAL_CHOICE else series.get("labels")
     frame, origin = history_for(sources, name, labels, RANGES[range_name], now)
     st.caption(f"History from {origin}, {len(frame)} points.")
@@ -263,8 +295,9 @@ def live() -> None:
     doc = loaded.data
     if not isinstance(doc, dict):
         return
-    st.caption(f"From {plain_markdown(page_sources.exporter)}; refreshes every "
-               f"{ui.REFRESH_SECONDS} s.")  # fmt: skip
+    st.caption(
+        f"From {plain_markdown(page_sources.exporter)}; refreshes every {ui.REFRESH_SECONDS} s."
+    )
     if not doc.get("targets"):
         st.info("The exporter has no target with signals yet: it needs a scrape or two.")
         return

@@ -27,8 +27,9 @@ st.markdown(
     "(requests per second answered within the SLO)."
 )
 files = st.file_uploader("Result files (JSON)", accept_multiple_files=True, key="load_files")
-slo_ms = st.number_input("Latency SLO (ms, end to end)", min_value=0.0, value=1000.0,
-                         step=50.0, key="load_slo")  # fmt: skip
+slo_ms = st.number_input(
+    "Latency SLO (ms, end to end)", min_value=0.0, value=1000.0, step=50.0, key="load_slo"
+)
 
 runs = []
 for uploaded in files or []:

@@ -1,1 +1,2 @@
-"""Generation: the continuous and static scheduler, the tiny decoder, ragged attention, vLLM-compatible metrics."""
+"""Generation: the continuous and static scheduler, the tiny decoder, ragged attention,
+vLLM-compatible metrics."""

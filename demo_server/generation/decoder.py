@@ -2,7 +2,8 @@
 
 The decoder is a decoder-only transformer with random weights (seeded, nothing
 downloaded). Its outputs are noise; what matters is that it runs real forwards whose cost
-depends on the batch, so the scheduler's (`demo_server.generation.scheduler`) batching is the real thing.
+depends on the batch, so the scheduler's (`demo_server.generation.scheduler`) batching is the real
+thing.
 
 This module holds what one forward needs: the vocabulary (`encode_prompt`,
 `token_bytes`), `ModelConfig`, `KVCache` (one slot per batch row), `TinyDecoder`,

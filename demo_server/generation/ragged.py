@@ -37,9 +37,12 @@ SOURCE = Path(__file__).with_name("csrc") / "ragged_attention.c"
 # CPU's flush-to-zero mode for the whole process when the library loads, so that every
 # subnormal float in the server (and in any test run beside it) would become 0.
 FAST_FLOAT = (
-    "-fno-math-errno", "-fno-trapping-math", "-fassociative-math", "-fno-signed-zeros",
+    "-fno-math-errno",
+    "-fno-trapping-math",
+    "-fassociative-math",
+    "-fno-signed-zeros",
     "-freciprocal-math",
-)  # fmt: skip
+)
 FLAG_SETS: tuple[tuple[str, ...], ...] = (
     ("-O3", *FAST_FLOAT, "-march=native", "-fPIC", "-shared"),
     ("-O3", *FAST_FLOAT, "-fPIC", "-shared"),

@@ -103,7 +103,8 @@ class CompletionResult:
         return len(self.output)
 
     def log_record(self) -> dict[str, object]:
-        """The request-log line (JSON-ready); `output_tokens` is what batchscope-static-util reads."""
+        """The request-log line (JSON-ready); `output_tokens` is what batchscope-static-util
+        reads."""
         return {
             "id": self.request_id,
             "arrival": round(self.arrival_unix, 6),
@@ -178,7 +179,8 @@ class RequestLog:
     """Appends one JSON line per finished request to `path` (a SchedulerListener)."""
 
     def __init__(self, path: str | Path) -> None:
-        self._file = open(path, "a", encoding="utf-8", buffering=1)  # noqa: SIM115 (closed by close())
+        # Kept open for the scheduler's life: close() closes it.
+        self._file = open(path, "a", encoding="utf-8", buffering=1)  # noqa: SIM115
         self._lock = threading.Lock()
 
     def on_step(self, rows: int, prefill_tokens: int) -> None:
@@ -525,8 +527,10 @@ class Scheduler:
         """Carry out this step's `plan_step`: preempt, then admit; True when requests still
         wait after it."""
         limits = StepLimits(self._max_num_seqs, self.kv_cache_tokens, self.batching == "static")
-        rows = [Row(r.request_id, r.admission, r.kv_tokens, r.length, not r.finished)
-                for r in self._rows]  # fmt: skip
+        rows = [
+            Row(r.request_id, r.admission, r.kv_tokens, r.length, not r.finished)
+            for r in self._rows
+        ]
         with self._lock:
             plan = plan_step(rows, (Waiting(s.request_id, s.length) for s in self._waiting), limits)
         by_id = {row.request_id: row for row in self._rows}

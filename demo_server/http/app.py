@@ -155,9 +155,15 @@ def error_response(
     status: int, message: str, *, param: str | None = None, headers: dict[str, str] | None = None
 ) -> JSONResponse:
     """An OpenAI-style error body: {"error": {"message", "type", "param", "code"}}."""
-    kinds = {400: "BadRequestError", 401: "AuthenticationError", 403: "PermissionDeniedError",
-             404: "NotFoundError", 413: "RequestTooLargeError", 429: "RateLimitError",
-             503: "ServiceUnavailableError"}  # fmt: skip
+    kinds = {
+        400: "BadRequestError",
+        401: "AuthenticationError",
+        403: "PermissionDeniedError",
+        404: "NotFoundError",
+        413: "RequestTooLargeError",
+        429: "RateLimitError",
+        503: "ServiceUnavailableError",
+    }
     body = {
         "error": {
             "message": message,

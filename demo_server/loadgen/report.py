@@ -23,12 +23,31 @@ BEHIND_SCHEDULE_MS = 10.0
 CHROMIUM = "/usr/bin/chromium"
 # The fields of a run in the result file and CSV, in order.
 RECORD_FIELDS = (
-    "setting", "rate", "arrivals", "duration", "sent", "completed", "failed", "dropped",
-    "errors_by_status", "request_throughput", "output_throughput", "total_output_tokens",
-    "mean_e2el_ms", "p50_e2el_ms", "p90_e2el_ms", "p99_e2el_ms", "mean_ttft_ms",
-    "p50_ttft_ms", "p99_ttft_ms", "slo_ms", "goodput", "p99_send_lag_ms",
-    "max_send_lag_ms", "behind_schedule",
-)  # fmt: skip
+    "setting",
+    "rate",
+    "arrivals",
+    "duration",
+    "sent",
+    "completed",
+    "failed",
+    "dropped",
+    "errors_by_status",
+    "request_throughput",
+    "output_throughput",
+    "total_output_tokens",
+    "mean_e2el_ms",
+    "p50_e2el_ms",
+    "p90_e2el_ms",
+    "p99_e2el_ms",
+    "mean_ttft_ms",
+    "p50_ttft_ms",
+    "p99_ttft_ms",
+    "slo_ms",
+    "goodput",
+    "p99_send_lag_ms",
+    "max_send_lag_ms",
+    "behind_schedule",
+)
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:
@@ -174,9 +193,13 @@ class RichProgress(PlainProgress):
 
         super().__init__(stream)
         self._bar = Progress(
-            "{task.description}", BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-            console=Console(file=stream), transient=False,
-        )  # fmt: skip
+            "{task.description}",
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=Console(file=stream),
+            transient=False,
+        )
         self._bar.start()
         self._task: Any = None
 
@@ -280,20 +303,36 @@ def write_plots(path: Path, records: Sequence[dict[str, Any]]) -> list[str]:
         rates = [r["rate"] for r in runs]
         for q, dash in (("p50", "dot"), ("p99", "solid")):
             figure.add_trace(
-                go.Scatter(x=rates, y=[r[f"{q}_e2el_ms"] for r in runs], name=f"{label} {q}",
-                           line={"dash": dash}, legendgroup=label),
-                row=1, col=1,
-            )  # fmt: skip
+                go.Scatter(
+                    x=rates,
+                    y=[r[f"{q}_e2el_ms"] for r in runs],
+                    name=f"{label} {q}",
+                    line={"dash": dash},
+                    legendgroup=label,
+                ),
+                row=1,
+                col=1,
+            )
         figure.add_trace(
-            go.Scatter(x=rates, y=[r["request_throughput"] for r in runs],
-                       name=f"{label} completed/s", legendgroup=label),
-            row=1, col=2,
-        )  # fmt: skip
+            go.Scatter(
+                x=rates,
+                y=[r["request_throughput"] for r in runs],
+                name=f"{label} completed/s",
+                legendgroup=label,
+            ),
+            row=1,
+            col=2,
+        )
         figure.add_trace(
-            go.Scatter(x=rates, y=[r["goodput"] for r in runs], name=f"{label} goodput/s",
-                       legendgroup=label),
-            row=1, col=3,
-        )  # fmt: skip
+            go.Scatter(
+                x=rates,
+                y=[r["goodput"] for r in runs],
+                name=f"{label} goodput/s",
+                legendgroup=label,
+            ),
+            row=1,
+            col=3,
+        )
     figure.update_xaxes(title_text="offered rate (req/s)")
     figure.update_yaxes(title_text="latency (ms)", row=1, col=1)
     figure.update_yaxes(title_text="req/s", row=1, col=2)

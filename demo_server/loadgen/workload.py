@@ -19,9 +19,25 @@ MAX_REQUESTS_PER_RUN = 100_000
 ARRIVAL_PROCESSES = ("poisson", "gamma", "constant")
 DEFAULT_MODEL = "batchscope-demo"
 WORDS = (
-    "batch", "queue", "latency", "budget", "token", "model", "server", "request", "wait",
-    "throughput", "tail", "median", "cache", "slot", "step", "encoder", "decoder", "vector",
-)  # fmt: skip
+    "batch",
+    "queue",
+    "latency",
+    "budget",
+    "token",
+    "model",
+    "server",
+    "request",
+    "wait",
+    "throughput",
+    "tail",
+    "median",
+    "cache",
+    "slot",
+    "step",
+    "encoder",
+    "decoder",
+    "vector",
+)
 
 
 def arrival_times(

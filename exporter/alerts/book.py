@@ -125,8 +125,14 @@ def step(
             key = (spec.name, signals.target)
             previous = book.active.get(key)
             since = previous.active_since if previous else now
-            seen[key] = Alert(spec, signals.target, value, since,
-                              previous.last_sent if previous else None, read_at=signals.t)  # fmt: skip
+            seen[key] = Alert(
+                spec,
+                signals.target,
+                value,
+                since,
+                previous.last_sent if previous else None,
+                read_at=signals.t,
+            )
             read.add(key)
         if not signals.read:
             for key, alert in by_target.get(signals.target, ()):

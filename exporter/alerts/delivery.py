@@ -75,14 +75,21 @@ class AlertmanagerDelivery:
             async with session.post(self.endpoint, json=body) as response:
                 if response.status >= 300:
                     raise aiohttp.ClientResponseError(
-                        response.request_info, (), status=response.status,
+                        response.request_info,
+                        (),
+                        status=response.status,
                         message=(await response.text())[:200],
-                    )  # fmt: skip
+                    )
         except (aiohttp.ClientError, TimeoutError) as err:
             self.backoff = min(max(1.0, 2 * self.backoff), MAX_BACKOFF_SECONDS)
             self.retry_at = time.monotonic() + self.backoff
-            log.warning("alertmanager %s: %d alert(s) not posted, retry in %g s: %s",
-                        self.endpoint, len(body), self.backoff, err)  # fmt: skip
+            log.warning(
+                "alertmanager %s: %d alert(s) not posted, retry in %g s: %s",
+                self.endpoint,
+                len(body),
+                self.backoff,
+                err,
+            )
             return
         self.book = delivered(self.book)
         self.backoff = 0.0

@@ -112,7 +112,8 @@ SCRAPES_SLOW = AlertSpec(
     300.0,
     "{target}: scrapes take {value}",
     "The exporter's scrape of {target} has taken over {slow_scrape} (half the default "
-    "interval) for {hold}: the target is slow to render /metrics or the exporter is overloaded, and "
+    "interval) for {hold}: the target is slow to render /metrics or the exporter is overloaded, "
+    "and "
     "scrapes near the timeout start to fail.",
     "seconds",
 )
@@ -169,9 +170,14 @@ class AlertWords:
     @classmethod
     def from_config(cls, config: Mapping, holds: Mapping[str, float] | None = None) -> AlertWords:
         """From the rules' config (grafana/config.py's keys)."""
-        return cls(config["saturation_threshold"], config["saturation_hold_seconds"],
-                   config["near_cap"], config["kv_high"], config["slow_scrape_seconds"],
-                   holds or {})  # fmt: skip
+        return cls(
+            config["saturation_threshold"],
+            config["saturation_hold_seconds"],
+            config["near_cap"],
+            config["kv_high"],
+            config["slow_scrape_seconds"],
+            holds or {},
+        )
 
     def hold_seconds(self, spec: AlertSpec) -> float:
         """How long `spec`'s condition has held when it fires: saturation's hold for the

@@ -1,1 +1,2 @@
-"""The exporter's configuration: settings, the fleet file, file_sd, flags, reserved labels, start-up warnings."""
+"""The exporter's configuration: settings, the fleet file, file_sd, flags, reserved labels, start-up
+warnings."""

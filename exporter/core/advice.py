@@ -140,8 +140,9 @@ def _item(
     inputs: Mapping[str, float | None],
     caveats: Sequence[str] = (),
 ) -> AdviceItem:
-    return AdviceItem(kind, float(value), unit, text, dict(inputs), _confidence(caveats),
-                      tuple(caveats))  # fmt: skip
+    return AdviceItem(
+        kind, float(value), unit, text, dict(inputs), _confidence(caveats), tuple(caveats)
+    )
 
 
 def kv_advice(inputs: AdviceInputs) -> list[AdviceItem]:
@@ -151,53 +152,94 @@ def kv_advice(inputs: AdviceInputs) -> list[AdviceItem]:
         return []
     window = _caveats(inputs)
     items = [
-        _item("kv_capacity_tokens", capacity, "tokens",
-              f"the KV cache holds {_figure_text(capacity)} tokens",
-              {"kv_capacity_tokens": capacity,
-               **({"block_size": inputs.block_size} if inputs.block_size else {})}),
-    ]  # fmt: skip
+        _item(
+            "kv_capacity_tokens",
+            capacity,
+            "tokens",
+            f"the KV cache holds {_figure_text(capacity)} tokens",
+            {
+                "kv_capacity_tokens": capacity,
+                **({"block_size": inputs.block_size} if inputs.block_size else {}),
+            },
+        ),
+    ]
     now = tokens_per_running_request(inputs.kv_usage, capacity, inputs.running)
     if now is not None:
-        items.append(_item(
-            "kv_tokens_per_request", now, "tokens",
-            f"each running request holds {_figure_text(now)} KV tokens now",
-            {"kv_usage": inputs.kv_usage, "kv_capacity_tokens": capacity,
-             "running": inputs.running}))  # fmt: skip
+        items.append(
+            _item(
+                "kv_tokens_per_request",
+                now,
+                "tokens",
+                f"each running request holds {_figure_text(now)} KV tokens now",
+                {
+                    "kv_usage": inputs.kv_usage,
+                    "kv_capacity_tokens": capacity,
+                    "running": inputs.running,
+                },
+            )
+        )
     busy = [(r, u, w) for r, u, w in inputs.kv_scrapes if r > 0]
     measured = (
         tokens_per_request_over_window(busy, capacity) if len(busy) >= MIN_BUSY_SCRAPES else None
     )
     if measured is not None:
-        items.append(_item(
-            "kv_tokens_per_request_window", measured, "tokens",
-            f"over the window a running request held {_figure_text(measured)} KV tokens on average",
-            {"kv_capacity_tokens": capacity, "busy_scrapes": len(busy),
-             "mean_running": sum(r for r, _, _ in busy) / len(busy)}, window))  # fmt: skip
+        items.append(
+            _item(
+                "kv_tokens_per_request_window",
+                measured,
+                "tokens",
+                f"over the window a running request held {_figure_text(measured)} KV tokens on "
+                "average",
+                {
+                    "kv_capacity_tokens": capacity,
+                    "busy_scrapes": len(busy),
+                    "mean_running": sum(r for r, _, _ in busy) / len(busy),
+                },
+                window,
+            )
+        )
     limited = memory_limited(inputs.kv_scrapes, inputs.cap, inputs.near_cap)
     # Memory must hold the batch for most of the window: a few scrapes of a batch still
     # ramping up after a start also wait below the cap, with the cache nearly empty.
     held = len(limited) >= MIN_BUSY_SCRAPES and 2 * len(limited) >= len(busy)
     fill = cache_fill(limited) if held else None
     if fill is not None:
-        items.append(_item(
-            "kv_cache_fill", fill, "ratio",
-            f"while requests waited for memory the scheduler kept the KV cache {fill:.0%} full",
-            {"memory_limited_scrapes": len(limited)}, window))  # fmt: skip
+        items.append(
+            _item(
+                "kv_cache_fill",
+                fill,
+                "ratio",
+                f"while requests waited for memory the scheduler kept the KV cache {fill:.0%} full",
+                {"memory_limited_scrapes": len(limited)},
+                window,
+            )
+        )
     from_lengths = None
     if inputs.mean_prompt_tokens is not None and inputs.mean_output_tokens is not None:
         from_lengths = tokens_per_request_from_lengths(
             inputs.mean_prompt_tokens, inputs.mean_output_tokens, inputs.block_size
         )
-        items.append(_item(
-            "kv_tokens_per_request_lengths", from_lengths, "tokens",
-            f"today's length mix (prompt {_figure_text(inputs.mean_prompt_tokens)}, output "
-            f"{_figure_text(inputs.mean_output_tokens)} tokens on average) holds {_figure_text(from_lengths)} "
-            "KV tokens per running request",
-            {"mean_prompt_tokens": inputs.mean_prompt_tokens,
-             "mean_output_tokens": inputs.mean_output_tokens,
-             "requests": inputs.length_requests},
-            (*window, "means of the length histograms: long outputs hold the cache longer "
-                      "than the mean says")))  # fmt: skip
+        items.append(
+            _item(
+                "kv_tokens_per_request_lengths",
+                from_lengths,
+                "tokens",
+                f"today's length mix (prompt {_figure_text(inputs.mean_prompt_tokens)}, output "
+                f"{_figure_text(inputs.mean_output_tokens)} tokens on average) holds "
+                f"{_figure_text(from_lengths)} "
+                "KV tokens per running request",
+                {
+                    "mean_prompt_tokens": inputs.mean_prompt_tokens,
+                    "mean_output_tokens": inputs.mean_output_tokens,
+                    "requests": inputs.length_requests,
+                },
+                (
+                    *window,
+                    "means of the length histograms: long outputs hold the cache longer "
+                    "than the mean says",
+                ),
+            )
+        )
     if measured is not None:
         per_request, source = measured, "measured in the cache over the window"
         source_caveats: tuple[str, ...] = window
@@ -214,13 +256,23 @@ def kv_advice(inputs: AdviceInputs) -> list[AdviceItem]:
         else ", if the scheduler fills it (no memory-limited scrapes to measure the fill)"
     )
     sustainable = sustainable_concurrency(capacity, per_request, fill or 1.0)
-    basis = {"kv_capacity_tokens": capacity, "kv_tokens_per_request": per_request,
-             "kv_cache_fill": fill or 1.0}  # fmt: skip
-    items.append(_item(
-        "sustainable_concurrency", sustainable, "requests",
-        f"the KV cache holds {_figure_text(sustainable)} requests of today's mix "
-        f"({_figure_text(capacity)} tokens / {_figure_text(per_request)} per request, {source}{filled})",
-        basis, source_caveats))  # fmt: skip
+    basis = {
+        "kv_capacity_tokens": capacity,
+        "kv_tokens_per_request": per_request,
+        "kv_cache_fill": fill or 1.0,
+    }
+    items.append(
+        _item(
+            "sustainable_concurrency",
+            sustainable,
+            "requests",
+            f"the KV cache holds {_figure_text(sustainable)} requests of today's mix "
+            f"({_figure_text(capacity)} tokens / {_figure_text(per_request)} per request, "
+            f"{source}{filled})",
+            basis,
+            source_caveats,
+        )
+    )
     items += cap_advice(inputs, sustainable, per_request, fill or 1.0, basis, source_caveats)
     return items
 
@@ -241,18 +293,31 @@ def cap_advice(
     inputs_used = {**basis, "cap": cap, "sustainable_concurrency": sustainable}
     items = []
     if sustainable < cap:
-        items.append(_item(
-            "raise_cap_helps", 0, "bool",
-            f"memory-bound: raising max-num-seqs will not help: the KV cache holds "
-            f"{_figure_text(sustainable)} requests of today's mix, below the cap of {_figure_text(cap)}",
-            inputs_used, caveats))  # fmt: skip
+        items.append(
+            _item(
+                "raise_cap_helps",
+                0,
+                "bool",
+                f"memory-bound: raising max-num-seqs will not help: the KV cache holds "
+                f"{_figure_text(sustainable)} requests of today's mix, below the cap of "
+                f"{_figure_text(cap)}",
+                inputs_used,
+                caveats,
+            )
+        )
     elif inputs.waited_at_cap:
-        items.append(_item(
-            "raise_cap_helps", 1, "bool",
-            f"requests waited at the cap of {_figure_text(cap)} and the KV cache holds "
-            f"{_figure_text(sustainable)} of today's mix: raising max-num-seqs can help, up to "
-            f"{math.floor(sustainable)}",
-            inputs_used, caveats))  # fmt: skip
+        items.append(
+            _item(
+                "raise_cap_helps",
+                1,
+                "bool",
+                f"requests waited at the cap of {_figure_text(cap)} and the KV cache holds "
+                f"{_figure_text(sustainable)} of today's mix: raising max-num-seqs can help, up to "
+                f"{math.floor(sustainable)}",
+                inputs_used,
+                caveats,
+            )
+        )
     needed = kv_tokens_for(cap, per_request, fill)
     if needed > capacity:
         extra_bytes = kv_bytes_for(needed, capacity, inputs.kv_cache_memory_bytes)
@@ -262,19 +327,35 @@ def cap_advice(
             memory = (
                 f" ({extra_bytes / gib:.2f} GiB of KV memory, "
                 f"+{(extra_bytes - inputs.kv_cache_memory_bytes) / gib:.2f} GiB"
-                + (f": raise gpu_memory_utilization from {inputs.gpu_memory_utilization:g}"
-                   if inputs.gpu_memory_utilization is not None else "")
+                + (
+                    f": raise gpu_memory_utilization from {inputs.gpu_memory_utilization:g}"
+                    if inputs.gpu_memory_utilization is not None
+                    else ""
+                )
                 + ")"
-            )  # fmt: skip
+            )
         fit = fill * capacity / cap
-        items.append(_item(
-            "kv_tokens_for_cap", needed, "tokens",
-            f"the cap of {_figure_text(cap)} needs {_figure_text(needed)} KV tokens at today's lengths, "
-            f"{needed / capacity:.1f}x the {_figure_text(capacity)} there{memory}; or requests "
-            f"holding at most {_figure_text(fit)} tokens each (max_model_len, shorter prompts)",
-            {**inputs_used, "kv_tokens_needed": needed,
-             **({"kv_cache_memory_bytes": inputs.kv_cache_memory_bytes}
-                if inputs.kv_cache_memory_bytes else {})}, caveats))  # fmt: skip
+        items.append(
+            _item(
+                "kv_tokens_for_cap",
+                needed,
+                "tokens",
+                f"the cap of {_figure_text(cap)} needs {_figure_text(needed)} KV tokens at today's "
+                "lengths, "
+                f"{needed / capacity:.1f}x the {_figure_text(capacity)} there{memory}; or requests "
+                f"holding at most {_figure_text(fit)} tokens each (max_model_len, shorter prompts)",
+                {
+                    **inputs_used,
+                    "kv_tokens_needed": needed,
+                    **(
+                        {"kv_cache_memory_bytes": inputs.kv_cache_memory_bytes}
+                        if inputs.kv_cache_memory_bytes
+                        else {}
+                    ),
+                },
+                caveats,
+            )
+        )
     return items
 
 
@@ -294,11 +375,22 @@ def static_advice(inputs: AdviceInputs) -> list[AdviceItem]:
         f"(bounds {static.gain_lower:.2f}-{static.gain_upper:.2f}x): a static batch of "
         f"{static.batch_size} wastes {1 - static.estimate:.0%} of its slot-steps"
     )
-    return [_item("continuous_batching_gain", gain, "ratio", text,
-                  {"static_utilization": static.estimate, "lower": static.lower,
-                   "upper": static.upper, "batch_size": static.batch_size,
-                   "requests": static.requests},
-                  (*_caveats(inputs), "estimated from the output-length histogram"))]  # fmt: skip
+    return [
+        _item(
+            "continuous_batching_gain",
+            gain,
+            "ratio",
+            text,
+            {
+                "static_utilization": static.estimate,
+                "lower": static.lower,
+                "upper": static.upper,
+                "batch_size": static.batch_size,
+                "requests": static.requests,
+            },
+            (*_caveats(inputs), "estimated from the output-length histogram"),
+        )
+    ]
 
 
 def batcher_advice(inputs: AdviceInputs) -> list[AdviceItem]:
@@ -327,21 +419,32 @@ def batcher_advice(inputs: AdviceInputs) -> list[AdviceItem]:
         mean = (
             ("a mean latency (no histogram): the tail is longer",) if inputs.latency_is_mean else ()
         )
-        items.append(_item(
-            "budget_headroom", headroom, "ratio",
-            f"{statistic} {inputs.latency_seconds * 1000:.1f} ms of a "
-            f"{budget * 1000:.0f} ms budget: {headroom:.0%} headroom",
-            {"latency_seconds": inputs.latency_seconds, "budget_seconds": budget},
-            (*caveats, *mean)))  # fmt: skip
+        items.append(
+            _item(
+                "budget_headroom",
+                headroom,
+                "ratio",
+                f"{statistic} {inputs.latency_seconds * 1000:.1f} ms of a "
+                f"{budget * 1000:.0f} ms budget: {headroom:.0%} headroom",
+                {"latency_seconds": inputs.latency_seconds, "budget_seconds": budget},
+                (*caveats, *mean),
+            )
+        )
     cap = int(inputs.cap) if inputs.cap else None
     if cap is not None and (cost := batch_cost(costs, cap)) is not None:
         limit = rate_limit(cap, cost)
-        items.append(_item(
-            "rate_limit_per_second", limit, "items/s",
-            f"at its max batch of {cap} ({cost * 1000:.2f} ms) this batcher keeps the device "
-            f"{MAX_DEVICE_LOAD:.0%} busy at {_figure_text(limit)} items/s: today's rate is "
-            f"{rate / limit:.0%} of it",
-            {"max_batch_size": cap, "arrival_per_second": rate, **measured}, caveats))  # fmt: skip
+        items.append(
+            _item(
+                "rate_limit_per_second",
+                limit,
+                "items/s",
+                f"at its max batch of {cap} ({cost * 1000:.2f} ms) this batcher keeps the device "
+                f"{MAX_DEVICE_LOAD:.0%} busy at {_figure_text(limit)} items/s: today's rate is "
+                f"{rate / limit:.0%} of it",
+                {"max_batch_size": cap, "arrival_per_second": rate, **measured},
+                caveats,
+            )
+        )
     pair = fixed_pair(rate, costs, budget)
     if pair is None:
         return items
@@ -362,25 +465,29 @@ def batcher_advice(inputs: AdviceInputs) -> list[AdviceItem]:
         )
         text = (
             f"a fixed batcher needs max_wait {pair.max_wait_seconds * 1000:.1f} ms and "
-            f"max_batch_size {pair.max_batch_size} at {_figure_text(rate)} items/s{today}: batches of "
+            f"max_batch_size {pair.max_batch_size} at {_figure_text(rate)} items/s{today}: batches "
+            "of "
             f"{pair.batch_size}, device {pair.load:.0%} busy, worst latency "
             f"{pair.worst_latency_seconds * 1000:.1f} ms of {budget * 1000:.0f} ms; it runs "
             f"out at {_figure_text(pair.rate_limit_per_second)} items/s{low}"
         )
     else:
         text = (
-            f"no fixed pair keeps {_figure_text(rate)} items/s in the {budget * 1000:.0f} ms budget "
+            f"no fixed pair keeps {_figure_text(rate)} items/s in the {budget * 1000:.0f} ms "
+            "budget "
             f"({sizes}): the best, batches of {pair.batch_size}, leaves the device "
             f"{pair.load:.0%} busy with a worst latency of "
             f"{pair.worst_latency_seconds * 1000:.1f} ms; add capacity or raise the budget"
         )
     items += [
         _item("fixed_pair_feasible", int(pair.feasible), "bool", text, pair_inputs, pair_caveats),
-        _item("advised_max_wait_seconds", pair.max_wait_seconds, "s", text, pair_inputs,
-              pair_caveats),
-        _item("advised_max_batch_size", pair.max_batch_size, "items", text, pair_inputs,
-              pair_caveats),
-    ]  # fmt: skip
+        _item(
+            "advised_max_wait_seconds", pair.max_wait_seconds, "s", text, pair_inputs, pair_caveats
+        ),
+        _item(
+            "advised_max_batch_size", pair.max_batch_size, "items", text, pair_inputs, pair_caveats
+        ),
+    ]
     return items
 
 
@@ -397,8 +504,9 @@ def padding_advice(inputs: AdviceInputs) -> list[AdviceItem]:
         else f"{waste:.0%} of the token positions batched were padding: little to gain "
         "from bucketing by length"
     )
-    return [_item("padding_waste", waste, "ratio", text, {"padding_waste": waste},
-                  _caveats(inputs))]  # fmt: skip
+    return [
+        _item("padding_waste", waste, "ratio", text, {"padding_waste": waste}, _caveats(inputs))
+    ]
 
 
 def advise(inputs: AdviceInputs) -> Advice:
@@ -409,9 +517,11 @@ def advise(inputs: AdviceInputs) -> Advice:
             f"{inputs.window_seconds:.0f} s (needs at least {MIN_SCRAPES})"
         )
     items = [
-        *kv_advice(inputs), *static_advice(inputs), *batcher_advice(inputs),
+        *kv_advice(inputs),
+        *static_advice(inputs),
+        *batcher_advice(inputs),
         *padding_advice(inputs),
-    ]  # fmt: skip
+    ]
     if not items:
         return Advice(
             summary="nothing to advise from: no KV capacity (vllm:cache_config_info), no "
@@ -419,9 +529,17 @@ def advise(inputs: AdviceInputs) -> Advice:
             enough_data=True,
         )
     lead = next(
-        (i for kind in ("raise_cap_helps", "fixed_pair_feasible", "sustainable_concurrency",
-                        "continuous_batching_gain")
-         for i in items if i.kind == kind),
+        (
+            i
+            for kind in (
+                "raise_cap_helps",
+                "fixed_pair_feasible",
+                "sustainable_concurrency",
+                "continuous_batching_gain",
+            )
+            for i in items
+            if i.kind == kind
+        ),
         items[0],
-    )  # fmt: skip
+    )
     return Advice(items=tuple(items), summary=lead.text, enough_data=True)

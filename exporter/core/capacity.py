@@ -206,9 +206,10 @@ def fixed_pair(
     latency = worst_latency(wait, _cost(costs, batch))
     load = device_load(arrival_per_second, batch, _cost(costs, batch))
     fits = [
-        m for m in range(batch, largest + 1)
+        m
+        for m in range(batch, largest + 1)
         if worst_latency(wait, _cost(costs, m)) <= budget_seconds
-    ]  # fmt: skip
+    ]
     max_batch = max(fits) if fits else batch
     return FixedPair(
         max_wait_seconds=wait,

@@ -440,8 +440,11 @@ def _with_episode(total: SeriesSignals, state: SaturationState | None, now: floa
     """A total that read nothing, carrying the saturation episode still open (if any)."""
     if state is None or state.above_since is None:
         return total
-    return replace(total, budget_saturated=state.saturated,
-                   budget_saturated_seconds=saturated_seconds(state, now))  # fmt: skip
+    return replace(
+        total,
+        budget_saturated=state.saturated,
+        budget_saturated_seconds=saturated_seconds(state, now),
+    )
 
 
 def unreadable_signals(
@@ -457,10 +460,8 @@ def unreadable_signals(
     """A target that answered (up, as Prometheus would say) whose payload could not be
     evaluated: the error is its state and its diagnosis, and it has no series. `episode`:
     the total's saturation state held through it (`held_saturation`)."""
-    total = _with_episode(signals_without_series(unreadable_diagnosis(error), settings),
-                          episode, t)  # fmt: skip
-    return TargetSignals(name, url, t, True, error, (), total, scrape_seconds,
-                         dict(extra_labels))  # fmt: skip
+    total = _with_episode(signals_without_series(unreadable_diagnosis(error), settings), episode, t)
+    return TargetSignals(name, url, t, True, error, (), total, scrape_seconds, dict(extra_labels))
 
 
 def evaluate_target(
@@ -493,7 +494,8 @@ def evaluate_window(
     reads nothing: the saturation states are held through it, and the total shows the
     episode still open; a target unread for longer than the staleness, counted from the
     first scrape that read nothing, ends its states (`held_saturation`): two readable
-    scrapes in a row continue them, however late the second. Series absent from the newest snapshot (a model
+    scrapes in a row continue them, however late the second. Series absent from the newest snapshot
+    (a model
     that was unloaded) are dropped; the total is computed like any series, over the
     merged series of each scrape, so its own saturation state is kept under key ().
     A target whose every scrape held the same one series, with a total that is that
@@ -508,12 +510,14 @@ def evaluate_window(
     saturation = held_saturation(saturation, now, settings, readable=latest.up)
     if not latest.up:
         down = _with_episode(down_signals(latest.error, settings), saturation.get(TOTAL), now)
-        return TargetSignals(name, url, latest.t, False, latest.error, (), down,
-                             latest.scrape_seconds, labels), saturation  # fmt: skip
+        return TargetSignals(
+            name, url, latest.t, False, latest.error, (), down, latest.scrape_seconds, labels
+        ), saturation
     if not latest.series:
         total = signals_without_series(no_data_diagnosis(), settings)
-        return TargetSignals(name, url, latest.t, True, None, (), total,
-                             latest.scrape_seconds, labels), {}  # fmt: skip
+        return TargetSignals(
+            name, url, latest.t, True, None, (), total, latest.scrape_seconds, labels
+        ), {}
     next_states: dict[LabelKey, SaturationState] = {}
     series = []
     for key in sorted({s.key for s in latest.series}):
@@ -532,7 +536,8 @@ def evaluate_window(
             total_track.points, settings, total_state, now, total_track.restarts()
         )
     return (
-        TargetSignals(name, url, latest.t, True, None, tuple(series), total,
-                      latest.scrape_seconds, labels),
+        TargetSignals(
+            name, url, latest.t, True, None, tuple(series), total, latest.scrape_seconds, labels
+        ),
         next_states,
-    )  # fmt: skip
+    )

@@ -428,7 +428,8 @@ def diagnose(
     if waits and ratio is not None and fired_batches:
         return Diagnosis(
             "batch_limited",
-            f"batches average {_count_text(running or 0)} of max {_count_text(cap)} while {_count_text(waiting)} "
+            f"batches average {_count_text(running or 0)} of max {_count_text(cap)} while "
+            f"{_count_text(waiting)} "
             "wait: the batcher fires before batches fill (its max wait or latency budget is "
             "short for this traffic) or execution cannot keep up",
         )

@@ -102,9 +102,18 @@ def effective_cap(series: SeriesSnapshot, configured: float | None) -> float | N
 
 
 # The counts and gauges a target total adds up over its series.
-SUMMED = ("running", "waiting", "preemptions_total", "requests_total",
-          "generation_tokens_total", "items_total", "batches_total", "batch_tokens_total",
-          "padding_tokens_total", "batch_tokens")  # fmt: skip
+SUMMED = (
+    "running",
+    "waiting",
+    "preemptions_total",
+    "requests_total",
+    "generation_tokens_total",
+    "items_total",
+    "batches_total",
+    "batch_tokens_total",
+    "padding_tokens_total",
+    "batch_tokens",
+)
 
 
 def merge_series(
@@ -124,8 +133,7 @@ def merge_series(
     latency is never judged against another's budget.
     """
     caps = [effective_cap(s, default_cap) for s in series]
-    budgets = {s.budget_seconds if s.budget_seconds is not None else default_budget
-               for s in series}  # fmt: skip
+    budgets = {s.budget_seconds if s.budget_seconds is not None else default_budget for s in series}
     one_budget = len(budgets) <= 1
     latency: dict[str, Histogram] = {}
     for kind in {k for s in series for k in s.latency} if one_budget else ():
@@ -174,9 +182,11 @@ def histograms_of(series: SeriesSnapshot) -> dict[str, Histogram]:
     """The histograms a series holds, by name: `latency:KIND` (`latency_histogram`),
     `output_tokens`, `prompt_tokens`, `batch_size`."""
     named = {latency_histogram(kind): hist for kind, hist in series.latency.items()}
-    for name, hist in (("output_tokens", series.output_tokens),
-                       ("prompt_tokens", series.prompt_tokens),
-                       ("batch_size", series.batch_size)):  # fmt: skip
+    for name, hist in (
+        ("output_tokens", series.output_tokens),
+        ("prompt_tokens", series.prompt_tokens),
+        ("batch_size", series.batch_size),
+    ):
         if hist is not None:
             named[name] = hist
     return named

@@ -22,10 +22,18 @@ MARKER = names.PREFIX
 KEY_LABELS = ("batcher",)
 
 FAMILIES = (
-    names.QUEUE_DEPTH, names.BATCH_SIZE, names.REQUEST_LATENCY, names.QUEUE_WAIT,
-    names.EXECUTION, names.BATCH_EXECUTION_BY_SIZE, names.REQUESTS,
-    names.MAX_BATCH_SIZE, names.MAX_WAIT, names.LATENCY_BUDGET, names.BATCH_TOKENS,
-)  # fmt: skip
+    names.QUEUE_DEPTH,
+    names.BATCH_SIZE,
+    names.REQUEST_LATENCY,
+    names.QUEUE_WAIT,
+    names.EXECUTION,
+    names.BATCH_EXECUTION_BY_SIZE,
+    names.REQUESTS,
+    names.MAX_BATCH_SIZE,
+    names.MAX_WAIT,
+    names.LATENCY_BUDGET,
+    names.BATCH_TOKENS,
+)
 LATENCY_FAMILIES = {
     "e2e": names.REQUEST_LATENCY,
     "queue": names.QUEUE_WAIT,

@@ -43,9 +43,14 @@ SUMMARIES = {
 }
 LATENCY_FAMILIES = {"ttft": "nv_inference_first_response_histogram_ms"}
 FAMILIES = (
-    INFERENCES, EXECUTIONS, PENDING, SUCCESS, *DURATION_COUNTERS.values(),
-    *SUMMARIES.values(), *LATENCY_FAMILIES.values(),
-)  # fmt: skip
+    INFERENCES,
+    EXECUTIONS,
+    PENDING,
+    SUCCESS,
+    *DURATION_COUNTERS.values(),
+    *SUMMARIES.values(),
+    *LATENCY_FAMILIES.values(),
+)
 
 
 def to_series(by_name: SamplesByName) -> list[SeriesSnapshot]:

@@ -4,7 +4,8 @@ The backend's custom metrics are gauges keyed by a label naming the quantity:
 `nv_trt_llm_request_metrics{request_type=active|max|waiting|...}` and
 `nv_trt_llm_kv_cache_block_metrics{kv_cache_block_type=used|free|max|...}`. Active
 requests are the running batch, `max` is the engine's own cap (max batch size), and KV
-usage is used / max blocks. A configured cap overrides the engine's max. The same server exposes Triton's `nv_inference_*` counters
+usage is used / max blocks. A configured cap overrides the engine's max. The same server exposes
+Triton's `nv_inference_*` counters
 for the same model: `read_series` joins them into one series per model.
 """
 

@@ -1,7 +1,8 @@
 """vLLM: V1 (0.8+, labels model_name and engine) and V0 (model_name only).
 
 `gpu_cache_usage_perc` became `kv_cache_usage_perc` in 0.9; counters carry `_total`
-with `_created` siblings. vLLM does not expose `max_num_seqs`: the cap comes from config. `cache_config_info`
+with `_created` siblings. vLLM does not expose `max_num_seqs`: the cap comes from config.
+`cache_config_info`
 states the KV cache in its labels (an engine label, no model): `kv_cache_size_tokens`
 and `kv_cache_memory_bytes` from 0.11 on, `num_gpu_blocks` and `block_size` before.
 """
@@ -41,10 +42,19 @@ LATENCY_FAMILIES = {
 }
 
 FAMILIES = (
-    RUNNING, WAITING, SWAPPED, PREEMPTIONS, KV_USAGE, KV_USAGE_OLD,
-    REQUEST_SUCCESS, GENERATION_TOKENS, OUTPUT_TOKENS, PROMPT_TOKENS, CACHE_CONFIG,
+    RUNNING,
+    WAITING,
+    SWAPPED,
+    PREEMPTIONS,
+    KV_USAGE,
+    KV_USAGE_OLD,
+    REQUEST_SUCCESS,
+    GENERATION_TOKENS,
+    OUTPUT_TOKENS,
+    PROMPT_TOKENS,
+    CACHE_CONFIG,
     *LATENCY_FAMILIES.values(),
-)  # fmt: skip
+)
 
 
 def _info_number(text: str | None) -> float | None:

@@ -57,5 +57,6 @@ async def full_collections(stop: asyncio.Event, every: float = FULL_COLLECTION_S
             seconds = time.perf_counter() - started
             # It pauses the event loop: a long pause is worth knowing (scrapes wait on it).
             level = logging.INFO if seconds > NOTABLE_PAUSE_SECONDS else logging.DEBUG
-            log.log(level, "full garbage collection: %d unreachable objects, %.3f s", found,
-                    seconds)  # fmt: skip
+            log.log(
+                level, "full garbage collection: %d unreachable objects, %.3f s", found, seconds
+            )

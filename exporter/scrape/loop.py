@@ -141,8 +141,9 @@ def read_payload(
         return Snapshot(target.name, t, True, (), scrape_seconds=seconds), None
     except (ParseError, SampleLimitExceeded, UnrecognisedPayload) as err:
         reason = next(r for kind, r in PAYLOAD_ERRORS.items() if isinstance(err, kind))
-        return Snapshot(target.name, t, False, error=f"unreadable payload: {err}",
-                        scrape_seconds=seconds), reason  # fmt: skip
+        return Snapshot(
+            target.name, t, False, error=f"unreadable payload: {err}", scrape_seconds=seconds
+        ), reason
     return Snapshot(target.name, t, True, series, scrape_seconds=seconds), None
 
 
@@ -244,9 +245,12 @@ class Exporter:
         """
         engines = frozenset(s.engine for s in snapshot.series)
         if engines and state.engines and engines != state.engines:
-            log.warning("target %s: engine changed from %s to %s; its window starts again",
-                        state.target.name, "+".join(sorted(state.engines)),
-                        "+".join(sorted(engines)))  # fmt: skip
+            log.warning(
+                "target %s: engine changed from %s to %s; its window starts again",
+                state.target.name,
+                "+".join(sorted(state.engines)),
+                "+".join(sorted(engines)),
+            )
             state.window = self._new_window(state.target)
             state.saturation = {}
             state.window_resets["engine_changed"] += 1
@@ -315,9 +319,16 @@ class Exporter:
             reason = "evaluation"
             error = f"evaluation failed: {type(err).__name__}: {err}"
             state.saturation = held_saturation(state.saturation, now, state.window.settings)
-            signals = unreadable_signals(target.name, target.url, now, error,
-                                         state.window.settings, result.seconds,
-                                         dict(target.labels), state.saturation.get(TOTAL))  # fmt: skip
+            signals = unreadable_signals(
+                target.name,
+                target.url,
+                now,
+                error,
+                state.window.settings,
+                result.seconds,
+                dict(target.labels),
+                state.saturation.get(TOTAL),
+            )
             state.history.append(api.history_row(signals))
         if reason is not None:
             state.errors[reason] += 1

@@ -80,9 +80,17 @@ def render_metrics(targets: Iterable[TargetSignals]) -> bytes:
     lines: dict[str, list[str]] = {family.name: [] for family in FAMILIES}
     up, duration, latency, saturated, static, gain, diagnosis, advice = (
         lines[family.name]
-        for family in (TARGET_UP, SCRAPE_DURATION, LATENCY, SATURATED, STATIC_UTILIZATION,
-                       CONTINUOUS_GAIN, DIAGNOSIS, ADVICE)
-    )  # fmt: skip
+        for family in (
+            TARGET_UP,
+            SCRAPE_DURATION,
+            LATENCY,
+            SATURATED,
+            STATIC_UTILIZATION,
+            CONTINUOUS_GAIN,
+            DIAGNOSIS,
+            ADVICE,
+        )
+    )
     counters = (TARGET_ERRORS, "errors_total"), (WINDOW_RESETS, "window_resets_total")
     gauges = tuple((lines[name], name, attribute) for name, _, attribute in SERIES_GAUGES)
     states = tuple((state, f'state="{escape(state)}"') for state in DIAGNOSIS_STATES)
@@ -122,7 +130,8 @@ def render_metrics(targets: Iterable[TargetSignals]) -> bytes:
                 before, after = _split_at_label(pairs, "bound")
                 for bound, value in zip(BOUNDS, (u.estimate, u.lower, u.upper), strict=True):
                     static.append(
-                        f'{STATIC_UTILIZATION.name}{before}bound="{bound}"{after} {text_of(value)}\n'
+                        f'{STATIC_UTILIZATION.name}{before}bound="{bound}"{after} '
+                        f"{text_of(value)}\n"
                     )
                 gain.append(f"{CONTINUOUS_GAIN.name}{text} {text_of(u.continuous_batching_gain)}\n")
             if s.advice.items:

@@ -12,41 +12,72 @@ from dataclasses import dataclass
 
 # (metric name, help, attribute of SeriesSignals)
 SERIES_GAUGES = (
-    ("batchscope_running_requests", "Requests in the running batch (vLLM num_requests_running).",
-     "running"),
+    (
+        "batchscope_running_requests",
+        "Requests in the running batch (vLLM num_requests_running).",
+        "running",
+    ),
     ("batchscope_waiting_requests", "Requests waiting for a batch slot.", "waiting"),
     ("batchscope_batch_cap", "Maximum batch size (configured cap or the batcher's own).", "cap"),
-    ("batchscope_running_vs_cap_ratio",
-     "Running batch over its cap (in-house: mean batch size over max batch size).",
-     "running_vs_cap"),
-    ("batchscope_batch_tokens", "Tokens the running batch holds or reserves (TGI).",
-     "batch_tokens"),
-    ("batchscope_token_cap", "Token budget of the running batch (configured token_cap).",
-     "token_cap"),
+    (
+        "batchscope_running_vs_cap_ratio",
+        "Running batch over its cap (in-house: mean batch size over max batch size).",
+        "running_vs_cap",
+    ),
+    (
+        "batchscope_batch_tokens",
+        "Tokens the running batch holds or reserves (TGI).",
+        "batch_tokens",
+    ),
+    (
+        "batchscope_token_cap",
+        "Token budget of the running batch (configured token_cap).",
+        "token_cap",
+    ),
     ("batchscope_tokens_vs_cap_ratio", "Batch tokens over the token budget.", "tokens_vs_cap"),
-    ("batchscope_mean_batch_size", "Mean executed batch size over the window.",
-     "mean_batch_size"),
-    ("batchscope_preemptions_per_second", "Preemptions per second over the window.",
-     "preemptions_per_second"),
+    ("batchscope_mean_batch_size", "Mean executed batch size over the window.", "mean_batch_size"),
+    (
+        "batchscope_preemptions_per_second",
+        "Preemptions per second over the window.",
+        "preemptions_per_second",
+    ),
     ("batchscope_kv_cache_usage_ratio", "KV cache usage, 0..1.", "kv_cache_usage"),
-    ("batchscope_requests_per_second", "Finished requests per second over the window.",
-     "requests_per_second"),
-    ("batchscope_generation_tokens_per_second", "Generated tokens per second over the window.",
-     "generation_tokens_per_second"),
-    ("batchscope_budget_seconds", "Latency budget the utilisation is measured against.",
-     "budget_seconds"),
-    ("batchscope_budget_utilization_ratio",
-     "Observed latency quantile over the latency budget.", "budget_utilization"),
-    ("batchscope_budget_saturated_seconds",
-     "Seconds the current episode at or above the saturation threshold has lasted.",
-     "budget_saturated_seconds"),
-    ("batchscope_throughput_gain_ratio",
-     "Items per execution-second at the observed batch sizes over that at batch size 1.",
-     "throughput_gain"),
-    ("batchscope_padding_waste_ratio",
-     "Share of the token positions in fired batches that were padding (in-house batchers).",
-     "padding_waste"),
-)  # fmt: skip
+    (
+        "batchscope_requests_per_second",
+        "Finished requests per second over the window.",
+        "requests_per_second",
+    ),
+    (
+        "batchscope_generation_tokens_per_second",
+        "Generated tokens per second over the window.",
+        "generation_tokens_per_second",
+    ),
+    (
+        "batchscope_budget_seconds",
+        "Latency budget the utilisation is measured against.",
+        "budget_seconds",
+    ),
+    (
+        "batchscope_budget_utilization_ratio",
+        "Observed latency quantile over the latency budget.",
+        "budget_utilization",
+    ),
+    (
+        "batchscope_budget_saturated_seconds",
+        "Seconds the current episode at or above the saturation threshold has lasted.",
+        "budget_saturated_seconds",
+    ),
+    (
+        "batchscope_throughput_gain_ratio",
+        "Items per execution-second at the observed batch sizes over that at batch size 1.",
+        "throughput_gain",
+    ),
+    (
+        "batchscope_padding_waste_ratio",
+        "Share of the token positions in fired batches that were padding (in-house batchers).",
+        "padding_waste",
+    ),
+)
 
 
 @dataclass(frozen=True)
@@ -114,7 +145,16 @@ WINDOW_RESETS = Family(
 )
 # The families of /metrics, in the order they are written.
 FAMILIES = (
-    TARGET_UP, SCRAPE_DURATION, *SERIES_GAUGE_FAMILIES, LATENCY, SATURATED,
-    STATIC_UTILIZATION, CONTINUOUS_GAIN, DIAGNOSIS, ADVICE, TARGET_ERRORS, WINDOW_RESETS,
-)  # fmt: skip
+    TARGET_UP,
+    SCRAPE_DURATION,
+    *SERIES_GAUGE_FAMILIES,
+    LATENCY,
+    SATURATED,
+    STATIC_UTILIZATION,
+    CONTINUOUS_GAIN,
+    DIAGNOSIS,
+    ADVICE,
+    TARGET_ERRORS,
+    WINDOW_RESETS,
+)
 BOUNDS = ("estimate", "lower", "upper")

@@ -187,5 +187,5 @@ def latency_quantiles(selector: str) -> list[Query]:
             ("e2e", "end-to-end"),
             ("ttft", "time to first token"),
             ("queue", "queue"),
-        )  # fmt: skip
+        )
     ]

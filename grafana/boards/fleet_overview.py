@@ -34,8 +34,9 @@ def fleet_overview(source: Source, config: Mapping) -> dict:
         def per_target(name: str) -> str:
             return f"max by (target) ({name}{total})"
 
-        states = Query(f"batchscope_diagnosis{total} == 1", instant=True,
-                       format=PromQueryFormat.TABLE)  # fmt: skip
+        states = Query(
+            f"batchscope_diagnosis{total} == 1", instant=True, format=PromQueryFormat.TABLE
+        )
         down = f"count({source.up}{total} == 0) or vector(0)"
     else:
         selector = '{target=~"$target"}'
@@ -66,7 +67,7 @@ def fleet_overview(source: Source, config: Mapping) -> dict:
             targets(
                 [Query(f"sort_desc({per_target(source.utilization)})", "{{target}}", instant=True)]
             )
-        )  # fmt: skip
+        )
     )
     state_table = (
         table.Panel()
@@ -87,7 +88,7 @@ def fleet_overview(source: Source, config: Mapping) -> dict:
             targets(
                 [Query(f"count({per_target(source.saturated)} == 1) or vector(0)", instant=True)]
             )
-        )  # fmt: skip
+        )
     )
     down_stat = (
         stat_panel.Panel()

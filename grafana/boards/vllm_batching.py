@@ -215,14 +215,16 @@ def _kv_advice_panel(series: str, cap: Query):
             "kv_tokens_for_cap). Above it while requests wait at the cap: raising the cap helps "
             "up to this line. /api/v1/advice has the sentence and the inputs.",
             "short",
-            Query(f'batchscope_advice_value{{kind="sustainable_concurrency", {series}}}',
-                  "KV cache holds {{model_name}}"),
+            Query(
+                f'batchscope_advice_value{{kind="sustainable_concurrency", {series}}}',
+                "KV cache holds {{model_name}}",
+            ),
             cap,
             Query(f"batchscope_running_requests{{{series}}}", "running {{model_name}}"),
         )
         .override_by_query(*dashed_line("B"))
         .min(0)
-    )  # fmt: skip
+    )
 
 
 def _advice_table(series: str):
@@ -236,10 +238,17 @@ def _advice_table(series: str):
             "continuous-batching gain. docs/runbook.md says what to change."
         )
         .targets(
-            targets([Query(f"batchscope_advice_value{{{series}}}", instant=True,
-                           format=PromQueryFormat.TABLE)])
+            targets(
+                [
+                    Query(
+                        f"batchscope_advice_value{{{series}}}",
+                        instant=True,
+                        format=PromQueryFormat.TABLE,
+                    )
+                ]
+            )
         )
-    )  # fmt: skip
+    )
 
 
 # ---------------------------------------------------------------- fleet overview

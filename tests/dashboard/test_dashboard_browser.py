@@ -28,15 +28,23 @@ pytestmark = pytest.mark.slow
 
 ROOT = REPO
 SCREENSHOTS = ROOT / "docs" / "img"
-CHROMIUM_ARGS = ["--no-sandbox", "--headless", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--no-first-run"]  # fmt: skip
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--headless",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
 VIEWPORT = {"width": 1400, "height": 2200}
 
 
 def start(args: list[str], log: Path) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.Popen([sys.executable, *args], cwd=ROOT, env=env,
-                            stdout=log.open("w"), stderr=subprocess.STDOUT)  # fmt: skip
+    return subprocess.Popen(
+        [sys.executable, *args], cwd=ROOT, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT
+    )
 
 
 @pytest.fixture(scope="module")
@@ -45,25 +53,75 @@ def demo(tmp_path_factory) -> Iterator[tuple[str, subprocess.Popen, Path]]:
     logs = tmp_path_factory.mktemp("browser")
     server_port, dashboard_port = free_port(), free_port()
     server = f"http://127.0.0.1:{server_port}"
-    procs = [start(["-m", "demo_server.cli", "--port", str(server_port), "--batching",
-                    "continuous", "--max-num-seqs", "8", "--kv-cache-tokens", "2048"],
-                   logs / "server.log")]  # fmt: skip
+    procs = [
+        start(
+            [
+                "-m",
+                "demo_server.cli",
+                "--port",
+                str(server_port),
+                "--batching",
+                "continuous",
+                "--max-num-seqs",
+                "8",
+                "--kv-cache-tokens",
+                "2048",
+            ],
+            logs / "server.log",
+        )
+    ]
     try:
         wait_http(f"{server}/health", 120)
-        procs.append(start(["-m", "dashboard.cli", "--target", f"{server}/metrics", "--name",
-                            "demo", "--cap", "8", "--budget-seconds", "2", "--interval", "1",
-                            "--window-seconds", "10", "--port", str(dashboard_port)],
-                           logs / "dashboard.log"))  # fmt: skip
+        procs.append(
+            start(
+                [
+                    "-m",
+                    "dashboard.cli",
+                    "--target",
+                    f"{server}/metrics",
+                    "--name",
+                    "demo",
+                    "--cap",
+                    "8",
+                    "--budget-seconds",
+                    "2",
+                    "--interval",
+                    "1",
+                    "--window-seconds",
+                    "10",
+                    "--port",
+                    str(dashboard_port),
+                ],
+                logs / "dashboard.log",
+            )
+        )
         dashboard = f"http://127.0.0.1:{dashboard_port}"
         wait_http(f"{dashboard}/_stcore/health", 60)
         result = logs / "sweep.json"
         # The sweep runs while the pages are looked at: the Live page has traffic to show.
-        procs.append(subprocess.Popen(
-            [sys.executable, "-m", "demo_server.loadgen.run", "--url", server, "--endpoint",
-             "completions", "--rates", "2,4,8", "--duration", "12", "--max-tokens", "32,128,256",
-             "--json"],
-            cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=result.open("w"),
-        ))  # fmt: skip
+        procs.append(
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "demo_server.loadgen.run",
+                    "--url",
+                    server,
+                    "--endpoint",
+                    "completions",
+                    "--rates",
+                    "2,4,8",
+                    "--duration",
+                    "12",
+                    "--max-tokens",
+                    "32,128,256",
+                    "--json",
+                ],
+                cwd=ROOT,
+                env={**os.environ, "PYTHONPATH": str(ROOT)},
+                stdout=result.open("w"),
+            )
+        )
         yield dashboard, procs[-1], result
     finally:
         for proc in procs:

@@ -23,32 +23,67 @@ ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
 def test_streamlit_runs_headless_on_the_address_without_usage_stats() -> None:
     args = streamlit_args("127.0.0.1", 8600)
     assert args[:2] == ["run", str(ROOT / "dashboard" / "app.py")]
-    for flag in ("--server.headless=true", "--server.address=127.0.0.1",
-                 "--server.port=8600", "--browser.gatherUsageStats=false"):  # fmt: skip
+    for flag in (
+        "--server.headless=true",
+        "--server.address=127.0.0.1",
+        "--server.port=8600",
+        "--browser.gatherUsageStats=false",
+    ):
         assert flag in args
 
 
 def test_target_and_exporter_together_are_refused() -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "dashboard.cli", "--exporter", "http://127.0.0.1:9500",
-         "--target", "http://127.0.0.1:8000/metrics"],
-        cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=60, check=False,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "dashboard.cli",
+            "--exporter",
+            "http://127.0.0.1:9500",
+            "--target",
+            "http://127.0.0.1:8000/metrics",
+        ],
+        cwd=ROOT,
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert done.returncode == 2
     assert "--exporter reads another exporter; --target/--config run one here" in done.stderr
 
 
 def test_one_command_scrapes_the_target_inside_the_app(tmp_path: Path) -> None:
-    targets = ScriptedTargets({"llm": (VllmState(running=6, waiting=1, kv_usage=0.5),
-                                       lambda s: s.finish(1, 0.5, 40))})  # fmt: skip
+    targets = ScriptedTargets(
+        {"llm": (VllmState(running=6, waiting=1, kv_usage=0.5), lambda s: s.finish(1, 0.5, 40))}
+    )
     targets.start()
     port = free_port()
     log = tmp_path / "dashboard.log"
     app = subprocess.Popen(
-        [sys.executable, "-m", "dashboard.cli", "--target", targets.metrics_url("llm"), "--name", "llm",
-         "--cap", "8", "--budget-seconds", "2", "--interval", "0.5", "--port", str(port)],
-        cwd=ROOT, env=ENV, stdout=log.open("w"), stderr=subprocess.STDOUT,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "dashboard.cli",
+            "--target",
+            targets.metrics_url("llm"),
+            "--name",
+            "llm",
+            "--cap",
+            "8",
+            "--budget-seconds",
+            "2",
+            "--interval",
+            "0.5",
+            "--port",
+            str(port),
+        ],
+        cwd=ROOT,
+        env=ENV,
+        stdout=log.open("w"),
+        stderr=subprocess.STDOUT,
+    )
     try:
         wait_http(f"http://127.0.0.1:{port}/_stcore/health", 60)
         api = re.search(r"exporter API and /metrics at (http://\S+)", log.read_text())

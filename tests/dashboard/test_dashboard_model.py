@@ -41,26 +41,40 @@ def test_target_text_cannot_become_markdown_or_html() -> None:
 
 def test_an_unknown_api_major_version_is_refused_in_words() -> None:
     assert check_api_version({"api_version": 1, "targets": []}, "u") == {
-        "api_version": 1, "targets": []}  # fmt: skip
+        "api_version": 1,
+        "targets": [],
+    }
     assert check_api_version({"targets": []}, "u") == {"targets": []}
     with pytest.raises(SourceError, match="speaks API version 2; this dashboard reads version 1"):
         check_api_version({"api_version": 2}, "http://x/api/v1/signals")
 
 
 def _target(name: str, state: str, utilization: float | None = None, kv: float | None = None):
-    return {"target": name, "up": state != "down", "error": None,
-            "total": {"diagnosis": {"state": state, "reason": f"{name} reason"},
-                      "budget_utilization": utilization, "kv_cache_usage": kv},
-            "series": []}  # fmt: skip
+    return {
+        "target": name,
+        "up": state != "down",
+        "error": None,
+        "total": {
+            "diagnosis": {"state": state, "reason": f"{name} reason"},
+            "budget_utilization": utilization,
+            "kv_cache_usage": kv,
+        },
+        "series": [],
+    }
 
 
 def test_fleet_table_is_worst_first() -> None:
-    doc = {"targets": [
-        _target("ok", "healthy"), _target("full", "memory_bound", 0.5, 0.97),
-        _target("fuller", "memory_bound", 0.7, 0.91), _target("gone", "down"),
-        _target("new", "some_new_state"), _target("hot", "budget_saturated", 1.2),
-        _target("stuck", "stalled"),
-    ]}  # fmt: skip
+    doc = {
+        "targets": [
+            _target("ok", "healthy"),
+            _target("full", "memory_bound", 0.5, 0.97),
+            _target("fuller", "memory_bound", 0.7, 0.91),
+            _target("gone", "down"),
+            _target("new", "some_new_state"),
+            _target("hot", "budget_saturated", 1.2),
+            _target("stuck", "stalled"),
+        ]
+    }
     frame = fleet_frame(doc)
     assert list(frame["target"]) == ["gone", "hot", "stuck", "fuller", "full", "new", "ok"]
     assert list(frame["state"])[-2:] == ["some new state", "healthy"]
@@ -81,25 +95,40 @@ def test_fleet_table_reads_the_worst_series_when_the_total_has_no_budget() -> No
 
 
 def test_series_choices_name_each_model() -> None:
-    target = {"total": {"running": 5}, "series": [
-        {"labels": {"model_name": "a", "engine": "0"}, "running": 2},
-        {"labels": {"model_name": "b", "engine": "0"}, "running": 3}]}  # fmt: skip
+    target = {
+        "total": {"running": 5},
+        "series": [
+            {"labels": {"model_name": "a", "engine": "0"}, "running": 2},
+            {"labels": {"model_name": "b", "engine": "0"}, "running": 3},
+        ],
+    }
     choices = series_choices(target)
-    assert list(choices) == ["all models (target total)", "model_name=a, engine=0",
-                             "model_name=b, engine=0"]  # fmt: skip
+    assert list(choices) == [
+        "all models (target total)",
+        "model_name=a, engine=0",
+        "model_name=b, engine=0",
+    ]
     assert choices["model_name=b, engine=0"]["running"] == 3
 
 
 def _history(flags: list[bool], utilization: list[float], **extra) -> pd.DataFrame:
-    points = [{"t": 100.0 + 5 * i, "budget_saturated": f, "budget_utilization": u,
-               **{k: v[i] for k, v in extra.items()}}
-              for i, (f, u) in enumerate(zip(flags, utilization, strict=True))]  # fmt: skip
+    points = [
+        {
+            "t": 100.0 + 5 * i,
+            "budget_saturated": f,
+            "budget_utilization": u,
+            **{k: v[i] for k, v in extra.items()},
+        }
+        for i, (f, u) in enumerate(zip(flags, utilization, strict=True))
+    ]
     return history_frame(points)
 
 
 def test_saturation_episodes_have_start_end_and_peak() -> None:
-    frame = _history([False, True, True, True, False, False, True, True],
-                     [0.5, 1.0, 1.3, 0.97, 0.8, 0.99, 1.1, 1.05])  # fmt: skip
+    frame = _history(
+        [False, True, True, True, False, False, True, True],
+        [0.5, 1.0, 1.3, 0.97, 0.8, 0.99, 1.1, 1.05],
+    )
     first, second = saturation_episodes(frame, "t1")
     assert (first.start, first.end, first.peak_utilization) == (105.0, 120.0, 1.3)
     assert (second.start, second.end, second.peak_utilization) == (130.0, None, 1.1)
@@ -107,8 +136,9 @@ def test_saturation_episodes_have_start_end_and_peak() -> None:
 
 
 def test_an_episode_starts_when_utilisation_reached_the_threshold() -> None:
-    frame = _history([False, True, False], [0.99, 1.0, 0.5],
-                     budget_saturated_seconds=[0.0, 60.0, 0.0])  # fmt: skip
+    frame = _history(
+        [False, True, False], [0.99, 1.0, 0.5], budget_saturated_seconds=[0.0, 60.0, 0.0]
+    )
     (episode,) = saturation_episodes(frame)
     assert (episode.start, episode.end) == (105.0 - 60.0, 110.0)
 
@@ -139,14 +169,30 @@ def test_lengths_are_summarised_in_chunks_with_progress() -> None:
 
 
 def test_vllm_bench_names_are_read_beside_loadgen_names() -> None:
-    run = run_from_record({"request_rate": "inf", "request_throughput": 12.5,
-                           "median_e2el_ms": 40.0, "p99_e2el_ms": 90.0, "p99_ttft_ms": 5.0,
-                           "max_concurrency": 16}, "bench.json")  # fmt: skip
+    run = run_from_record(
+        {
+            "request_rate": "inf",
+            "request_throughput": 12.5,
+            "median_e2el_ms": 40.0,
+            "p99_e2el_ms": 90.0,
+            "p99_ttft_ms": 5.0,
+            "max_concurrency": 16,
+        },
+        "bench.json",
+    )
     assert (run.rate_per_s, run.throughput_per_s) == (float("inf"), 12.5)
     assert (run.p50_ms, run.p99_ms) == (40.0, 90.0)
     assert run.setting == "max_concurrency=16"
-    loadgen = run_from_record({"setting": {"b": 2, "a": 1}, "rate_per_s": 5,
-                               "throughput_per_s": 4.9, "p50_ms": 10, "p99_ms": 30}, "s")  # fmt: skip
+    loadgen = run_from_record(
+        {
+            "setting": {"b": 2, "a": 1},
+            "rate_per_s": 5,
+            "throughput_per_s": 4.9,
+            "p50_ms": 10,
+            "p99_ms": 30,
+        },
+        "s",
+    )
     assert (loadgen.setting, loadgen.p99_ms) == ("a=1, b=2", 30.0)
 
 
@@ -167,33 +213,78 @@ def test_a_file_without_runs_is_refused() -> None:
 
 def test_prometheus_range_results_become_history_points() -> None:
     result = [
-        {"metric": {"__name__": "batchscope_budget_utilization_ratio", "target": "a"},
-         "values": [[10, "0.5"], [20, "1.2"]]},
-        {"metric": {"__name__": "batchscope_budget_utilization_ratio", "target": "a",
-                    "model_name": "m"}, "values": [[10, "9"]]},
-        {"metric": {"__name__": "batchscope_budget_saturated", "target": "a"},
-         "values": [[10, "0"], [20, "1"]]},
-        {"metric": {"__name__": "batchscope_static_utilization_ratio", "target": "a",
-                    "bound": "lower"}, "values": [[10, "0.1"]]},
-        {"metric": {"__name__": "batchscope_static_utilization_ratio", "target": "a",
-                    "bound": "estimate"}, "values": [[10, "0.6"]]},
-        {"metric": {"__name__": "batchscope_diagnosis", "target": "a", "state": "healthy"},
-         "values": [[10, "1"], [20, "0"]]},
-        {"metric": {"__name__": "batchscope_diagnosis", "target": "a",
-                    "state": "budget_saturated"}, "values": [[10, "0"], [20, "1"]]},
-    ]  # fmt: skip
+        {
+            "metric": {"__name__": "batchscope_budget_utilization_ratio", "target": "a"},
+            "values": [[10, "0.5"], [20, "1.2"]],
+        },
+        {
+            "metric": {
+                "__name__": "batchscope_budget_utilization_ratio",
+                "target": "a",
+                "model_name": "m",
+            },
+            "values": [[10, "9"]],
+        },
+        {
+            "metric": {"__name__": "batchscope_budget_saturated", "target": "a"},
+            "values": [[10, "0"], [20, "1"]],
+        },
+        {
+            "metric": {
+                "__name__": "batchscope_static_utilization_ratio",
+                "target": "a",
+                "bound": "lower",
+            },
+            "values": [[10, "0.1"]],
+        },
+        {
+            "metric": {
+                "__name__": "batchscope_static_utilization_ratio",
+                "target": "a",
+                "bound": "estimate",
+            },
+            "values": [[10, "0.6"]],
+        },
+        {
+            "metric": {"__name__": "batchscope_diagnosis", "target": "a", "state": "healthy"},
+            "values": [[10, "1"], [20, "0"]],
+        },
+        {
+            "metric": {
+                "__name__": "batchscope_diagnosis",
+                "target": "a",
+                "state": "budget_saturated",
+            },
+            "values": [[10, "0"], [20, "1"]],
+        },
+    ]
     assert points_from_matrix(result) == [
-        {"t": 10.0, "budget_utilization": 0.5, "budget_saturated": False,
-         "static_utilization": 0.6, "diagnosis": "healthy"},
-        {"t": 20.0, "budget_utilization": 1.2, "budget_saturated": True,
-         "diagnosis": "budget_saturated"},
-    ]  # fmt: skip
+        {
+            "t": 10.0,
+            "budget_utilization": 0.5,
+            "budget_saturated": False,
+            "static_utilization": 0.6,
+            "diagnosis": "healthy",
+        },
+        {
+            "t": 20.0,
+            "budget_utilization": 1.2,
+            "budget_saturated": True,
+            "diagnosis": "budget_saturated",
+        },
+    ]
     assert history_query('we"ird').endswith(',target="we\\"ird"}')
 
 
 def test_checklist_answers_seed_003_from_the_signals() -> None:
-    series = {"running": 3, "waiting": 5, "cap": 8, "running_vs_cap": 0.375,
-              "preemptions_per_second": 0.5, "static_utilization": None}  # fmt: skip
+    series = {
+        "running": 3,
+        "waiting": 5,
+        "cap": 8,
+        "running_vs_cap": 0.375,
+        "preemptions_per_second": 0.5,
+        "static_utilization": None,
+    }
     near_cap, preempted, static = checklist(series)
     assert not near_cap.ok and near_cap.answer == (
         "running 3 of 8 (38%) while 5 wait: something else limits the batch"
@@ -204,9 +295,15 @@ def test_checklist_answers_seed_003_from_the_signals() -> None:
 
 def test_one_models_history_is_picked_from_the_target_points() -> None:
     a, b = {"model_name": "a"}, {"model_name": "b"}
-    points = [{"t": 1.0, "up": True, "running": 5, "series": [
-        {"labels": a, "running": 2}, {"labels": b, "running": 3}]},
-        {"t": 2.0, "up": True, "running": 4, "series": [{"labels": b, "running": 4}]}]  # fmt: skip
+    points = [
+        {
+            "t": 1.0,
+            "up": True,
+            "running": 5,
+            "series": [{"labels": a, "running": 2}, {"labels": b, "running": 3}],
+        },
+        {"t": 2.0, "up": True, "running": 4, "series": [{"labels": b, "running": 4}]},
+    ]
     assert series_points(points, b) == [
         {"labels": b, "running": 3, "t": 1.0, "up": True},
         {"labels": b, "running": 4, "t": 2.0, "up": True},
@@ -226,17 +323,33 @@ def test_advice_values_carry_their_units() -> None:
 
 
 def test_advice_rows_name_each_item_its_inputs_and_its_caveats() -> None:
-    advice = {"items": [
-        {"kind": "sustainable_concurrency", "value": 3.125, "unit": "requests",
-         "inputs": {"kv_capacity_tokens": 1024, "kv_tokens_per_request": 327.68},
-         "confidence": "medium", "caveats": ["short window (20 s of 5 scrapes)"]},
-        {"kind": "new_kind", "value": 2, "unit": "items", "inputs": {}, "confidence": "high",
-         "caveats": []},
-    ]}  # fmt: skip
+    advice = {
+        "items": [
+            {
+                "kind": "sustainable_concurrency",
+                "value": 3.125,
+                "unit": "requests",
+                "inputs": {"kv_capacity_tokens": 1024, "kv_tokens_per_request": 327.68},
+                "confidence": "medium",
+                "caveats": ["short window (20 s of 5 scrapes)"],
+            },
+            {
+                "kind": "new_kind",
+                "value": 2,
+                "unit": "items",
+                "inputs": {},
+                "confidence": "high",
+                "caveats": [],
+            },
+        ]
+    }
     assert advice_rows(advice) == [
-        {"what": "Requests the KV cache holds at today's mix", "value": "3.12 requests",
-         "confidence": "medium (short window (20 s of 5 scrapes))",
-         "inputs": "kv_capacity_tokens 1024, kv_tokens_per_request 327.68"},
+        {
+            "what": "Requests the KV cache holds at today's mix",
+            "value": "3.12 requests",
+            "confidence": "medium (short window (20 s of 5 scrapes))",
+            "inputs": "kv_capacity_tokens 1024, kv_tokens_per_request 327.68",
+        },
         {"what": "new_kind", "value": "2 items", "confidence": "high", "inputs": ""},
-    ]  # fmt: skip
+    ]
     assert advice_rows({"items": [], "summary": "too little data"}) == []

@@ -63,8 +63,10 @@ def fleet():
         )
     )
     exporter = start_exporter(settings)
-    wait_for_states(exporter.url, {"mem": "memory_bound", "sat": "budget_saturated",
-                                   ODD_NAME: "healthy", "dead": "down"})  # fmt: skip
+    wait_for_states(
+        exporter.url,
+        {"mem": "memory_bound", "sat": "budget_saturated", ODD_NAME: "healthy", "dead": "down"},
+    )
     yield exporter.url
     exporter.stop()
     targets.stop()
@@ -205,8 +207,9 @@ def test_calculator_shows_seed_003s_examples() -> None:
     assert metrics(at)["Static utilisation at B=8"] == "0.5234375"
     shown = texts(at.markdown)
     assert "Static: **67 of 128** slot-steps do work (52.3%)." in shown
-    assert any(t.startswith("Continuous, with requests like these waiting: **128 of 128**")
-               for t in shown)  # fmt: skip
+    assert any(
+        t.startswith("Continuous, with requests like these waiting: **128 of 128**") for t in shown
+    )
     at.radio(key="calculator_source").set_value("seed 003: one long answer").run()
     assert metrics(at)["Static utilisation at B=8"] == "0.25"
     assert len(at.get("plotly_chart")) == 2
@@ -236,13 +239,34 @@ def test_calculator_rejects_a_bad_batch_size() -> None:
 
 
 LOADGEN = [
-    {"setting": {"max_wait_ms": 5}, "rate_per_s": 10, "duration_s": 10, "sent": 100, "ok": 100,
-     "throughput_per_s": 10.0, "p50_ms": 20.0, "p99_ms": 80.0},
-    {"setting": {"max_wait_ms": 5}, "rate_per_s": 50, "duration_s": 10, "sent": 500, "ok": 500,
-     "throughput_per_s": 40.0, "p50_ms": 30.0, "p99_ms": 400.0},
-]  # fmt: skip
-VLLM_BENCH = {"label": "vllm", "request_rate": 5, "request_throughput": 4.0,
-              "completed": 100, "latencies": [0.05] * 90 + [2.0] * 10}  # fmt: skip
+    {
+        "setting": {"max_wait_ms": 5},
+        "rate_per_s": 10,
+        "duration_s": 10,
+        "sent": 100,
+        "ok": 100,
+        "throughput_per_s": 10.0,
+        "p50_ms": 20.0,
+        "p99_ms": 80.0,
+    },
+    {
+        "setting": {"max_wait_ms": 5},
+        "rate_per_s": 50,
+        "duration_s": 10,
+        "sent": 500,
+        "ok": 500,
+        "throughput_per_s": 40.0,
+        "p50_ms": 30.0,
+        "p99_ms": 400.0,
+    },
+]
+VLLM_BENCH = {
+    "label": "vllm",
+    "request_rate": 5,
+    "request_throughput": 4.0,
+    "completed": 100,
+    "latencies": [0.05] * 90 + [2.0] * 10,
+}
 
 
 def test_load_tests_page_compares_loadgen_and_vllm_results() -> None:
@@ -252,7 +276,7 @@ def test_load_tests_page_compares_loadgen_and_vllm_results() -> None:
         [
             ("sweep.json", json.dumps(LOADGEN).encode(), "application/json"),
             ("vllm.json", json.dumps(VLLM_BENCH).encode(), "application/json"),
-        ]  # fmt: skip
+        ]
     ).run()
     assert not at.exception
     runs = at.dataframe[0].value
@@ -296,9 +320,13 @@ def fake_prometheus(now: float, queries: list[str]) -> web.Application:
             ("batchscope_budget_saturated", ["0", "1", "1", "0", "0"]),
             ("batchscope_budget_utilization_ratio", ["0.9", "1.1", "1.4", "0.5", "0.4"]),
         ]
-        result = [{"metric": {"__name__": name, "target": "gpu-1"},
-                   "values": [[t, v] for t, v in zip(times, values, strict=True)]}
-                  for name, values in series]  # fmt: skip
+        result = [
+            {
+                "metric": {"__name__": name, "target": "gpu-1"},
+                "values": [[t, v] for t, v in zip(times, values, strict=True)],
+            }
+            for name, values in series
+        ]
         return web.json_response(
             {"status": "success", "data": {"resultType": "matrix", "result": result}}
         )
@@ -392,8 +420,10 @@ def test_a_signal_the_engine_lacks_says_so_instead_of_a_blank(engines_fleet) -> 
     assert values["budget used"] == "not exposed by this engine"
     notes = [t for t in texts(at.info) if "not exposed by this engine" in t]
     assert "**Preemptions**: not exposed by this engine (llamacpp)." in notes
-    assert "**Latency budget utilisation (shaded: sustained saturation)**: not exposed by " \
-        "this engine (llamacpp)." in notes  # fmt: skip
+    assert (
+        "**Latency budget utilisation (shaded: sustained saturation)**: not exposed by "
+        "this engine (llamacpp)." in notes
+    )
     titles = {plotly.io.from_json(c.proto.spec).layout.title.text for c in at.get("plotly_chart")}
     assert {"Running batch vs cap", "KV cache usage", "Waiting requests"} <= titles
     assert "Preemptions" not in titles
@@ -422,9 +452,12 @@ def test_a_slow_target_is_called_slow_before_it_is_down() -> None:
     app.router.add_get("/metrics", slow)
     target = BackgroundServer(app)
     target.start()
-    settings = Settings(targets=(Target("slow", f"{target.url}/metrics", engine="vllm", cap=8,
-                                        budget_seconds=2),),
-                        interval_seconds=1.0, window_seconds=10.0, timeout_seconds=5.0)  # fmt: skip
+    settings = Settings(
+        targets=(Target("slow", f"{target.url}/metrics", engine="vllm", cap=8, budget_seconds=2),),
+        interval_seconds=1.0,
+        window_seconds=10.0,
+        timeout_seconds=5.0,
+    )
     exporter = start_exporter(settings)
     try:
         wait_for_states(exporter.url, {"slow": "healthy"}, seconds=30)

@@ -143,9 +143,16 @@ def test_the_wait_for_company_is_the_first_plan_s_allowance_however_the_rate_dec
     even when float rounding leaves 1e-18 s of the allowance."""
 
     def decide(rate: float, waited: float, allowance: float | None) -> Decision:
-        return adaptive_decision(1, waited, rate, lambda size: 0.010, 0.200, 256,
-                                 waited_for_company_seconds=waited,
-                                 company_allowance_seconds=allowance)  # fmt: skip
+        return adaptive_decision(
+            1,
+            waited,
+            rate,
+            lambda size: 0.010,
+            0.200,
+            256,
+            waited_for_company_seconds=waited,
+            company_allowance_seconds=allowance,
+        )
 
     first = decide(200.0, 0.0, None)
     assert not first.fire and first.target_size == 3
@@ -248,9 +255,10 @@ def test_the_fixed_policy_admits_up_to_its_queue_bound_whatever_the_budget() -> 
         batcher = make_batcher(
             FakeModel(lambda size: 0.010),
             registry,
-            BatcherSettings(mode="fixed", max_batch_size=4, max_wait_seconds=0.0,
-                            latency_budget_seconds=0.001),
-        )  # fmt: skip
+            BatcherSettings(
+                mode="fixed", max_batch_size=4, max_wait_seconds=0.0, latency_budget_seconds=0.001
+            ),
+        )
         await batcher.start()
         await asyncio.gather(*(batcher.submit([f"r{i}"]) for i in range(20)))
         await batcher.stop()

@@ -314,8 +314,9 @@ def test_adaptive_batcher_grows_batches_under_heavy_traffic_within_the_budget() 
         # share a real machine serves at this rate is a throughput claim that `make bench`
         # measures (the embedding batcher: p99 and refused at peak).
         assert len(heavy) + len(refused) > 4000
-        assert sample(registry, "batchscope_batcher_rejected_requests_total",
-                      reason="budget") == len(refused)  # fmt: skip
+        assert sample(
+            registry, "batchscope_batcher_rejected_requests_total", reason="budget"
+        ) == len(refused)
         assert outcomes(registry)["rejected"] == len(refused) == 0
         assert len(heavy) > 4000
         assert sum(heavy_sizes) / len(heavy_sizes) > 20

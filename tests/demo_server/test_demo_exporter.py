@@ -30,9 +30,13 @@ async def test_static_estimate_brackets_the_demo_servers_true_slot_utilization()
     lengths = [random.Random(7).randint(11, 90) for _ in range(96)]
     with serve(config) as url:
         exporter = Exporter(
-            Settings(targets=(Target(name="demo", url=f"{url}/metrics", cap=8),),
-                     window_seconds=600, interval_seconds=1, timeout_seconds=1)
-        )  # fmt: skip
+            Settings(
+                targets=(Target(name="demo", url=f"{url}/metrics", cap=8),),
+                window_seconds=600,
+                interval_seconds=1,
+                timeout_seconds=1,
+            )
+        )
         async with Connections() as connections:
             await exporter.run_round(connections)  # the baseline before any request
             with ThreadPoolExecutor(96) as pool:

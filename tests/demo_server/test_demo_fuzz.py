@@ -17,38 +17,57 @@ from demo_server.http.app import ServerConfig
 from tests.support.demo_http import serve
 
 json_leaves = st.one_of(
-    st.none(), st.booleans(), st.integers(-(10**15), 10**15),
-    st.floats(allow_nan=False, allow_subnormal=False), st.text(max_size=20),
-)  # fmt: skip
+    st.none(),
+    st.booleans(),
+    st.integers(-(10**15), 10**15),
+    st.floats(allow_nan=False, allow_subnormal=False),
+    st.text(max_size=20),
+)
 json_values = st.recursive(
     json_leaves,
     lambda inner: (
         st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
-    ),  # fmt: skip
+    ),
     max_leaves=8,
 )
 wild_numbers = st.one_of(
-    st.integers(-(10**12), 10**12), st.sampled_from([0, -1, 10**9, 2**63, -(2**63)]),
-    st.floats(allow_nan=False, allow_subnormal=False), st.text(max_size=5), st.none(), st.booleans(),
-)  # fmt: skip
-prompts = st.one_of(st.text(max_size=40), st.sampled_from(["", "\u0000", "é" * 300, "\ud7ff"]),
-                    wild_numbers, st.lists(st.text(max_size=5), max_size=3))  # fmt: skip
+    st.integers(-(10**12), 10**12),
+    st.sampled_from([0, -1, 10**9, 2**63, -(2**63)]),
+    st.floats(allow_nan=False, allow_subnormal=False),
+    st.text(max_size=5),
+    st.none(),
+    st.booleans(),
+)
+prompts = st.one_of(
+    st.text(max_size=40),
+    st.sampled_from(["", "\u0000", "é" * 300, "\ud7ff"]),
+    wild_numbers,
+    st.lists(st.text(max_size=5), max_size=3),
+)
 completion_bodies = st.fixed_dictionaries(
     {},
-    optional={"prompt": prompts, "max_tokens": wild_numbers, "ignore_eos": json_leaves,
-              "stream": json_leaves, "model": json_leaves, "stream_options": json_values},
-)  # fmt: skip
+    optional={
+        "prompt": prompts,
+        "max_tokens": wild_numbers,
+        "ignore_eos": json_leaves,
+        "stream": json_leaves,
+        "model": json_leaves,
+        "stream_options": json_values,
+    },
+)
 embedding_bodies = st.fixed_dictionaries(
-    {}, optional={"input": st.one_of(prompts, st.lists(prompts, max_size=4)),
-                  "model": json_leaves},
-)  # fmt: skip
+    {},
+    optional={"input": st.one_of(prompts, st.lists(prompts, max_size=4)), "model": json_leaves},
+)
 # (path, raw body bytes)
 requests = st.one_of(
     st.tuples(st.just("/v1/completions"), completion_bodies.map(lambda b: json.dumps(b).encode())),
     st.tuples(st.just("/v1/embeddings"), embedding_bodies.map(lambda b: json.dumps(b).encode())),
-    st.tuples(st.sampled_from(["/v1/completions", "/v1/embeddings", "/admin/config"]),
-              st.one_of(st.binary(max_size=60), json_values.map(lambda v: json.dumps(v).encode()))),
-)  # fmt: skip
+    st.tuples(
+        st.sampled_from(["/v1/completions", "/v1/embeddings", "/admin/config"]),
+        st.one_of(st.binary(max_size=60), json_values.map(lambda v: json.dumps(v).encode())),
+    ),
+)
 
 
 @pytest.fixture(scope="module")

@@ -192,9 +192,14 @@ def test_full_queue_rejects_with_retry_after_and_holds_nothing_more() -> None:
 
 @pytest.mark.parametrize(
     ("prompt", "max_tokens", "kv", "param"),
-    [([], 4, 65536, "prompt"), (PROMPT * 200, 1, 65536, "prompt"), (PROMPT, 0, 65536, "max_tokens"),
-     (PROMPT, 1024, 65536, "max_tokens"), (PROMPT, 100, 50, "max_tokens")],
-)  # fmt: skip
+    [
+        ([], 4, 65536, "prompt"),
+        (PROMPT * 200, 1, 65536, "prompt"),
+        (PROMPT, 0, 65536, "max_tokens"),
+        (PROMPT, 1024, 65536, "max_tokens"),
+        (PROMPT, 100, 50, "max_tokens"),
+    ],
+)
 def test_impossible_request_is_refused_naming_the_field(
     prompt: list[int], max_tokens: int, kv: int, param: str
 ) -> None:
@@ -297,9 +302,10 @@ def test_prefill_in_the_decode_forward_matches_prefilling_first(attention: str) 
         for slot, sequence in enumerate(sequences):
             written = len(sequence)
             assert torch.allclose(
-                fused.keys[layer][slot, :, :written], separate.keys[layer][slot, :, :written],
+                fused.keys[layer][slot, :, :written],
+                separate.keys[layer][slot, :, :written],
                 atol=1e-5,
-            )  # fmt: skip
+            )
 
 
 def test_ragged_and_padded_attention_give_the_same_logits_with_mixed_lengths() -> None:
@@ -329,7 +335,7 @@ def test_attention_lengths_static_rows_pad_to_the_group_continuous_rows_read_the
     seen: list[tuple[list[int], list[int]]] = []
     decode = TinyDecoder.decode
 
-    def recording(self, tokens, positions, span, cache, prefill=None, lengths=None):  # type: ignore[no-untyped-def]
+    def recording(self, tokens, positions, span, cache, prefill=None, lengths=None):
         seen.append((positions.tolist(), lengths.tolist()))
         return decode(self, tokens, positions, span, cache, prefill, lengths)
 
@@ -389,7 +395,7 @@ def test_longest_request_never_feeds_the_last_cache_position(
     fed: list[int] = []
     decode = TinyDecoder.decode
 
-    def recording(self, tokens, positions, span, cache, prefill=None, lengths=None):  # type: ignore[no-untyped-def]
+    def recording(self, tokens, positions, span, cache, prefill=None, lengths=None):
         fed.append(int(positions.max()))
         return decode(self, tokens, positions, span, cache, prefill, lengths)
 
@@ -406,11 +412,28 @@ def test_batching_bench_writes_its_report(tmp_path: Path) -> None:
     Speeds on a shared machine are not asserted."""
     report = tmp_path / "bench.md"
     done = subprocess.run(
-        [sys.executable, "scripts/bench_batching.py", "--requests", "24", "--repeat", "1", "--slots", "8",
-         "--devices", "cpu", "sim:h200", "--output", str(report), "--report-only"],
-        cwd=REPO, capture_output=True, text=True, timeout=120,
+        [
+            sys.executable,
+            "scripts/bench_batching.py",
+            "--requests",
+            "24",
+            "--repeat",
+            "1",
+            "--slots",
+            "8",
+            "--devices",
+            "cpu",
+            "sim:h200",
+            "--output",
+            str(report),
+            "--report-only",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
         check=False,
-    )  # fmt: skip
+    )
     assert done.returncode == 0, done.stderr
     rows = [line for line in report.read_text().splitlines() if line.startswith("| cpu |")]
     rows += [line for line in report.read_text().splitlines() if line.startswith("| sim:h200 |")]

@@ -32,8 +32,12 @@ def server() -> Iterator[str]:
 
 def test_a_body_over_the_limit_is_refused_with_or_without_content_length(server: str) -> None:
     huge = "x" * (MAX_REQUEST_BYTES + 1)
-    declared = httpx.post(f"{server}/v1/completions", content=huge, timeout=30,
-                          headers={"content-type": "application/json"})  # fmt: skip
+    declared = httpx.post(
+        f"{server}/v1/completions",
+        content=huge,
+        timeout=30,
+        headers={"content-type": "application/json"},
+    )
     assert declared.status_code == 413
 
     def chunks() -> Iterator[bytes]:
@@ -42,13 +46,16 @@ def test_a_body_over_the_limit_is_refused_with_or_without_content_length(server:
             yield b"y" * 65536
         yield b'", "max_tokens": 1}'
 
-    streamed = httpx.post(f"{server}/v1/completions", content=chunks(), timeout=30,
-                          headers={"content-type": "application/json"})  # fmt: skip
+    streamed = httpx.post(
+        f"{server}/v1/completions",
+        content=chunks(),
+        timeout=30,
+        headers={"content-type": "application/json"},
+    )
     assert "content-length" not in streamed.request.headers
     assert streamed.status_code == 413
     assert str(MAX_REQUEST_BYTES) in streamed.json()["error"]["message"]
-    ok = httpx.post(f"{server}/v1/completions", json={"prompt": "hi", "max_tokens": 2},
-                    timeout=30)  # fmt: skip
+    ok = httpx.post(f"{server}/v1/completions", json={"prompt": "hi", "max_tokens": 2}, timeout=30)
     assert ok.status_code == 200
 
 
@@ -59,11 +66,13 @@ def test_admin_wants_its_token_and_a_local_host(server: str) -> None:
     assert httpx.get(f"{server}/admin/config", headers=wrong, timeout=10).status_code == 401
     assert httpx.get(f"{server}/admin/config", headers=bearer, timeout=10).status_code == 200
     rebound = {**bearer, "host": "attacker.example:8000"}
-    refused = httpx.post(f"{server}/admin/config", headers=rebound, timeout=10,
-                         json={"max_num_seqs": 1})  # fmt: skip
+    refused = httpx.post(
+        f"{server}/admin/config", headers=rebound, timeout=10, json={"max_num_seqs": 1}
+    )
     assert refused.status_code == 403 and "local Host" in refused.json()["error"]["message"]
-    changed = httpx.post(f"{server}/admin/config", headers=bearer, timeout=10,
-                         json={"max_num_seqs": 3})  # fmt: skip
+    changed = httpx.post(
+        f"{server}/admin/config", headers=bearer, timeout=10, json={"max_num_seqs": 3}
+    )
     assert changed.json()["generation"]["max_num_seqs"] == 3
     assert ADMIN_TOKEN not in repr(ServerConfig(admin_token=ADMIN_TOKEN))
 
@@ -83,9 +92,11 @@ def test_a_failing_embedding_answers_500_without_the_exception_text_and_its_mate
     async def batch() -> list[httpx.Response]:
         async with httpx.AsyncClient(base_url=server, timeout=30) as client:
             return await asyncio.gather(
-                *(client.post("/v1/embeddings", json={"input": text})
-                  for text in ("fine one", "explode", "fine two", "fine three"))
-            )  # fmt: skip
+                *(
+                    client.post("/v1/embeddings", json={"input": text})
+                    for text in ("fine one", "explode", "fine two", "fine three")
+                )
+            )
 
     fine, bad, *others = asyncio.run(batch())
     assert bad.status_code == 500

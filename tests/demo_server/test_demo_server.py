@@ -69,8 +69,13 @@ def test_completion_answers_openai_style_with_usage(server: str) -> None:
 
 
 def test_streamed_completion_sends_one_chunk_per_token_then_usage_and_done(server: str) -> None:
-    body = {"prompt": "hi", "max_tokens": 7, "ignore_eos": True, "stream": True,
-            "stream_options": {"include_usage": True}}  # fmt: skip
+    body = {
+        "prompt": "hi",
+        "max_tokens": 7,
+        "ignore_eos": True,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
     with httpx.stream("POST", f"{server}/v1/completions", json=body, timeout=60) as response:
         assert response.status_code == 200
         assert response.headers["content-type"].startswith("text/event-stream")
@@ -196,11 +201,17 @@ def test_every_vllm_name_served_exists_with_the_same_type_in_vllm_0_32(server: s
     }
     vllm_names = {name: kind for name, kind in served.items() if name.startswith("vllm:")}
     assert {
-        "vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:num_preemptions",
-        "vllm:kv_cache_usage_perc", "vllm:request_generation_tokens",
-        "vllm:e2e_request_latency_seconds", "vllm:time_to_first_token_seconds",
-        "vllm:request_queue_time_seconds", "vllm:generation_tokens", "vllm:request_success",
-    } <= vllm_names.keys()  # fmt: skip
+        "vllm:num_requests_running",
+        "vllm:num_requests_waiting",
+        "vllm:num_preemptions",
+        "vllm:kv_cache_usage_perc",
+        "vllm:request_generation_tokens",
+        "vllm:e2e_request_latency_seconds",
+        "vllm:time_to_first_token_seconds",
+        "vllm:request_queue_time_seconds",
+        "vllm:generation_tokens",
+        "vllm:request_success",
+    } <= vllm_names.keys()
     for name, kind in vllm_names.items():
         assert real.get(name) == kind, f"{name}: served {kind}, vLLM 0.32 has {real.get(name)}"
 
@@ -215,9 +226,14 @@ def test_metrics_buckets_and_labels_match_vllm(server: str) -> None:
                 return [s.labels["le"] for s in family.samples if s.name.endswith("_bucket")]
         raise AssertionError(name)
 
-    for name in ("vllm:e2e_request_latency_seconds", "vllm:time_to_first_token_seconds",
-                 "vllm:request_queue_time_seconds", "vllm:inter_token_latency_seconds",
-                 "vllm:request_num_preemptions", "vllm:iteration_tokens_total"):  # fmt: skip
+    for name in (
+        "vllm:e2e_request_latency_seconds",
+        "vllm:time_to_first_token_seconds",
+        "vllm:request_queue_time_seconds",
+        "vllm:inter_token_latency_seconds",
+        "vllm:request_num_preemptions",
+        "vllm:iteration_tokens_total",
+    ):
         assert buckets(text, name) == buckets(real, name), name
     # Token-count buckets are vLLM's 1-2-5 series up to the model length (512 there, 1024 here).
     assert buckets(text, "vllm:request_generation_tokens") == [
@@ -297,12 +313,29 @@ def test_sigterm_drains_in_flight_requests_then_exits_zero(tmp_path: Path) -> No
     port = sock.getsockname()[1]
     sock.close()
     log = tmp_path / "requests.jsonl"
-    command = [sys.executable, "-m", "demo_server.cli", "--port", str(port), "--device", "cpu",
-               "--max-num-seqs", "4", "--request-log", str(log), "--log-level", "warning"]  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "demo_server.cli",
+        "--port",
+        str(port),
+        "--device",
+        "cpu",
+        "--max-num-seqs",
+        "4",
+        "--request-log",
+        str(log),
+        "--log-level",
+        "warning",
+    ]
     process = subprocess.Popen(
-        command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        command,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )  # fmt: skip
+    )
     url = f"http://127.0.0.1:{port}"
     try:
 
@@ -362,9 +395,12 @@ def test_the_openai_python_client_lists_embeds_and_completes(server: str) -> Non
     assert completed.usage is not None and completed.usage.completion_tokens == 5
     assert completed.choices[0].finish_reason == "length"
     streamed = client.completions.create(
-        model="batchscope-demo", prompt="hello", max_tokens=3, stream=True,
+        model="batchscope-demo",
+        prompt="hello",
+        max_tokens=3,
+        stream=True,
         extra_body={"ignore_eos": True},
-    )  # fmt: skip
+    )
     chunks = [c for c in streamed if c.choices]
     assert len(chunks) == 4  # one per token, then the one carrying finish_reason
     assert chunks[-1].choices[0].finish_reason == "length"

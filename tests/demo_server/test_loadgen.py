@@ -53,8 +53,16 @@ def test_arrival_processes_refuse_what_has_no_meaning() -> None:
 
 
 def test_record_reads_percentiles_goodput_and_throughput_off_known_data() -> None:
-    result = loadgen_report.RunResult({"max_wait_ms": 5}, 100.0, 10.0, sent=104, ok=100, elapsed_s=10.0,
-                               endpoint="completions", output_tokens=1600)  # fmt: skip
+    result = loadgen_report.RunResult(
+        {"max_wait_ms": 5},
+        100.0,
+        10.0,
+        sent=104,
+        ok=100,
+        elapsed_s=10.0,
+        endpoint="completions",
+        output_tokens=1600,
+    )
     result.latencies_ms = [float(v) for v in range(1, 101)]  # 1..100 ms
     result.ttfts_ms = [float(v) / 10 for v in range(1, 101)]  # 0.1..10 ms
     for status in ("429", "429", "500", "timeout"):
@@ -156,8 +164,10 @@ def test_a_server_that_errors_or_hangs_gives_counted_errors_and_a_finished_run(
     record = result.record(None)
     assert result.sent == troubled.served > 6
     assert record["completed"] == troubled.seen["ok"]
-    assert record["errors_by_status"] == {"500": troubled.seen["500"],
-                                          "timeout": troubled.seen["hang"]}  # fmt: skip
+    assert record["errors_by_status"] == {
+        "500": troubled.seen["500"],
+        "timeout": troubled.seen["hang"],
+    }
     assert record["completed"] + record["failed"] == result.sent
 
 
@@ -190,10 +200,23 @@ def test_result_file_holds_vllm_bench_names_with_a_csv_beside_it(
     lengths.write_text("3\n3\n")
     output = tmp_path / "out" / "results.json"
     code = loadgen.main(
-        ["--base-url", troubled.url, "--endpoint", "completions", "--rates", "10,20",
-         "--duration", "0.3", "--output-len-file", str(lengths), "--slo-ms", "5000",
-         "--output", str(output)]
-    )  # fmt: skip
+        [
+            "--base-url",
+            troubled.url,
+            "--endpoint",
+            "completions",
+            "--rates",
+            "10,20",
+            "--duration",
+            "0.3",
+            "--output-len-file",
+            str(lengths),
+            "--slo-ms",
+            "5000",
+            "--output",
+            str(output),
+        ]
+    )
     assert code == 0
     body = json.loads(output.read_text())
     assert body["endpoint"] == "completions" and body["slo_ms"] == 5000.0

@@ -28,9 +28,12 @@ def kernel() -> ragged.RaggedAttention:
 
 
 def padded_reference(
-    q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, slots: torch.Tensor,
+    q: torch.Tensor,
+    keys: torch.Tensor,
+    values: torch.Tensor,
+    slots: torch.Tensor,
     lengths: torch.Tensor,
-) -> torch.Tensor:  # fmt: skip
+) -> torch.Tensor:
     """scaled_dot_product_attention over each row's slot, masked beyond its length."""
     span = int(lengths.max())
     mask = (torch.arange(span)[None, :] < lengths[:, None])[:, None, None, :]
@@ -74,7 +77,9 @@ def test_rows_with_bad_slots_or_lengths_get_zeros_and_the_rest_is_right(
     assert torch.allclose(got[:1], expected, atol=2e-5)
     # A length past the cache is clipped to it, never read beyond.
     long = kernel(q[:1], keys, values, torch.tensor([0]), torch.tensor([10_000]))
-    assert torch.allclose(long, padded_reference(q[:1], keys, values, slots[:1], torch.tensor([64])), atol=2e-5)  # fmt: skip
+    assert torch.allclose(
+        long, padded_reference(q[:1], keys, values, slots[:1], torch.tensor([64])), atol=2e-5
+    )
 
 
 def test_kernel_refuses_mismatched_shapes_and_dtypes(kernel: ragged.RaggedAttention) -> None:
@@ -82,7 +87,13 @@ def test_kernel_refuses_mismatched_shapes_and_dtypes(kernel: ragged.RaggedAttent
     with pytest.raises(ValueError, match="does not match the cache"):
         kernel(torch.zeros(1, 2, 16), keys, keys, torch.tensor([0]), torch.tensor([1]))
     with pytest.raises(ValueError, match="float32"):
-        kernel(torch.zeros(1, 4, 16, dtype=torch.float64), keys, keys, torch.tensor([0]), torch.tensor([1]))  # fmt: skip
+        kernel(
+            torch.zeros(1, 4, 16, dtype=torch.float64),
+            keys,
+            keys,
+            torch.tensor([0]),
+            torch.tensor([1]),
+        )
     with pytest.raises(ValueError, match="2 rows need 2 slots"):
         kernel(torch.zeros(2, 4, 16), keys, keys, torch.tensor([0]), torch.tensor([1, 1]))
 
@@ -112,8 +123,14 @@ def test_loading_the_kernel_leaves_subnormal_floats_alone(tmp_path: Path) -> Non
         f"ragged._load(ragged.build(Path({str(tmp_path)!r}))); "
         "print(before > 0, tiny / 2 > 0, tiny / 2 == before)"
     )
-    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
-                          cwd=ROOT, timeout=300, check=True)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", probe],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=300,
+        check=True,
+    )
     assert done.stdout.split() == ["True", "True", "True"], done.stdout + done.stderr
 
 
@@ -125,7 +142,9 @@ def test_build_without_a_compiler_says_why(tmp_path: Path, monkeypatch: pytest.M
     broken.write_text("this is not C\n")
     monkeypatch.setenv("CC", "cc")
     monkeypatch.setattr(ragged, "SOURCE", broken)
-    with pytest.raises(ragged.KernelUnavailable, match="building the ragged attention kernel failed"):  # fmt: skip
+    with pytest.raises(
+        ragged.KernelUnavailable, match="building the ragged attention kernel failed"
+    ):
         ragged.build(tmp_path / "cache")
     assert not list((tmp_path / "cache").glob("*"))
 

@@ -13,8 +13,7 @@ LIMITS = StepLimits(max_num_seqs=4, kv_cache_tokens=100)
 
 def test_torch_is_not_needed_to_plan_a_step() -> None:
     probe = "import sys, demo_server.generation.step_plan; print('torch' in sys.modules)"
-    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
-                          check=True)  # fmt: skip
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "False"
 
 

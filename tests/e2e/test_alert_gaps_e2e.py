@@ -99,9 +99,23 @@ def test_saturation_fires_and_stays_firing_while_prometheus_misses_scrapes(tmp_p
         payload_server(scripted) as target_url,
         webhook() as hook,
         alertmanager(tmp_path / "am", hook.url) as am,
-        exporter(tmp_path, "--target", target_url, "--name", "llm", "--engine", "vllm",
-                 "--cap", "8", "--budget-seconds", str(BUDGET), "--interval", "1",
-                 "--hold-seconds", str(HOLD)) as exp,
+        exporter(
+            tmp_path,
+            "--target",
+            target_url,
+            "--name",
+            "llm",
+            "--engine",
+            "vllm",
+            "--cap",
+            "8",
+            "--budget-seconds",
+            str(BUDGET),
+            "--interval",
+            "1",
+            "--hold-seconds",
+            str(HOLD),
+        ) as exp,
         slow_proxy(exp.url, delay=2.0, every=SLOW_EVERY) as (proxy, counts),
         prometheus(
             tmp_path / "prometheus",
@@ -110,13 +124,21 @@ def test_saturation_fires_and_stays_firing_while_prometheus_misses_scrapes(tmp_p
             alertmanager_url=am.url,
             resend_delay=None,  # Prometheus' default: an alert sent stays valid 4 minutes
         ) as prom,
-    ):  # fmt: skip
-        wait_until(lambda: hook.alerts("BatchingBudgetSaturated"), 90,
-                   "BatchingBudgetSaturated at the webhook", exp.log)  # fmt: skip
+    ):
+        wait_until(
+            lambda: hook.alerts("BatchingBudgetSaturated"),
+            90,
+            "BatchingBudgetSaturated at the webhook",
+            exp.log,
+        )
         missed_at_fire = failed_scrapes(prom)
         # Firing, and still firing after three more failed scrapes.
-        wait_until(lambda: failed_scrapes(prom) >= missed_at_fire + 3, 60,
-                   "three more failed scrapes of the exporter", exp.log)  # fmt: skip
+        wait_until(
+            lambda: failed_scrapes(prom) >= missed_at_fire + 3,
+            60,
+            "three more failed scrapes of the exporter",
+            exp.log,
+        )
         missed = failed_scrapes(prom)
         firing = query(prom, 'ALERTS{alertname="BatchingBudgetSaturated", alertstate="firing"}')
         resolved = hook.alerts("BatchingBudgetSaturated", "resolved")
@@ -124,8 +146,11 @@ def test_saturation_fires_and_stays_firing_while_prometheus_misses_scrapes(tmp_p
     assert counts["delayed"] >= 4, counts
     assert missed_at_fire >= 1  # the old rule's for: restarted at each of these
     [alert] = {a["labels"]["target"]: a for a in hook.alerts("BatchingBudgetSaturated")}.values()
-    assert alert["labels"] == {"alertname": "BatchingBudgetSaturated", "severity": "warning",
-                               "target": "llm"}  # fmt: skip
+    assert alert["labels"] == {
+        "alertname": "BatchingBudgetSaturated",
+        "severity": "warning",
+        "target": "llm",
+    }
     assert alert["annotations"]["description"].startswith("Budget utilisation on llm is 121%")
     # The rules were generated with this hold: their words state it.
     assert alert["annotations"]["summary"] == f"llm: latency budget saturated for {HOLD} s"
@@ -136,8 +161,10 @@ def test_saturation_fires_and_stays_firing_while_prometheus_misses_scrapes(tmp_p
     assert first["t"] - onset >= HOLD, (onset, first)
     assert firing, "the alert stopped firing at a missed scrape"
     assert resolved == []
-    print(f"\nsaturated {first['t'] - onset:.1f} s after the onset; Prometheus missed "
-          f"{missed_at_fire} scrapes of the exporter by then, {missed} in all; {counts}")  # fmt: skip
+    print(
+        f"\nsaturated {first['t'] - onset:.1f} s after the onset; Prometheus missed "
+        f"{missed_at_fire} scrapes of the exporter by then, {missed} in all; {counts}"
+    )
 
 
 def test_slow_proxy_delays_every_third_answer():
@@ -145,7 +172,7 @@ def test_slow_proxy_delays_every_third_answer():
     with (
         payload_server(lambda: "x 1\n") as upstream,
         slow_proxy(upstream.rsplit("/", 1)[0], delay=0.3, every=3) as (proxy, counts),
-    ):  # fmt: skip
+    ):
         seconds = []
         for _ in range(6):
             t0 = time.monotonic()

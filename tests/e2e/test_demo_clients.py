@@ -43,11 +43,22 @@ def demo_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     port = free_port()
     log = (tmp_path_factory.mktemp("demo") / "server.log").open("w")
     process = subprocess.Popen(
-        [sys.executable, "-m", "demo_server.cli", "--port", str(port), "--device", "cpu",
-         "--log-level", "warning"],
-        cwd=vs.REPO_ROOT, env={**os.environ, "PYTHONPATH": str(vs.REPO_ROOT)},
-        stdout=log, stderr=subprocess.STDOUT,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "demo_server.cli",
+            "--port",
+            str(port),
+            "--device",
+            "cpu",
+            "--log-level",
+            "warning",
+        ],
+        cwd=vs.REPO_ROOT,
+        env={**os.environ, "PYTHONPATH": str(vs.REPO_ROOT)},
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 120
     while not _up(url):
@@ -75,15 +86,43 @@ def test_vllm_bench_serve_runs_against_the_demo_server(
     )
     results = tmp_path_factory.mktemp("bench")
     done = subprocess.run(
-        [str(vs.ensure_vllm_env()), "-c", BENCH, "--backend", "vllm", "--base-url", demo_server,
-         "--endpoint", "/v1/completions", "--model", "batchscope-demo", "--tokenizer",
-         str(tokenizer), "--dataset-name", "random", "--random-input-len", "16",
-         "--random-output-len", str(OUTPUT_LEN), "--num-prompts", str(PROMPTS),
-         "--request-rate", "6", "--ignore-eos", "--save-result", "--result-dir",
-         str(results), "--result-filename", "bench.json"],
+        [
+            str(vs.ensure_vllm_env()),
+            "-c",
+            BENCH,
+            "--backend",
+            "vllm",
+            "--base-url",
+            demo_server,
+            "--endpoint",
+            "/v1/completions",
+            "--model",
+            "batchscope-demo",
+            "--tokenizer",
+            str(tokenizer),
+            "--dataset-name",
+            "random",
+            "--random-input-len",
+            "16",
+            "--random-output-len",
+            str(OUTPUT_LEN),
+            "--num-prompts",
+            str(PROMPTS),
+            "--request-rate",
+            "6",
+            "--ignore-eos",
+            "--save-result",
+            "--result-dir",
+            str(results),
+            "--result-filename",
+            "bench.json",
+        ],
         env={**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"},
-        capture_output=True, text=True, timeout=600, check=False,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     report = json.loads((results / "bench.json").read_text())
     assert (report["completed"], report["failed"]) == (PROMPTS, 0)

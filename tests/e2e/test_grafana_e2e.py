@@ -57,13 +57,18 @@ def _fleet(path: Path, demo_url: str) -> None:
                 "window_seconds": WINDOW,
                 "hold_seconds": HOLD,
                 "targets": [
-                    {"name": "demo", "url": demo_url, "engine": "vllm", "cap": 8,
-                     "budget_seconds": BUDGET_SECONDS},
+                    {
+                        "name": "demo",
+                        "url": demo_url,
+                        "engine": "vllm",
+                        "cap": 8,
+                        "budget_seconds": BUDGET_SECONDS,
+                    },
                     {"name": "demo-embeddings", "url": demo_url, "engine": "inhouse"},
                 ],
             }
         )
-    )  # fmt: skip
+    )
 
 
 def _rule_files(fleet: Path) -> dict[str, str]:
@@ -71,8 +76,11 @@ def _rule_files(fleet: Path) -> dict[str, str]:
     holds = {BUDGET_SATURATED.name: HOLD}
     targets = subprocess.run(
         [sys.executable, "-m", "exporter.rules_cli", "--config", str(fleet)],
-        capture_output=True, text=True, env=python_env(), check=True,
-    ).stdout  # fmt: skip
+        capture_output=True,
+        text=True,
+        env=python_env(),
+        check=True,
+    ).stdout
     return {
         "targets.yml": targets,
         "vllm-rules.yml": rule_yaml(vllm_recording_rules(config)),
@@ -82,11 +90,26 @@ def _rule_files(fleet: Path) -> dict[str, str]:
 
 
 def _load(base_url: str, endpoint: str, rate: str, seconds: int) -> subprocess.Popen:
-    args = [sys.executable, "-m", "demo_server.loadgen.run", "--url", base_url, "--endpoint",
-            endpoint, "--rates", rate, "--duration", str(seconds), "--max-tokens", "32",
-            "--concurrency-limit", "64"]  # fmt: skip
-    return subprocess.Popen(args, env=python_env(), stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)  # fmt: skip
+    args = [
+        sys.executable,
+        "-m",
+        "demo_server.loadgen.run",
+        "--url",
+        base_url,
+        "--endpoint",
+        endpoint,
+        "--rates",
+        rate,
+        "--duration",
+        str(seconds),
+        "--max-tokens",
+        "32",
+        "--concurrency-limit",
+        "64",
+    ]
+    return subprocess.Popen(
+        args, env=python_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
 
 
 def _panel_queries() -> list[tuple[str, str, str]]:
@@ -109,9 +132,21 @@ def test_every_panel_fills_and_saturation_reaches_the_webhook_both_ways(tmp_path
     _fleet(fleet, f"{demo_url}/metrics")
     for name in ("am-rules", "am-exporter", "demo"):
         (tmp_path / name).mkdir()
-    demo_args = [sys.executable, "-m", "demo_server.cli", "--port", str(demo_port),
-                 "--device", "sim:h200", "--max-num-seqs", "8", "--embed-batching", "adaptive",
-                 "--latency-budget-ms", "20"]  # fmt: skip
+    demo_args = [
+        sys.executable,
+        "-m",
+        "demo_server.cli",
+        "--port",
+        str(demo_port),
+        "--device",
+        "sim:h200",
+        "--max-num-seqs",
+        "8",
+        "--embed-batching",
+        "adaptive",
+        "--latency-budget-ms",
+        "20",
+    ]
     with (
         webhook() as from_rules,
         webhook() as from_exporter,
@@ -122,15 +157,21 @@ def test_every_panel_fills_and_saturation_reaches_the_webhook_both_ways(tmp_path
         prometheus(
             tmp_path,
             [
-                {"job_name": "vllm", "static_configs": [
-                    {"targets": [f"127.0.0.1:{demo_port}"], "labels": {"target": "demo"}}]},
-                {"job_name": "batchscope-exporter",
-                 "static_configs": [{"targets": [f"127.0.0.1:{exp.port}"]}]},
+                {
+                    "job_name": "vllm",
+                    "static_configs": [
+                        {"targets": [f"127.0.0.1:{demo_port}"], "labels": {"target": "demo"}}
+                    ],
+                },
+                {
+                    "job_name": "batchscope-exporter",
+                    "static_configs": [{"targets": [f"127.0.0.1:{exp.port}"]}],
+                },
             ],
             _rule_files(fleet),
             alertmanager_url=am_rules.url,
         ) as prom,
-    ):  # fmt: skip
+    ):
         started = time.monotonic()
         loads = [_load(demo_url, "completions", "12", 90), _load(demo_url, "embeddings", "40", 90)]
         try:
@@ -157,14 +198,20 @@ def test_every_panel_fills_and_saturation_reaches_the_webhook_both_ways(tmp_path
                 "vllm" if "model_name" in a["labels"] else "exporter": a["labels"]
                 for a in from_rules.alerts(BUDGET_SATURATED.name)
             }
-            assert by_path["exporter"] == {"alertname": "BatchingBudgetSaturated",
-                                           "severity": "warning", "target": "demo"}  # fmt: skip
+            assert by_path["exporter"] == {
+                "alertname": "BatchingBudgetSaturated",
+                "severity": "warning",
+                "target": "demo",
+            }
             assert by_path["vllm"]["model_name"] == "batchscope-demo"
             assert by_path["vllm"]["quantile"] == "0.99" and by_path["vllm"]["histogram"] == "e2e"
             # The exporter's own post carries the rule's labels exactly (Alertmanager would
             # merge the two); the embeddings batcher may saturate its own 20 ms budget too.
-            posted = [a for a in from_exporter.alerts(BUDGET_SATURATED.name)
-                      if a["labels"]["target"] == "demo"]  # fmt: skip
+            posted = [
+                a
+                for a in from_exporter.alerts(BUDGET_SATURATED.name)
+                if a["labels"]["target"] == "demo"
+            ]
             assert posted and all(a["labels"] == by_path["exporter"] for a in posted)
             assert posted[0]["annotations"]["runbook_url"].endswith("#batchingbudgetsaturated")
 
@@ -177,5 +224,7 @@ def test_every_panel_fills_and_saturation_reaches_the_webhook_both_ways(tmp_path
                 load.terminate()
                 load.wait()
     assert empty == {}, f"panels with no data: {json.dumps(list(empty.items()), indent=1)}"
-    print(f"\nsaturation at both webhooks {saturated_after:.0f} s after load began; "
-          f"{len(_panel_queries())} panel queries, all with data")  # fmt: skip
+    print(
+        f"\nsaturation at both webhooks {saturated_after:.0f} s after load began; "
+        f"{len(_panel_queries())} panel queries, all with data"
+    )

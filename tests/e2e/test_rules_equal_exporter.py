@@ -93,22 +93,45 @@ SETTLE = {"gauge": 4.0, "rate": WINDOW + 4, "state": WINDOW + HOLD + 4}
 PAIRS = [
     ("running", f"batchscope_running_requests{{{SELECT}}}", rules.RUNNING, "gauge"),
     ("waiting", f"batchscope_waiting_requests{{{SELECT}}}", rules.WAITING, "gauge"),
-    ("running_vs_cap", f"batchscope_running_vs_cap_ratio{{{SELECT}}}", rules.RUNNING_VS_CAP,
-     "gauge"),
+    (
+        "running_vs_cap",
+        f"batchscope_running_vs_cap_ratio{{{SELECT}}}",
+        rules.RUNNING_VS_CAP,
+        "gauge",
+    ),
     ("kv_cache_usage", f"batchscope_kv_cache_usage_ratio{{{SELECT}}}", rules.KV_USAGE, "gauge"),
-    ("preemptions_per_second", f"batchscope_preemptions_per_second{{{SELECT}}}",
-     rules.PREEMPTIONS, "rate"),
-    ("requests_per_second", f"batchscope_requests_per_second{{{SELECT}}}", rules.REQUESTS,
-     "rate"),
-    ("generation_tokens_per_second", f"batchscope_generation_tokens_per_second{{{SELECT}}}",
-     rules.GENERATION_TOKENS, "rate"),
-    ("latency_p99_e2e", f"batchscope_latency_seconds{{{SELECT}}}",
-     f'{rules.LATENCY}{{quantile="0.99", histogram="e2e"}}', "rate"),
-    ("budget_utilization", f"batchscope_budget_utilization_ratio{{{SELECT}}}",
-     rules.BUDGET_UTILIZATION, "rate"),
-    ("memory_bound", f'batchscope_diagnosis{{{SELECT}, state="memory_bound"}}',
-     rules.MEMORY_BOUND_RULE, "state"),
-]  # fmt: skip
+    (
+        "preemptions_per_second",
+        f"batchscope_preemptions_per_second{{{SELECT}}}",
+        rules.PREEMPTIONS,
+        "rate",
+    ),
+    ("requests_per_second", f"batchscope_requests_per_second{{{SELECT}}}", rules.REQUESTS, "rate"),
+    (
+        "generation_tokens_per_second",
+        f"batchscope_generation_tokens_per_second{{{SELECT}}}",
+        rules.GENERATION_TOKENS,
+        "rate",
+    ),
+    (
+        "latency_p99_e2e",
+        f"batchscope_latency_seconds{{{SELECT}}}",
+        f'{rules.LATENCY}{{quantile="0.99", histogram="e2e"}}',
+        "rate",
+    ),
+    (
+        "budget_utilization",
+        f"batchscope_budget_utilization_ratio{{{SELECT}}}",
+        rules.BUDGET_UTILIZATION,
+        "rate",
+    ),
+    (
+        "memory_bound",
+        f'batchscope_diagnosis{{{SELECT}, state="memory_bound"}}',
+        rules.MEMORY_BOUND_RULE,
+        "state",
+    ),
+]
 
 
 def _comparable(t: float, kind: str, start: float, scrapes: list[float]) -> bool:
@@ -129,25 +152,50 @@ def _comparable(t: float, kind: str, start: float, scrapes: list[float]) -> bool
 def test_recording_rules_compute_what_the_exporter_computes(tmp_path):
     config = {**CONFIG, "window": f"{WINDOW:g}s", "saturation_hold_seconds": HOLD}
     started = time.time()
-    fleet = fleet_rule_groups([Target("llm", "unused", engine="vllm", cap=CAP,
-                                      budget_seconds=BUDGET)])  # fmt: skip
+    fleet = fleet_rule_groups(
+        [Target("llm", "unused", engine="vllm", cap=CAP, budget_seconds=BUDGET)]
+    )
     with (
         payload_server(lambda: render(state_at(time.time() - started))) as url,
-        exporter(tmp_path, "--target", url, "--name", "llm", "--engine", "vllm",
-                 "--cap", str(CAP), "--budget-seconds", str(BUDGET), "--interval", "1",
-                 "--window-seconds", f"{WINDOW:g}", "--hold-seconds", f"{HOLD:g}") as exp,
+        exporter(
+            tmp_path,
+            "--target",
+            url,
+            "--name",
+            "llm",
+            "--engine",
+            "vllm",
+            "--cap",
+            str(CAP),
+            "--budget-seconds",
+            str(BUDGET),
+            "--interval",
+            "1",
+            "--window-seconds",
+            f"{WINDOW:g}",
+            "--hold-seconds",
+            f"{HOLD:g}",
+        ) as exp,
         prometheus(
             tmp_path,
             [
-                {"job_name": "vllm", "static_configs": [{"targets": [url.split("/")[2]],
-                                                         "labels": {"target": "llm"}}]},
-                {"job_name": "batchscope-exporter",
-                 "static_configs": [{"targets": [f"127.0.0.1:{exp.port}"]}]},
+                {
+                    "job_name": "vllm",
+                    "static_configs": [
+                        {"targets": [url.split("/")[2]], "labels": {"target": "llm"}}
+                    ],
+                },
+                {
+                    "job_name": "batchscope-exporter",
+                    "static_configs": [{"targets": [f"127.0.0.1:{exp.port}"]}],
+                },
             ],
-            {"targets.yml": rule_yaml(fleet), "vllm-rules.yml": rule_yaml(
-                rules.vllm_recording_rules(config))},
+            {
+                "targets.yml": rule_yaml(fleet),
+                "vllm-rules.yml": rule_yaml(rules.vllm_recording_rules(config)),
+            },
         ) as prom,
-    ):  # fmt: skip
+    ):
         end = started + RUN
         wait_until(lambda: time.time() > end, end - time.time() + 30, "the scripted run")
         [raw] = query(prom, f'vllm:num_requests_running{{target="llm"}}[{RUN + 30:.0f}s]', end)
@@ -174,8 +222,11 @@ def test_recording_rules_compute_what_the_exporter_computes(tmp_path):
             assert max(v for t, v in values.items() if t < started + 2 * PHASE) == 0, series
             assert values[max(values)] == 1, series
         # Each phase's values, as the script defines them.
-        for at, utilization, memory_bound in ((PHASE - 1, 0.992, 0), (2 * PHASE - 1, 0.992, 1),
-                                              (RUN - 1, 1.99, 0)):  # fmt: skip
+        for at, utilization, memory_bound in (
+            (PHASE - 1, 0.992, 0),
+            (2 * PHASE - 1, 0.992, 1),
+            (RUN - 1, 1.99, 0),
+        ):
             t = round(started + at)
             util = query_range(prom, rules.BUDGET_UTILIZATION, t, t)[t]
             assert util == pytest.approx(utilization / BUDGET, rel=TOLERANCE["rate"])

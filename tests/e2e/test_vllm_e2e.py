@@ -59,19 +59,27 @@ def exporter_command(target_url: str, listen_port: int) -> list[str]:
     base = [str(exe)] if exe.exists() else [sys.executable, "-m", "exporter.cli"]
     return [
         *base,
-        "--target", target_url,
-        "--name", "vllm",
+        "--target",
+        target_url,
+        "--name",
+        "vllm",
         # auto: the exporter must recognise a real vLLM from its payload alone
-        "--engine", "auto",
-        "--cap", str(CAP),
-        "--budget-seconds", str(BUDGET_S),
-        "--listen", f"127.0.0.1:{listen_port}",
-        "--interval", str(INTERVAL_S),
-        "--window-seconds", str(WINDOW_S),
+        "--engine",
+        "auto",
+        "--cap",
+        str(CAP),
+        "--budget-seconds",
+        str(BUDGET_S),
+        "--listen",
+        f"127.0.0.1:{listen_port}",
+        "--interval",
+        str(INTERVAL_S),
+        "--window-seconds",
+        str(WINDOW_S),
         # Under load on 2 cores vLLM's /metrics takes up to ~3 s to answer (its API
         # server shares one core with the engine core): the default timeout (10 s)
         # waits for it, and such a scrape only delays the next one.
-    ]  # fmt: skip
+    ]
 
 
 class Exporter:
@@ -275,9 +283,10 @@ def load_until(srv: vs.VllmServer, exp: Exporter, n: int, seed: int, pick, attem
 
 def up_lines(metrics_text: str) -> list[str]:
     return [
-        ln for ln in metrics_text.splitlines()
+        ln
+        for ln in metrics_text.splitlines()
         if ln.startswith("batchscope_target_up") and 'target="vllm"' in ln
-    ]  # fmt: skip
+    ]
 
 
 def sample_value(line: str) -> float:
@@ -305,9 +314,12 @@ def test_continuous_batching_at_cap(vllm: VllmManager, exporter: Exporter):
     # (40 drain in about 3 s, too short for a 1 s scrape interval to be sure).
     t0 = time.monotonic()
     samples, at_cap = load_until(
-        srv, exporter, 160, seed=1,
+        srv,
+        exporter,
+        160,
+        seed=1,
         pick=lambda s: s["ratio"] == 1.0 and s["running"] == CAP and (s["waiting"] or 0) > 0,
-    )  # fmt: skip
+    )
     assert at_cap, f"never saw running == cap with a queue: {samples}"
     assert all(s["state"] == "healthy" for s in at_cap), at_cap
     print(
@@ -318,10 +330,11 @@ def test_continuous_batching_at_cap(vllm: VllmManager, exporter: Exporter):
 
     # After the load and a full window: nothing running, idle.
     t = wait_for(
-        lambda t: t["total"].get("running") == 0
-        and t["total"]["diagnosis"]["state"] == "idle",
-        WINDOW_S + 15, "idle after load", exporter,
-    )  # fmt: skip
+        lambda t: t["total"].get("running") == 0 and t["total"]["diagnosis"]["state"] == "idle",
+        WINDOW_S + 15,
+        "idle after load",
+        exporter,
+    )
     print(f"idle {time.monotonic() - t0:.1f} s after load start: {brief(t)}")
     assert t["total"]["running_vs_cap"] == 0.0
 
@@ -353,7 +366,8 @@ def test_memory_bound_preemptions(vllm: VllmManager, exporter: Exporter):
     assert not [s for s in samples if s["raise_cap_helps"] == 1], samples
     print(
         f"advised memory-bound in {len(advised)}/{len(samples)} polls; sustainable "
-        f"{min(s['sustainable'] for s in advised):.2f}..{max(s['sustainable'] for s in advised):.2f}"
+        f"{min(s['sustainable'] for s in advised):.2f}.."
+        f"{max(s['sustainable'] for s in advised):.2f}"
         f" vs cap {CAP}; e.g. {advised[-1]['advice']!r}"
     )
     print(
@@ -399,8 +413,11 @@ def alert_stack(name: str, workdir: Path, vllm_url: str, interval: float | None)
     )
     targets = subprocess.run(
         [sys.executable, "-m", "exporter.rules_cli", "--config", str(fleet)],
-        capture_output=True, text=True, env=python_env(), check=True,
-    ).stdout  # fmt: skip
+        capture_output=True,
+        text=True,
+        env=python_env(),
+        check=True,
+    ).stdout
     rules = {
         "targets.yml": targets,
         "vllm-rules.yml": rule_yaml(vllm_recording_rules(CONFIG)),
@@ -418,10 +435,14 @@ def alert_stack(name: str, workdir: Path, vllm_url: str, interval: float | None)
         prometheus(
             folder / "prometheus",
             [
-                {"job_name": "vllm", "static_configs": [
-                    {"targets": [vllm_host], "labels": {"target": "vllm"}}]},
-                {"job_name": "batchscope-exporter",
-                 "static_configs": [{"targets": [f"127.0.0.1:{exp.port}"]}]},
+                {
+                    "job_name": "vllm",
+                    "static_configs": [{"targets": [vllm_host], "labels": {"target": "vllm"}}],
+                },
+                {
+                    "job_name": "batchscope-exporter",
+                    "static_configs": [{"targets": [f"127.0.0.1:{exp.port}"]}],
+                },
             ],
             rules,
             alertmanager_url=am_rules.url,
@@ -430,7 +451,7 @@ def alert_stack(name: str, workdir: Path, vllm_url: str, interval: float | None)
             interval=f"{interval:g}s" if interval else "5s",
             resend_delay=None,
         ) as prom,
-    ):  # fmt: skip
+    ):
         yield {"rules": from_rules, "exporter": from_exporter}, exp, prom
 
 
@@ -479,19 +500,32 @@ def test_sustained_saturation_alerts_by_every_path_on_an_overloaded_vllm(
         exporter_1s = stacks["1s"][1]
         dashboard_port = free_port()
         dashboard = subprocess.Popen(
-            [sys.executable, "-m", "dashboard.cli", "--exporter", exporter_1s.url,
-             "--port", str(dashboard_port)],
-            cwd=vs.REPO_ROOT, stdout=stack.enter_context(open(workdir / "dashboard.log", "wb")),
-            stderr=subprocess.STDOUT, env={**os.environ, "PYTHONPATH": str(vs.REPO_ROOT)},
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "dashboard.cli",
+                "--exporter",
+                exporter_1s.url,
+                "--port",
+                str(dashboard_port),
+            ],
+            cwd=vs.REPO_ROOT,
+            stdout=stack.enter_context(open(workdir / "dashboard.log", "wb")),
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "PYTHONPATH": str(vs.REPO_ROOT)},
+        )
         stack.callback(vs.stop_process_tree, dashboard, 10)
         vs.track(dashboard)
         load = vs.ClosedLoop(srv.base_url, ALERT_CLIENTS, srv.model)
         started = time.monotonic()
         fired: dict[str, float] = {}
         try:
-            wait_until(lambda: every_path(stacks, "firing", started, fired), 420,
-                       "BatchingBudgetSaturated by every path", seen=fired)  # fmt: skip
+            wait_until(
+                lambda: every_path(stacks, "firing", started, fired),
+                420,
+                "BatchingBudgetSaturated by every path",
+                seen=fired,
+            )
             print(f"\nfired, seconds after the load began: {fired}")
             assert min(fired.values()) >= HOLD_S, fired
             # The banner on the Live page, while the alert fires. The page redraws itself
@@ -500,9 +534,13 @@ def test_sustained_saturation_alerts_by_every_path_on_an_overloaded_vllm(
             history = exporter_1s_history(exporter_1s.url)
             assert banner is not None, (
                 "no saturation banner on the Live page in 90 s; the exporter's last points: "
-                + json.dumps([{k: p[k] for k in ("t", "up", "budget_saturated",
-                                                 "budget_utilization")} for p in history[-15:]])
-            )  # fmt: skip
+                + json.dumps(
+                    [
+                        {k: p[k] for k in ("t", "up", "budget_saturated", "budget_utilization")}
+                        for p in history[-15:]
+                    ]
+                )
+            )
             print(f"Live page banner: {banner!r}")
             failed = sum(not point["up"] for point in history)
             prom_1s = stacks["1s"][2]
@@ -512,8 +550,9 @@ def test_sustained_saturation_alerts_by_every_path_on_an_overloaded_vllm(
                 f"(1 s) missed {missed[0]['value'][1] if missed else 0} scrapes of the exporter"
             )
             # Nothing resolved while the overload went on: no path flapped.
-            early = {name: saturation_paths(hooks, "resolved") for name, (hooks, _, _) in
-                     stacks.items()}  # fmt: skip
+            early = {
+                name: saturation_paths(hooks, "resolved") for name, (hooks, _, _) in stacks.items()
+            }
         finally:
             result = load.stop()
             stopped = time.monotonic()
@@ -521,8 +560,12 @@ def test_sustained_saturation_alerts_by_every_path_on_an_overloaded_vllm(
         assert result.failed == 0, result.errors[:3]
         assert early == {"1s": set(), "defaults": set()}, early
         resolved: dict[str, float] = {}
-        wait_until(lambda: every_path(stacks, "resolved", stopped, resolved), 300,
-                   "every path resolved", seen=resolved)  # fmt: skip
+        wait_until(
+            lambda: every_path(stacks, "resolved", stopped, resolved),
+            300,
+            "every path resolved",
+            seen=resolved,
+        )
         print(f"resolved, seconds after the load stopped: {resolved}")
 
 
@@ -534,16 +577,26 @@ def live_page_banner(port: int, screenshot: Path, seconds: float = 90.0) -> str 
     with sync_playwright() as p:
         browser = p.chromium.launch(
             executable_path="/usr/bin/chromium",
-            args=["--no-sandbox", "--headless", "--disable-gpu", "--disable-background-networking",
-                  "--disable-component-update", "--disable-sync", "--no-first-run"],
-        )  # fmt: skip
+            args=[
+                "--no-sandbox",
+                "--headless",
+                "--disable-gpu",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                "--no-first-run",
+            ],
+        )
         try:
             page = browser.new_page(viewport={"width": 1400, "height": 1600})
             page.goto(f"http://127.0.0.1:{port}")
             deadline = time.monotonic() + seconds
             while time.monotonic() < deadline:
-                lines = [line for line in page.inner_text("body").splitlines()
-                         if line.startswith("Budget saturated: vllm")]  # fmt: skip
+                lines = [
+                    line
+                    for line in page.inner_text("body").splitlines()
+                    if line.startswith("Budget saturated: vllm")
+                ]
                 if lines:
                     page.screenshot(path=str(screenshot), full_page=True)
                     return lines[0]
@@ -568,8 +621,10 @@ def test_down_when_vllm_stops(vllm: VllmManager, exporter: Exporter):
     assert vs.session_pids(sid) == [], "vLLM processes left after stop"
     t = wait_for(
         lambda t: not t["up"] and t["total"]["diagnosis"]["state"] == "down",
-        5 * INTERVAL_S + 5, "down", exporter,
-    )  # fmt: skip
+        5 * INTERVAL_S + 5,
+        "down",
+        exporter,
+    )
     print(f"down {time.monotonic() - t0:.1f} s after stop: error={t['error']!r}")
     assert t["error"], t
 

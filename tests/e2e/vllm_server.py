@@ -490,8 +490,15 @@ class ClosedLoop:
     drawn from [min_tokens, max_tokens], ignore_eos) until `stop()`: an overload that
     lasts as long as the test needs, as users in a loop make it."""
 
-    def __init__(self, base_url: str, clients: int, model: str, min_tokens: int = 100,
-                 max_tokens: int = 450, seed: int = 0) -> None:  # fmt: skip
+    def __init__(
+        self,
+        base_url: str,
+        clients: int,
+        model: str,
+        min_tokens: int = 100,
+        max_tokens: int = 450,
+        seed: int = 0,
+    ) -> None:
         self.result = LoadResult()
         self._stop = threading.Event()
         self._lock = threading.Lock()
@@ -501,7 +508,7 @@ class ClosedLoop:
                 target=self._client,
                 daemon=True,
                 args=(base_url, model, random.Random(seed + i), min_tokens, max_tokens),
-            )  # fmt: skip
+            )
             for i in range(clients)
         ]
         for thread in self._threads:

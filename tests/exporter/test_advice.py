@@ -1,4 +1,5 @@
-"""The advice (exporter/core/advice.py): each item's numbers, words, inputs and confidence, alone and
+"""The advice (exporter/core/advice.py): each item's numbers, words, inputs and confidence, alone
+and
 through the evaluator."""
 
 from __future__ import annotations
@@ -26,11 +27,20 @@ def test_too_little_data_advises_nothing_and_says_why():
 
 def test_memory_bound_advice_says_raising_the_cap_will_not_help_with_both_numbers():
     # The e2e shape: 1024 KV tokens, cap 8, about 3 requests of ~300 tokens fill it.
-    advice = advise(_window(
-        running=3, waiting=100, cap=8, kv_usage=0.9, kv_capacity_tokens=1024, block_size=128,
-        kv_scrapes=[(3, 0.9, 100), (4, 1.0, 100), (3, 0.8, 100)],
-        mean_prompt_tokens=10, mean_output_tokens=275, length_requests=40,
-    ))  # fmt: skip
+    advice = advise(
+        _window(
+            running=3,
+            waiting=100,
+            cap=8,
+            kv_usage=0.9,
+            kv_capacity_tokens=1024,
+            block_size=128,
+            kv_scrapes=[(3, 0.9, 100), (4, 1.0, 100), (3, 0.8, 100)],
+            mean_prompt_tokens=10,
+            mean_output_tokens=275,
+            length_requests=40,
+        )
+    )
     per_request = (0.9 + 1.0 + 0.8) * 1024 / 10  # 276.48
     assert advice.item("kv_tokens_per_request").value == pytest.approx(0.9 * 1024 / 3)
     assert advice.item("kv_tokens_per_request_window").value == pytest.approx(per_request)
@@ -51,10 +61,17 @@ def test_memory_bound_advice_says_raising_the_cap_will_not_help_with_both_number
 
 
 def test_cap_bound_advice_says_raising_the_cap_helps_up_to_the_sustainable_count():
-    advice = advise(_window(
-        running=16, waiting=40, cap=16, kv_usage=0.25, kv_capacity_tokens=8192,
-        kv_scrapes=[(16, 0.25, 40)] * 4, waited_at_cap=True,
-    ))  # fmt: skip
+    advice = advise(
+        _window(
+            running=16,
+            waiting=40,
+            cap=16,
+            kv_usage=0.25,
+            kv_capacity_tokens=8192,
+            kv_scrapes=[(16, 0.25, 40)] * 4,
+            waited_at_cap=True,
+        )
+    )
     # 0.25 * 8192 / 16 = 128 tokens per request: 64 fit.
     assert advice.item("sustainable_concurrency").value == pytest.approx(64)
     verdict = advice.item("raise_cap_helps")
@@ -63,10 +80,18 @@ def test_cap_bound_advice_says_raising_the_cap_helps_up_to_the_sustainable_count
 
 
 def test_length_mix_stands_in_when_the_cache_was_not_seen_busy_and_lowers_confidence():
-    advice = advise(AdviceInputs(
-        window_seconds=30, scrapes=6, engine="vllm", cap=8, kv_capacity_tokens=1024,
-        kv_scrapes=[(1, 0.1, 0)], mean_prompt_tokens=20, mean_output_tokens=200,
-    ))  # fmt: skip
+    advice = advise(
+        AdviceInputs(
+            window_seconds=30,
+            scrapes=6,
+            engine="vllm",
+            cap=8,
+            kv_capacity_tokens=1024,
+            kv_scrapes=[(1, 0.1, 0)],
+            mean_prompt_tokens=20,
+            mean_output_tokens=200,
+        )
+    )
     assert advice.item("kv_tokens_per_request_window") is None
     sustainable = advice.item("sustainable_concurrency")
     assert sustainable.value == pytest.approx(1024 / 120)
@@ -76,11 +101,18 @@ def test_length_mix_stands_in_when_the_cache_was_not_seen_busy_and_lowers_confid
 
 
 def test_kv_memory_is_named_from_cache_config_bytes():
-    advice = advise(_window(
-        running=2, waiting=5, cap=8, kv_usage=1.0, kv_capacity_tokens=1024,
-        kv_cache_memory_bytes=1 << 30, gpu_memory_utilization=0.92,
-        kv_scrapes=[(2, 1.0, 5)] * 3,
-    ))  # fmt: skip
+    advice = advise(
+        _window(
+            running=2,
+            waiting=5,
+            cap=8,
+            kv_usage=1.0,
+            kv_capacity_tokens=1024,
+            kv_cache_memory_bytes=1 << 30,
+            gpu_memory_utilization=0.92,
+            kv_scrapes=[(2, 1.0, 5)] * 3,
+        )
+    )
     # 512 tokens per request, cap 8: 4096 tokens = 4 GiB (+3 GiB).
     needed = advice.item("kv_tokens_for_cap")
     assert needed.value == 4096
@@ -89,10 +121,10 @@ def test_kv_memory_is_named_from_cache_config_bytes():
 
 
 def test_static_gain_is_the_inverse_of_the_static_estimate():
-    static = UtilizationEstimate(batch_size=8, requests=64, estimate=0.5234375, lower=0.4,
-                                 upper=0.6)  # fmt: skip
-    advice = advise(AdviceInputs(window_seconds=120, scrapes=24, engine="inhouse",
-                                 static=static))  # fmt: skip
+    static = UtilizationEstimate(
+        batch_size=8, requests=64, estimate=0.5234375, lower=0.4, upper=0.6
+    )
+    advice = advise(AdviceInputs(window_seconds=120, scrapes=24, engine="inhouse", static=static))
     gain = advice.item("continuous_batching_gain")
     assert gain.value == pytest.approx(128 / 67)
     assert gain.text.startswith("switching from static to continuous batching would gain 1.91x")
@@ -100,11 +132,18 @@ def test_static_gain_is_the_inverse_of_the_static_estimate():
 
 
 def test_batcher_advice_gives_the_pair_headroom_and_rate_limit():
-    advice = advise(AdviceInputs(
-        window_seconds=120, scrapes=24, engine="inhouse", cap=32,
-        arrival_per_second=550, cost_by_size=LINEAR, budget_seconds=0.1,
-        latency_seconds=0.04,
-    ))  # fmt: skip
+    advice = advise(
+        AdviceInputs(
+            window_seconds=120,
+            scrapes=24,
+            engine="inhouse",
+            cap=32,
+            arrival_per_second=550,
+            cost_by_size=LINEAR,
+            budget_seconds=0.1,
+            latency_seconds=0.04,
+        )
+    )
     assert advice.item("budget_headroom").value == pytest.approx(0.6)
     assert advice.item("rate_limit_per_second").value == pytest.approx(0.7 * 32 / 0.033)
     assert advice.item("advised_max_batch_size").value == 32
@@ -134,9 +173,16 @@ def _evaluate(series_at, settings: SignalSettings):
 
 def test_the_evaluator_advises_a_memory_bound_vllm_from_its_window():
     def at(i: int) -> SeriesSnapshot:
-        return SeriesSnapshot(key=(("engine", "0"),), engine="vllm", running=3, waiting=50,
-                              kv_usage=0.96, preemptions_total=10.0 * i,
-                              kv_capacity_tokens=1024, block_size=128)  # fmt: skip
+        return SeriesSnapshot(
+            key=(("engine", "0"),),
+            engine="vllm",
+            running=3,
+            waiting=50,
+            kv_usage=0.96,
+            preemptions_total=10.0 * i,
+            kv_capacity_tokens=1024,
+            block_size=128,
+        )
 
     signals = _evaluate(at, SignalSettings(cap=8))
     (series,) = signals.series
@@ -157,11 +203,16 @@ def test_the_evaluator_advises_an_inhouse_batcher_from_its_cost_by_size():
     # 100 batches of 8 per 5 s (160 items/s), 2 ms each; batches of 1 cost 1.5 ms.
     def at(i: int) -> SeriesSnapshot:
         return SeriesSnapshot(
-            key=(("batcher", "embed"),), engine="inhouse", waiting=0, cap=32,
-            budget_seconds=0.05, max_wait_seconds=0.005,
-            items_total=800.0 * i + 10, batches_total=100.0 * i + 10,
+            key=(("batcher", "embed"),),
+            engine="inhouse",
+            waiting=0,
+            cap=32,
+            budget_seconds=0.05,
+            max_wait_seconds=0.005,
+            items_total=800.0 * i + 10,
+            batches_total=100.0 * i + 10,
             execution_by_size={1: (10.0, 0.015), 8: (100.0 * i + 1, 0.002 * (100 * i + 1))},
-        )  # fmt: skip
+        )
 
     (series,) = _evaluate(at, SignalSettings()).series
     advice = series.advice
@@ -178,8 +229,17 @@ def test_the_evaluator_advises_an_inhouse_batcher_from_its_cost_by_size():
 def test_a_few_ramp_up_scrapes_below_the_cap_do_not_set_the_fill():
     # A fresh server: 3 scrapes ramping up (waiting, cache nearly empty), then 7 at the cap.
     scrapes = [(2, 0.1, 30), (5, 0.2, 30), (9, 0.3, 30)] + [(16, 0.8, 30)] * 7
-    advice = advise(_window(running=16, waiting=30, cap=16, kv_usage=0.8,
-                            kv_capacity_tokens=1500, kv_scrapes=scrapes, waited_at_cap=True))  # fmt: skip
+    advice = advise(
+        _window(
+            running=16,
+            waiting=30,
+            cap=16,
+            kv_usage=0.8,
+            kv_capacity_tokens=1500,
+            kv_scrapes=scrapes,
+            waited_at_cap=True,
+        )
+    )
     assert advice.item("kv_cache_fill") is None
     per_request = (0.1 + 0.2 + 0.3 + 7 * 0.8) * 1500 / (2 + 5 + 9 + 7 * 16)
     assert advice.item("sustainable_concurrency").value == pytest.approx(1500 / per_request)
@@ -187,20 +247,30 @@ def test_a_few_ramp_up_scrapes_below_the_cap_do_not_set_the_fill():
 
 
 def test_padding_waste_advises_bucketing_above_a_fifth_and_nothing_to_gain_below():
-    high = advise(AdviceInputs(window_seconds=120, scrapes=24, engine="inhouse",
-                               padding_waste=0.25)).item("padding_waste")  # fmt: skip
+    high = advise(
+        AdviceInputs(window_seconds=120, scrapes=24, engine="inhouse", padding_waste=0.25)
+    ).item("padding_waste")
     assert high.value == 0.25
     assert high.text.startswith("25% of the token positions batched were padding: bucket")
-    low = advise(AdviceInputs(window_seconds=120, scrapes=24, engine="inhouse",
-                              padding_waste=0.05)).item("padding_waste")  # fmt: skip
+    low = advise(
+        AdviceInputs(window_seconds=120, scrapes=24, engine="inhouse", padding_waste=0.05)
+    ).item("padding_waste")
     assert "little to gain" in low.text
 
 
 def test_a_mean_latency_is_named_and_lowers_the_headroom_confidence():
-    advice = advise(AdviceInputs(
-        window_seconds=120, scrapes=24, engine="triton", arrival_per_second=100,
-        cost_by_size=LINEAR, budget_seconds=0.1, latency_seconds=0.02, latency_is_mean=True,
-    ))  # fmt: skip
+    advice = advise(
+        AdviceInputs(
+            window_seconds=120,
+            scrapes=24,
+            engine="triton",
+            arrival_per_second=100,
+            cost_by_size=LINEAR,
+            budget_seconds=0.1,
+            latency_seconds=0.02,
+            latency_is_mean=True,
+        )
+    )
     headroom = advice.item("budget_headroom")
     assert headroom.value == pytest.approx(0.8)
     assert headroom.text.startswith("mean 20.0 ms of a 100 ms budget")

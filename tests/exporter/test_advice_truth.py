@@ -29,9 +29,19 @@ def test_kv_advice_predicts_the_running_count_and_the_memory_for_the_cap() -> No
     # cap on a fast machine, so that requests wait at the cap whatever the machine's speed
     # (at 100/s a faster machine than the first served them all: 11.4 running of 16).
     args = bench_advice.build_parser().parse_args(
-        ["--phase-seconds", "32", "--warmup-seconds", "8", "--cap", "16", "--kv-tokens", "400",
-         "--rate", "300"]
-    )  # fmt: skip
+        [
+            "--phase-seconds",
+            "32",
+            "--warmup-seconds",
+            "8",
+            "--cap",
+            "16",
+            "--kv-tokens",
+            "400",
+            "--rate",
+            "300",
+        ]
+    )
     small, raised, given = asyncio.run(bench_advice.kv_check(args))
     print(bench_advice.kv_markdown([small, raised, given], args))
 

@@ -33,8 +33,16 @@ from tests.support.monitoring_stack import (
 from tests.support.vllm_payload import VllmState, render
 
 
-def signals(target="llm", *, up=True, saturated=False, utilization=0.5, state="healthy",
-            waiting=0.0, tokens=100.0) -> TargetSignals:  # fmt: skip
+def signals(
+    target="llm",
+    *,
+    up=True,
+    saturated=False,
+    utilization=0.5,
+    state="healthy",
+    waiting=0.0,
+    tokens=100.0,
+) -> TargetSignals:
     total = SeriesSignals(
         waiting=waiting,
         budget_utilization=utilization,
@@ -42,8 +50,9 @@ def signals(target="llm", *, up=True, saturated=False, utilization=0.5, state="h
         generation_tokens_per_second=tokens,
         diagnosis=Diagnosis(state, ""),
     )
-    return TargetSignals(target, "http://127.0.0.1:8000/metrics", 0.0, up, None if up else "refused",
-                         (), total)  # fmt: skip
+    return TargetSignals(
+        target, "http://127.0.0.1:8000/metrics", 0.0, up, None if up else "refused", (), total
+    )
 
 
 def names(book: AlertBook) -> dict[tuple[str, str], float | None]:
@@ -54,8 +63,11 @@ def test_sustained_saturation_is_posted_at_once_with_the_rules_labels():
     book = step(AlertBook(), [signals(saturated=True, utilization=0.97)], now=1_800_000_000.0)
     [alert] = book.unsent.values()
     body = payload(alert, "http://127.0.0.1:9500/api/v1/signals")
-    assert body["labels"] == {"alertname": "BatchingBudgetSaturated", "severity": "warning",
-                              "target": "llm"}  # fmt: skip
+    assert body["labels"] == {
+        "alertname": "BatchingBudgetSaturated",
+        "severity": "warning",
+        "target": "llm",
+    }
     assert body["annotations"]["summary"] == "llm: latency budget saturated for a minute"
     assert body["annotations"]["description"].startswith("Budget utilisation on llm is 97%:")
     assert body["annotations"]["runbook_url"] == "docs/runbook.md#batchingbudgetsaturated"
@@ -66,11 +78,16 @@ def test_sustained_saturation_is_posted_at_once_with_the_rules_labels():
 
 def test_a_saturated_series_fires_for_its_target_when_the_total_has_no_latency():
     # An LLM beside an embedding batcher with its own budget: the total keeps no latency.
-    llm = SeriesSignals(labels={"model_name": "m"}, budget_utilization=0.99,
-                        budget_saturated=True, diagnosis=Diagnosis("budget_saturated", ""))  # fmt: skip
+    llm = SeriesSignals(
+        labels={"model_name": "m"},
+        budget_utilization=0.99,
+        budget_saturated=True,
+        diagnosis=Diagnosis("budget_saturated", ""),
+    )
     batcher = SeriesSignals(labels={"batcher": "embed"}, budget_utilization=0.4)
-    target = TargetSignals("demo", "http://127.0.0.1:8000/metrics", 0.0, True, None,
-                           (llm, batcher), SeriesSignals())  # fmt: skip
+    target = TargetSignals(
+        "demo", "http://127.0.0.1:8000/metrics", 0.0, True, None, (llm, batcher), SeriesSignals()
+    )
     book = step(AlertBook(), [target], now=0.0)
     assert list(book.unsent) == [(BUDGET_SATURATED.name, "demo")]
     assert book.unsent[(BUDGET_SATURATED.name, "demo")].value == 0.99
@@ -108,8 +125,9 @@ def test_a_down_target_fires_target_down_after_a_minute_and_resolves_when_back()
 
 
 def test_a_firing_alert_is_posted_again_every_resend_interval_only():
-    book = delivered(step(AlertBook(), [signals(state="stalled", tokens=0.0)], 0.0,
-                          holds={STALLED.name: 0}))  # fmt: skip
+    book = delivered(
+        step(AlertBook(), [signals(state="stalled", tokens=0.0)], 0.0, holds={STALLED.name: 0})
+    )
     book = step(book, [signals(state="stalled", tokens=0.0)], RESEND_SECONDS - 1, {STALLED.name: 0})
     assert book.unsent == {}
     book = step(book, [signals(state="stalled", tokens=0.0)], RESEND_SECONDS, {STALLED.name: 0})
@@ -147,8 +165,12 @@ async def test_delivery_backs_off_while_alertmanager_fails_then_posts():
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
     port = site._server.sockets[0].getsockname()[1]
-    delivery = AlertmanagerDelivery(f"http://127.0.0.1:{port}", lambda: [signals(saturated=True)],
-                                    generator_url="g", interval_seconds=0.1)  # fmt: skip
+    delivery = AlertmanagerDelivery(
+        f"http://127.0.0.1:{port}",
+        lambda: [signals(saturated=True)],
+        generator_url="g",
+        interval_seconds=0.1,
+    )
     try:
         async with aiohttp.ClientSession() as session:
             await delivery.deliver_once(session)
@@ -177,8 +199,12 @@ async def test_a_hanging_alertmanager_does_not_hold_the_event_loop():
 
     server = await asyncio.start_server(accept, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
-    delivery = AlertmanagerDelivery(f"http://127.0.0.1:{port}", lambda: [signals(saturated=True)],
-                                    generator_url="g", interval_seconds=0.1)  # fmt: skip
+    delivery = AlertmanagerDelivery(
+        f"http://127.0.0.1:{port}",
+        lambda: [signals(saturated=True)],
+        generator_url="g",
+        interval_seconds=0.1,
+    )
     ticks = 0
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=1.0)) as session:
         posting = asyncio.create_task(delivery.deliver_once(session))
@@ -198,24 +224,30 @@ def test_alerts_reach_a_real_alertmanager_and_resolve(tmp_path):
 
         async def run() -> None:
             delivery = AlertmanagerDelivery(
-                am.url, lambda: [signals(saturated=state["saturated"], utilization=0.99)],
-                generator_url="http://127.0.0.1:9500/api/v1/signals", interval_seconds=0.2,
-            )  # fmt: skip
+                am.url,
+                lambda: [signals(saturated=state["saturated"], utilization=0.99)],
+                generator_url="http://127.0.0.1:9500/api/v1/signals",
+                interval_seconds=0.2,
+            )
             async with aiohttp.ClientSession() as session:
                 await delivery.deliver_once(session)
                 active = json.loads(http_get(f"{am.url}/api/v2/alerts"))
                 assert [a["labels"] for a in active] == [
-                    {"alertname": "BatchingBudgetSaturated", "severity": "warning",
-                     "target": "llm"}
-                ]  # fmt: skip
-                await asyncio.to_thread(wait_until, lambda: hook.alerts(BUDGET_SATURATED.name),
-                                        30, "the firing notification")  # fmt: skip
+                    {"alertname": "BatchingBudgetSaturated", "severity": "warning", "target": "llm"}
+                ]
+                await asyncio.to_thread(
+                    wait_until,
+                    lambda: hook.alerts(BUDGET_SATURATED.name),
+                    30,
+                    "the firing notification",
+                )
                 state["saturated"] = False
                 await delivery.deliver_once(session)
 
         asyncio.run(run())
-        wait_until(lambda: hook.alerts(BUDGET_SATURATED.name, "resolved"), 30,
-                   "the resolved notification")  # fmt: skip
+        wait_until(
+            lambda: hook.alerts(BUDGET_SATURATED.name, "resolved"), 30, "the resolved notification"
+        )
         [firing] = hook.alerts(BUDGET_SATURATED.name)
         assert firing["annotations"]["summary"] == "llm: latency budget saturated for a minute"
         # Resolved: Alertmanager lists it no more.
@@ -244,7 +276,13 @@ def test_the_posted_alert_states_the_configured_threshold_and_hold():
     for spec in ALERTS:  # every placeholder of every text has a value
         levels.texts(spec, "llm", "1")
     assert [duration_words(s) for s in (60, 120, 300, 3600, 90, 0.5)] == [
-        "a minute", "2 minutes", "5 minutes", "an hour", "90 s", "0.5 s"]  # fmt: skip
+        "a minute",
+        "2 minutes",
+        "5 minutes",
+        "an hour",
+        "90 s",
+        "0.5 s",
+    ]
 
 
 def test_the_exporter_cli_posts_the_configured_numbers_to_a_real_alertmanager(tmp_path):
@@ -260,12 +298,32 @@ def test_the_exporter_cli_posts_the_configured_numbers_to_a_real_alertmanager(tm
         payload_server(scripted) as target_url,
         webhook() as hook,
         alertmanager(tmp_path / "am", hook.url) as am,
-        exporter(tmp_path, "--target", target_url, "--name", "llm", "--engine", "vllm",
-                 "--budget-seconds", "1.3", "--interval", "1", "--saturation-threshold", "0.9",
-                 "--hold-seconds", "3", "--alertmanager-url", am.url) as exp,
-    ):  # fmt: skip
-        wait_until(lambda: hook.alerts(BUDGET_SATURATED.name), 60,
-                   "BatchingBudgetSaturated from the exporter", exp.log)  # fmt: skip
+        exporter(
+            tmp_path,
+            "--target",
+            target_url,
+            "--name",
+            "llm",
+            "--engine",
+            "vllm",
+            "--budget-seconds",
+            "1.3",
+            "--interval",
+            "1",
+            "--saturation-threshold",
+            "0.9",
+            "--hold-seconds",
+            "3",
+            "--alertmanager-url",
+            am.url,
+        ) as exp,
+    ):
+        wait_until(
+            lambda: hook.alerts(BUDGET_SATURATED.name),
+            60,
+            "BatchingBudgetSaturated from the exporter",
+            exp.log,
+        )
         [firing] = hook.alerts(BUDGET_SATURATED.name)
     assert firing["annotations"]["summary"] == "llm: latency budget saturated for 3 s"
     assert "stayed at or above 90% of the budget for 3 s" in firing["annotations"]["description"]

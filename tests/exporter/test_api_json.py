@@ -19,8 +19,10 @@ from tests.support.signals_data import target_signals
 def test_nan_and_infinities_anywhere_in_a_body_become_null() -> None:
     body = {"a": [1.5, math.nan, (math.inf, 2)], "b": {"c": -math.inf, "d": "NaN"}, "e": 0.25}
     assert json.loads(api.encode(body)) == {
-        "a": [1.5, None, [None, 2]], "b": {"c": None, "d": "NaN"}, "e": 0.25,
-    }  # fmt: skip
+        "a": [1.5, None, [None, 2]],
+        "b": {"c": None, "d": "NaN"},
+        "e": 0.25,
+    }
     assert api.encode({"x": [1.0, {"y": 2}]}) == b'{"x": [1.0, {"y": 2}]}'
 
 

@@ -95,12 +95,26 @@ def test_metrics_are_byte_for_byte_prometheus_clients_on_the_real_payloads() -> 
     snapshots, states, targets = [], {}, []
     for i, name in enumerate(PAYLOADS):
         snapshots.append(Snapshot("llm", 100.0 + 5 * i, True, read_series(fixture_text(name))))
-        signals, states = evaluate_target("llm", "http://x/metrics", snapshots,
-                                          SignalSettings(cap=8, budget_seconds=2.0), states,
-                                          100.0 + 5 * i, {"team": 'a"b\\c\nd'})  # fmt: skip
-    targets = [signals, replace(signals, target="other", up=False, series=(),
-                                errors_total={"parse": 3, "evaluation": 1},
-                                window_resets_total={"engine_changed": 2})]  # fmt: skip
+        signals, states = evaluate_target(
+            "llm",
+            "http://x/metrics",
+            snapshots,
+            SignalSettings(cap=8, budget_seconds=2.0),
+            states,
+            100.0 + 5 * i,
+            {"team": 'a"b\\c\nd'},
+        )
+    targets = [
+        signals,
+        replace(
+            signals,
+            target="other",
+            up=False,
+            series=(),
+            errors_total={"parse": 3, "evaluation": 1},
+            window_resets_total={"engine_changed": 2},
+        ),
+    ]
     body = render_metrics(targets)
     assert body == reference(targets)
     assert (
@@ -119,11 +133,18 @@ def test_every_label_the_exporter_writes_is_reserved_and_documented() -> None:
     snapshots, states = [], {}
     for i, name in enumerate(PAYLOADS):
         snapshots.append(Snapshot("llm", 100.0 + 5 * i, True, read_series(fixture_text(name))))
-        signals, states = evaluate_target("llm", "http://x/metrics", snapshots,
-                                          SignalSettings(cap=8, budget_seconds=2.0), states,
-                                          100.0 + 5 * i, {"team": "search"})  # fmt: skip
-    targets = [replace(signals, errors_total={"parse": 3},
-                       window_resets_total={"engine_changed": 1})]  # fmt: skip
+        signals, states = evaluate_target(
+            "llm",
+            "http://x/metrics",
+            snapshots,
+            SignalSettings(cap=8, budget_seconds=2.0),
+            states,
+            100.0 + 5 * i,
+            {"team": "search"},
+        )
+    targets = [
+        replace(signals, errors_total={"parse": 3}, window_resets_total={"engine_changed": 1})
+    ]
     written = {
         name
         for f in text_string_to_metric_families(render_metrics(targets).decode())
@@ -141,9 +162,15 @@ def test_every_label_the_exporter_writes_is_reserved_and_documented() -> None:
 
 
 def test_non_finite_gauges_are_left_out_as_prometheus_client_writes_the_rest() -> None:
-    series = SeriesSignals(labels={"model_name": "m"}, running=math.nan, waiting=math.inf,
-                           cap=-0.0, kv_cache_usage=1e-7, requests_per_second=12345678.9,
-                           latency_seconds=math.nan)  # fmt: skip
+    series = SeriesSignals(
+        labels={"model_name": "m"},
+        running=math.nan,
+        waiting=math.inf,
+        cap=-0.0,
+        kv_cache_usage=1e-7,
+        requests_per_second=12345678.9,
+        latency_seconds=math.nan,
+    )
     signals = TargetSignals("t", "http://t", 0.0, True, None, (series,), series)
     body = render_metrics([signals])
     assert body == reference([signals])

@@ -43,10 +43,21 @@ def config_error(path: Path, text: str) -> str:
 
 def test_quick_command_line_builds_one_target():
     settings = parse_flags(
-        "--target", "http://10.0.0.5:8000/metrics", "--name", "llm", "--engine", "vllm",
-        "--cap", "256", "--budget-seconds", "0.1", "--listen", "127.0.0.1:9500",
-        "--interval", "5",
-    )  # fmt: skip
+        "--target",
+        "http://10.0.0.5:8000/metrics",
+        "--name",
+        "llm",
+        "--engine",
+        "vllm",
+        "--cap",
+        "256",
+        "--budget-seconds",
+        "0.1",
+        "--listen",
+        "127.0.0.1:9500",
+        "--interval",
+        "5",
+    )
     assert settings == Settings(
         targets=(
             Target(
@@ -80,11 +91,27 @@ def test_quick_defaults_name_from_host_port_and_path_metrics():
 
 def test_every_flag_is_applied():
     settings = parse_flags(
-        "--target", "https://h:1/m", "--quantile", "0.9", "--histogram", "ttft",
-        "--window-seconds", "120", "--saturation-threshold", "1.2", "--hold-seconds", "0",
-        "--timeout-seconds", "2.5", "--max-response-bytes", "1024", "--history-points", "10",
-        "--interval", "3",
-    )  # fmt: skip
+        "--target",
+        "https://h:1/m",
+        "--quantile",
+        "0.9",
+        "--histogram",
+        "ttft",
+        "--window-seconds",
+        "120",
+        "--saturation-threshold",
+        "1.2",
+        "--hold-seconds",
+        "0",
+        "--timeout-seconds",
+        "2.5",
+        "--max-response-bytes",
+        "1024",
+        "--history-points",
+        "10",
+        "--interval",
+        "3",
+    )
     assert settings == Settings(
         targets=(Target(name="h:1", url="https://h:1/m", quantile=0.9, histogram="ttft"),),
         interval_seconds=3.0,
@@ -144,32 +171,63 @@ def test_listen_forms(listen, stored, bound):
         (("--target", "h:8000"), "--target: must be an http:// or https:// URL (got 'h:8000')"),
         (("--target", "http://h:1", "--cap", "0"), "--cap: must be > 0 (got 0.0)"),
         (("--target", "http://h:1", "--cap", "nan"), "--cap: must be a finite number (got nan)"),
-        (("--target", "http://h:1", "--budget-seconds", "-1"), "--budget-seconds: must be > 0 (got -1.0)"),
-        (("--target", "http://h:1", "--quantile", "1"),
-         "--quantile: must be between 0 and 1, both excluded (got 1.0)"),
+        (
+            ("--target", "http://h:1", "--budget-seconds", "-1"),
+            "--budget-seconds: must be > 0 (got -1.0)",
+        ),
+        (
+            ("--target", "http://h:1", "--quantile", "1"),
+            "--quantile: must be between 0 and 1, both excluded (got 1.0)",
+        ),
         (("--target", "http://h:1", "--name", " "), "--name: must not be empty"),
         (("--target", "http://h:1", "--interval", "0"), "--interval: must be > 0 (got 0.0)"),
-        (("--target", "http://h:1", "--interval", "90"),
-         "--interval: must be <= window_seconds (60, the default) (got 90)"),
-        (("--target", "http://h:1", "--window-seconds", "4"),
-         "--window-seconds: must be >= interval_seconds (5), a window holds at least one scrape (got 4)"),
-        (("--target", "http://h:1", "--saturation-threshold", "0"),
-         "--saturation-threshold: must be > 0 and <= 10 (got 0.0)"),
-        (("--target", "http://h:1", "--saturation-threshold", "10.5"),
-         "--saturation-threshold: must be > 0 and <= 10 (got 10.5)"),
-        (("--target", "http://h:1", "--hold-seconds", "-1"), "--hold-seconds: must be >= 0 (got -1.0)"),
-        (("--target", "http://h:1", "--max-response-bytes", "0"), "--max-response-bytes: must be >= 1 (got 0)"),
-        (("--target", "http://h:1", "--history-points", "0"), "--history-points: must be >= 1 (got 0)"),
-        (("--target", "http://h:1", "--listen", "9500"),
-         "--listen: must be HOST:PORT, e.g. 127.0.0.1:9500 (got '9500')"),
-        (("--target", "http://h:1", "--listen", "::1:9500"),
-         "--listen: needs brackets around an IPv6 address, e.g. [::1]:9500 (got '::1:9500')"),
-        (("--target", "http://h:1", "--listen", "h:70000"),
-         "--listen: needs a port from 0 to 65535 (got 'h:70000')"),
-        (("--target", "http://h:1", "--listen", "[zz]:1"),
-         "--listen: has an invalid IPv6 address in brackets (got '[zz]:1')"),
+        (
+            ("--target", "http://h:1", "--interval", "90"),
+            "--interval: must be <= window_seconds (60, the default) (got 90)",
+        ),
+        (
+            ("--target", "http://h:1", "--window-seconds", "4"),
+            "--window-seconds: must be >= interval_seconds (5), a window holds at least one scrape "
+            "(got 4)",
+        ),
+        (
+            ("--target", "http://h:1", "--saturation-threshold", "0"),
+            "--saturation-threshold: must be > 0 and <= 10 (got 0.0)",
+        ),
+        (
+            ("--target", "http://h:1", "--saturation-threshold", "10.5"),
+            "--saturation-threshold: must be > 0 and <= 10 (got 10.5)",
+        ),
+        (
+            ("--target", "http://h:1", "--hold-seconds", "-1"),
+            "--hold-seconds: must be >= 0 (got -1.0)",
+        ),
+        (
+            ("--target", "http://h:1", "--max-response-bytes", "0"),
+            "--max-response-bytes: must be >= 1 (got 0)",
+        ),
+        (
+            ("--target", "http://h:1", "--history-points", "0"),
+            "--history-points: must be >= 1 (got 0)",
+        ),
+        (
+            ("--target", "http://h:1", "--listen", "9500"),
+            "--listen: must be HOST:PORT, e.g. 127.0.0.1:9500 (got '9500')",
+        ),
+        (
+            ("--target", "http://h:1", "--listen", "::1:9500"),
+            "--listen: needs brackets around an IPv6 address, e.g. [::1]:9500 (got '::1:9500')",
+        ),
+        (
+            ("--target", "http://h:1", "--listen", "h:70000"),
+            "--listen: needs a port from 0 to 65535 (got 'h:70000')",
+        ),
+        (
+            ("--target", "http://h:1", "--listen", "[zz]:1"),
+            "--listen: has an invalid IPv6 address in brackets (got '[zz]:1')",
+        ),
     ],
-)  # fmt: skip
+)
 def test_command_line_errors_name_the_flag(argv, message):
     with pytest.raises(ConfigError) as caught:
         parse_flags(*argv)
@@ -179,12 +237,15 @@ def test_command_line_errors_name_the_flag(argv, message):
 @pytest.mark.parametrize(
     ("url", "message"),
     [
-        ("ftp://h:1/metrics", "--target: must be an http:// or https:// URL (got 'ftp://h:1/metrics')"),
+        (
+            "ftp://h:1/metrics",
+            "--target: must be an http:// or https:// URL (got 'ftp://h:1/metrics')",
+        ),
         ("http://:8000/metrics", "--target: has no host (got 'http://:8000/metrics')"),
         ("http://h:99999/metrics", "--target: is not a valid URL (got 'http://h:99999/metrics')"),
         ("http://h:1/a b", "--target: must not contain spaces (got 'http://h:1/a b')"),
     ],
-)  # fmt: skip
+)
 def test_target_url_must_be_http_with_host(url, message):
     with pytest.raises(ConfigError) as caught:
         parse_flags("--target", url)
@@ -317,66 +378,120 @@ T = "targets:\n  - name: a\n    url: http://a:1/metrics\n"
 @pytest.mark.parametrize(
     ("text", "where_what"),
     [
-        (T + "    budget_second: 0.1\n",
-         "4: targets[0].budget_second: unknown key; did you mean 'budget_seconds'?"),
-        ("intervall_seconds: 5\n" + T,
-         "1: intervall_seconds: unknown key; did you mean 'interval_seconds'?"),
+        (
+            T + "    budget_second: 0.1\n",
+            "4: targets[0].budget_second: unknown key; did you mean 'budget_seconds'?",
+        ),
+        (
+            "intervall_seconds: 5\n" + T,
+            "1: intervall_seconds: unknown key; did you mean 'interval_seconds'?",
+        ),
         (T + "    cap: 0\n", "4: targets[0].cap: must be > 0 (got 0)"),
         (T + "    cap: '256'\n", "4: targets[0].cap: must be a number, not a string (got '256')"),
         (T + "    cap: true\n", "4: targets[0].cap: must be a number, not a boolean (got true)"),
         (T + "    cap: [1]\n", "4: targets[0].cap: must be a number, not a list"),
         (T + "    cap:\n", "4: targets[0].cap: must be a number, not null (got null)"),
         (T + "    budget_seconds: -0.5\n", "4: targets[0].budget_seconds: must be > 0 (got -0.5)"),
-        (T + "    budget_seconds: .inf\n",
-         "4: targets[0].budget_seconds: must be a finite number (got inf)"),
-        (T + "    quantile: 0\n", "4: targets[0].quantile: must be between 0 and 1, both excluded (got 0)"),
-        (T + "    histogram: p99\n",
-         "4: targets[0].histogram: must be one of e2e, ttft, queue, inference (got 'p99')"),
-        (T + "    engine: VLLM\n",
-         "4: targets[0].engine: must be one of auto, vllm, inhouse, sglang, tgi, trtllm, triton, rayserve, llamacpp (got 'VLLM')"),
+        (
+            T + "    budget_seconds: .inf\n",
+            "4: targets[0].budget_seconds: must be a finite number (got inf)",
+        ),
+        (
+            T + "    quantile: 0\n",
+            "4: targets[0].quantile: must be between 0 and 1, both excluded (got 0)",
+        ),
+        (
+            T + "    histogram: p99\n",
+            "4: targets[0].histogram: must be one of e2e, ttft, queue, inference (got 'p99')",
+        ),
+        (
+            T + "    engine: VLLM\n",
+            "4: targets[0].engine: must be one of auto, vllm, inhouse, sglang, tgi, trtllm, "
+            "triton, rayserve, llamacpp (got 'VLLM')",
+        ),
         (T + "    name: b\n", "4: targets[0].name: duplicate key (first at line 2)"),
-        (T + "  - name: b\n    url: ftp://b/metrics\n",
-         "5: targets[1].url: must be an http:// or https:// URL (got 'ftp://b/metrics')"),
-        (T + "  - name: b\n    url: http:///metrics\n", "5: targets[1].url: has no host (got 'http:///metrics')"),
+        (
+            T + "  - name: b\n    url: ftp://b/metrics\n",
+            "5: targets[1].url: must be an http:// or https:// URL (got 'ftp://b/metrics')",
+        ),
+        (
+            T + "  - name: b\n    url: http:///metrics\n",
+            "5: targets[1].url: has no host (got 'http:///metrics')",
+        ),
         (T + "  - name: b\n    cap: 4\n", "4: targets[1]: missing required key 'url'"),
-        (T + "  - name: a\n    url: http://b:1/metrics\n",
-         "4: targets[1]: duplicate target name 'a' (first at line 2)"),
-        (T + "  - url: http://a:1/metrics\n  - url: http://a:1\n",
-         "5: targets[2]: duplicate target name 'a:1' (first at line 4)"),
-        (T + "  - http://b:1/metrics\n", "4: targets[1]: must be a mapping, not a string (got 'http://b:1/metrics')"),
+        (
+            T + "  - name: a\n    url: http://b:1/metrics\n",
+            "4: targets[1]: duplicate target name 'a' (first at line 2)",
+        ),
+        (
+            T + "  - url: http://a:1/metrics\n  - url: http://a:1\n",
+            "5: targets[2]: duplicate target name 'a:1' (first at line 4)",
+        ),
+        (
+            T + "  - http://b:1/metrics\n",
+            "4: targets[1]: must be a mapping, not a string (got 'http://b:1/metrics')",
+        ),
         (T + "    name2: x\n", "4: targets[0].name2: unknown key; did you mean 'name'?"),
-        (T + "    labels: {target: x}\n",
-         "4: targets[0].labels.target: the exporter sets this label itself; reserved are "
-         "target, bound, histogram, kind, le, quantile, reason, state, application, batcher, deployment, engine, "
-         "function_name, model, model_name, version and names starting with __"),
-        (T + "    labels: {9lives: x}\n",
-         "4: targets[0].labels.9lives: label names are letters, digits and _, not a digit first"),
-        (T + "    labels: {team: 7}\n", "4: targets[0].labels.team: must be a string, not an integer (got 7)"),
+        (
+            T + "    labels: {target: x}\n",
+            "4: targets[0].labels.target: the exporter sets this label itself; reserved are "
+            "target, bound, histogram, kind, le, quantile, reason, state, application, batcher, "
+            "deployment, engine, "
+            "function_name, model, model_name, version and names starting with __",
+        ),
+        (
+            T + "    labels: {9lives: x}\n",
+            "4: targets[0].labels.9lives: label names are letters, digits and _, not a digit first",
+        ),
+        (
+            T + "    labels: {team: 7}\n",
+            "4: targets[0].labels.team: must be a string, not an integer (got 7)",
+        ),
         ("targets: {a: 1}\n", "1: targets: must be a list of targets, not a mapping"),
         ("targets: []\n", "1: no targets: list some under targets: or file_sd:"),
         ("listen: 127.0.0.1:9500\n", "1: no targets: list some under targets: or file_sd:"),
         ("- a\n", "1: (top level): must be a mapping, not a list"),
         ("1: x\n" + T, "1: (top level): keys must be strings"),
-        (T + "interval_seconds: 5s\n", "4: interval_seconds: must be a number, not a string (got '5s')"),
+        (
+            T + "interval_seconds: 5s\n",
+            "4: interval_seconds: must be a number, not a string (got '5s')",
+        ),
         (T + "interval_seconds: 0\n", "4: interval_seconds: must be > 0 (got 0)"),
-        (T + "window_seconds: 2\n",
-         "4: window_seconds: must be >= interval_seconds (5), a window holds at least one scrape (got 2)"),
+        (
+            T + "window_seconds: 2\n",
+            "4: window_seconds: must be >= interval_seconds (5), a window holds at least one "
+            "scrape (got 2)",
+        ),
         (T + "saturation_threshold: 0\n", "4: saturation_threshold: must be > 0 and <= 10 (got 0)"),
         (T + "hold_seconds: -1\n", "4: hold_seconds: must be >= 0 (got -1)"),
-        (T + "max_response_bytes: 1.5\n",
-         "4: max_response_bytes: must be a whole number, not a number (got 1.5)"),
+        (
+            T + "max_response_bytes: 1.5\n",
+            "4: max_response_bytes: must be a whole number, not a number (got 1.5)",
+        ),
         (T + "history_points: 0\n", "4: history_points: must be >= 1 (got 0)"),
         (T + "listen: 9500\n", "4: listen: must be a string, not an integer (got 9500)"),
         (T + "listen: 'h:x'\n", "4: listen: needs a port from 0 to 65535 (got 'h:x')"),
-        (T + "file_sd: sd.json\n", "4: file_sd: must be a list of paths or globs, not a string (got 'sd.json')"),
+        (
+            T + "file_sd: sd.json\n",
+            "4: file_sd: must be a list of paths or globs, not a string (got 'sd.json')",
+        ),
         (T + "file_sd: ['']\n", "4: file_sd[0]: must not be empty"),
-        (T + "  - name: [b\n", "5: invalid YAML: while parsing a flow sequence, expected ',' or ']', but got '<stream end>'"),
-        (T + "    cap: !!python/name:os.system\n",
-         "4: invalid YAML: could not determine a constructor for the tag "
-         "'tag:yaml.org,2002:python/name:os.system'"),
-        (T + "---\nb: 1\n", "4: invalid YAML: expected a single document in the stream, but found another document"),
+        (
+            T + "  - name: [b\n",
+            "5: invalid YAML: while parsing a flow sequence, expected ',' or ']', but got '<stream "
+            "end>'",
+        ),
+        (
+            T + "    cap: !!python/name:os.system\n",
+            "4: invalid YAML: could not determine a constructor for the tag "
+            "'tag:yaml.org,2002:python/name:os.system'",
+        ),
+        (
+            T + "---\nb: 1\n",
+            "4: invalid YAML: expected a single document in the stream, but found another document",
+        ),
     ],
-)  # fmt: skip
+)
 def test_yaml_errors_name_file_line_and_key(tmp_path, text, where_what):
     path = tmp_path / "fleet.yaml"
     assert config_error(path, text) == f"{path}:{where_what}"
@@ -459,37 +574,68 @@ A = T + "    auth:\n"
 @pytest.mark.parametrize(
     ("text", "where_what"),
     [
-        (A + "      type: bearer\n      token: " + SECRET + "\n",
-         "6: targets[0].auth.token: secrets are not allowed in the configuration; use auth: with "
-         "token_env or password_env (an environment variable's name) or token_file or "
-         "password_file (a file's path)"),
-        (A + "      type: basic\n      username: u\n      password: " + SECRET + "\n",
-         "7: targets[0].auth.password: secrets are not allowed in the configuration; use auth: with "
-         "token_env or password_env (an environment variable's name) or token_file or "
-         "password_file (a file's path)"),
-        (T + "    bearer_token: " + SECRET + "\n",
-         "4: targets[0].bearer_token: secrets are not allowed in the configuration; use auth: with "
-         "token_env or password_env (an environment variable's name) or token_file or "
-         "password_file (a file's path)"),
-        (A + "      type: bearer\n      token_env: " + SECRET + "-not-a-name\n",
-         "6: targets[0].auth.token_env: must be the name of an environment variable "
-         "(letters, digits, _), not the secret"),
+        (
+            A + "      type: bearer\n      token: " + SECRET + "\n",
+            "6: targets[0].auth.token: secrets are not allowed in the configuration; use auth: "
+            "with "
+            "token_env or password_env (an environment variable's name) or token_file or "
+            "password_file (a file's path)",
+        ),
+        (
+            A + "      type: basic\n      username: u\n      password: " + SECRET + "\n",
+            "7: targets[0].auth.password: secrets are not allowed in the configuration; use auth: "
+            "with "
+            "token_env or password_env (an environment variable's name) or token_file or "
+            "password_file (a file's path)",
+        ),
+        (
+            T + "    bearer_token: " + SECRET + "\n",
+            "4: targets[0].bearer_token: secrets are not allowed in the configuration; use auth: "
+            "with "
+            "token_env or password_env (an environment variable's name) or token_file or "
+            "password_file (a file's path)",
+        ),
+        (
+            A + "      type: bearer\n      token_env: " + SECRET + "-not-a-name\n",
+            "6: targets[0].auth.token_env: must be the name of an environment variable "
+            "(letters, digits, _), not the secret",
+        ),
         (A + "      token_env: T\n", "5: targets[0].auth: missing key 'type' (bearer or basic)"),
-        (A + "      type: oauth\n", "5: targets[0].auth.type: must be one of bearer, basic (got 'oauth')"),
-        (A + "      type: bearer\n      token_env: T\n      token_file: /t\n",
-         "5: targets[0].auth: type bearer needs exactly one of token_env or token_file"),
-        (A + "      type: bearer\n", "5: targets[0].auth: type bearer needs exactly one of token_env or token_file"),
-        (A + "      type: bearer\n      token_env: T\n      username: u\n",
-         "7: targets[0].auth.username: not used by type bearer"),
-        (A + "      type: basic\n      token_env: T\n", "6: targets[0].auth.token_env: not used by type basic"),
-        (A + "      type: basic\n      password_env: P\n", "5: targets[0].auth: type basic needs a username"),
-        (A + "      type: basic\n      username: 'a:b'\n      password_env: P\n",
-         "6: targets[0].auth.username: must not contain ':' (basic auth separates it from the "
-         "password there) (got 'a:b')"),
-        (A + "      type: bearer\n      tokn_env: T\n",
-         "6: targets[0].auth.tokn_env: unknown key; did you mean 'token_env'?"),
+        (
+            A + "      type: oauth\n",
+            "5: targets[0].auth.type: must be one of bearer, basic (got 'oauth')",
+        ),
+        (
+            A + "      type: bearer\n      token_env: T\n      token_file: /t\n",
+            "5: targets[0].auth: type bearer needs exactly one of token_env or token_file",
+        ),
+        (
+            A + "      type: bearer\n",
+            "5: targets[0].auth: type bearer needs exactly one of token_env or token_file",
+        ),
+        (
+            A + "      type: bearer\n      token_env: T\n      username: u\n",
+            "7: targets[0].auth.username: not used by type bearer",
+        ),
+        (
+            A + "      type: basic\n      token_env: T\n",
+            "6: targets[0].auth.token_env: not used by type basic",
+        ),
+        (
+            A + "      type: basic\n      password_env: P\n",
+            "5: targets[0].auth: type basic needs a username",
+        ),
+        (
+            A + "      type: basic\n      username: 'a:b'\n      password_env: P\n",
+            "6: targets[0].auth.username: must not contain ':' (basic auth separates it from the "
+            "password there) (got 'a:b')",
+        ),
+        (
+            A + "      type: bearer\n      tokn_env: T\n",
+            "6: targets[0].auth.tokn_env: unknown key; did you mean 'token_env'?",
+        ),
     ],
-)  # fmt: skip
+)
 def test_auth_errors(tmp_path, text, where_what):
     path = tmp_path / "fleet.yaml"
     message = config_error(path, text)
@@ -626,37 +772,75 @@ def test_file_sd_name_clashing_with_a_config_target_names_both_files(tmp_path):
 @pytest.mark.parametrize(
     ("text", "where_what"),
     [
-        ('[\n  {"targets": ["a:1"], "labels": {"cap": "lots"}}\n]',
-         "2: [0].labels.cap: must be a number (got 'lots')"),
-        ('[\n  {"targets": ["a:1"], "labels": {"cap": "-4"}}\n]', "2: [0].labels.cap: must be > 0 (got -4.0)"),
-        ('[\n  {"targets": ["a:1"], "labels": {"budget_seconds": "NaN"}}\n]',
-         "2: [0].labels.budget_seconds: must be a finite number (got nan)"),
-        ('[\n  {"targets": ["a:1"], "labels": {"engine": "llama"}}\n]',
-         "2: [0].labels.engine: must be one of auto, vllm, inhouse, sglang, tgi, trtllm, triton, rayserve, llamacpp (got 'llama')"),
-        ('[\n  {"targets": ["a:1"], "labels": {"cap": 4}}\n]',
-         "2: [0].labels.cap: must be a string, not an integer (got 4)"),
-        ('[\n  {"targets": ["a:1"],\n   "labels": {"__scheme__": "ftp"}}\n]',
-         "3: [0].labels.__scheme__: must be http or https (got 'ftp')"),
-        ('[\n  {"targets": ["a:1"], "labels": {"__metrics_path__": "metrics"}}\n]',
-         "2: [0].labels.__metrics_path__: must start with / (got 'metrics')"),
-        ('[\n  {"targets": ["a:1"], "labels": {"model_name": "x"}}\n]',
-         "2: [0].labels.model_name: the exporter sets this label itself; reserved are "
-         "target, bound, histogram, kind, le, quantile, reason, state, application, batcher, deployment, engine, "
-         "function_name, model, model_name, version and names starting with __"),
-        ('[\n  {"targets": ["a:1",\n     "b"]}\n]',
-         "3: [0].targets[1]: must be HOST:PORT, e.g. 127.0.0.1:9500 (got 'b')"),
-        ('[\n  {"targets": [":80"]}\n]', "2: [0].targets[0]: must be host:port with a port from 1 to 65535 (got ':80')"),
-        ('[\n  {"targets": ["a:1", "a:1"]}\n]', "2: [0].targets[1]: duplicate target name 'a:1' (first at line 2)"),
-        ('[\n  {"targets": ["a:1", "b:1"], "labels": {"name": "x"}}\n]',
-         "2: [0].targets[1]: duplicate target name 'x' (first at line 2)"),
+        (
+            '[\n  {"targets": ["a:1"], "labels": {"cap": "lots"}}\n]',
+            "2: [0].labels.cap: must be a number (got 'lots')",
+        ),
+        (
+            '[\n  {"targets": ["a:1"], "labels": {"cap": "-4"}}\n]',
+            "2: [0].labels.cap: must be > 0 (got -4.0)",
+        ),
+        (
+            '[\n  {"targets": ["a:1"], "labels": {"budget_seconds": "NaN"}}\n]',
+            "2: [0].labels.budget_seconds: must be a finite number (got nan)",
+        ),
+        (
+            '[\n  {"targets": ["a:1"], "labels": {"engine": "llama"}}\n]',
+            "2: [0].labels.engine: must be one of auto, vllm, inhouse, sglang, tgi, trtllm, "
+            "triton, rayserve, llamacpp (got 'llama')",
+        ),
+        (
+            '[\n  {"targets": ["a:1"], "labels": {"cap": 4}}\n]',
+            "2: [0].labels.cap: must be a string, not an integer (got 4)",
+        ),
+        (
+            '[\n  {"targets": ["a:1"],\n   "labels": {"__scheme__": "ftp"}}\n]',
+            "3: [0].labels.__scheme__: must be http or https (got 'ftp')",
+        ),
+        (
+            '[\n  {"targets": ["a:1"], "labels": {"__metrics_path__": "metrics"}}\n]',
+            "2: [0].labels.__metrics_path__: must start with / (got 'metrics')",
+        ),
+        (
+            '[\n  {"targets": ["a:1"], "labels": {"model_name": "x"}}\n]',
+            "2: [0].labels.model_name: the exporter sets this label itself; reserved are "
+            "target, bound, histogram, kind, le, quantile, reason, state, application, batcher, "
+            "deployment, engine, "
+            "function_name, model, model_name, version and names starting with __",
+        ),
+        (
+            '[\n  {"targets": ["a:1",\n     "b"]}\n]',
+            "3: [0].targets[1]: must be HOST:PORT, e.g. 127.0.0.1:9500 (got 'b')",
+        ),
+        (
+            '[\n  {"targets": [":80"]}\n]',
+            "2: [0].targets[0]: must be host:port with a port from 1 to 65535 (got ':80')",
+        ),
+        (
+            '[\n  {"targets": ["a:1", "a:1"]}\n]',
+            "2: [0].targets[1]: duplicate target name 'a:1' (first at line 2)",
+        ),
+        (
+            '[\n  {"targets": ["a:1", "b:1"], "labels": {"name": "x"}}\n]',
+            "2: [0].targets[1]: duplicate target name 'x' (first at line 2)",
+        ),
         ('[\n  {"labels": {}}\n]', "2: [0]: missing required key 'targets'"),
-        ('[\n  {"targets": [], "label": {}}\n]', "2: [0].label: unknown key; did you mean 'labels'?"),
-        ('[\n  {"targets": [], "targets": []}\n]', "2: [0].targets: duplicate key (first at line 2)"),
+        (
+            '[\n  {"targets": [], "label": {}}\n]',
+            "2: [0].label: unknown key; did you mean 'labels'?",
+        ),
+        (
+            '[\n  {"targets": [], "targets": []}\n]',
+            "2: [0].targets: duplicate key (first at line 2)",
+        ),
         ('{"targets": []}', "1: (top level): must be a list of target groups, not a mapping"),
-        ('[\n  {"targets": ["a:1"],}\n]', "2: invalid JSON: Expecting property name enclosed in double quotes"),
+        (
+            '[\n  {"targets": ["a:1"],}\n]',
+            "2: invalid JSON: Expecting property name enclosed in double quotes",
+        ),
         ("", "1: invalid JSON: Expecting value"),
     ],
-)  # fmt: skip
+)
 def test_file_sd_errors(tmp_path, text, where_what):
     path = write(tmp_path, "sd.json", text)
     with pytest.raises(ConfigError) as caught:

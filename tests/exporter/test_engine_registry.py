@@ -74,8 +74,16 @@ def registered(monkeypatch) -> ModuleType:
 
 def test_the_choices_are_the_registered_adapters_and_the_kinds_they_fill() -> None:
     assert engine_choices() == (
-        "auto", "vllm", "inhouse", "sglang", "tgi", "trtllm", "triton", "rayserve", "llamacpp",
-    )  # fmt: skip
+        "auto",
+        "vllm",
+        "inhouse",
+        "sglang",
+        "tgi",
+        "trtllm",
+        "triton",
+        "rayserve",
+        "llamacpp",
+    )
     assert latency_kinds() == ("e2e", "ttft", "queue", "inference")
 
 

@@ -144,11 +144,15 @@ def test_triton_without_summaries_falls_back_to_the_mean_over_the_window() -> No
 
 
 def test_ray_serve_batch_queue_with_the_cap_from_size_over_utilisation() -> None:
-    target = Target("embed", "http://127.0.0.1:8080/metrics", histogram="queue",
-                    budget_seconds=0.05)  # fmt: skip
+    target = Target(
+        "embed", "http://127.0.0.1:8080/metrics", histogram="queue", budget_seconds=0.05
+    )
     s = only(scenario(target, *PAIRS["rayserve"]))
-    assert s.labels == {"application": "embed", "deployment": "Embedder",
-                        "function_name": "embed_batch"}  # fmt: skip
+    assert s.labels == {
+        "application": "embed",
+        "deployment": "Embedder",
+        "function_name": "embed_batch",
+    }
     # two replicas: 1440 requests in 120 batches -> 12 a batch; cap 4640 x 100 / 14500
     assert (s.mean_batch_size, s.cap, s.running_vs_cap) == (12.0, 32.0, 0.375)
     assert s.waiting == 24.0  # 10 + 14 in the two replicas' queues
@@ -215,8 +219,15 @@ def test_an_unknown_payload_is_a_down_target_naming_what_was_looked_for() -> Non
     assert signals.total.diagnosis.state == "down"
     reason = signals.total.diagnosis.reason
     assert "unreadable payload: no known engine's metrics in the payload (looked for " in reason
-    for looked_for in ("vllm:*", "tgi_*", "nv_trt_llm_*", "nv_inference_*", "ray_serve_*",
-                       "llamacpp:*", "sglang:*"):  # fmt: skip
+    for looked_for in (
+        "vllm:*",
+        "tgi_*",
+        "nv_trt_llm_*",
+        "nv_inference_*",
+        "ray_serve_*",
+        "llamacpp:*",
+        "sglang:*",
+    ):
         assert looked_for in reason
 
 
@@ -224,12 +235,15 @@ def test_a_known_prefix_without_the_engine_series_names_the_families_it_wanted()
     text = "# TYPE ray_serve_num_http_requests counter\nray_serve_num_http_requests_total 5\n"
     snapshot = snapshot_from_payload(Target("r", "http://x/metrics"), 1.0, text, None, 0.01)
     assert snapshot == Snapshot(
-        "r", 1.0, False, scrape_seconds=0.01,
+        "r",
+        1.0,
+        False,
+        scrape_seconds=0.01,
         error="unreadable payload: no rayserve series in the payload (looked for "
         "ray_serve_batch_queue_length, ray_serve_actual_batch_size, "
         "ray_serve_batch_utilization_percent, ray_serve_batches_processed, "
         "ray_serve_batch_wait_time_ms, ray_serve_batch_execution_time_ms)",
-    )  # fmt: skip
+    )
 
 
 def test_a_mean_latency_is_exported_with_quantile_mean() -> None:

@@ -32,8 +32,11 @@ from tests.support.network import free_port
 from tests.support.paths import REPO, fixture_text
 
 DOC = (REPO / "docs" / "api.md").read_text()
-VLLM_PAYLOADS = ["vllm-0.32.0-cpu-idle.txt", "vllm-0.32.0-cpu-load.txt",
-                 "vllm-0.32.0-cpu-after.txt"]  # fmt: skip
+VLLM_PAYLOADS = [
+    "vllm-0.32.0-cpu-idle.txt",
+    "vllm-0.32.0-cpu-load.txt",
+    "vllm-0.32.0-cpu-after.txt",
+]
 
 
 def documented_objects(doc: str) -> dict[str, dict[str, set[str]]]:
@@ -141,18 +144,29 @@ async def fed_exporter():
     source_runner, base = await serve(source)
 
     registry = CollectorRegistry()
-    batcher = BatcherMetrics("embeddings", max_batch_size=32, max_wait_seconds=0.01,
-                             latency_budget_seconds=0.1, registry=registry)  # fmt: skip
+    batcher = BatcherMetrics(
+        "embeddings",
+        max_batch_size=32,
+        max_wait_seconds=0.01,
+        latency_budget_seconds=0.1,
+        registry=registry,
+    )
     settings = Settings(
         targets=(
-            Target("llm", f"{base}/llm/metrics", engine="vllm", cap=8, budget_seconds=2.0,
-                   labels=(("team", "search"),)),
+            Target(
+                "llm",
+                f"{base}/llm/metrics",
+                engine="vllm",
+                cap=8,
+                budget_seconds=2.0,
+                labels=(("team", "search"),),
+            ),
             Target("mixed", f"{base}/mixed/metrics", cap=8),
             Target("dead", f"http://127.0.0.1:{free_port()}/metrics", engine="vllm"),
         ),
         interval_seconds=5.0,
         window_seconds=30.0,
-    )  # fmt: skip
+    )
     clock = Clock()
     exporter = Exporter(settings, clock=clock)
     async with Connections() as connections:
@@ -290,7 +304,8 @@ def test_a_target_label_the_exporter_sets_is_refused_at_start(tmp_path, label) -
     message = str(caught.value)
     assert message.startswith(f"{config}:4: targets[0].labels.{label}: the exporter sets")
     assert (
-        "reserved are target, bound, histogram, kind, le, quantile, reason, state, application, batcher, "
+        "reserved are target, bound, histogram, kind, le, quantile, reason, state, application, "
+        "batcher, "
         "deployment, engine, function_name, model, model_name, version" in message
     )
 
@@ -337,8 +352,14 @@ def test_the_help_names_every_path_the_app_serves() -> None:
 
     app = create_app(Exporter(Settings(targets=(Target("a", "http://127.0.0.1:1/metrics"),))))
     paths = {r.resource.canonical for r in app.router.routes() if r.method == "GET"} - {"/"}
-    assert paths == {"/health", "/metrics", "/api/v1/signals", "/api/v1/advice",
-                     "/api/v1/history", "/api/v1/targets"}  # fmt: skip
+    assert paths == {
+        "/health",
+        "/metrics",
+        "/api/v1/signals",
+        "/api/v1/advice",
+        "/api/v1/history",
+        "/api/v1/targets",
+    }
     for path in paths:
         assert path in EPILOG, path
 

@@ -50,8 +50,14 @@ async def targets():
         return web.Response(text=load)
 
     app = web.Application()
-    for name, handler in (("good", good), ("slow", slow), ("garbage", garbage),
-                          ("huge", huge), ("broken", broken), ("auth", auth)):  # fmt: skip
+    for name, handler in (
+        ("good", good),
+        ("slow", slow),
+        ("garbage", garbage),
+        ("huge", huge),
+        ("broken", broken),
+        ("auth", auth),
+    ):
         app.router.add_get(f"/{name}/metrics", handler)
     # the slow handler never finishes on its own: do not wait for it at cleanup
     runner = web.AppRunner(app, shutdown_timeout=0.5)
@@ -103,10 +109,19 @@ targets:
     env = {**os.environ, "BATCHSCOPE_TEST_TOKEN": SECRET}
     with open(log_path, "wb") as log:
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "exporter.cli", "--config", str(config),
-            "--listen", f"127.0.0.1:{listen}", "--log-level", "debug",
-            stdout=log, stderr=log, env=env,
-        )  # fmt: skip
+            sys.executable,
+            "-m",
+            "exporter.cli",
+            "--config",
+            str(config),
+            "--listen",
+            f"127.0.0.1:{listen}",
+            "--log-level",
+            "debug",
+            stdout=log,
+            stderr=log,
+            env=env,
+        )
     try:
         api = f"http://127.0.0.1:{listen}"
         async with aiohttp.ClientSession() as session:
@@ -159,8 +174,10 @@ targets:
             status, body, _ = await _get(session, f"{api}/api/v1/history?target=good")
             assert status == 200 and '"points"' in body
 
-            pages = [await _get(session, f"{api}{p}") for p in
-                     ("/metrics", "/api/v1/signals", "/api/v1/targets", "/api/v1/history")]  # fmt: skip
+            pages = [
+                await _get(session, f"{api}{p}")
+                for p in ("/metrics", "/api/v1/signals", "/api/v1/targets", "/api/v1/history")
+            ]
     finally:
         proc.terminate()
         assert await asyncio.wait_for(proc.wait(), 10) == 0
@@ -176,9 +193,14 @@ async def test_config_error_names_file_and_line(tmp_path) -> None:
     config = tmp_path / "bad.yaml"
     config.write_text("targets:\n  - name: a\n    url: http://127.0.0.1:1/metrics\n    cap: -3\n")
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "exporter.cli", "--config", str(config),
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-    )  # fmt: skip
+        sys.executable,
+        "-m",
+        "exporter.cli",
+        "--config",
+        str(config),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
     _, err = await asyncio.wait_for(proc.communicate(), 30)
     assert proc.returncode == 2
     message = err.decode()
@@ -191,10 +213,18 @@ async def test_listen_on_a_busy_port_is_a_clear_error(tmp_path) -> None:
         busy.listen()
         port = busy.getsockname()[1]
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "exporter.cli", "--target", "http://127.0.0.1:1/metrics",
-            "--name", "x", "--listen", f"127.0.0.1:{port}",
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-        )  # fmt: skip
+            sys.executable,
+            "-m",
+            "exporter.cli",
+            "--target",
+            "http://127.0.0.1:1/metrics",
+            "--name",
+            "x",
+            "--listen",
+            f"127.0.0.1:{port}",
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
         _, err = await asyncio.wait_for(proc.communicate(), 30)
     assert proc.returncode == 1
     assert f"cannot listen on 127.0.0.1:{port}" in err.decode()

@@ -32,9 +32,20 @@ async def test_token_tls_origin_and_redaction_on_the_real_endpoints(tmp_path) ->
         targets.handlers = {"keyed": keyed}
         sd = tmp_path / "sd.json"
         host = targets.base.removeprefix("http://")
-        sd.write_text(json.dumps([{"targets": [host], "labels": {
-            "__metrics_path__": "/keyed/metrics", "__param_key": QUERY_KEY,
-            "batchscope_name": "keyed"}}]))  # fmt: skip
+        sd.write_text(
+            json.dumps(
+                [
+                    {
+                        "targets": [host],
+                        "labels": {
+                            "__metrics_path__": "/keyed/metrics",
+                            "__param_key": QUERY_KEY,
+                            "batchscope_name": "keyed",
+                        },
+                    }
+                ]
+            )
+        )
         config = f"""interval_seconds: 0.5
 window_seconds: 30
 file_sd: ["{sd}"]
@@ -45,8 +56,14 @@ targets:
     auth: {{type: bearer, token_env: WEB_TOKEN_FOR_TARGET}}
 """
         env = {"EXPORTER_WEB_TOKEN": WEB_TOKEN, "WEB_TOKEN_FOR_TARGET": "t"}
-        args = ("--web-token-env", "EXPORTER_WEB_TOKEN",
-                "--tls-cert-file", cert, "--tls-key-file", key)  # fmt: skip
+        args = (
+            "--web-token-env",
+            "EXPORTER_WEB_TOKEN",
+            "--tls-cert-file",
+            cert,
+            "--tls-key-file",
+            key,
+        )
         async with (
             running_exporter(config, tmp_path, *args, env=env, tls=trust) as exporter,
             aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=trust)) as s,
@@ -75,7 +92,7 @@ targets:
                 ),
                 "api from a cross-site script": await status(
                     "/api/v1/targets",
-                    {**auth, "Sec-Fetch-Site": "cross-site", "Sec-Fetch-Mode": "cors"},  # fmt: skip
+                    {**auth, "Sec-Fetch-Site": "cross-site", "Sec-Fetch-Mode": "cors"},
                 ),
                 "api from its own origin": await status(
                     "/api/v1/signals", {**auth, "Origin": exporter.base}
@@ -116,8 +133,13 @@ def test_listening_beyond_loopback_without_token_or_tls_is_warned() -> None:
     open_wide = Settings(targets=(target,), listen="0.0.0.0:9500")
     warnings = exposure_warnings(open_wide, [target])
     assert len(warnings) == 1 and "without a token and TLS" in warnings[0]
-    guarded = Settings(targets=(target,), listen="0.0.0.0:9500", web_token_env="T",
-                       tls_cert_file="c", tls_key_file="k")  # fmt: skip
+    guarded = Settings(
+        targets=(target,),
+        listen="0.0.0.0:9500",
+        web_token_env="T",
+        tls_cert_file="c",
+        tls_key_file="k",
+    )
     assert exposure_warnings(guarded, [target]) == []
     assert exposure_warnings(Settings(targets=(target,)), [target]) == []  # 127.0.0.1
     clear = Target("b", "http://10.0.0.2/metrics", auth=Auth("bearer", token_env="X"))

@@ -71,8 +71,11 @@ def mutated_payloads(draw) -> str:
         at = draw(st.integers(0, len(text)))
         edit = draw(st.sampled_from(["insert", "delete", "truncate", "duplicate"]))
         if edit == "insert":
-            text = text[:at] + draw(st.text(alphabet=st.sampled_from(SPECIAL), min_size=1,
-                                             max_size=3)) + text[at:]  # fmt: skip
+            text = (
+                text[:at]
+                + draw(st.text(alphabet=st.sampled_from(SPECIAL), min_size=1, max_size=3))
+                + text[at:]
+            )
         elif edit == "delete":
             text = text[:at] + text[at + draw(st.integers(1, 8)) :]
         elif edit == "truncate":
@@ -120,10 +123,18 @@ def test_every_real_payload_is_read_as_prometheus_client_reads_it() -> None:
 
 def test_atheris_harness_runs_bounded() -> None:
     done = subprocess.run(
-        [sys.executable, "scripts/fuzz_parser.py", "-runs=3000", "-max_total_time=20",
-         "-rss_limit_mb=1024"],
-        cwd=ROOT, capture_output=True, text=True, timeout=120,
+        [
+            sys.executable,
+            "scripts/fuzz_parser.py",
+            "-runs=3000",
+            "-max_total_time=20",
+            "-rss_limit_mb=1024",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
-    )  # fmt: skip
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "Done 3000 runs" in done.stderr or "DONE" in done.stderr, done.stderr[-2000:]

@@ -54,9 +54,13 @@ print("freed by the periodic full collection", cycle() is None)
 )
 def test_policy_defers_full_collections_to_its_own_schedule_and_still_frees_old_cycles():
     out = subprocess.run(
-        [sys.executable, "-c", SCRIPT], cwd=ROOT, capture_output=True, text=True, timeout=60,
+        [sys.executable, "-c", SCRIPT],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
         env={"PYTHONPATH": str(ROOT), "PATH": ""},
-    )  # fmt: skip
+    )
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
     assert lines[0].startswith("thresholds (20000, 20, 1000000000) replaced")

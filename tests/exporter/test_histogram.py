@@ -17,8 +17,11 @@ def hist(counts, bounds=BOUNDS, total=0.0):
 
 
 def test_without_a_reset_the_increase_is_newest_minus_oldest() -> None:
-    window = [hist([1, 2, 3, 3], total=1.0), hist([2, 4, 6, 7], total=3.0),
-              hist([3, 8, 10, 12], total=6.5)]  # fmt: skip
+    window = [
+        hist([1, 2, 3, 3], total=1.0),
+        hist([2, 4, 6, 7], total=3.0),
+        hist([3, 8, 10, 12], total=6.5),
+    ]
     inc = histogram_increase(window)
     assert inc.counts == (2, 6, 7, 9)
     assert inc.count == 9 and inc.sum == pytest.approx(5.5)

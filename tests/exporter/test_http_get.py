@@ -150,14 +150,18 @@ async def test_non_200_answer_keeps_status_and_reason_and_drops_the_connection()
     [
         (b"SSH-2.0-OpenSSH_9.6\r\n\r\n", "invalid HTTP response"),
         (b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nshort", "closed in the middle"),
-        (b"HTTP/1.1 200 OK\r\nContent-Length: 9\r\nContent-Encoding: br\r\n\r\n123456789",
-         "unsupported Content-Encoding 'br'"),
-        (ok(b"\x1f\x8b\x08\x00" + b"not deflate" * 8, "Content-Encoding: gzip"),
-         "invalid compressed body"),
+        (
+            b"HTTP/1.1 200 OK\r\nContent-Length: 9\r\nContent-Encoding: br\r\n\r\n123456789",
+            "unsupported Content-Encoding 'br'",
+        ),
+        (
+            ok(b"\x1f\x8b\x08\x00" + b"not deflate" * 8, "Content-Encoding: gzip"),
+            "invalid compressed body",
+        ),
         (ok(gzip.compress(PAYLOAD)[:-12], "Content-Encoding: gzip"), "truncated compressed body"),
         (b"", "connection closed before any answer"),
     ],
-)  # fmt: skip
+)
 async def test_broken_answers_fail_with_what_broke(answer: bytes, words: str) -> None:
     server = Server(lambda n: answer, close_after=True)
     async with serving(server) as url, Connections() as connections:

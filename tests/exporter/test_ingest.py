@@ -32,8 +32,27 @@ VLLM_FAMILIES = tuple(families_read(vllm, "e2e"))
 WANTED = promtext.wanted_names(VLLM_FAMILIES)
 SETTINGS = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 # Values on the edge of what a plain value is: blanks, underscores, braces, hex, words.
-ODD_VALUES = ["1_0", "1}", "{1", "\t1", "1\r", "1\t2", "", "0x1", "nan", "-Inf", "+inf",
-              "1e3", "-0", ".5", "infinity", "1 2", "١٢", "1\x0b", "one"]  # fmt: skip
+ODD_VALUES = [
+    "1_0",
+    "1}",
+    "{1",
+    "\t1",
+    "1\r",
+    "1\t2",
+    "",
+    "0x1",
+    "nan",
+    "-Inf",
+    "+inf",
+    "1e3",
+    "-0",
+    ".5",
+    "infinity",
+    "1 2",
+    "١٢",
+    "1\x0b",
+    "one",
+]
 
 
 def _reference_outcome(text: str) -> list[Sample] | str:
@@ -85,8 +104,11 @@ def test_a_known_layout_with_odd_values_reads_as_its_lines_one_by_one(
 
 
 @SETTINGS
-@given(st.sampled_from(_payloads()), st.integers(0, 10_000), st.sampled_from(
-    ["  ", "\t", "#", " x", "{", "}", '{a="1"}', "\r", "_total", "", "\n"]))  # fmt: skip
+@given(
+    st.sampled_from(_payloads()),
+    st.integers(0, 10_000),
+    st.sampled_from(["  ", "\t", "#", " x", "{", "}", '{a="1"}', "\r", "_total", "", "\n"]),
+)
 def test_a_known_layout_with_an_edited_head_reads_as_its_lines_one_by_one(
     payload: str, at: int, insert: str
 ) -> None:
@@ -162,8 +184,16 @@ def fleet_like_payloads(draw) -> str:
     lines = []
     for line in text.replace('model_name="/tmp/tinyllama"', f'model_name="{model}"').split("\n"):
         if line.startswith("vllm:") and rng.random() < 0.5:
-            value = rng.choice([repr(rng.uniform(0, 1e6)), str(rng.randint(0, 10**9)),
-                                "NaN", "+Inf", "-0.0", repr(rng.random())])  # fmt: skip
+            value = rng.choice(
+                [
+                    repr(rng.uniform(0, 1e6)),
+                    str(rng.randint(0, 10**9)),
+                    "NaN",
+                    "+Inf",
+                    "-0.0",
+                    repr(rng.random()),
+                ]
+            )
             line = line.rpartition(" ")[0] + " " + value
         lines.append(line)
     return "\n".join(lines)
@@ -283,8 +313,18 @@ def test_the_vllm_payloads_are_read_by_a_plan(vllm_load: str) -> None:
 
 
 # Finite values on the edge of float arithmetic: signed zeros, the largest and smallest.
-EDGE_FINITE = ["0", "-0.0", "1.7976931348623157e+308", "-1.7976931348623157e+308", "5e-324",
-               "-5e-324", "1e-310", "3", "0.1", "123456789012345678"]  # fmt: skip
+EDGE_FINITE = [
+    "0",
+    "-0.0",
+    "1.7976931348623157e+308",
+    "-1.7976931348623157e+308",
+    "5e-324",
+    "-5e-324",
+    "1e-310",
+    "3",
+    "0.1",
+    "123456789012345678",
+]
 
 
 @SETTINGS

@@ -38,8 +38,10 @@ NO_SAMPLES_YET = (
 
 
 def _config(targets: Targets, entries: dict[str, str]) -> str:
-    lines = [f'  - {{name: {name}, url: "{targets.url(name)}"{extra}}}'
-             for name, extra in entries.items()]  # fmt: skip
+    lines = [
+        f'  - {{name: {name}, url: "{targets.url(name)}"{extra}}}'
+        for name, extra in entries.items()
+    ]
     return "interval_seconds: 0.5\nwindow_seconds: 30\ntargets:\n" + "\n".join(lines) + "\n"
 
 
@@ -59,8 +61,15 @@ async def test_a_poison_sample_never_freezes_the_other_targets(tmp_path) -> None
             "batchsize": POISON_BATCH_SIZE,
             "notfinite": NOT_FINITE,
         }
-        config = _config(targets, {"healthy": ", cap: 8", "bucket": ", cap: 8",
-                                   "batchsize": ", engine: inhouse", "notfinite": ", cap: 8"})  # fmt: skip
+        config = _config(
+            targets,
+            {
+                "healthy": ", cap: 8",
+                "bucket": ", cap: 8",
+                "batchsize": ", engine: inhouse",
+                "notfinite": ", cap: 8",
+            },
+        )
         async with running_exporter(config, tmp_path) as exporter, aiohttp.ClientSession() as s:
 
             async def healthy_running_is(value: float) -> bool:
@@ -99,8 +108,9 @@ async def test_a_poison_sample_never_freezes_the_other_targets(tmp_path) -> None
 
 async def _rounds_counted(exporter, session, target: str, at_least: int) -> bool:
     metrics = await exporter.get_text(session, "/metrics")
-    m = re.search(rf'batchscope_target_errors_total\{{[^}}]*target="{target}"[^}}]*\}} (\S+)',
-                  metrics)  # fmt: skip
+    m = re.search(
+        rf'batchscope_target_errors_total\{{[^}}]*target="{target}"[^}}]*\}} (\S+)', metrics
+    )
     return m is not None and float(m.group(1)) >= at_least
 
 

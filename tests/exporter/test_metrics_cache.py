@@ -25,16 +25,18 @@ async def test_metrics_come_gzip_when_asked_and_agree_with_the_plain_body(tmp_pa
         ):
 
             async def both_up() -> bool:
-                async with s.get(exporter.base + "/metrics",
-                                 headers={"Accept-Encoding": "identity"}) as r:  # fmt: skip
+                async with s.get(
+                    exporter.base + "/metrics", headers={"Accept-Encoding": "identity"}
+                ) as r:
                     text = await r.text()
                 return all(f'batchscope_target_up{{target="{n}"}} 1.0' in text for n in "ab")
 
             await wait_for(both_up, 20, "both targets on /metrics")
             bodies = []
             for encoding in ("gzip", "identity", "gzip, deflate"):
-                async with s.get(exporter.base + "/metrics",
-                                 headers={"Accept-Encoding": encoding}) as r:  # fmt: skip
+                async with s.get(
+                    exporter.base + "/metrics", headers={"Accept-Encoding": encoding}
+                ) as r:
                     bodies.append((r.headers.get("Content-Encoding"), await r.read()))
     (zipped, packed), (plain_encoding, plain), (again, packed_again) = bodies
     assert (zipped, plain_encoding, again) == ("gzip", None, "gzip")

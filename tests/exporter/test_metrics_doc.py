@@ -25,8 +25,9 @@ def test_every_exporter_metric_is_documented() -> None:
 
 def test_every_instrumentation_metric_is_documented() -> None:
     registry = CollectorRegistry()
-    m = BatcherMetrics("b", max_batch_size=8, max_wait_seconds=0.01,
-                       latency_budget_seconds=0.1, registry=registry)  # fmt: skip
+    m = BatcherMetrics(
+        "b", max_batch_size=8, max_wait_seconds=0.01, latency_budget_seconds=0.1, registry=registry
+    )
     m.observe_batch(2, "full", 0.01)
     m.observe_request("ok", queue_wait_seconds=0.001, latency_seconds=0.02)
     emitted = family_names(generate_latest(registry).decode())

@@ -37,8 +37,7 @@ HOLD = 60.0
 # Ten requests a second finish in 1.2 s: the window's p99 interpolates to 1.495 s in the
 # (1.0, 1.5] bucket; this budget puts utilisation at 1.21, the reproduction.
 BUDGET = 1.495 / 1.21
-TARGET = Target("llm", "http://127.0.0.1:8000/metrics", engine="vllm", cap=8,
-                budget_seconds=BUDGET)  # fmt: skip
+TARGET = Target("llm", "http://127.0.0.1:8000/metrics", engine="vllm", cap=8, budget_seconds=BUDGET)
 SETTINGS = SignalSettings(cap=8, budget_seconds=BUDGET, hold_seconds=HOLD)
 
 
@@ -141,8 +140,13 @@ def test_a_readable_scrape_after_an_outage_longer_than_the_staleness_starts_a_ne
     for t in [*range(0, 40), 40.0, 45.0, 60.0]:
         server.finish(10, 1.2, 100)
         read = t < 40
-        snapshot, _ = read_payload(TARGET, t, render(server) if read else None,
-                                   None if read else "timed out after 10 s", 0.1)  # fmt: skip
+        snapshot, _ = read_payload(
+            TARGET,
+            t,
+            render(server) if read else None,
+            None if read else "timed out after 10 s",
+            0.1,
+        )
         window.add(snapshot)
         signals, states = evaluate_window("llm", TARGET.url, window, states, float(t))
     assert signals.total.budget_saturated and states[TOTAL].read_at == 39.0  # held
@@ -252,8 +256,13 @@ def test_an_exporter_that_stalled_keeps_its_alerts_through_the_scrape_that_fails
     for t in [*range(1000, 1071), 1070 + 68, 1070 + 71]:  # a stall of 67 s, then a timeout
         server.finish(10, 1.2, 100)
         failed = t == 1070 + 68
-        snapshot, _ = read_payload(TARGET, t, None if failed else render(server),
-                                   "timed out after 10 s" if failed else None, 0.1)  # fmt: skip
+        snapshot, _ = read_payload(
+            TARGET,
+            t,
+            None if failed else render(server),
+            "timed out after 10 s" if failed else None,
+            0.1,
+        )
         window.add(snapshot)
         signals, states = evaluate_window("llm", TARGET.url, window, states, float(t))
     assert signals.up and signals.total.budget_saturated

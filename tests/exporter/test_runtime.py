@@ -16,8 +16,11 @@ def write_sd(path, groups) -> None:
 async def test_file_sd_reload_adds_keeps_last_good_and_drops_deleted(tmp_path) -> None:
     sd = tmp_path / "targets.json"
     write_sd(sd, [{"targets": ["127.0.0.1:1"], "labels": {"name": "a", "cap": "8"}}])
-    exporter = Exporter(Settings(targets=(), file_sd=(str(tmp_path / "*.json"),),
-                                 interval_seconds=1, timeout_seconds=0.5))  # fmt: skip
+    exporter = Exporter(
+        Settings(
+            targets=(), file_sd=(str(tmp_path / "*.json"),), interval_seconds=1, timeout_seconds=0.5
+        )
+    )
     assert sorted(exporter.states) == ["a"]
     assert exporter.states["a"].target.cap == 8
 

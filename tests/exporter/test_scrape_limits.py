@@ -54,8 +54,12 @@ async def test_bombs_floods_401_and_redirects_are_refused_while_a_healthy_target
             raise web.HTTPFound(elsewhere.url("stolen"))
 
         targets.payloads = {"healthy": vllm_payload(3), "flood": flood}
-        targets.handlers = {"bomb": gzip_bomb, "nolength": no_length,
-                            "unauthorized": unauthorized, "redirect": redirect}  # fmt: skip
+        targets.handlers = {
+            "bomb": gzip_bomb,
+            "nolength": no_length,
+            "unauthorized": unauthorized,
+            "redirect": redirect,
+        }
         config = f"""interval_seconds: 0.5
 window_seconds: 30
 max_response_bytes: {CAP_BYTES}
@@ -85,8 +89,11 @@ targets:
             for _ in range(3):  # every bad target gets scraped again, the healthy one moves
                 before = dict(targets.requests)
                 targets.payloads["healthy"] = vllm_payload(4 if _ % 2 == 0 else 3)
-                await wait_for(lambda v=4.0 if _ % 2 == 0 else 3.0: healthy_running_is(v),
-                               10, "the healthy target to move")  # fmt: skip
+                await wait_for(
+                    lambda v=4.0 if _ % 2 == 0 else 3.0: healthy_running_is(v),
+                    10,
+                    "the healthy target to move",
+                )
                 await wait_for(
                     lambda b=before: _all_scraped_again(targets, b), 15, "every target again"
                 )

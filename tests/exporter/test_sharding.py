@@ -30,11 +30,21 @@ async def test_shards_over_one_file_sd_give_the_signals_of_one_exporter(tmp_path
         targets.payloads = {n: vllm_payload(i % 9, i % 4) for i, n in enumerate(names)}
         host = targets.base.removeprefix("http://")
         sd = tmp_path / "fleet.json"
-        sd.write_text(json.dumps([
-            {"targets": [host], "labels": {"__metrics_path__": f"/{n}/metrics",
-                                           "batchscope_name": n, "cap": "8"}}
-            for n in names
-        ]))  # fmt: skip
+        sd.write_text(
+            json.dumps(
+                [
+                    {
+                        "targets": [host],
+                        "labels": {
+                            "__metrics_path__": f"/{n}/metrics",
+                            "batchscope_name": n,
+                            "cap": "8",
+                        },
+                    }
+                    for n in names
+                ]
+            )
+        )
         config = f'interval_seconds: 0.5\nwindow_seconds: 30\nfile_sd: ["{sd}"]\n'
         seen: list[dict[str, dict]] = []
         async with contextlib.AsyncExitStack() as stack:

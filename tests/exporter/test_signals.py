@@ -110,11 +110,11 @@ def test_saturation_hysteresis_does_not_flap_around_the_threshold() -> None:
 def test_saturation_seconds_count_the_episode() -> None:
     state = SaturationState()
     for t in (0, 5, 10):
-        state = step_saturation(state, 1.2, t, threshold=0.95, hold_seconds=60,
-                                release_margin=0.05)  # fmt: skip
+        state = step_saturation(state, 1.2, t, threshold=0.95, hold_seconds=60, release_margin=0.05)
     assert state.above_since == 0 and not state.saturated
-    assert step_saturation(state, None, 15, threshold=0.95, hold_seconds=60,
-                           release_margin=0.05) == SaturationState(read_at=15)  # fmt: skip
+    assert step_saturation(
+        state, None, 15, threshold=0.95, hold_seconds=60, release_margin=0.05
+    ) == SaturationState(read_at=15)
 
 
 def test_throughput_gain_against_batch_size_one() -> None:
@@ -135,8 +135,17 @@ def test_batch_size_distribution_from_samples_and_from_a_histogram() -> None:
     assert batch_size_distribution([], h) == [(1, 0.25), (4, 0.75)]
 
 
-DIAG = dict(up=True, error=None, running=8, waiting=0, cap=8, kv_usage=0.1,
-            preemptions_per_second=0.0, budget_saturated=False, budget_utilization=0.3)  # fmt: skip
+DIAG = dict(
+    up=True,
+    error=None,
+    running=8,
+    waiting=0,
+    cap=8,
+    kv_usage=0.1,
+    preemptions_per_second=0.0,
+    budget_saturated=False,
+    budget_utilization=0.3,
+)
 
 
 @pytest.mark.parametrize(
@@ -145,17 +154,23 @@ DIAG = dict(up=True, error=None, running=8, waiting=0, cap=8, kv_usage=0.1,
         ({"up": False, "error": "timed out after 2 s"}, "down", "timed out after 2 s"),
         ({"running": 0, "waiting": 0}, "idle", "no request"),
         ({"budget_saturated": True, "budget_utilization": 1.1}, "budget_saturated", "110%"),
-        ({"running": 3, "waiting": 18, "kv_usage": 1.0, "preemptions_per_second": 2.5},
-         "memory_bound", "running 3 of cap 8 while 18 wait, KV cache 100% full and 2.50"),
+        (
+            {"running": 3, "waiting": 18, "kv_usage": 1.0, "preemptions_per_second": 2.5},
+            "memory_bound",
+            "running 3 of cap 8 while 18 wait, KV cache 100% full and 2.50",
+        ),
         ({"running": 8, "preemptions_per_second": 0.4}, "preempting", "0.40 preemptions/s"),
         ({"running": 8, "waiting": 32}, "healthy", "running 8 of cap 8 with 32 waiting"),
         ({"running": 3, "waiting": 5}, "batch_limited", "something else limits the batch"),
-        ({"running": 4.95, "waiting": 20, "cap": 32, "fired_batches": True}, "batch_limited",
-         "batches average 4.95 of max 32 while 20 wait: the batcher fires before"),
+        (
+            {"running": 4.95, "waiting": 20, "cap": 32, "fired_batches": True},
+            "batch_limited",
+            "batches average 4.95 of max 32 while 20 wait: the batcher fires before",
+        ),
         ({"running": 3, "waiting": 5, "cap": None}, "queueing", "configure the cap"),
         ({"running": 2, "waiting": 0}, "underloaded", "little traffic"),
     ],
-)  # fmt: skip
+)
 def test_diagnosis_states(changes, state, phrase) -> None:
     d = diagnose(**(DIAG | changes))
     assert d.state == state
@@ -164,11 +179,16 @@ def test_diagnosis_states(changes, state, phrase) -> None:
 
 def _vllm(t_running, preempt, e2e_counts, tokens=None):
     return SeriesSnapshot(
-        key=(("model_name", "m"),), engine="vllm", running=t_running[0],
-        waiting=t_running[1], preemptions_total=preempt, kv_usage=t_running[2],
+        key=(("model_name", "m"),),
+        engine="vllm",
+        running=t_running[0],
+        waiting=t_running[1],
+        preemptions_total=preempt,
+        kv_usage=t_running[2],
         requests_total=e2e_counts[-1],
-        latency={"e2e": hist(e2e_counts)}, output_tokens=tokens,
-    )  # fmt: skip
+        latency={"e2e": hist(e2e_counts)},
+        output_tokens=tokens,
+    )
 
 
 def test_series_signals_over_a_window() -> None:
@@ -222,8 +242,14 @@ def test_diagnosis_reads_the_recent_peak_so_a_finish_between_admissions_is_not_a
     assert signals.diagnosis.state == "batch_limited"
 
 
-STALL = DIAG | dict(running=2, waiting=12, kv_usage=0.3, generated_per_second=0.0,
-                    finished_per_second=0.0, window_seconds=30.0)  # fmt: skip
+STALL = DIAG | dict(
+    running=2,
+    waiting=12,
+    kv_usage=0.3,
+    generated_per_second=0.0,
+    finished_per_second=0.0,
+    window_seconds=30.0,
+)
 
 
 def test_stalled_when_requests_wait_with_room_and_nothing_is_generated() -> None:
@@ -243,8 +269,15 @@ def test_stalled_when_requests_wait_with_room_and_nothing_is_generated() -> None
     ("changes", "state"),
     [
         # a healthy busy server generates: full batch, or below the cap with tokens flowing
-        ({"running": 8, "waiting": 32, "generated_per_second": 400.0,
-          "finished_per_second": 2.0}, "healthy"),
+        (
+            {
+                "running": 8,
+                "waiting": 32,
+                "generated_per_second": 400.0,
+                "finished_per_second": 2.0,
+            },
+            "healthy",
+        ),
         ({"generated_per_second": 120.0}, "batch_limited"),
         ({"generated_per_second": 0.2}, "batch_limited"),
         ({"finished_per_second": 0.5}, "batch_limited"),
@@ -259,7 +292,7 @@ def test_stalled_when_requests_wait_with_room_and_nothing_is_generated() -> None
         ({"generated_per_second": None, "finished_per_second": None}, "batch_limited"),
         ({"waiting": 0}, "underloaded"),
     ],
-)  # fmt: skip
+)
 def test_not_stalled(changes, state) -> None:
     assert diagnose(**STALL | changes).state == state
 
@@ -270,18 +303,32 @@ def _window(make, seconds=30.0, step=5.0):
 
 def test_a_vllm_series_with_flat_generation_over_the_window_is_stalled() -> None:
     def flat(i):
-        return SeriesSnapshot(key=(), engine="vllm", running=1, waiting=10, kv_usage=0.2,
-                              preemptions_total=3, requests_total=50,
-                              generation_tokens_total=9000)  # fmt: skip
+        return SeriesSnapshot(
+            key=(),
+            engine="vllm",
+            running=1,
+            waiting=10,
+            kv_usage=0.2,
+            preemptions_total=3,
+            requests_total=50,
+            generation_tokens_total=9000,
+        )
 
     signals, _ = series_signals(_window(flat), SignalSettings(cap=8), SaturationState(), 30.0)
     assert signals.generation_tokens_per_second == 0.0
     assert signals.diagnosis.state == "stalled"
 
     def generating(i):
-        return SeriesSnapshot(key=(), engine="vllm", running=1, waiting=10, kv_usage=0.2,
-                              preemptions_total=3, requests_total=50,
-                              generation_tokens_total=9000 + 60 * i)  # fmt: skip
+        return SeriesSnapshot(
+            key=(),
+            engine="vllm",
+            running=1,
+            waiting=10,
+            kv_usage=0.2,
+            preemptions_total=3,
+            requests_total=50,
+            generation_tokens_total=9000 + 60 * i,
+        )
 
     signals, _ = series_signals(_window(generating), SignalSettings(cap=8), SaturationState(), 30)
     assert signals.generation_tokens_per_second == pytest.approx(12.0)
@@ -293,9 +340,15 @@ def test_a_vllm_series_with_flat_generation_over_the_window_is_stalled() -> None
 
 def test_a_batcher_without_generation_counters_is_judged_by_items_and_batches() -> None:
     def batcher(items, batches, requests=None):
-        return SeriesSnapshot(key=(("batcher", "b"),), engine="inhouse", waiting=40, cap=32,
-                              items_total=items, batches_total=batches,
-                              requests_total=requests)  # fmt: skip
+        return SeriesSnapshot(
+            key=(("batcher", "b"),),
+            engine="inhouse",
+            waiting=40,
+            cap=32,
+            items_total=items,
+            batches_total=batches,
+            requests_total=requests,
+        )
 
     # no token and no request counter: flat items and batches alone tell the stall
     stuck = _window(lambda i: batcher(500.0, 100.0))
@@ -317,7 +370,16 @@ def test_a_batcher_without_generation_counters_is_judged_by_items_and_batches() 
 
 
 def test_a_saturated_reason_without_a_reading_states_the_configured_threshold() -> None:
-    reason = diagnose(up=True, error=None, running=8, waiting=3, cap=8, kv_usage=0.2,
-                      preemptions_per_second=0, budget_saturated=True, budget_utilization=None,
-                      settings=SignalSettings(saturation_threshold=0.9)).reason  # fmt: skip
+    reason = diagnose(
+        up=True,
+        error=None,
+        running=8,
+        waiting=3,
+        cap=8,
+        kv_usage=0.2,
+        preemptions_per_second=0,
+        budget_saturated=True,
+        budget_utilization=None,
+        settings=SignalSettings(saturation_threshold=0.9),
+    ).reason
     assert reason.startswith("latency has stayed at or above 90% of the budget")

@@ -91,7 +91,7 @@ async def test_scrapes_ended_before_a_stop_are_evaluated_not_dropped(monkeypatch
                 targets=(Target("a", targets.url("a"), engine="vllm", cap=8),),
                 interval_seconds=1.0,
                 timeout_seconds=0.5,
-            )  # fmt: skip
+            )
         )
         stop = asyncio.Event()
         task = asyncio.create_task(exporter.run_forever(stop))

@@ -79,30 +79,42 @@ def reference_evaluation(
     # A down scrape reads nothing and keeps the states, marking when the target first went
     # unread; a target unread for longer than the staleness since then ends them, at a
     # down scrape or at the readable one after it. The total shows the episode still open.
-    unread_since = {key: state.unread_since if state.unread_since is not None else now
-                    for key, state in saturation.items()}  # fmt: skip
+    unread_since = {
+        key: state.unread_since if state.unread_since is not None else now
+        for key, state in saturation.items()
+    }
     if not latest.up:
-        held = {key: dataclasses.replace(state, unread_since=unread_since[key])
-                for key, state in saturation.items()
-                if state.read_at is not None and now - unread_since[key] <= settings.stale_seconds}  # fmt: skip
+        held = {
+            key: dataclasses.replace(state, unread_since=unread_since[key])
+            for key, state in saturation.items()
+            if state.read_at is not None and now - unread_since[key] <= settings.stale_seconds
+        }
         down = down_signals(latest.error, settings)
         episode = held.get(TOTAL)
         if episode is not None and episode.above_since is not None:
-            down = dataclasses.replace(down, budget_saturated=episode.saturated,
-                                       budget_saturated_seconds=now - episode.above_since)  # fmt: skip
+            down = dataclasses.replace(
+                down,
+                budget_saturated=episode.saturated,
+                budget_saturated_seconds=now - episode.above_since,
+            )
         return TargetSignals("t", "u", latest.t, False, latest.error, (), down), held
     if not latest.series:
         total = signals_without_series(no_data_diagnosis(), settings)
         return TargetSignals("t", "u", latest.t, True, None, (), total), {}
-    saturation = {key: state for key, state in saturation.items()
-                  if state.unread_since is None or now - state.unread_since <= settings.stale_seconds}  # fmt: skip
+    saturation = {
+        key: state
+        for key, state in saturation.items()
+        if state.unread_since is None or now - state.unread_since <= settings.stale_seconds
+    }
     answered = [snap for snap in snapshots if snap.up]
     by_key: dict[LabelKey, list[tuple[float, SeriesSnapshot]]] = {}
     for snap in answered:
         for s in snap.series:
             by_key.setdefault(s.key, []).append((snap.t, s))
-    totals = [(snap.t, merge_series(snap.series, settings.cap, settings.budget_seconds))
-              for snap in answered]  # fmt: skip
+    totals = [
+        (snap.t, merge_series(snap.series, settings.cap, settings.budget_seconds))
+        for snap in answered
+    ]
     states: dict[LabelKey, SaturationState] = {}
     series = []
     for key in sorted({s.key for s in latest.series}):
@@ -130,8 +142,12 @@ class Server:
         self.key = key
         self.counters: dict[str, float] = {}
         self.hists: dict[str, Histogram] = {}
-        self.layouts = {"e2e": LATENCY_LAYOUTS, "output_tokens": LENGTH_LAYOUTS,
-                        "prompt_tokens": LENGTH_LAYOUTS, "batch_size": BATCH_LAYOUTS}  # fmt: skip
+        self.layouts = {
+            "e2e": LATENCY_LAYOUTS,
+            "output_tokens": LENGTH_LAYOUTS,
+            "prompt_tokens": LENGTH_LAYOUTS,
+            "batch_size": BATCH_LAYOUTS,
+        }
         self.has_batch_size = draw(st.booleans())
 
     def _counter(self, name: str) -> float | None:
@@ -277,16 +293,20 @@ def single_series(draw: st.DrawFn) -> SeriesSnapshot:
 
 
 @settings(max_examples=300, deadline=None)
-@given(series=single_series(), cap=st.sampled_from([None, 8.0]),
-       budget=st.sampled_from([None, 1.0]))  # fmt: skip
+@given(
+    series=single_series(), cap=st.sampled_from([None, 8.0]), budget=st.sampled_from([None, 1.0])
+)
 def test_the_total_is_the_series_exactly_when_merging_one_series_changes_only_its_labels(
     series: SeriesSnapshot, cap: float | None, budget: float | None
 ) -> None:
     merged = merge_series([series], cap, budget)
     relabelled = dataclasses.replace(
-        series, key=(), cap=effective_cap(series, cap), engine_cap=None,
+        series,
+        key=(),
+        cap=effective_cap(series, cap),
+        engine_cap=None,
         budget_seconds=series.budget_seconds if series.budget_seconds is not None else budget,
-    )  # fmt: skip
+    )
     assert total_equals_sole_series(series, cap) == (merged == relabelled)
 
 
@@ -304,15 +324,24 @@ def test_a_kept_restart_flag_at_the_first_histogram_in_the_window_is_not_read() 
 
 
 def test_restarts_worked_out_are_those_between_histograms_present() -> None:
-    hists = [hist([3, 3, 3, 3]), None, hist([1, 1, 1, 1]), hist([2, 2, 2, 2]),
-             hist([1, 1], (0.2, INF))]  # fmt: skip
+    hists = [
+        hist([3, 3, 3, 3]),
+        None,
+        hist([1, 1, 1, 1]),
+        hist([2, 2, 2, 2]),
+        hist([1, 1], (0.2, INF)),
+    ]
     assert histogram_restarts(hists) == [False, False, True, False, True]
 
 
 def _batcher(t: float, batches: float) -> Snapshot:
     sizes = hist([batches] * 4, (1.0, 2.0, 4.0, INF))
-    return Snapshot("t", t, True, (SeriesSnapshot(MODEL_A, "inhouse", running=4.0,
-                                                   batches_total=batches, batch_size=sizes),))  # fmt: skip
+    return Snapshot(
+        "t",
+        t,
+        True,
+        (SeriesSnapshot(MODEL_A, "inhouse", running=4.0, batches_total=batches, batch_size=sizes),),
+    )
 
 
 def test_the_total_of_one_series_is_evaluated_apart_where_merging_changes_it() -> None:

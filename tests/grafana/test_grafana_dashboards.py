@@ -88,10 +88,15 @@ def _fixture_names() -> set[str]:
 def _exporter_names() -> set[str]:
     names = {family.name for family in SignalsCollector(list).collect()}
     registry = CollectorRegistry()
-    BatcherMetrics("b", max_batch_size=8, max_wait_seconds=0.01, latency_budget_seconds=0.1,
-                   registry=registry)  # fmt: skip
-    suffixes = {"histogram": ("_bucket", "_sum", "_count"), "counter": ("_total",),
-                "summary": ("_sum", "_count"), "gauge": ("",)}  # fmt: skip
+    BatcherMetrics(
+        "b", max_batch_size=8, max_wait_seconds=0.01, latency_budget_seconds=0.1, registry=registry
+    )
+    suffixes = {
+        "histogram": ("_bucket", "_sum", "_count"),
+        "counter": ("_total",),
+        "summary": ("_sum", "_count"),
+        "gauge": ("",),
+    }
     for family in registry.collect():
         names |= {family.name + suffix for suffix in suffixes[family.type]}
     return names
@@ -112,9 +117,12 @@ def _documented(name: str) -> bool:
 
 def test_five_dashboards_are_generated():
     assert {p.stem for p in DASHBOARD_FILES} == {
-        "fleet-overview", "fleet-overview-rules", "inhouse-batcher", "vllm-batching",
+        "fleet-overview",
+        "fleet-overview-rules",
+        "inhouse-batcher",
+        "vllm-batching",
         "vllm-batching-rules",
-    }  # fmt: skip
+    }
 
 
 @pytest.mark.parametrize(("name", "board"), _dashboards())
@@ -211,8 +219,9 @@ def test_the_name_check_catches_the_public_anchors_mistakes():
     assert "vllm:num_preemptions_total" in allowed
     # vLLM's own dashboard after the 0.9 rename: the old name must be read beside the new.
     assert _metric_names('{__name__=~"vllm:kv_cache_usage_perc|vllm:gpu_cache_usage_perc"}') == {
-        "vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"
-    }  # fmt: skip
+        "vllm:kv_cache_usage_perc",
+        "vllm:gpu_cache_usage_perc",
+    }
 
 
 @pytest.mark.parametrize(("name", "board"), _dashboards())

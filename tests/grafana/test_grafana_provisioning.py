@@ -20,8 +20,11 @@ def _yaml(path):
 
 
 def test_example_prometheus_config_passes_promtool_with_all_four_rule_files():
-    result = subprocess.run([tool("promtool"), "check", "config", str(PROMETHEUS / "prometheus.yml")],
-                            capture_output=True, text=True)  # fmt: skip
+    result = subprocess.run(
+        [tool("promtool"), "check", "config", str(PROMETHEUS / "prometheus.yml")],
+        capture_output=True,
+        text=True,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "SUCCESS: 4 rule files found" in result.stdout
 
@@ -36,8 +39,9 @@ def test_example_prometheus_labels_each_vllm_with_its_fleet_name():
 
 def test_example_alertmanager_config_passes_amtool_and_groups_by_alert_and_target():
     path = PROMETHEUS / "alertmanager.yml"
-    result = subprocess.run([tool("amtool"), "check-config", str(path)], capture_output=True,
-                            text=True)  # fmt: skip
+    result = subprocess.run(
+        [tool("amtool"), "check-config", str(path)], capture_output=True, text=True
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     route = _yaml(path)["route"]
     assert route["group_by"] == ["alertname", "target"]

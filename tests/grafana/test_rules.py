@@ -38,16 +38,18 @@ def test_committed_files_are_what_the_code_generates():
 
 def test_rule_files_pass_promtool_check():
     assert len(RULE_FILES) == 4
-    result = subprocess.run([tool("promtool"), "check", "rules", *map(str, RULE_FILES)],
-                            capture_output=True, text=True)  # fmt: skip
+    result = subprocess.run(
+        [tool("promtool"), "check", "rules", *map(str, RULE_FILES)], capture_output=True, text=True
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.stdout.count("SUCCESS") == 4
 
 
 @pytest.mark.parametrize("unit_test", RULE_TESTS, ids=lambda p: p.name)
 def test_promtool_rule_unit_tests_pass(unit_test: Path):
-    result = subprocess.run([tool("promtool"), "test", "rules", str(unit_test)],
-                            capture_output=True, text=True)  # fmt: skip
+    result = subprocess.run(
+        [tool("promtool"), "test", "rules", str(unit_test)], capture_output=True, text=True
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "SUCCESS" in result.stdout
 
@@ -73,8 +75,12 @@ def test_rule_texts_and_holds_follow_the_configured_threshold_and_hold():
     # The rule files are generated from the config: a threshold of 0.9 held 2 minutes is
     # what every saturation rule states and (on the vLLM path) holds, on both paths and in
     # Grafana's managed rules ("95%" and "a minute" were written into the texts before).
-    config = {**CONFIG, "saturation_threshold": 0.9, "saturation_hold_seconds": 120.0,
-              "near_cap": 0.8}  # fmt: skip
+    config = {
+        **CONFIG,
+        "saturation_threshold": 0.9,
+        "saturation_hold_seconds": 120.0,
+        "near_cap": 0.8,
+    }
     rules = {}
     for name, alerts in (("exporter", exporter_alerts(config)), ("vllm", vllm_alerts(config))):
         rules[name] = {r["alert"]: r for r in alerts["groups"][0]["rules"]}
@@ -113,13 +119,22 @@ def test_every_histogram_rule_keeps_the_instance_labels_beside_le():
 
 
 def test_target_rules_carry_cap_and_budget_with_the_quantile_and_histogram():
-    target = Target("llm", "http://127.0.0.1:8000/metrics", cap=128, budget_seconds=0.25,
-                    quantile=0.9, histogram="ttft")  # fmt: skip
+    target = Target(
+        "llm",
+        "http://127.0.0.1:8000/metrics",
+        cap=128,
+        budget_seconds=0.25,
+        quantile=0.9,
+        histogram="ttft",
+    )
     assert target_rules(target) == [
         {"record": CAP_RULE, "expr": "vector(128)", "labels": {"target": "llm"}},
-        {"record": BUDGET_RULE, "expr": "vector(0.25)",
-         "labels": {"target": "llm", "quantile": "0.9", "histogram": "ttft"}},
-    ]  # fmt: skip
+        {
+            "record": BUDGET_RULE,
+            "expr": "vector(0.25)",
+            "labels": {"target": "llm", "quantile": "0.9", "histogram": "ttft"},
+        },
+    ]
 
 
 def test_a_target_without_cap_or_budget_gets_no_rules():
@@ -132,8 +147,13 @@ def test_a_quantile_the_rules_do_not_record_is_refused_by_name():
 
 
 def _rules_cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "exporter.rules_cli", *args], cwd=ROOT,
-                          capture_output=True, text=True, env={"PYTHONPATH": str(ROOT)})  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "exporter.rules_cli", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env={"PYTHONPATH": str(ROOT)},
+    )
 
 
 def test_rules_cli_writes_the_example_fleet_rules_that_promtool_accepts(tmp_path):
@@ -142,10 +162,14 @@ def test_rules_cli_writes_the_example_fleet_rules_that_promtool_accepts(tmp_path
     assert result.returncode == 0, result.stderr
     groups = yaml.safe_load(out.read_text())["groups"]
     assert [g["name"] for g in groups] == ["batchscope-target-llm-a", "batchscope-target-llm-b"]
-    assert groups[1]["rules"][0] == {"record": CAP_RULE, "expr": "vector(64)",
-                                     "labels": {"target": "llm-b"}}  # fmt: skip
-    check = subprocess.run([tool("promtool"), "check", "rules", str(out)], capture_output=True,
-                           text=True)  # fmt: skip
+    assert groups[1]["rules"][0] == {
+        "record": CAP_RULE,
+        "expr": "vector(64)",
+        "labels": {"target": "llm-b"},
+    }
+    check = subprocess.run(
+        [tool("promtool"), "check", "rules", str(out)], capture_output=True, text=True
+    )
     assert check.returncode == 0, check.stdout + check.stderr
 
 

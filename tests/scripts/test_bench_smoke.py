@@ -20,10 +20,21 @@ def quick_report(benchmark: str, folder: Path) -> str:
     """The report `scripts/bench.py --quick --only BENCHMARK` writes (it must exit 0)."""
     report = folder / "benchmarks.md"
     done = subprocess.run(
-        [sys.executable, "scripts/bench.py", "--quick", "--only", benchmark,
-         "--output", str(report)],
-        cwd=ROOT, capture_output=True, text=True, timeout=300, check=False,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "scripts/bench.py",
+            "--quick",
+            "--only",
+            benchmark,
+            "--output",
+            str(report),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr
     return report.read_text(encoding="utf-8")
 
@@ -74,8 +85,9 @@ def test_quick_evaluation_bench_reports_identical_signals_against_the_baseline(
 ) -> None:
     text = quick_report("evaluation", tmp_path)
     assert "Identical in every variant: True." in text
-    rows = [line for line in text.splitlines() if line.startswith("| one") or
-            line.startswith("| two")]  # fmt: skip
+    rows = [
+        line for line in text.splitlines() if line.startswith("| one") or line.startswith("| two")
+    ]
     assert len(rows) == 2
     for row in rows:
         assert "(13 scrapes in window)" in row

@@ -1,4 +1,5 @@
-"""Shared by the tests: moved out of tests/demo_server/test_demo_server.py so no test imports another."""
+"""Shared by the tests: moved out of tests/demo_server/test_demo_server.py so no test imports
+another."""
 
 from __future__ import annotations
 

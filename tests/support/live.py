@@ -124,10 +124,18 @@ async def running_exporter(
     log_path = tmp_path / "exporter.log"
     with open(log_path, "wb") as log:
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "exporter.cli", "--config", str(config_path),
-            "--listen", f"127.0.0.1:{port}", *args,
-            stdout=log, stderr=log, env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})},
-        )  # fmt: skip
+            sys.executable,
+            "-m",
+            "exporter.cli",
+            "--config",
+            str(config_path),
+            "--listen",
+            f"127.0.0.1:{port}",
+            *args,
+            stdout=log,
+            stderr=log,
+            env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})},
+        )
     scheme = "https" if tls is not None else "http"
     exporter = Exporter(f"{scheme}://127.0.0.1:{port}", log_path, proc.pid)
     try:

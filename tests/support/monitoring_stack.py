@@ -35,8 +35,13 @@ def http_get(url: str, timeout: float = 5.0) -> bytes:
         return response.read()
 
 
-def wait_until(check: Callable[[], bool], timeout: float, what: str, log: Path | None = None,
-               seen: object = None):  # fmt: skip
+def wait_until(
+    check: Callable[[], bool],
+    timeout: float,
+    what: str,
+    log: Path | None = None,
+    seen: object = None,
+):
     """Poll `check` every 0.25 s; fail naming `what` (what `seen` holds by then, and the
     process log) after `timeout`."""
     deadline = time.monotonic() + timeout
@@ -74,13 +79,18 @@ class Process:
 
 
 @contextmanager
-def process(name: str, args: list[str], port: int, workdir: Path, ready_path: str,
-            env: dict[str, str] | None = None) -> Iterator[Process]:  # fmt: skip
+def process(
+    name: str,
+    args: list[str],
+    port: int,
+    workdir: Path,
+    ready_path: str,
+    env: dict[str, str] | None = None,
+) -> Iterator[Process]:
     """Start `args`, wait until GET ready_path answers, stop it on exit."""
     log = workdir / f"{name}.log"
     with open(log, "wb") as out:
-        popen = subprocess.Popen(args, cwd=workdir, stdout=out, stderr=subprocess.STDOUT,
-                                 env=env)  # fmt: skip
+        popen = subprocess.Popen(args, cwd=workdir, stdout=out, stderr=subprocess.STDOUT, env=env)
     proc = Process(name, port, log, popen)
     try:
         wait_until(
@@ -107,9 +117,14 @@ def exporter(workdir: Path, *flags: str) -> Iterator[Process]:
 
 
 @contextmanager
-def prometheus(workdir: Path, scrape_configs: list[dict], rule_files: dict[str, str],
-               alertmanager_url: str | None = None, interval: str = "1s",
-               resend_delay: str | None = "1s") -> Iterator[Process]:  # fmt: skip
+def prometheus(
+    workdir: Path,
+    scrape_configs: list[dict],
+    rule_files: dict[str, str],
+    alertmanager_url: str | None = None,
+    interval: str = "1s",
+    resend_delay: str | None = "1s",
+) -> Iterator[Process]:
     """A Prometheus with these scrape jobs and rule files (name -> text). `resend_delay`:
     how often a firing alert is sent again (None: Prometheus' default, 1m). An alert sent
     is valid for four of them, so at 1s a Prometheus starved for 4 s lets Alertmanager
@@ -128,8 +143,11 @@ def prometheus(workdir: Path, scrape_configs: list[dict], rule_files: dict[str, 
         target = urllib.parse.urlsplit(alertmanager_url).netloc
         config["alerting"] = {"alertmanagers": [{"static_configs": [{"targets": [target]}]}]}
     (workdir / "prometheus.yml").write_text(yaml.safe_dump(config))
-    check = subprocess.run([tool("promtool"), "check", "config", str(workdir / "prometheus.yml")],
-                           capture_output=True, text=True)  # fmt: skip
+    check = subprocess.run(
+        [tool("promtool"), "check", "config", str(workdir / "prometheus.yml")],
+        capture_output=True,
+        text=True,
+    )
     assert check.returncode == 0, check.stdout + check.stderr
     args = [
         tool("prometheus"),

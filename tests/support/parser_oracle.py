@@ -3,7 +3,8 @@
 It raises nothing but ParseError; where both it and `prometheus_client.parser` read a
 text, they return the same samples; and on a valid text (by the exposition format's
 grammar) it reads what prometheus_client reads. prometheus_client is more lenient than
-the format (label names with `:`, `1_000` as a number): those texts it may refuse. Shared by the hypothesis tests and the atheris harness
+the format (label names with `:`, `1_000` as a number): those texts it may refuse. Shared by the
+hypothesis tests and the atheris harness
 (`scripts/fuzz_parser.py`), so both check one promise.
 """
 

@@ -51,16 +51,27 @@ class SignalsCollector(Collector):
         metrics = {family.name: _metric(family) for family in FAMILIES}
         up, duration, latency, saturated, static, gain, diagnosis, advice, errors, resets = (
             metrics[family.name]
-            for family in (TARGET_UP, SCRAPE_DURATION, LATENCY, SATURATED, STATIC_UTILIZATION,
-                           CONTINUOUS_GAIN, DIAGNOSIS, ADVICE, TARGET_ERRORS, WINDOW_RESETS)
-        )  # fmt: skip
+            for family in (
+                TARGET_UP,
+                SCRAPE_DURATION,
+                LATENCY,
+                SATURATED,
+                STATIC_UTILIZATION,
+                CONTINUOUS_GAIN,
+                DIAGNOSIS,
+                ADVICE,
+                TARGET_ERRORS,
+                WINDOW_RESETS,
+            )
+        )
         for t in self.source():
             target_labels = {"target": t.target, **t.extra_labels}
             up.add_sample(up.name, target_labels, 1.0 if t.up else 0.0)
             for counter, counts in ((errors, t.errors_total), (resets, t.window_resets_total)):
                 for reason, count in sorted(counts.items()):
-                    counter.add_sample(counter.name + "_total",
-                                       {**target_labels, "reason": reason}, float(count))  # fmt: skip
+                    counter.add_sample(
+                        counter.name + "_total", {**target_labels, "reason": reason}, float(count)
+                    )
             if t.scrape_seconds is not None:
                 duration.add_sample(duration.name, target_labels, t.scrape_seconds)
             for s in (*t.series, t.total) if t.up else (t.total,):
@@ -72,9 +83,13 @@ class SignalsCollector(Collector):
                 if s.latency_seconds is not None and math.isfinite(s.latency_seconds):
                     latency.add_sample(
                         latency.name,
-                        {**labels, "quantile": statistic_label(s), "histogram": s.latency_histogram},
+                        {
+                            **labels,
+                            "quantile": statistic_label(s),
+                            "histogram": s.latency_histogram,
+                        },
                         s.latency_seconds,
-                    )  # fmt: skip
+                    )
                 saturated.add_sample(saturated.name, labels, float(s.budget_saturated))
                 if s.static_utilization is not None:
                     u = s.static_utilization

@@ -88,8 +88,13 @@ def wait_http(url: str, seconds: float) -> None:
 
 def fast_settings(targets: tuple[Target, ...]) -> Settings:
     """Scrapes every 0.25 s, a 5 s window, saturation held for 0.5 s: states show in ~2 s."""
-    return Settings(targets=targets, interval_seconds=0.25, window_seconds=5.0,
-                    hold_seconds=0.5, timeout_seconds=0.5)  # fmt: skip
+    return Settings(
+        targets=targets,
+        interval_seconds=0.25,
+        window_seconds=5.0,
+        hold_seconds=0.5,
+        timeout_seconds=0.5,
+    )
 
 
 def wait_for_states(exporter_url: str, wanted: dict[str, str], seconds: float = 20.0) -> dict:

@@ -28,11 +28,15 @@ numbers = st.one_of(
 )
 
 advice_items = st.builds(
-    AdviceItem, kind=st.sampled_from(["raise_cap_helps", 'we"ird\\kind']),
-    value=st.floats(allow_nan=True, allow_infinity=True), unit=st.just("tokens"),
-    text=label_values, inputs=st.dictionaries(st.sampled_from(["cap", "kv"]), numbers),
-    confidence=st.sampled_from(["high", "low"]), caveats=st.lists(label_values).map(tuple),
-)  # fmt: skip
+    AdviceItem,
+    kind=st.sampled_from(["raise_cap_helps", 'we"ird\\kind']),
+    value=st.floats(allow_nan=True, allow_infinity=True),
+    unit=st.just("tokens"),
+    text=label_values,
+    inputs=st.dictionaries(st.sampled_from(["cap", "kv"]), numbers),
+    confidence=st.sampled_from(["high", "low"]),
+    caveats=st.lists(label_values).map(tuple),
+)
 
 
 def exposition(settings: SignalSettings, payloads: list[str], up: bool = True) -> dict:
@@ -61,10 +65,19 @@ PAYLOADS = ["vllm-0.32.0-cpu-idle.txt", "vllm-0.32.0-cpu-load.txt", "vllm-0.32.0
 @st.composite
 def series_signals(draw: st.DrawFn) -> SeriesSignals:
     gauges = {attribute: draw(numbers) for _, _, attribute in SERIES_GAUGES}
-    static = draw(st.one_of(st.none(), st.builds(
-        UtilizationEstimate, batch_size=st.just(8), requests=st.just(10.0),
-        estimate=st.floats(0.01, 1.0), lower=st.one_of(st.floats(0.01, 1.0), st.just(math.nan)),
-        upper=st.one_of(st.floats(0.01, 1e300), st.just(math.inf)))))  # fmt: skip
+    static = draw(
+        st.one_of(
+            st.none(),
+            st.builds(
+                UtilizationEstimate,
+                batch_size=st.just(8),
+                requests=st.just(10.0),
+                estimate=st.floats(0.01, 1.0),
+                lower=st.one_of(st.floats(0.01, 1.0), st.just(math.nan)),
+                upper=st.one_of(st.floats(0.01, 1e300), st.just(math.inf)),
+            ),
+        )
+    )
     return SeriesSignals(
         labels=draw(st.dictionaries(st.sampled_from(["model_name", "engine"]), label_values)),
         latency_seconds=draw(numbers),

@@ -24,17 +24,36 @@ def tool(name: str) -> str:
         path = shutil.which(candidate)
         if path:
             return path
-    pytest.fail(f"{name} is not installed: run `make system-packages` (Debian packages "
-                "prometheus and prometheus-alertmanager)", pytrace=False)  # fmt: skip
+    pytest.fail(
+        f"{name} is not installed: run `make system-packages` (Debian packages "
+        "prometheus and prometheus-alertmanager)",
+        pytrace=False,
+    )
 
 
 def self_signed_certificate(folder: Path) -> tuple[Path, Path]:
     """A certificate for 127.0.0.1, valid one day, and its key (openssl, in `folder`)."""
     cert, key = folder / "cert.pem", folder / "key.pem"
     subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
-         "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
-         "-keyout", str(key), "-out", str(cert)],
-        check=True, capture_output=True,
-    )  # fmt: skip
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=127.0.0.1",
+            "-addext",
+            "subjectAltName=IP:127.0.0.1",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+        ],
+        check=True,
+        capture_output=True,
+    )
     return cert, key

@@ -8,8 +8,29 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-E2E_BOUNDS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0,
-              60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0)  # fmt: skip
+E2E_BOUNDS = (
+    0.3,
+    0.5,
+    0.8,
+    1.0,
+    1.5,
+    2.0,
+    2.5,
+    5.0,
+    10.0,
+    15.0,
+    20.0,
+    30.0,
+    40.0,
+    50.0,
+    60.0,
+    120.0,
+    240.0,
+    480.0,
+    960.0,
+    1920.0,
+    7680.0,
+)
 TOKEN_BOUNDS = (1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0)
 LABELS = 'engine="0",model_name="tiny"'
 
@@ -42,8 +63,9 @@ class VllmState:
         self.tokens_sum += n * output_tokens
 
 
-def _histogram(name: str, bounds: tuple[float, ...], counts: dict[float, float], total: float,
-               help_text: str) -> list[str]:  # fmt: skip
+def _histogram(
+    name: str, bounds: tuple[float, ...], counts: dict[float, float], total: float, help_text: str
+) -> list[str]:
     lines = [f"# HELP {name} {help_text}", f"# TYPE {name} histogram"]
     cumulative = 0.0
     for b in (*bounds, float("inf")):
@@ -85,8 +107,18 @@ def render(s: VllmState) -> str:
             f'vllm:cache_config_info{{block_size="16",engine="0",'
             f'kv_cache_size_tokens="{s.kv_cache_tokens:.0f}"}} 1.0',
         ]
-    lines += _histogram("vllm:e2e_request_latency_seconds", E2E_BOUNDS, s.e2e, s.e2e_sum,
-                        "Histogram of e2e request latency in seconds.")  # fmt: skip
-    lines += _histogram("vllm:request_generation_tokens", TOKEN_BOUNDS, s.tokens, s.tokens_sum,
-                        "Number of generation tokens processed.")  # fmt: skip
+    lines += _histogram(
+        "vllm:e2e_request_latency_seconds",
+        E2E_BOUNDS,
+        s.e2e,
+        s.e2e_sum,
+        "Histogram of e2e request latency in seconds.",
+    )
+    lines += _histogram(
+        "vllm:request_generation_tokens",
+        TOKEN_BOUNDS,
+        s.tokens,
+        s.tokens_sum,
+        "Number of generation tokens processed.",
+    )
     return "\n".join(lines) + "\n"
