@@ -343,6 +343,7 @@ class Batcher:
             group.queue = collections.deque(i for i in group.queue if id(i) not in queued)
             if not group.queue:
                 group.company_since = None
+                group.company_allowance_seconds = None
         self._queued -= len(queued)
         for _ in queued:
             self.metrics.observe_request("cancelled")

@@ -1,7 +1,7 @@
 """Which alerts the exporter raises on its own, and their Alertmanager v2 payloads.
 
 Pure: the signals and the time come in, the alert book and the payloads go out; the
-posting lives in `alertmanager.py`. The alerts are those of exporter/alerts/specs.py
+posting lives in `delivery.py`. The alerts are those of exporter/alerts/specs.py
 with the labels the Prometheus rules give them (`alertname`, `severity`, `target`), so
 Alertmanager merges an alert the exporter posts with the same alert from Prometheus.
 """
@@ -120,10 +120,14 @@ def step(
     by_target: dict[str, list[tuple[AlertKey, Alert]]] = defaultdict(list)
     for key, alert in book.active.items():
         by_target[key[1]].append((key, alert))
+    ended: dict[AlertKey, Alert] = {}  # fired before an outage that outlasted the staleness
     for signals in targets:
         for spec, value in conditions(signals):
             key = (spec.name, signals.target)
-            previous = book.active.get(key)
+            before = book.active.get(key)
+            previous = _continued(before, now, stale_seconds)
+            if before is not None and previous is None and before.last_sent is not None:
+                ended[key] = replace(before, resolved_at=now)
             since = previous.active_since if previous else now
             seen[key] = Alert(
                 spec,
@@ -152,7 +156,25 @@ def step(
     for key, alert in book.active.items():
         if key not in seen and alert.last_sent is not None:
             unsent[key] = replace(alert, resolved_at=now)
+    for key, alert in ended.items():  # unless it fires again at once, as a new alert
+        unsent.setdefault(key, alert)
     return AlertBook(seen, unsent)
+
+
+def _continued(previous: Alert | None, now: float, stale_seconds: float) -> Alert | None:
+    """The condition a read that finds it holding continues: None (it starts again) when
+    the target had gone unread for longer than `stale_seconds` since the first evaluation
+    that could not read it, or when a hold not yet complete last read it longer ago than
+    that (time nobody observed completes no hold); a firing alert goes on through a late
+    evaluation."""
+    if previous is None:
+        return None
+    if previous.unread_since is not None and now - previous.unread_since > stale_seconds:
+        return None
+    stale_read = previous.read_at is not None and now - previous.read_at > stale_seconds
+    if previous.last_sent is None and stale_read:
+        return None
+    return previous
 
 
 def _firing(alert: Alert, now: float, holds: Mapping[str, float]) -> bool:

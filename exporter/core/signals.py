@@ -155,15 +155,15 @@ def saturation_through_gap(
     state: SaturationState, now: float, stale_seconds: float
 ) -> SaturationState | None:
     """The state at `now` when the target could not be read (a failed, timed-out or
-    unreadable scrape): unchanged, since nothing read ended the episode nor prolonged it
-    (but for `unread_since`, set at the first such scrape), until the target has gone
-    unread for more than `stale_seconds` since that first one; then None: that long
-    without evidence, the episode is over (as Prometheus' lookback ends a series).
+    unreadable scrape, or a window of one scrape, which measures nothing): unchanged, since
+    nothing read ended the episode nor prolonged it (but for `unread_since`, set at the
+    first such evaluation), until it outlasts the staleness (`_outlasted`); then None:
+    that long without evidence, the episode is over (as Prometheus' lookback ends a series).
     """
     if state.read_at is None:
         return None
     since = now if state.unread_since is None else state.unread_since
-    if now - since > stale_seconds:
+    if _outlasted(state, since, now, stale_seconds):
         return None
     return state if state.unread_since is not None else replace(state, unread_since=since)
 
@@ -171,12 +171,25 @@ def saturation_through_gap(
 def saturation_after_gap(
     state: SaturationState, now: float, stale_seconds: float
 ) -> SaturationState | None:
-    """The state a readable scrape at `now` continues from: None when the target had gone
-    unread for more than `stale_seconds` before it (a readable scrape after a long outage
-    starts a new episode); two readable scrapes in a row continue it, however far apart."""
-    if state.unread_since is not None and now - state.unread_since > stale_seconds:
+    """The state a scrape at `now` that measured the target continues from: None when the
+    evidence before it outlasted the staleness (`_outlasted`: a long outage starts a new
+    episode); after a scrape that measured it too, a saturated episode goes on however
+    late this one comes (the exporter was late, not its target)."""
+    if state.unread_since is None and state.saturated:
+        return state
+    since = now if state.unread_since is None else state.unread_since
+    if state.read_at is not None and _outlasted(state, since, now, stale_seconds):
         return None
     return state
+
+
+def _outlasted(state: SaturationState, unread_since: float, now: float, stale: float) -> bool:
+    """Too old to carry: unread for longer than `stale` since the first evaluation that
+    could not read the target; or, for an episode that has not held its hold yet, its last
+    read older than `stale`: time nobody observed does not complete a hold."""
+    if now - unread_since > stale:
+        return True
+    return not state.saturated and state.read_at is not None and now - state.read_at > stale
 
 
 def saturated_seconds(state: SaturationState, now: float) -> float:

@@ -1,6 +1,6 @@
 """The JSON API's shape: every body the exporter's /api/v1/... endpoints return.
 
-As all of /metrics lives in `collector.py`, all of the JSON lives here; docs/api.md
+As all of /metrics lives in `exposition.py` (over `families.py`), all of the JSON lives here; docs/api.md
 documents each field and a test holds the two together. Every body carries
 `api_version`: fields may be added within a version, never renamed, removed or given
 another meaning (that takes a new version).

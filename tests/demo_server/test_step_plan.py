@@ -52,13 +52,16 @@ def test_preemption_goes_newest_first_and_stops_at_one_row() -> None:
     assert plan.admit == () and plan.requests_wait
 
 
-def test_finished_rows_hold_their_slots_and_cache_but_write_nothing() -> None:
-    # A static group: the finished row b keeps its slot and its 30 positions; no new
-    # group forms while any row of the old one is in the batch.
-    rows = [Row("a", 1, 30, 30), Row("b", 2, 30, 30, active=False)]
+def test_finished_rows_hold_their_slots_but_write_nothing() -> None:
+    # A finished row keeps its slot until the step frees it (its cache is freed when it
+    # finishes: 0 positions). A static group forms only once the old one has left.
+    rows = [Row("a", 1, 30, 30), Row("b", 2, 0, 30, active=False)]
     static = StepLimits(max_num_seqs=4, kv_cache_tokens=100, static=True)
     assert plan_step(rows, [Waiting("c", 5)], static).admit == ()
     assert plan_step([], [Waiting("c", 5), Waiting("d", 5)], static).admit == ("c", "d")
-    # Continuous: 61 used (b writes nothing), c fits in a free slot.
-    assert plan_step(rows, [Waiting("c", 39)], LIMITS).admit == ("c",)
-    assert plan_step(rows, [Waiting("c", 40)], LIMITS).admit == ()
+    # Continuous: 31 used (a's 30 and its next position; b writes nothing): 69 more fit.
+    assert plan_step(rows, [Waiting("c", 69)], LIMITS).admit == ("c",)
+    assert plan_step(rows, [Waiting("c", 70)], LIMITS).admit == ()
+    # Slots: a and b hold two of the four.
+    three = [Waiting("c", 1), Waiting("d", 1), Waiting("e", 1)]
+    assert plan_step(rows, three, LIMITS).admit == ("c", "d")

@@ -42,6 +42,7 @@ def signals(
     state="healthy",
     waiting=0.0,
     tokens=100.0,
+    t=0.0,
 ) -> TargetSignals:
     total = SeriesSignals(
         waiting=waiting,
@@ -51,7 +52,7 @@ def signals(
         diagnosis=Diagnosis(state, ""),
     )
     return TargetSignals(
-        target, "http://127.0.0.1:8000/metrics", 0.0, up, None if up else "refused", (), total
+        target, "http://127.0.0.1:8000/metrics", t, up, None if up else "refused", (), total
     )
 
 
@@ -96,9 +97,9 @@ def test_a_saturated_series_fires_for_its_target_when_the_total_has_no_latency()
 def test_memory_bound_is_posted_only_after_its_two_minute_hold():
     book = AlertBook()
     for now in (0.0, 60.0, 119.0):
-        book = step(book, [signals(state="memory_bound", waiting=12)], now)
+        book = step(book, [signals(state="memory_bound", waiting=12, t=now)], now)
         assert book.unsent == {}
-    book = step(book, [signals(state="memory_bound", waiting=12)], 120.0)
+    book = step(book, [signals(state="memory_bound", waiting=12, t=120.0)], 120.0)
     assert names(book) == {(MEMORY_BOUND.name, "llm"): None}
     body = payload(book.unsent[(MEMORY_BOUND.name, "llm")], "")
     assert body["annotations"]["description"].startswith("On llm 12 requests wait")

@@ -269,6 +269,27 @@ def test_an_exporter_that_stalled_keeps_its_alerts_through_the_scrape_that_fails
     assert states[TOTAL].above_since == 1001.0
 
 
+def test_time_nobody_observed_completes_no_hold():
+    # Pending since 1001 s (the hold is 60 s), then the exporter stalls 70 s: the window
+    # after it holds one scrape, and the scrape after that reads 1.21 again. The hold
+    # starts again from there; before, the stall's unobserved 70 s completed it.
+    window, states = Window(60.0, SETTINGS), {}
+    server = VllmState(running=8, waiting=20, kv_usage=0.5)
+    for t in [*range(1000, 1031), 1100, 1101]:
+        server.finish(10, 1.2, 100)
+        window.add(read_payload(TARGET, t, render(server), None, 0.1)[0])
+        signals, states = evaluate_window("llm", TARGET.url, window, states, float(t))
+    assert signals.total.budget_utilization == pytest.approx(1.21, abs=0.01)
+    assert not signals.total.budget_saturated
+    assert states[TOTAL].above_since == 1101.0
+    # The alert book alike: a memory-bound hold (120 s) pending since 0 s, last read at
+    # 50 s, read again at 125 s without an evaluation between, starts again.
+    book = AlertBook()
+    for t in [*range(0, 51), 125]:
+        book = step(book, [memory_bound(t)], float(t))
+    assert book.active[(MEMORY_BOUND.name, "llm")].active_since == 125.0
+
+
 # ------------------------------------------------- the real exporter, a slow target
 
 

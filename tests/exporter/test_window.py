@@ -78,16 +78,24 @@ def reference_evaluation(
     latest = snapshots[-1]
     # A down scrape reads nothing and keeps the states, marking when the target first went
     # unread; a target unread for longer than the staleness since then ends them, at a
-    # down scrape or at the readable one after it. The total shows the episode still open.
+    # down scrape or at the readable one after it, and an episode not yet saturated ends
+    # once its last read is older than the staleness. The total shows the episode open.
+    stale = settings.stale_seconds
     unread_since = {
         key: state.unread_since if state.unread_since is not None else now
         for key, state in saturation.items()
     }
+
+    def outlasted(key: LabelKey, state: SaturationState) -> bool:
+        return now - unread_since[key] > stale or (
+            not state.saturated and state.read_at is not None and now - state.read_at > stale
+        )
+
     if not latest.up:
         held = {
             key: dataclasses.replace(state, unread_since=unread_since[key])
             for key, state in saturation.items()
-            if state.read_at is not None and now - unread_since[key] <= settings.stale_seconds
+            if state.read_at is not None and not outlasted(key, state)
         }
         down = down_signals(latest.error, settings)
         episode = held.get(TOTAL)
@@ -104,7 +112,9 @@ def reference_evaluation(
     saturation = {
         key: state
         for key, state in saturation.items()
-        if state.unread_since is None or now - state.unread_since <= settings.stale_seconds
+        if (state.unread_since is None and state.saturated)
+        or state.read_at is None
+        or not outlasted(key, state)
     }
     answered = [snap for snap in snapshots if snap.up]
     by_key: dict[LabelKey, list[tuple[float, SeriesSnapshot]]] = {}

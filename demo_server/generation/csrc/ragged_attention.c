@@ -5,7 +5,7 @@
  * sequence so far, a prefill token its context up to itself (causal). A step then reads
  * the keys and values its rows hold, not rows x longest row as a padded batch does; this
  * is what a paged attention kernel does. The demo server loads it with ctypes
- * (demo_server/ragged.py) and falls back to padded torch attention without a compiler.
+ * (demo_server/generation/ragged.py) and falls back to padded torch attention without a compiler.
  *
  * Layouts (strides in elements):
  *   q:      [rows, heads, head_dim], q[r, h, i] = q[r*q_row + h*q_head + i]
