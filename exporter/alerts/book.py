@@ -23,6 +23,7 @@ from exporter.alerts.specs import (
     AlertWords,
 )
 from exporter.core.evaluate import TargetSignals
+from exporter.core.signals import outlasted
 
 AlertKey = tuple[str, str]  # (alertname, target)
 
@@ -169,10 +170,8 @@ def _continued(previous: Alert | None, now: float, stale_seconds: float) -> Aler
     evaluation."""
     if previous is None:
         return None
-    if previous.unread_since is not None and now - previous.unread_since > stale_seconds:
-        return None
-    stale_read = previous.read_at is not None and now - previous.read_at > stale_seconds
-    if previous.last_sent is None and stale_read:
+    fired = previous.last_sent is not None
+    if outlasted(previous.unread_since, previous.read_at, fired, now, stale_seconds):
         return None
     return previous
 

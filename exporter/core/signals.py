@@ -157,13 +157,13 @@ def saturation_through_gap(
     """The state at `now` when the target could not be read (a failed, timed-out or
     unreadable scrape, or a window of one scrape, which measures nothing): unchanged, since
     nothing read ended the episode nor prolonged it (but for `unread_since`, set at the
-    first such evaluation), until it outlasts the staleness (`_outlasted`); then None:
+    first such evaluation), until it outlasts the staleness (`outlasted`); then None:
     that long without evidence, the episode is over (as Prometheus' lookback ends a series).
     """
     if state.read_at is None:
         return None
     since = now if state.unread_since is None else state.unread_since
-    if _outlasted(state, since, now, stale_seconds):
+    if outlasted(since, state.read_at, state.saturated, now, stale_seconds):
         return None
     return state if state.unread_since is not None else replace(state, unread_since=since)
 
@@ -172,24 +172,24 @@ def saturation_after_gap(
     state: SaturationState, now: float, stale_seconds: float
 ) -> SaturationState | None:
     """The state a scrape at `now` that measured the target continues from: None when the
-    evidence before it outlasted the staleness (`_outlasted`: a long outage starts a new
+    evidence before it outlasted the staleness (`outlasted`: a long outage starts a new
     episode); after a scrape that measured it too, a saturated episode goes on however
     late this one comes (the exporter was late, not its target)."""
-    if state.unread_since is None and state.saturated:
-        return state
-    since = now if state.unread_since is None else state.unread_since
-    if state.read_at is not None and _outlasted(state, since, now, stale_seconds):
+    if outlasted(state.unread_since, state.read_at, state.saturated, now, stale_seconds):
         return None
     return state
 
 
-def _outlasted(state: SaturationState, unread_since: float, now: float, stale: float) -> bool:
-    """Too old to carry: unread for longer than `stale` since the first evaluation that
-    could not read the target; or, for an episode that has not held its hold yet, its last
-    read older than `stale`: time nobody observed does not complete a hold."""
-    if now - unread_since > stale:
+def outlasted(
+    unread_since: float | None, read_at: float | None, held: bool, now: float, stale: float
+) -> bool:
+    """Too old to carry (a saturation state, or an alert of the alert book): unread for
+    longer than `stale` since the first evaluation that could not read the target
+    (`unread_since`, None: this one); or, not yet `held` (saturated, fired), its last read
+    older than `stale`: time nobody observed does not complete a hold."""
+    if now - (now if unread_since is None else unread_since) > stale:
         return True
-    return not state.saturated and state.read_at is not None and now - state.read_at > stale
+    return not held and read_at is not None and now - read_at > stale
 
 
 def saturated_seconds(state: SaturationState, now: float) -> float:
