@@ -10,6 +10,7 @@ not to the other's. Afterwards `exporter` is this checkout's again.
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import importlib
 import io
 import shutil
@@ -68,3 +69,59 @@ def _import_either(name: str) -> ModuleType:
 
 def _exporter_modules() -> dict[str, ModuleType]:
     return {n: m for n, m in sys.modules.items() if n.split(".")[0] == "exporter"}
+
+
+# Reasons this checkout words differently from a baseline on purpose: (what the baseline
+# says, what this checkout says in its place), each cut where the two part. Issue 21:
+# `batch_limited` lists what it looked at instead of guessing the token budget, and an
+# unrecognised payload's error lists the families the vLLM adapter reads, which grew.
+REWORDED = (
+    ("something else limits the batch (e.g. the per-step token budget)", "something else"),
+    ("something else limits the batch. Looked at: ", "something else"),
+    ("(looked for ", "(looked for"),
+)
+
+
+# Advice items this checkout gives and a baseline did not (issue 21: the token budget, and
+# vLLM's own concurrency statement): additions, not differences.
+ADDED_ADVICE = {"kv_max_concurrency_stated", "tokens_per_step_for_cap", "token_budget_for_cap"}
+
+
+def _reworded(text: str) -> str:
+    for before, cut in REWORDED:
+        if before in text:
+            return text[: text.index(before)] + cut
+    return text
+
+
+def same_as_baseline(new: object, old: object) -> bool:
+    """Whether this checkout's value says what a baseline's did: dataclasses (whose
+    classes differ between the two) field by field over the fields the baseline has (a
+    field added since is new, not different), containers item by item (an advice item of
+    a kind in `ADDED_ADVICE` left out), text after `REWORDED`, everything else by ==."""
+    if dataclasses.is_dataclass(old) and not isinstance(old, type):
+        return dataclasses.is_dataclass(new) and all(
+            same_as_baseline(getattr(new, f.name, _MISSING), getattr(old, f.name))
+            for f in dataclasses.fields(old)
+        )
+    if isinstance(old, dict):
+        return (
+            isinstance(new, dict)
+            and new.keys() == old.keys()
+            and all(same_as_baseline(new[k], old[k]) for k in old)
+        )
+    if isinstance(old, list | tuple):
+        if not isinstance(new, list | tuple):
+            return False
+        new = [n for n in new if getattr(n, "kind", None) not in ADDED_ADVICE]
+        return len(new) == len(old) and all(
+            same_as_baseline(n, o) for n, o in zip(new, old, strict=True)
+        )
+    if isinstance(old, str) and isinstance(new, str):
+        return _reworded(new) == _reworded(old)
+    if isinstance(old, float) and isinstance(new, float) and old != old:
+        return new != new  # NaN
+    return new == old
+
+
+_MISSING = object()

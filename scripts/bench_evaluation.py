@@ -22,7 +22,6 @@ them on every scrape).
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import random
 import sys
 import time
@@ -32,7 +31,7 @@ from types import ModuleType
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from baseline import import_at  # noqa: E402
+from baseline import import_at, same_as_baseline  # noqa: E402
 from bench_parser import Comparison  # noqa: E402
 from fleet_sim import FIXTURE, Template  # noqa: E402
 
@@ -76,11 +75,6 @@ def fleet_scrapes(targets: list[int], scrapes: int) -> list[Snapshot]:
     ]
 
 
-def signal_values(signals: object) -> tuple:
-    """A TargetSignals' values, nested dataclasses included, whatever module defined it."""
-    return dataclasses.astuple(signals)
-
-
 def exporter_of(runtime_module: ModuleType, config_module: ModuleType) -> tuple[Callable, object]:
     """An `ingest` of one target on that code, and the target's state."""
     target = config_module.Target("bench", "http://127.0.0.1/metrics", **TARGET_SETTINGS)
@@ -98,13 +92,13 @@ def compare(variant: str, snapshots: list[Snapshot], warmup: int, old_code) -> C
     identical = True
     for n, snapshot in enumerate(snapshots):
         sides = [(new_ingest, new_state, new_times), (old_ingest, old_state, old_times)]
-        outputs = []
+        outputs = {}
         for ingest, state, times in sides if n % 2 else sides[::-1]:
             started = time.perf_counter()
-            outputs.append(ingest(state, snapshot, snapshot.t))
+            outputs[id(times)] = ingest(state, snapshot, snapshot.t)
             if n >= warmup:
                 times.append(time.perf_counter() - started)
-        identical = identical and signal_values(outputs[0]) == signal_values(outputs[1])
+        identical = identical and same_as_baseline(outputs[id(new_times)], outputs[id(old_times)])
     in_window = len(new_state.window.snapshots())
     return Comparison(
         f"{variant} ({in_window} scrapes in window)", BASELINE, new_times, old_times, identical

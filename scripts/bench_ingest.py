@@ -13,14 +13,13 @@ field by field (repr of every value, so NaN equals NaN and -0.0 differs from 0.0
 
 from __future__ import annotations
 
-import dataclasses
 import random
 import sys
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 
-from baseline import import_at
+from baseline import import_at, same_as_baseline
 from bench_parser import Comparison, compare
 from fleet_sim import Template
 
@@ -56,13 +55,13 @@ def attempt(read: ReadSeries, text: str, histogram: str | None) -> tuple | Value
         return err
 
 
-def outcome(read: ReadSeries, text: str, histogram: str | None) -> str:
-    """`attempt` as text two commits share when they agree (their classes differ):
-    every series' fields, or the error's class name and message."""
+def attempt_text(read: ReadSeries, text: str, histogram: str | None) -> object:
+    """`attempt`, with an error as its class name and message (the two commits' error
+    classes differ): what `same_as_baseline` compares."""
     result = attempt(read, text, histogram)
     if isinstance(result, ValueError):
         return f"{type(result).__name__}: {result}"
-    return repr([dataclasses.asdict(s) for s in result])
+    return result
 
 
 def fixture_payloads() -> dict[str, str]:
@@ -91,7 +90,9 @@ def run(quick: bool = False) -> tuple[list[Comparison], dict]:
 
     def same(texts: list[str], histogram: str | None) -> bool:
         return all(
-            outcome(read_series, t, histogram) == outcome(old_read_series, t, histogram)
+            same_as_baseline(
+                attempt_text(read_series, t, histogram), attempt_text(old_read_series, t, histogram)
+            )
             for t in texts
         )
 

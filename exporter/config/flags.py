@@ -29,6 +29,7 @@ _TARGET_FLAGS = {
     "engine": "--engine",
     "cap": "--cap",
     "token_cap": "--token-cap",
+    "max_num_batched_tokens": "--max-num-batched-tokens",
     "budget_seconds": "--budget-seconds",
     "quantile": "--quantile",
     "histogram": "--histogram",
@@ -73,6 +74,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="N",
         help="token budget of the running batch (TGI --max-batch-total-tokens): "
         "a token cap, reported beside the request cap",
+    )
+    group.add_argument(
+        "--max-num-batched-tokens",
+        type=float,
+        metavar="N",
+        help="tokens one engine step may carry (vLLM --max-num-batched-tokens, which vLLM "
+        "does not expose); without it the token budget is not judged",
     )
     group.add_argument(
         "--budget-seconds",

@@ -97,6 +97,8 @@ class Target:
     labels: tuple[tuple[str, str], ...] = ()
     # A token budget for the running batch (TGI's --max-batch-total-tokens), beside `cap`.
     token_cap: float | None = None
+    # The tokens one engine step may carry (vLLM's --max-num-batched-tokens).
+    max_num_batched_tokens: float | None = None
 
 
 @dataclass(frozen=True)
@@ -353,11 +355,18 @@ _TARGET_FIELDS: dict[str, Callable[[object], Any]] = {
     "engine": _engine,
     "cap": _cap,
     "token_cap": _positive,
+    "max_num_batched_tokens": _positive,
     "budget_seconds": _positive,
     "quantile": _quantile,
     "histogram": _histogram,
 }
-_NUMERIC_TARGET_FIELDS = ("cap", "token_cap", "budget_seconds", "quantile")
+_NUMERIC_TARGET_FIELDS = (
+    "cap",
+    "token_cap",
+    "max_num_batched_tokens",
+    "budget_seconds",
+    "quantile",
+)
 
 # Settings keys: their parser and the flag that overrides them.
 _SETTINGS_FIELDS: dict[str, tuple[Callable[[object], Any], str]] = {
@@ -606,7 +615,15 @@ def _claim_name(
 # ---------------------------------------------------------------- Prometheus file_sd targets
 
 # Labels that configure a file_sd target instead of labelling it (besides the names).
-_CONFIG_LABELS = ("engine", "cap", "token_cap", "budget_seconds", "quantile", "histogram")
+_CONFIG_LABELS = (
+    "engine",
+    "cap",
+    "token_cap",
+    "max_num_batched_tokens",
+    "budget_seconds",
+    "quantile",
+    "histogram",
+)
 _NAME_LABELS = ("batchscope_name", "name")
 
 
@@ -616,8 +633,8 @@ def load_file_sd(path: str | Path) -> list[Target]:
     The file is a list of `{"targets": ["host:port", ...], "labels": {...}}` groups.
     Each host:port becomes `http://host:port/metrics`; labels `__scheme__`,
     `__metrics_path__` and `__param_<name>` change the URL; `batchscope_name` or
-    `name` names the target (else host:port); `engine`, `cap`, `token_cap`, `budget_seconds`,
-    `quantile`, `histogram` configure it; other `__` labels are dropped and the rest
+    `name` names the target (else host:port); `engine`, `cap`, `token_cap`,
+    `max_num_batched_tokens`, `budget_seconds`, `quantile`, `histogram` configure it; other `__` labels are dropped and the rest
     become `Target.labels`. Raises ConfigError for any problem, names unique within
     the file.
     """

@@ -113,6 +113,13 @@ class AdviceInputs:
     max_wait_seconds: float | None = None
     # Share of batched token positions that were padding (batchers that expose lengths).
     padding_waste: float | None = None
+    # The per-step token budget: mean tokens a step carried over the window, the configured
+    # budget, mean seconds per engine step (window over steps counted), and vLLM's own
+    # statement of how many requests of max_model_len its KV cache holds.
+    tokens_per_step: float | None = None
+    token_budget: float | None = None
+    step_seconds: float | None = None
+    kv_max_concurrency: float | None = None
 
 
 def _figure_text(x: float) -> str:
@@ -359,6 +366,95 @@ def cap_advice(
     return items
 
 
+# The advised token budget is the tokens a step needs, rounded up to a multiple of this.
+TOKEN_BUDGET_STEP = 64
+
+
+def token_budget_advice(inputs: AdviceInputs) -> list[AdviceItem]:
+    """The tokens a step needs to run the cap at today's length mix, the
+    --max-num-batched-tokens that carries it, and what that costs in step time.
+
+    At the cap, every running request decodes one token a step and finishes after
+    `mean_output_tokens` steps, so cap / output requests finish each step and as many must
+    be prefilled: a step needs cap x (1 + prompt / output) tokens. Step time is taken to
+    grow in proportion to the tokens a step carries (a compute-bound step: an upper
+    bound, since a step that is memory-bound costs barely more with more tokens); the
+    inter-token latency of running decodes is one step.
+    """
+    cap, prompt, output = inputs.cap, inputs.mean_prompt_tokens, inputs.mean_output_tokens
+    now, budget = inputs.tokens_per_step, inputs.token_budget
+    if None in (cap, prompt, output, now, budget) or not output or not now or not cap:
+        return []
+    needed = cap * (1 + prompt / output)
+    advised = math.ceil(needed / TOKEN_BUDGET_STEP) * TOKEN_BUDGET_STEP
+    caveats = (*_caveats(inputs), "means of the length histograms")
+    basis = {
+        "cap": cap,
+        "mean_prompt_tokens": prompt,
+        "mean_output_tokens": output,
+        "tokens_per_step": now,
+        "token_budget": budget,
+    }
+    items = [
+        _item(
+            "tokens_per_step_for_cap",
+            needed,
+            "tokens",
+            f"running the cap of {_figure_text(cap)} at today's mix (prompt "
+            f"{_figure_text(prompt)}, output {_figure_text(output)} tokens on average) needs "
+            f"{_figure_text(needed)} tokens a step: {_figure_text(cap)} decode tokens and "
+            f"{_figure_text(needed - cap)} prefill tokens; steps carry {_figure_text(now)} "
+            f"of a {_figure_text(budget)}-token budget",
+            basis,
+            caveats,
+        )
+    ]
+    if needed <= budget:
+        return items
+    growth = advised / now
+    step = inputs.step_seconds
+    today = f" (a step takes {step * 1000:.1f} ms today)" if step else ""
+    items.append(
+        _item(
+            "token_budget_for_cap",
+            advised,
+            "tokens",
+            f"token-budget-bound: raising max-num-seqs will not help; --max-num-batched-tokens "
+            f"{advised} ({_figure_text(needed)} rounded up to a multiple of "
+            f"{TOKEN_BUDGET_STEP}) would carry the cap, at up to {growth:.1f}x the step time"
+            f"{today}, and so the inter-token latency of running decodes"
+            + (f", about {step * growth * 1000:.0f} ms" if step else "")
+            + "; or serve the long-prompt traffic separately",
+            {**basis, "tokens_needed": needed, **({"step_seconds": step} if step else {})},
+            (*caveats, "step time taken to grow with the tokens a step carries (an upper bound)"),
+        )
+    )
+    return items
+
+
+def stated_concurrency_advice(inputs: AdviceInputs, sustainable: float | None) -> list[AdviceItem]:
+    """vLLM's own capacity statement (kv_cache_max_concurrency), beside the advisor's."""
+    stated = inputs.kv_max_concurrency
+    if stated is None:
+        return []
+    beside = (
+        f"; at today's mix it holds {_figure_text(sustainable)}: vLLM's figure assumes every "
+        "request at max_model_len, and today's requests are shorter or longer than that"
+        if sustainable is not None
+        else ""
+    )
+    return [
+        _item(
+            "kv_max_concurrency_stated",
+            stated,
+            "requests",
+            f"vLLM states its KV cache holds {_figure_text(stated)} requests of max_model_len"
+            + beside,
+            {"kv_max_concurrency": stated},
+        )
+    ]
+
+
 def static_advice(inputs: AdviceInputs) -> list[AdviceItem]:
     """What continuous batching gains over a static loop on this traffic (seed 003)."""
     static = inputs.static
@@ -509,6 +605,12 @@ def padding_advice(inputs: AdviceInputs) -> list[AdviceItem]:
     ]
 
 
+def _budget_binds(inputs: AdviceInputs) -> bool:
+    """Steps run at the token budget (the breakdown's `at_bound`): its advice leads."""
+    now, budget = inputs.tokens_per_step, inputs.token_budget
+    return now is not None and budget is not None and budget > 0 and now >= inputs.near_cap * budget
+
+
 def advise(inputs: AdviceInputs) -> Advice:
     """Every piece of advice the window supports, or none and why when it supports none."""
     if inputs.scrapes < MIN_SCRAPES or inputs.window_seconds <= 0:
@@ -516,8 +618,13 @@ def advise(inputs: AdviceInputs) -> Advice:
             summary=f"too little data to advise: {inputs.scrapes} scrapes over "
             f"{inputs.window_seconds:.0f} s (needs at least {MIN_SCRAPES})"
         )
+    kv = kv_advice(inputs)
+    sustainable = next((i.value for i in kv if i.kind == "sustainable_concurrency"), None)
+    token_budget = token_budget_advice(inputs)
     items = [
-        *kv_advice(inputs),
+        *kv,
+        *stated_concurrency_advice(inputs, sustainable),
+        *token_budget,
         *static_advice(inputs),
         *batcher_advice(inputs),
         *padding_advice(inputs),
@@ -532,6 +639,7 @@ def advise(inputs: AdviceInputs) -> Advice:
         (
             i
             for kind in (
+                *(("token_budget_for_cap",) if _budget_binds(inputs) else ()),
                 "raise_cap_helps",
                 "fixed_pair_feasible",
                 "sustainable_concurrency",

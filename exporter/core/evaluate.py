@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, replace
 from exporter.core.advice import Advice, AdviceInputs, advise
 from exporter.core.capacity import KvScrape, cost_per_batch
 from exporter.core.histogram import Histogram, histogram_increase, histogram_quantile
+from exporter.core.limits import LimitInputs, Limits, limits
 from exporter.core.signals import (
     Diagnosis,
     SaturationState,
@@ -25,6 +26,7 @@ from exporter.core.signals import (
     no_data_diagnosis,
     padding_waste,
     per_second,
+    rejections_note,
     running_vs_cap,
     saturated_seconds,
     saturation_after_gap,
@@ -82,6 +84,14 @@ class SeriesSignals:
     budget_saturated_seconds: float = 0.0
     throughput_gain: float | None = None
     padding_waste: float | None = None
+    # Mean tokens an engine step carried over the window (vLLM's iteration_tokens), against
+    # the configured per-step token budget; waiting requests deferred; refused per second.
+    tokens_per_step: float | None = None
+    token_budget: float | None = None
+    token_budget_ratio: float | None = None
+    waiting_deferred: float | None = None
+    rejections_per_second: float | None = None
+    limits: Limits = Limits()
     static_utilization: UtilizationEstimate | None = None
     batch_size_distribution: list[tuple[float, float]] = field(default_factory=list)
     diagnosis: Diagnosis = Diagnosis("idle", "")
@@ -123,6 +133,14 @@ def _mean(hist: Histogram | None) -> float | None:
     return hist.sum / hist.count if hist is not None and hist.count > 0 else None
 
 
+def trigger_shares(first: Mapping[str, float], last: Mapping[str, float]) -> dict[str, float]:
+    """A batcher's batches fired by each trigger between two scrapes, as shares of those
+    fired (a counter that dropped restarted: it counts from zero); empty when none fired."""
+    fired = {t: n - first.get(t, 0.0) if n >= first.get(t, 0.0) else n for t, n in last.items()}
+    total = sum(fired.values())
+    return {t: n / total for t, n in fired.items()} if total > 0 else {}
+
+
 def advice_inputs(
     snapshots: Sequence[SeriesSnapshot],
     span: float,
@@ -137,11 +155,12 @@ def advice_inputs(
     padding_waste: float | None,
     output_tokens: Histogram | None,
     prompt_tokens: Histogram | None,
+    step_tokens: Histogram | None = None,
 ) -> AdviceInputs:
     """What the advice reads from one series' window of snapshots, oldest first, beside
     the signals already computed over it (static estimate, arrivals, budget, latency and
     whether it is a quantile or a mean, padding waste, the increases of the output and
-    prompt length histograms)."""
+    prompt length histograms and of the tokens-per-step histogram)."""
     last = snapshots[-1]
     near_cap = settings.near_cap * cap if cap else None
     return AdviceInputs(
@@ -177,6 +196,12 @@ def advice_inputs(
         latency_seconds=latency_seconds,
         latency_is_mean=latency_statistic == "mean",
         padding_waste=padding_waste,
+        tokens_per_step=_mean(step_tokens),
+        token_budget=settings.token_budget,
+        step_seconds=span / step_tokens.count
+        if step_tokens is not None and step_tokens.count > 0
+        else None,
+        kv_max_concurrency=last.kv_max_concurrency,
     )
 
 
@@ -309,10 +334,32 @@ def series_signals(
     # A scrape can catch the batch between a finish and the next admission (7 of 8):
     # the diagnosis reads the recent peak, the exported ratio stays the instant's.
     recent = [p.running for p in snapshots[-RECENT_SCRAPES:] if p.running is not None]
+    peak = max(recent) if recent else batch
+    step_tokens = increase("step_tokens")
+    tokens_per_step = _mean(step_tokens)
+    rejected_rate = rate(lambda p: p.rejections_total)
+    breakdown = limits(
+        LimitInputs(
+            running=peak,
+            waiting=last.waiting,
+            cap=cap,
+            kv_usage=last.kv_usage,
+            preemptions_per_second=preemption_rate,
+            tokens_per_step=tokens_per_step,
+            token_budget=settings.token_budget,
+            batch_tokens=last.batch_tokens,
+            token_cap=settings.token_cap,
+            waiting_deferred=last.waiting_deferred,
+            fired_batches=fired_batches,
+            trigger_shares=trigger_shares(first.batches_by_trigger, last.batches_by_trigger),
+            near_cap=settings.near_cap,
+            kv_high=settings.kv_high,
+        )
+    )
     diagnosis = diagnose(
         up=True,
         error=None,
-        running=max(recent) if recent else batch,
+        running=peak,
         waiting=last.waiting,
         cap=cap,
         kv_usage=last.kv_usage,
@@ -327,10 +374,13 @@ def series_signals(
         fired_batches=fired_batches,
         batch_tokens=last.batch_tokens,
         token_cap=settings.token_cap,
+        tokens_per_step=tokens_per_step,
+        waiting_deferred=last.waiting_deferred,
         settings=settings,
     )
     if statistic == "mean" and latency is not None:
         diagnosis = mean_latency_note(diagnosis, latency)
+    diagnosis = rejections_note(diagnosis, rejected_rate)
     padding = padding_waste(
         counter_increase([p.padding_tokens_total for p in snapshots]),
         counter_increase([p.batch_tokens_total for p in snapshots]),
@@ -349,6 +399,7 @@ def series_signals(
             padding_waste=padding,
             output_tokens=output_tokens,
             prompt_tokens=increase("prompt_tokens"),
+            step_tokens=step_tokens,
         )
     )
     signals = SeriesSignals(
@@ -376,6 +427,12 @@ def series_signals(
         budget_saturated_seconds=saturated_seconds(saturation, now),
         throughput_gain=gain,
         padding_waste=padding,
+        tokens_per_step=tokens_per_step,
+        token_budget=settings.token_budget,
+        token_budget_ratio=breakdown.ratio("token_budget"),
+        waiting_deferred=last.waiting_deferred,
+        rejections_per_second=rejected_rate,
+        limits=breakdown,
         static_utilization=static,
         batch_size_distribution=batch_size_distribution(
             running_samples if last.batch_size is None else [], batch_hist
@@ -392,6 +449,7 @@ def signals_without_series(diagnosis: Diagnosis, settings: SignalSettings) -> Se
     return SeriesSignals(
         cap=settings.cap,
         token_cap=settings.token_cap,
+        token_budget=settings.token_budget,
         latency_quantile=settings.quantile,
         latency_histogram=settings.histogram,
         budget_seconds=settings.budget_seconds,

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from exporter.core.histogram import Histogram
+from exporter.core.limits import at_bound, deferred_bind, kv_short, ratio_of
 
 # States of the diagnosis, most specific first; docs/metrics.md explains each.
 DIAGNOSIS_STATES = (
@@ -21,6 +22,7 @@ DIAGNOSIS_STATES = (
     "budget_saturated",
     "stalled",
     "memory_bound",
+    "token_budget_bound",
     "preempting",
     "healthy",
     "batch_limited",
@@ -36,6 +38,9 @@ class SignalSettings:
     cap: float | None = None
     # A token budget for the running batch (TGI's --max-batch-total-tokens), beside `cap`.
     token_cap: float | None = None
+    # The tokens one engine step may carry (vLLM's --max-num-batched-tokens): not exposed
+    # by any engine, so the token budget is judged only where this is configured.
+    token_budget: float | None = None
     budget_seconds: float | None = None
     quantile: float = 0.99
     histogram: str = "e2e"
@@ -309,6 +314,46 @@ def _batch(
     return text
 
 
+def _looked_at(
+    kv_usage: float | None,
+    tokens_per_step: float | None,
+    token_budget: float | None,
+    waiting_deferred: float | None,
+) -> str:
+    """What `batch_limited` read before it said that no metric explains the batch."""
+    seen = ["the request cap"]
+    seen.append(
+        f"the KV cache ({kv_usage:.0%} used, no preemptions)"
+        if kv_usage is not None
+        else "preemptions (the KV cache usage is not exposed)"
+    )
+    if tokens_per_step is not None and token_budget is not None:
+        seen.append(f"the token budget ({tokens_per_step:.0f} of {token_budget:.0f} per step)")
+    elif tokens_per_step is not None:
+        seen.append(
+            f"tokens per step ({tokens_per_step:.0f}), but not against a token budget: set "
+            "`max_num_batched_tokens` (vLLM's --max-num-batched-tokens) to judge it"
+        )
+    else:
+        seen.append("no tokens per step (the engine does not expose them)")
+    if waiting_deferred is not None:
+        seen.append(f"deferred requests ({_count_text(waiting_deferred)})")
+    return ", ".join(seen)
+
+
+def rejections_note(diagnosis: Diagnosis, rejected_per_second: float | None) -> Diagnosis:
+    """The diagnosis, adding the requests refused at admission whenever there are any:
+    lost work that no latency histogram shows, whatever the state."""
+    if not rejected_per_second:
+        return diagnosis
+    return Diagnosis(
+        diagnosis.state,
+        f"{diagnosis.reason}; {rejected_per_second:.2f} requests/s were refused at admission "
+        "by a queue limit (vLLM: --max-num-queued-reqs, --max-num-queued-tokens; a batcher: "
+        "its queue or budget): lost work that no latency histogram shows",
+    )
+
+
 def mean_latency_note(diagnosis: Diagnosis, mean_seconds: float) -> Diagnosis:
     """The diagnosis, saying that the latency it was judged on is a mean, not a quantile."""
     if diagnosis.state in ("down", "idle"):
@@ -352,6 +397,8 @@ def diagnose(
     fired_batches: bool = False,
     batch_tokens: float | None = None,
     token_cap: float | None = None,
+    tokens_per_step: float | None = None,
+    waiting_deferred: float | None = None,
     settings: SignalSettings = SignalSettings(),
 ) -> Diagnosis:
     """One state, with a plain-language reason an operator can act on (seed 003's advice).
@@ -361,6 +408,10 @@ def diagnose(
     `fired_batches`: `running` is the mean size of batches a batcher filled and fired,
     not a continuously refilled batch. `batch_tokens` of `token_cap`: the batch against
     a token budget; whichever cap is nearer full is the one the reason names.
+    `tokens_per_step`: the mean tokens an engine step carried over the window, judged
+    against `settings.token_budget`; `waiting_deferred`: waiting requests the engine
+    deferred rather than lacked room for. The limits these name are judged with
+    `exporter.core.limits`' predicates, so the state and the binding limit agree.
     """
     if not up:
         return Diagnosis(
@@ -389,6 +440,7 @@ def diagnose(
     batch = _batch(running, cap, batch_tokens, token_cap)
     preempting = (preemptions_per_second or 0) > 0
     kv_full = kv_usage is not None and kv_usage >= settings.kv_high
+    budget_ratio = ratio_of(tokens_per_step, settings.token_budget)
     if (
         waits
         and (fullest is None or below_cap)
@@ -397,15 +449,22 @@ def diagnose(
         and progress_stopped(generated_per_second, finished_per_second, window_seconds, settings)
     ):
         kv = f", KV cache {kv_usage:.0%} used" if kv_usage is not None else ""
+        deferred = (
+            f" {_count_text(waiting_deferred)} of them are deferred (held back by a "
+            "transient constraint: a LoRA budget, a KV transfer, a blocked request), not "
+            "short of room: the deferred requests hold the scheduler."
+            if deferred_bind(waiting, waiting_deferred)
+            else ""
+        )
         return Diagnosis(
             "stalled",
             f"{_count_text(waiting)} requests wait, {batch}{kv}, no "
             f"preemptions, yet almost nothing was generated or finished in the last "
             f"{window_seconds:.0f} s: the scheduler admits nothing while the server still "
-            "answers /metrics. Check the engine's logs for a hung worker or a scheduler "
-            "error; restarting the server clears it",
+            f"answers /metrics.{deferred} Check the engine's logs for a hung worker or a "
+            "scheduler error; restarting the server clears it",
         )
-    if waits and below_cap and (kv_full or preempting):
+    if waits and below_cap and kv_short(kv_usage, preemptions_per_second, settings.kv_high):
         evidence = []
         if kv_full:
             evidence.append(f"KV cache {kv_usage:.0%} full")
@@ -417,6 +476,22 @@ def diagnose(
             f"{' and '.join(evidence)}: KV cache memory limits the batch, a higher cap "
             "will not help",
         )
+    if (
+        waits
+        and (fullest is None or below_cap)
+        and not kv_short(kv_usage, preemptions_per_second, settings.kv_high)
+        and at_bound(budget_ratio, settings.near_cap)
+    ):
+        kv = f", and the KV cache has room ({kv_usage:.0%} used)" if kv_usage is not None else ""
+        return Diagnosis(
+            "token_budget_bound",
+            f"{batch} while {_count_text(waiting)} wait, engine steps carry "
+            f"{tokens_per_step:.0f} tokens of the {_count_text(settings.token_budget)}-token "
+            f"budget ({budget_ratio:.0%}){kv}: the per-step token budget limits the batch. "
+            "A higher --max-num-seqs will not help; a larger --max-num-batched-tokens will, "
+            "at the cost of inter-token latency for the running decodes, or serve "
+            "prefill-heavy traffic (long prompts) separately",
+        )
     if preempting:
         return Diagnosis(
             "preempting",
@@ -424,11 +499,18 @@ def diagnose(
             "and running requests are being pushed back to the queue",
         )
     if ratio is not None and ratio >= settings.near_cap:
+        also = (
+            f"; steps also run at the token budget ({tokens_per_step:.0f} of "
+            f"{_count_text(settings.token_budget)} tokens), so a higher cap alone will not help"
+            if waits and at_bound(budget_ratio, settings.near_cap)
+            else ""
+        )
         return Diagnosis(
             "healthy",
             batch
             + (f" with {_count_text(waiting)} waiting" if waits else "")
-            + ": continuous batching is doing its job; the next limit is elsewhere",
+            + ": continuous batching is doing its job; the next limit is elsewhere"
+            + also,
         )
     if token_ratio is not None and token_ratio >= settings.near_cap:
         return Diagnosis(
@@ -450,8 +532,8 @@ def diagnose(
         return Diagnosis(
             "batch_limited",
             f"{batch} while {_count_text(waiting)} wait, "
-            "with no sign of KV pressure: something else limits the batch (e.g. the "
-            "per-step token budget)",
+            "with no sign of KV pressure: something else limits the batch. Looked at: "
+            + _looked_at(kv_usage, tokens_per_step, settings.token_budget, waiting_deferred),
         )
     if waits:
         return Diagnosis(

@@ -61,6 +61,16 @@ class SeriesSnapshot:
     block_size: float | None = None
     gpu_memory_utilization: float | None = None
     kv_cache_memory_bytes: float | None = None
+    # The most requests of max_model_len the KV cache holds, as the engine states it.
+    kv_max_concurrency: float | None = None
+    # Tokens credited per engine step (vLLM's iteration_tokens: see engines/vllm.py).
+    step_tokens: Histogram | None = None
+    # Waiting requests held back by a transient constraint, not by a limit (vLLM's
+    # waiting_by_reason "deferred"); requests refused at admission (a queue limit).
+    waiting_deferred: float | None = None
+    rejections_total: float | None = None
+    # In-house batchers: batches fired by trigger (full, timeout, budget), cumulative.
+    batches_by_trigger: Mapping[str, float] = field(default_factory=dict)
 
     @property
     def labels(self) -> dict[str, str]:
@@ -113,6 +123,8 @@ SUMMED = (
     "batch_tokens_total",
     "padding_tokens_total",
     "batch_tokens",
+    "waiting_deferred",
+    "rejections_total",
 )
 
 
@@ -150,6 +162,10 @@ def merge_series(
         for size, (n, secs) in s.execution_by_size.items():
             n0, s0 = by_size.get(size, (0.0, 0.0))
             by_size[size] = (n0 + n, s0 + secs)
+    triggers: dict[str, float] = {}
+    for s in series:
+        for trigger, n in s.batches_by_trigger.items():
+            triggers[trigger] = triggers.get(trigger, 0.0) + n
     kv = [s.kv_usage for s in series if s.kv_usage is not None]
     only = series[0] if len(series) == 1 else SeriesSnapshot(key=(), engine="")
     return SeriesSnapshot(
@@ -167,6 +183,8 @@ def merge_series(
             [s.output_tokens for s in series if s.output_tokens is not None]
         ),
         execution_by_size=by_size,
+        batches_by_trigger=triggers,
+        step_tokens=_merge_histograms([s.step_tokens for s in series if s.step_tokens is not None]),
         prompt_tokens=_merge_histograms(
             [s.prompt_tokens for s in series if s.prompt_tokens is not None]
         ),
@@ -175,17 +193,19 @@ def merge_series(
         block_size=only.block_size,
         gpu_memory_utilization=only.gpu_memory_utilization,
         kv_cache_memory_bytes=only.kv_cache_memory_bytes,
+        kv_max_concurrency=only.kv_max_concurrency,
     )
 
 
 def histograms_of(series: SeriesSnapshot) -> dict[str, Histogram]:
     """The histograms a series holds, by name: `latency:KIND` (`latency_histogram`),
-    `output_tokens`, `prompt_tokens`, `batch_size`."""
+    `output_tokens`, `prompt_tokens`, `batch_size`, `step_tokens`."""
     named = {latency_histogram(kind): hist for kind, hist in series.latency.items()}
     for name, hist in (
         ("output_tokens", series.output_tokens),
         ("prompt_tokens", series.prompt_tokens),
         ("batch_size", series.batch_size),
+        ("step_tokens", series.step_tokens),
     ):
         if hist is not None:
             named[name] = hist
@@ -210,4 +230,5 @@ def total_equals_sole_series(series: SeriesSnapshot, default_cap: float | None) 
     added.append(effective_cap(series, default_cap))
     for pair in (*series.latency_means.values(), *series.execution_by_size.values()):
         added.extend(pair)
+    added.extend(series.batches_by_trigger.values())
     return series.batch_size is None and not any(v is not None and math.isnan(v) for v in added)

@@ -33,6 +33,7 @@ FAMILIES = (
     names.MAX_WAIT,
     names.LATENCY_BUDGET,
     names.BATCH_TOKENS,
+    names.BATCHES,
 )
 LATENCY_FAMILIES = {
     "e2e": names.REQUEST_LATENCY,
@@ -66,12 +67,21 @@ def to_series(by_name: SamplesByName) -> list[SeriesSnapshot]:
     budget = values_by_key(by_name, names.LATENCY_BUDGET, KEY_LABELS)
     max_wait = values_by_key(by_name, names.MAX_WAIT, KEY_LABELS)
     ok = values_by_key(by_name, names.REQUESTS + "_total", KEY_LABELS, where={"outcome": "ok"})
+    rejected = values_by_key(
+        by_name, names.REQUESTS + "_total", KEY_LABELS, where={"outcome": "rejected"}
+    )
     batch_size = histograms_by_key(by_name, names.BATCH_SIZE, KEY_LABELS)
     # Every kind adds up to the positions batched; the padding kind alone is the waste.
     batch_tokens = values_by_key(by_name, names.BATCH_TOKENS + "_total", KEY_LABELS)
     padding = values_by_key(
         by_name, names.BATCH_TOKENS + "_total", KEY_LABELS, where={"kind": "padding"}
     )
+    triggers = {
+        trigger: values_by_key(
+            by_name, names.BATCHES + "_total", KEY_LABELS, where={"trigger": trigger}
+        )
+        for trigger in names.TRIGGERS
+    }
     latency = histograms_by_kind(by_name, LATENCY_FAMILIES, KEY_LABELS)
     by_size = _execution_by_size(by_name)
     keys = sorted(set(depth) | set(batch_size))
@@ -84,6 +94,7 @@ def to_series(by_name: SamplesByName) -> list[SeriesSnapshot]:
             budget_seconds=budget.get(key) or None,
             max_wait_seconds=max_wait.get(key),
             requests_total=ok.get(key),
+            rejections_total=rejected.get(key),
             items_total=batch_size[key].sum if key in batch_size else None,
             batches_total=batch_size[key].count if key in batch_size else None,
             batch_tokens_total=batch_tokens.get(key),
@@ -91,6 +102,9 @@ def to_series(by_name: SamplesByName) -> list[SeriesSnapshot]:
             latency=of_key(latency, key),
             batch_size=batch_size.get(key),
             execution_by_size=by_size.get(key, {}),
+            batches_by_trigger={
+                trigger: by_key[key] for trigger, by_key in triggers.items() if key in by_key
+            },
         )
         for key in keys
     ]

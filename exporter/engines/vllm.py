@@ -4,7 +4,28 @@
 with `_created` siblings. vLLM does not expose `max_num_seqs`: the cap comes from config.
 `cache_config_info`
 states the KV cache in its labels (an engine label, no model): `kv_cache_size_tokens`
-and `kv_cache_memory_bytes` from 0.11 on, `num_gpu_blocks` and `block_size` before.
+and `kv_cache_memory_bytes` from 0.11 on, `num_gpu_blocks` and `block_size` before,
+`kv_cache_max_concurrency` in 0.32.
+
+What the limit families count, in 0.32 (read in vLLM's source and checked on the live
+fixtures; docs/metrics.md, "What limits the batch"):
+- `iteration_tokens_total` is observed once per engine step that returned an output
+  (vllm/v1/engine/async_llm.py: no IterationStats for a step without one), with that
+  step's generated tokens plus the computed (not prefix-cached) prompt tokens of every
+  request whose prefill *finished* in it (vllm/v1/metrics/loggers.py). Its sum is
+  `prompt_tokens_total - prompt_tokens_cached_total + generation_tokens_total` (15,152 =
+  3,510 - 0 + 11,642 in tests/fixtures/vllm-0.32.0-cpu-after.txt). Under chunked prefill
+  a 400-token prompt is computed over several steps and credited whole to the last, so
+  the buckets say nothing about how full each step was (most steps land in the small
+  buckets however full they ran); the increase of the sum over the increase of the
+  count is the mean a step carried. A step that only advanced prefills returns no
+  output and is not counted: such a step is one the prefills filled to the budget.
+- `num_requests_waiting_by_reason{reason}` splits `num_requests_waiting` into
+  `capacity` (no room: a limit binds) and `deferred` (held back by a transient
+  constraint: LoRA budget, KV transfer, a blocked request).
+- `admission_rejections_total{reason}` carries `model_name` only (no engine): the API
+  server refuses before any engine sees the request. It is read onto the first series
+  of its model, so a target total counts each refusal once.
 """
 
 from __future__ import annotations
@@ -34,6 +55,9 @@ GENERATION_TOKENS = "vllm:generation_tokens"
 OUTPUT_TOKENS = "vllm:request_generation_tokens"
 PROMPT_TOKENS = "vllm:request_prompt_tokens"
 CACHE_CONFIG = "vllm:cache_config_info"
+STEP_TOKENS = "vllm:iteration_tokens_total"
+WAITING_BY_REASON = "vllm:num_requests_waiting_by_reason"
+REJECTIONS = "vllm:admission_rejections"
 LATENCY_FAMILIES = {
     "e2e": "vllm:e2e_request_latency_seconds",
     "ttft": "vllm:time_to_first_token_seconds",
@@ -53,6 +77,9 @@ FAMILIES = (
     OUTPUT_TOKENS,
     PROMPT_TOKENS,
     CACHE_CONFIG,
+    STEP_TOKENS,
+    WAITING_BY_REASON,
+    REJECTIONS,
     *LATENCY_FAMILIES.values(),
 )
 
@@ -81,6 +108,7 @@ def cache_config_by_engine(by_name: SamplesByName) -> dict[str | None, dict[str,
             "block_size": block_size,
             "gpu_memory_utilization": _info_number(labels.get("gpu_memory_utilization")),
             "kv_cache_memory_bytes": _info_number(labels.get("kv_cache_memory_bytes")),
+            "kv_max_concurrency": _info_number(labels.get("kv_cache_max_concurrency")),
         }
     return out
 
@@ -107,7 +135,11 @@ def to_series(by_name: SamplesByName) -> list[SeriesSnapshot]:
     prompt_tokens = histograms_by_key(by_name, PROMPT_TOKENS, KEY_LABELS)
     cache_configs = cache_config_by_engine(by_name)
     latency = histograms_by_kind(by_name, LATENCY_FAMILIES, KEY_LABELS)
+    step_tokens = histograms_by_key(by_name, STEP_TOKENS, KEY_LABELS)
+    deferred = values_by_key(by_name, WAITING_BY_REASON, KEY_LABELS, where={"reason": "deferred"})
+    rejections = values_by_key(by_name, REJECTIONS + "_total", ("model_name",))
     keys = sorted(set(running) | set(waiting) | set(kv) | set(preemptions) | set(finished))
+    first_of_model = _first_of_model(keys)
     return [
         SeriesSnapshot(
             key=key,
@@ -122,10 +154,25 @@ def to_series(by_name: SamplesByName) -> list[SeriesSnapshot]:
             latency=of_key(latency, key),
             output_tokens=output_tokens.get(key),
             prompt_tokens=prompt_tokens.get(key),
+            step_tokens=step_tokens.get(key),
+            waiting_deferred=deferred.get(key),
+            rejections_total=rejections.get(_model_key(key)) if key in first_of_model else None,
             **_cache_config_of(key, cache_configs),
         )
         for key in keys
     ]
+
+
+def _model_key(key: LabelKey) -> LabelKey:
+    return tuple(pair for pair in key if pair[0] == "model_name")
+
+
+def _first_of_model(keys: list[LabelKey]) -> set[LabelKey]:
+    """The first series key (sorted) of each model: where its admission rejections go."""
+    first: dict[LabelKey, LabelKey] = {}
+    for key in keys:
+        first.setdefault(_model_key(key), key)
+    return set(first.values())
 
 
 def _add(a: float | None, b: float | None) -> float | None:

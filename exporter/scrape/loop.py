@@ -84,6 +84,7 @@ def signal_settings(target: Target, settings: Settings) -> SignalSettings:
     return SignalSettings(
         cap=target.cap,
         token_cap=target.token_cap,
+        token_budget=target.max_num_batched_tokens,
         budget_seconds=target.budget_seconds,
         quantile=target.quantile,
         histogram=target.histogram,

@@ -20,6 +20,7 @@ from typing import Any
 from exporter.config.settings import Target, redacted_url
 from exporter.core.advice import Advice, AdviceItem
 from exporter.core.evaluate import SeriesSignals, TargetSignals
+from exporter.core.limits import LimitReading, Limits
 from exporter.core.signals import Diagnosis
 
 API_VERSION = 1
@@ -61,7 +62,7 @@ def _fields(instance: Any) -> dict[str, Any]:
 
 _FIELD_NAMES = {
     cls: tuple(f.name for f in fields(cls))
-    for cls in (SeriesSignals, Diagnosis, Advice, AdviceItem)
+    for cls in (SeriesSignals, Diagnosis, Advice, AdviceItem, LimitReading)
 }
 
 
@@ -77,8 +78,18 @@ def series_json(series: SeriesSignals) -> dict[str, Any]:
     ]
     out["diagnosis"] = _fields(series.diagnosis)
     out["not_exposed"] = list(series.not_exposed)
+    out["limits"] = limits_json(series.limits)
     out["advice"] = advice_json(series)
     return out
+
+
+def limits_json(limits: Limits) -> dict[str, Any]:
+    """What limits the batch: the binding limit, those at their bound, each reading."""
+    return {
+        "readings": [_fields(reading) for reading in limits.readings],
+        "binding": limits.binding,
+        "at_bound": list(limits.at_bound),
+    }
 
 
 def target_json(signals: TargetSignals) -> dict[str, Any]:
@@ -294,6 +305,7 @@ def targets_response(
                     "engine": t.engine,
                     "cap": t.cap,
                     "token_cap": t.token_cap,
+                    "max_num_batched_tokens": t.max_num_batched_tokens,
                     "budget_seconds": t.budget_seconds,
                     "quantile": t.quantile,
                     "histogram": t.histogram,

@@ -15,14 +15,17 @@ from collections.abc import Iterable, Mapping, Sequence
 from prometheus_client.utils import floatToGoString
 
 from exporter.core.evaluate import SeriesSignals, TargetSignals
+from exporter.core.limits import BINDING_CHOICES
 from exporter.core.signals import DIAGNOSIS_STATES
 from exporter.serve.families import (
     ADVICE,
+    BINDING_LIMIT,
     BOUNDS,
     CONTINUOUS_GAIN,
     DIAGNOSIS,
     FAMILIES,
     LATENCY,
+    LIMIT_RATIO,
     SATURATED,
     SCRAPE_DURATION,
     SERIES_GAUGES,
@@ -78,7 +81,7 @@ def render_metrics(targets: Iterable[TargetSignals]) -> bytes:
     or Sample objects; each series' labels are sorted and escaped once for all its lines,
     and a family that adds a label (`state`, `bound`, `kind`, `reason`) only slots it in."""
     lines: dict[str, list[str]] = {family.name: [] for family in FAMILIES}
-    up, duration, latency, saturated, static, gain, diagnosis, advice = (
+    up, duration, latency, saturated, static, gain, diagnosis, limit_ratio, binding, advice = (
         lines[family.name]
         for family in (
             TARGET_UP,
@@ -88,6 +91,8 @@ def render_metrics(targets: Iterable[TargetSignals]) -> bytes:
             STATIC_UTILIZATION,
             CONTINUOUS_GAIN,
             DIAGNOSIS,
+            LIMIT_RATIO,
+            BINDING_LIMIT,
             ADVICE,
         )
     )
@@ -96,6 +101,7 @@ def render_metrics(targets: Iterable[TargetSignals]) -> bytes:
     states = tuple((state, f'state="{escape(state)}"') for state in DIAGNOSIS_STATES)
     text_of = _NumberTexts().__getitem__
     kind_label = functools.cache(lambda kind: f'kind="{escape(kind)}"')
+    limit_label = functools.cache(lambda limit: f'limit="{escape(limit)}"')
     for t in targets:
         target_labels = {"target": t.target, **t.extra_labels}
         target_pairs = _pairs(target_labels)
@@ -147,6 +153,19 @@ def render_metrics(targets: Iterable[TargetSignals]) -> bytes:
                 f"{DIAGNOSIS.name}{before}{label}{after} {'1.0' if state == current else '0.0'}\n"
                 for state, label in states
                 if t.read or state == current
+            ]
+            if not t.read:
+                continue
+            before, after = _split_at_label(pairs, "limit")
+            limit_ratio += [
+                f"{LIMIT_RATIO.name}{before}{limit_label(r.limit)}{after} {text_of(r.ratio)}\n"
+                for r in s.limits.readings
+                if r.ratio is not None and math.isfinite(r.ratio)
+            ]
+            binding += [
+                f"{BINDING_LIMIT.name}{before}{limit_label(limit)}{after} "
+                f"{'1.0' if limit == s.limits.binding else '0.0'}\n"
+                for limit in BINDING_CHOICES
             ]
     parts: list[str] = []
     for family in FAMILIES:

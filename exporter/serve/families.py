@@ -73,6 +73,26 @@ SERIES_GAUGES = (
         "throughput_gain",
     ),
     (
+        "batchscope_tokens_per_step",
+        "Mean tokens an engine step carried over the window (vLLM iteration_tokens).",
+        "tokens_per_step",
+    ),
+    (
+        "batchscope_token_budget",
+        "Tokens one engine step may carry (configured max_num_batched_tokens).",
+        "token_budget",
+    ),
+    (
+        "batchscope_deferred_requests",
+        "Waiting requests deferred by a transient constraint, not short of room (vLLM).",
+        "waiting_deferred",
+    ),
+    (
+        "batchscope_admission_rejections_per_second",
+        "Requests refused at admission by a queue limit, per second over the window.",
+        "rejections_per_second",
+    ),
+    (
         "batchscope_padding_waste_ratio",
         "Share of the token positions in fired batches that were padding (in-house batchers).",
         "padding_waste",
@@ -125,6 +145,18 @@ DIAGNOSIS = Family(
     "1 for the current diagnosis state of the target or series.",
     labels=("state",),
 )
+LIMIT_RATIO = Family(
+    "batchscope_limit_ratio",
+    "Each limit on the batch, its reading over its bound (limit label: requests, kv_cache, "
+    "token_budget, batch_tokens, deferred, max_wait, latency_budget).",
+    labels=("limit",),
+)
+BINDING_LIMIT = Family(
+    "batchscope_binding_limit",
+    "1 for the limit that binds the batch now (arrivals: nothing waits; unexplained: "
+    "requests wait and no limit the metrics show is at its bound).",
+    labels=("limit",),
+)
 ADVICE = Family(
     "batchscope_advice_value",
     "One number of advice (kind label: what it is; /api/v1/advice has its inputs, "
@@ -153,6 +185,8 @@ FAMILIES = (
     STATIC_UTILIZATION,
     CONTINUOUS_GAIN,
     DIAGNOSIS,
+    LIMIT_RATIO,
+    BINDING_LIMIT,
     ADVICE,
     TARGET_ERRORS,
     WINDOW_RESETS,

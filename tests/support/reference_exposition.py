@@ -15,15 +15,18 @@ from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 
 from exporter.core.evaluate import TargetSignals
+from exporter.core.limits import BINDING_CHOICES
 from exporter.core.signals import DIAGNOSIS_STATES
 from exporter.serve.exposition import statistic_label
 from exporter.serve.families import (
     ADVICE,
+    BINDING_LIMIT,
     BOUNDS,
     CONTINUOUS_GAIN,
     DIAGNOSIS,
     FAMILIES,
     LATENCY,
+    LIMIT_RATIO,
     SATURATED,
     SCRAPE_DURATION,
     SERIES_GAUGES,
@@ -49,7 +52,7 @@ class SignalsCollector(Collector):
 
     def collect(self) -> Iterable[Metric]:
         metrics = {family.name: _metric(family) for family in FAMILIES}
-        up, duration, latency, saturated, static, gain, diagnosis, advice, errors, resets = (
+        (up, duration, latency, saturated, static, gain, diagnosis, limit_ratio, binding) = (
             metrics[family.name]
             for family in (
                 TARGET_UP,
@@ -59,6 +62,13 @@ class SignalsCollector(Collector):
                 STATIC_UTILIZATION,
                 CONTINUOUS_GAIN,
                 DIAGNOSIS,
+                LIMIT_RATIO,
+                BINDING_LIMIT,
+            )
+        )
+        advice, errors, resets = (
+            metrics[family.name]
+            for family in (
                 ADVICE,
                 TARGET_ERRORS,
                 WINDOW_RESETS,
@@ -104,5 +114,18 @@ class SignalsCollector(Collector):
                         diagnosis.name,
                         {**labels, "state": state},
                         1.0 if s.diagnosis.state == state else 0.0,
+                    )
+                if not t.read:
+                    continue
+                for r in s.limits.readings:
+                    if r.ratio is not None and math.isfinite(r.ratio):
+                        limit_ratio.add_sample(
+                            limit_ratio.name, {**labels, "limit": r.limit}, r.ratio
+                        )
+                for limit in BINDING_CHOICES:
+                    binding.add_sample(
+                        binding.name,
+                        {**labels, "limit": limit},
+                        1.0 if s.limits.binding == limit else 0.0,
                     )
         yield from metrics.values()

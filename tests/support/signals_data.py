@@ -9,6 +9,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.core.advice import Advice, AdviceItem
 from exporter.core.evaluate import SeriesSignals, TargetSignals, evaluate_target
+from exporter.core.limits import BINDING_CHOICES, LIMITS, LimitReading, Limits
 from exporter.core.signals import DIAGNOSIS_STATES, Diagnosis, SignalSettings
 from exporter.core.snapshot import Snapshot
 from exporter.core.static_util import UtilizationEstimate
@@ -95,6 +96,14 @@ def series_signals(draw: st.DrawFn) -> SeriesSignals:
             )
         ),
         not_exposed=tuple(draw(st.lists(st.sampled_from(["running", "waiting"]), max_size=2))),
+        limits=Limits(
+            tuple(
+                LimitReading(limit, draw(numbers), draw(st.booleans()), draw(label_values))
+                for limit in draw(st.lists(st.sampled_from(LIMITS), max_size=4, unique=True))
+            ),
+            draw(st.sampled_from([None, *BINDING_CHOICES])),
+            tuple(draw(st.lists(st.sampled_from(LIMITS), max_size=2, unique=True))),
+        ),
         **gauges,
     )
 

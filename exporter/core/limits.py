@@ -1,0 +1,267 @@
+"""What limits the batch: each limit an engine applies, its reading against its bound, and
+which one binds now. Pure: plain numbers in, a `Limits` out.
+
+The limits (docs/metrics.md, "What limits the batch", says what each reads in which engine):
+- `requests`: running requests against the request cap (vLLM's --max-num-seqs, a
+  batcher's max batch size);
+- `kv_cache`: KV cache usage against full, where preemptions say it is short;
+- `token_budget`: tokens an engine step carries against the per-step token budget (vLLM's
+  --max-num-batched-tokens, which no engine exposes: from configuration, never guessed);
+- `batch_tokens`: tokens the running batch holds against a token cap (TGI's
+  --max-batch-total-tokens);
+- `deferred`: waiting requests held back by a transient constraint rather than by a lack
+  of room (vLLM's waiting_by_reason "deferred"), as a share of those waiting;
+- `max_wait` and `latency_budget`: an in-house batcher's batches fired by its timeout or
+  its latency budget, as a share of the batches it fired;
+- `arrivals`: nothing waits, so the batch is as large as the traffic makes it.
+
+The binding limit, first match: none while nothing runs or waits; while nothing waits, the
+KV cache if it preempts, the request (or batch-token) cap the batch has reached, else
+`arrivals`; a batcher's most frequent trigger (full: `requests`); the KV cache when it is full or
+preempting below the request cap, or preempting at it; the token budget below the request
+cap with KV room; then the request cap, the batch-token cap, the deferred share; and
+`unexplained` when requests wait and no limit the metrics show is at its bound. The
+diagnosis (`signals.diagnose`) applies the same predicates (`at_bound`, `kv_short`), so a
+state that names a limit and the binding limit agree (tests/exporter/test_limits.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+LIMITS = (
+    "requests",
+    "kv_cache",
+    "token_budget",
+    "batch_tokens",
+    "deferred",
+    "max_wait",
+    "latency_budget",
+    "arrivals",
+)
+UNEXPLAINED = "unexplained"
+# What `Limits.binding` may name (besides None).
+BINDING_CHOICES = (*LIMITS, UNEXPLAINED)
+# A batcher's trigger -> the limit that fired the batch.
+TRIGGER_LIMITS = {"full": "requests", "timeout": "max_wait", "budget": "latency_budget"}
+# Deferred requests bind when they are at least this share of those waiting.
+DEFERRED_SHARE = 0.5
+
+
+@dataclass(frozen=True, slots=True)
+class LimitReading:
+    """One limit at one evaluation: `ratio` (its reading over its bound; None when it cannot
+    be judged), `exposed` (the engine publishes what it needs; a token budget also needs
+    configuring), and `reading`, the words: what was read, or why nothing could be."""
+
+    limit: str
+    ratio: float | None
+    exposed: bool
+    reading: str
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """Every limit's reading, the one that binds (a LIMITS name, `unexplained`, or None
+    while nothing runs or waits), and every limit at its bound now, the binding one first."""
+
+    readings: tuple[LimitReading, ...] = ()
+    binding: str | None = None
+    at_bound: tuple[str, ...] = ()
+
+    def ratio(self, limit: str) -> float | None:
+        return next((r.ratio for r in self.readings if r.limit == limit), None)
+
+
+@dataclass(frozen=True, slots=True)
+class LimitInputs:
+    """What the breakdown reads. `running`: the recent peak (as the diagnosis reads it), or
+    a batcher's mean fired batch. `trigger_shares`: a batcher's batches fired by trigger
+    over the window, as shares. `fired_batches`: a batcher that fills and fires batches."""
+
+    running: float | None = None
+    waiting: float | None = None
+    cap: float | None = None
+    kv_usage: float | None = None
+    preemptions_per_second: float | None = None
+    tokens_per_step: float | None = None
+    token_budget: float | None = None
+    batch_tokens: float | None = None
+    token_cap: float | None = None
+    waiting_deferred: float | None = None
+    fired_batches: bool = False
+    trigger_shares: Mapping[str, float] = field(default_factory=dict)
+    near_cap: float = 0.9
+    kv_high: float = 0.9
+
+
+def ratio_of(reading: float | None, bound: float | None) -> float | None:
+    """A reading over its bound; None when either is unknown or the bound is not positive."""
+    if reading is None or bound is None or bound <= 0:
+        return None
+    return reading / bound
+
+
+def at_bound(ratio: float | None, near: float) -> bool:
+    """A limit is at its bound from `near` (the near-cap share) of it on."""
+    return ratio is not None and ratio >= near
+
+
+def kv_short(kv_usage: float | None, preemptions_per_second: float | None, kv_high: float) -> bool:
+    """The KV cache is at its bound: full past `kv_high`, or preempting requests."""
+    return (kv_usage is not None and kv_usage >= kv_high) or (preemptions_per_second or 0) > 0
+
+
+def deferred_bind(waiting: float | None, deferred: float | None) -> bool:
+    """Deferred requests are what holds the queue: some, and at least DEFERRED_SHARE of it."""
+    return bool(deferred) and bool(waiting) and deferred >= DEFERRED_SHARE * waiting
+
+
+def _count(x: float) -> str:
+    return f"{x:.0f}" if float(x).is_integer() else f"{x:.1f}"
+
+
+def _readings(x: LimitInputs) -> list[LimitReading]:
+    """Each limit's reading, in LIMITS order."""
+    requests = ratio_of(x.running, x.cap)
+    out = [
+        LimitReading(
+            "requests",
+            requests,
+            x.running is not None,
+            (
+                f"{_count(x.running)} of {_count(x.cap)} "
+                + ("in a fired batch on average" if x.fired_batches else "running")
+            )
+            if requests is not None
+            else "the request cap is unknown: configure `cap`"
+            if x.running is not None
+            else "the engine does not expose its running requests",
+        )
+    ]
+    kv_exposed = x.kv_usage is not None
+    out.append(
+        LimitReading(
+            "kv_cache",
+            x.kv_usage,
+            kv_exposed,
+            f"{x.kv_usage:.0%} used"
+            + (
+                f", {x.preemptions_per_second:.2f} preemptions/s"
+                if x.preemptions_per_second
+                else ""
+            )
+            if kv_exposed
+            else "the engine does not expose its KV cache usage",
+        )
+    )
+    budget = ratio_of(x.tokens_per_step, x.token_budget)
+    out.append(
+        LimitReading(
+            "token_budget",
+            budget,
+            x.tokens_per_step is not None and x.token_budget is not None,
+            f"{x.tokens_per_step:.1f} tokens per step of a {_count(x.token_budget)}-token budget"
+            if budget is not None
+            else f"{x.tokens_per_step:.1f} tokens per step; the token budget "
+            "(--max-num-batched-tokens) is not configured for this target, so it cannot "
+            "be judged: set `max_num_batched_tokens`"
+            if x.tokens_per_step is not None
+            else "the engine does not expose its tokens per step (or no step ran in the window)",
+        )
+    )
+    tokens = ratio_of(x.batch_tokens, x.token_cap)
+    out.append(
+        LimitReading(
+            "batch_tokens",
+            tokens,
+            tokens is not None,
+            f"the batch holds {_count(x.batch_tokens)} of {_count(x.token_cap)} tokens"
+            if tokens is not None
+            else "no batch-token reading against a token cap (`token_cap`)",
+        )
+    )
+    deferred_exposed = x.waiting_deferred is not None
+    out.append(
+        LimitReading(
+            "deferred",
+            ratio_of(x.waiting_deferred, x.waiting) if deferred_exposed else None,
+            deferred_exposed,
+            f"{_count(x.waiting_deferred)} of {_count(x.waiting or 0)} waiting are deferred"
+            if deferred_exposed
+            else "the engine does not say why requests wait",
+        )
+    )
+    for trigger in ("timeout", "budget"):
+        limit = TRIGGER_LIMITS[trigger]
+        share = x.trigger_shares.get(trigger)
+        out.append(
+            LimitReading(
+                limit,
+                share,
+                share is not None,
+                f"{share:.0%} of batches fired by its {limit.replace('_', ' ')}"
+                if share is not None
+                else "only a batcher that counts its triggers says this",
+            )
+        )
+    out.append(
+        LimitReading(
+            "arrivals",
+            None,
+            x.waiting is not None,
+            "nothing waits"
+            if x.waiting == 0
+            else f"{_count(x.waiting)} wait"
+            if x.waiting is not None
+            else "the engine does not expose its queue",
+        )
+    )
+    return out
+
+
+def _binding(x: LimitInputs, bound: set[str]) -> str | None:
+    """The binding limit, first match (the module docstring)."""
+    if (x.running or 0) + (x.waiting or 0) == 0:
+        return None
+    if x.fired_batches and x.trigger_shares:
+        trigger = max(x.trigger_shares, key=lambda t: (x.trigger_shares[t], t == "full"))
+        if trigger == "timeout" and not x.waiting:
+            return "arrivals"
+        return TRIGGER_LIMITS[trigger]
+    preempting = (x.preemptions_per_second or 0) > 0
+    if not x.waiting:
+        met = [limit for limit in ("requests", "batch_tokens") if limit in bound]
+        return "kv_cache" if preempting else met[0] if met else "arrivals"
+    below_cap = "requests" not in bound and "batch_tokens" not in bound
+    if "kv_cache" in bound and (below_cap or preempting):
+        return "kv_cache"
+    if "token_budget" in bound and below_cap:
+        return "token_budget"
+    for limit in ("requests", "batch_tokens", "deferred"):
+        if limit in bound:
+            return limit
+    return UNEXPLAINED
+
+
+def limits(x: LimitInputs) -> Limits:
+    """The breakdown: every limit's reading, the binding one, and those at their bound."""
+    readings = _readings(x)
+    by_limit = {r.limit: r for r in readings}
+    bound = {
+        limit
+        for limit in ("requests", "token_budget", "batch_tokens")
+        if at_bound(by_limit[limit].ratio, x.near_cap)
+    }
+    if kv_short(x.kv_usage, x.preemptions_per_second, x.kv_high):
+        bound.add("kv_cache")
+    if deferred_bind(x.waiting, x.waiting_deferred):
+        bound.add("deferred")
+    for trigger, share in x.trigger_shares.items():
+        if share >= DEFERRED_SHARE:
+            bound.add(TRIGGER_LIMITS[trigger])
+    binding = _binding(x, bound)
+    ordered = [binding] if binding in bound else []
+    ordered += [limit for limit in LIMITS if limit in bound and limit != binding]
+    return Limits(tuple(readings), binding, tuple(ordered))
