@@ -36,7 +36,10 @@ system-packages:
 vllm-env:
 	bash scripts/install_vllm.sh
 
-test: install vllm-env
+# The two installs side by side (one is mostly waiting on the network, the other on
+# unpacking): a fresh machine starts testing about two minutes sooner.
+test:
+	$(MAKE) -j2 --no-print-directory install vllm-env
 	$(BIN)/pytest -ra
 
 # Everything but the end-to-end tests that start real servers.

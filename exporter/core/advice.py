@@ -205,7 +205,13 @@ def kv_advice(inputs: AdviceInputs) -> list[AdviceItem]:
                 window,
             )
         )
-    limited = memory_limited(inputs.kv_scrapes, inputs.cap, inputs.near_cap)
+    # Requests that wait below the cap while steps run at the token budget wait for the
+    # budget, not for memory: such a window measures no fill.
+    limited = (
+        []
+        if _budget_binds(inputs)
+        else memory_limited(inputs.kv_scrapes, inputs.cap, inputs.near_cap)
+    )
     # Memory must hold the batch for most of the window: a few scrapes of a batch still
     # ramping up after a start also wait below the cap, with the cache nearly empty.
     held = len(limited) >= MIN_BUSY_SCRAPES and 2 * len(limited) >= len(busy)

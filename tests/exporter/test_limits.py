@@ -404,6 +404,9 @@ def test_the_token_budget_advice_names_the_budget_that_carries_the_cap() -> None
         "1152 (1,131 rounded up to a multiple of 64) would carry the cap, at up to 18.1x the "
         "step time (a step takes 10.0 ms today)"
     )
+    # Requests wait below the cap for the token budget, not for memory: no KV verdict.
+    assert total.advice.item("kv_cache_fill") is None
+    assert total.advice.item("raise_cap_helps") is None
     stated = total.advice.item("kv_max_concurrency_stated")
     assert stated.value == 2048.0
     # With a budget that already carries the mix: no change advised, the need is stated.
