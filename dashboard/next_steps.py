@@ -29,11 +29,16 @@ NEXT_STEP: dict[str, str] = {
     "memory_bound": "Spend your time on KV cache memory, not on the scheduler: more GPU "
     "memory for the cache (gpu-memory-utilization), shorter max-model-len, a smaller or "
     "quantized KV cache, or more replicas. A higher --max-num-seqs will not help.",
+    "token_budget_bound": "Engine steps run at the per-step token budget while requests "
+    "wait and the KV cache has room: raise --max-num-batched-tokens (the advice says to "
+    "what, and what it costs in inter-token latency), or serve long prompts separately. A "
+    "higher --max-num-seqs will not help.",
     "preempting": "The KV cache is short of memory at this load: watch whether "
     "preemptions climb with traffic, and give the cache more memory before raising the cap.",
-    "batch_limited": "Something other than memory limits the batch: check the per-step "
-    "token budget (--max-num-batched-tokens) or, for an in-house batcher, its max wait "
-    "and budget. Change one setting at a time.",
+    "batch_limited": "No limit the metrics show is at its bound: the reason lists what was "
+    "read. For vLLM, configure the target's max_num_batched_tokens so the token budget can "
+    "be judged; for an in-house batcher, look at its max wait and budget. Change one "
+    "setting at a time.",
     "queueing": "Requests wait and no cap is configured: set the target's cap (vLLM's "
     "--max-num-seqs) so the exporter can tell a full batch from a limited one.",
     "underloaded": "Batches are small because there is little traffic: nothing to fix; "
@@ -47,6 +52,65 @@ NEXT_STEP: dict[str, str] = {
 def next_step(state: str) -> str:
     """The next thing to look at for a diagnosis state."""
     return NEXT_STEP.get(state, "See the reason above; docs/metrics.md lists the states.")
+
+
+# How the Live page names each limit of the exporter's breakdown (exporter/core/limits.py).
+LIMIT_LABELS = {
+    "requests": "requests (the cap, --max-num-seqs)",
+    "kv_cache": "KV cache",
+    "token_budget": "token budget (--max-num-batched-tokens)",
+    "batch_tokens": "batch tokens (the token cap)",
+    "deferred": "deferred requests",
+    "max_wait": "max wait (batches fired by the timeout)",
+    "latency_budget": "latency budget (batches fired by the budget)",
+    "arrivals": "arrivals",
+    "unexplained": "no limit the metrics show",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class LimitBar:
+    """One limit as the Live page draws it: a bar of `fill` (its ratio, 0..1) with `text`,
+    marked when it binds; or, not judged (`fill` None), a line saying why."""
+
+    label: str
+    fill: float | None
+    text: str
+    binding: bool
+
+
+def limit_bars(limits: dict) -> tuple[str, list[LimitBar], list[str]]:
+    """The breakdown (the API's `limits` object) as the Live page shows it: a sentence
+    naming the binding limit, a bar per judged limit, and the limits it could not judge
+    (each with why)."""
+    binding = limits.get("binding")
+    at_bound = [LIMIT_LABELS.get(name, name) for name in limits.get("at_bound") or []]
+    if binding is None:
+        headline = "Nothing runs or waits: no limit binds."
+    else:
+        headline = f"Binding now: **{LIMIT_LABELS.get(binding, binding)}**"
+        others = at_bound[1:] if binding in (limits.get("at_bound") or [])[:1] else at_bound
+        if others:
+            headline += f"; also at its bound: {', '.join(others)}"
+        headline += "."
+    bars, unjudged = [], []
+    for reading in limits.get("readings") or []:
+        name, ratio = reading.get("limit", ""), reading.get("ratio")
+        label = LIMIT_LABELS.get(name, name)
+        if ratio is None:
+            if name != "arrivals":
+                unjudged.append(f"{label}: {reading.get('reading', '')}")
+            continue
+        mark = "▶ " if name == binding else ""
+        bars.append(
+            LimitBar(
+                label,
+                min(max(ratio, 0.0), 1.0),
+                f"{mark}{label}: {ratio:.0%} of its bound, {reading.get('reading', '')}",
+                name == binding,
+            )
+        )
+    return headline, bars, unjudged
 
 
 @dataclass(frozen=True, slots=True)

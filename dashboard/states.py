@@ -25,6 +25,7 @@ STATES: dict[str, StateLook] = {
     "budget_saturated": StateLook("budget saturated", "red", "#dc2626", 1),
     "stalled": StateLook("stalled", "violet", "#7c3aed", 2),
     "memory_bound": StateLook("memory-bound", "orange", "#ea580c", 3),
+    "token_budget_bound": StateLook("token-budget-bound", "orange", "#c2410c", 3),
     "preempting": StateLook("preempting", "yellow", "#ca8a04", 4),
     "batch_limited": StateLook("batch-limited", "blue", "#2563eb", 5),
     "queueing": StateLook("queueing", "blue", "#0891b2", 6),

@@ -13,7 +13,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from exporter.alerts.fleet_rules import BUDGET_RULE, CAP_RULE, RECORDED_QUANTILES, quantile_label
+from exporter.alerts.fleet_rules import (
+    BUDGET_RULE,
+    CAP_RULE,
+    RECORDED_QUANTILES,
+    TOKEN_BUDGET_RULE,
+    quantile_label,
+)
 from exporter.alerts.specs import (
     BUDGET_SATURATED,
     EXPORTER_DOWN,
@@ -22,6 +28,7 @@ from exporter.alerts.specs import (
     SCRAPES_SLOW,
     STALLED,
     TARGET_DOWN,
+    TOKEN_BUDGET_BOUND,
     AlertSpec,
     AlertWords,
 )
@@ -44,6 +51,11 @@ BUDGET_SATURATED_RULE = f"{LEVEL}:vllm_budget_saturated:min_over_hold"
 OUTPUT_TOKENS_MEAN = f"{LEVEL}:vllm_request_generation_tokens:mean"
 MEMORY_BOUND_RULE = f"{LEVEL}:vllm_memory_bound:bool"
 STALLED_RULE = f"{LEVEL}:vllm_stalled:bool"
+TOKENS_PER_STEP = f"{LEVEL}:vllm_iteration_tokens:mean"
+TOKEN_BUDGET_RATIO = f"{LEVEL}:vllm_token_budget:ratio"
+TOKEN_BUDGET_BOUND_RULE = f"{LEVEL}:vllm_token_budget_bound:bool"
+# 1 for the limit that binds the batch, by `limit` (exporter/core/limits.py's rule).
+BINDING_LIMIT = f"{LEVEL}:vllm_binding_limit:bool"
 
 # Both vLLM generations: V0 counted swapped requests apart, 0.9 renamed the KV gauge.
 WAITING_NAMES = ("vllm:num_requests_waiting", "vllm:num_requests_swapped")
@@ -83,6 +95,16 @@ def vllm_recording_rules(config: Mapping) -> dict:
         _record(
             GENERATION_TOKENS,
             f"sum by ({by}) (rate(vllm:generation_tokens_total{{{scraped}}}[{window}]))",
+        ),
+        # vLLM credits a whole prompt to the step its prefill finished in: the mean over
+        # the window is what a step carried (docs/metrics.md, "What limits the batch").
+        _record(
+            TOKENS_PER_STEP,
+            f"sum by ({by}) (rate(vllm:iteration_tokens_total_sum{{{scraped}}}[{window}]))\n"
+            f"/ sum by ({by}) (rate(vllm:iteration_tokens_total_count{{{scraped}}}[{window}]))",
+        ),
+        _record(
+            TOKEN_BUDGET_RATIO, f"{TOKENS_PER_STEP} / on (target) group_left () {TOKEN_BUDGET_RULE}"
         ),
         _record(
             OUTPUT_TOKENS_MEAN,
@@ -132,7 +154,54 @@ def vllm_recording_rules(config: Mapping) -> dict:
             ),
         ),
     ]
+    rules += binding_limit_rules(config)
     return {"groups": [{"name": "batchscope-vllm-signals", "rules": rules}]}
+
+
+def binding_limit_rules(config: Mapping) -> list[dict]:
+    """The token-budget state and the binding limit, as the exporter's rules read them
+    (exporter/core/limits.py): requests wait below the cap, KV has room, and steps carry
+    near_cap of the token budget; the binding limit by the same first match, over what
+    the raw series give (the request cap, the KV cache, the token budget, arrivals)."""
+    by = _by(config)
+    near_cap, kv_high = config["near_cap"], config["kv_high"]
+    waits, idle = f"({WAITING} > 0)", f"({WAITING} == 0)"
+    busy = f"(({RUNNING} + {WAITING}) > 0)"
+    kv_short = f"(({KV_USAGE} >= {kv_high:g}) or ({PREEMPTIONS} > 0))"
+    at_cap = f"({RUNNING_VS_CAP} >= {near_cap:g})"
+    at_budget = f"({TOKEN_BUDGET_RATIO} >= {near_cap:g})"
+    preempting = f"({PREEMPTIONS} > 0)"
+    on = f"on ({by})"
+
+    def binding(limit: str, condition: str) -> dict:
+        return _record(BINDING_LIMIT, _as_bool(condition), {"limit": limit})
+
+    return [
+        _record(
+            TOKEN_BUDGET_BOUND_RULE,
+            _as_bool(
+                f"{waits}\nand {at_budget}\nunless {at_cap}\nunless {on} {kv_short}\n"
+                f"unless {on} ({BUDGET_SATURATED_RULE} == 1)"
+            ),
+        ),
+        binding(
+            "kv_cache",
+            f"{busy}\nand ({preempting} or ({waits} and {kv_short} unless {at_cap}))",
+        ),
+        binding(
+            "token_budget",
+            f"{waits}\nand {at_budget}\nunless {at_cap}\nunless {on} {kv_short}",
+        ),
+        binding("requests", f"{busy}\nand {at_cap}\nunless {on} {preempting}"),
+        binding(
+            "arrivals",
+            f"{busy}\nand {idle}\nunless {on} {at_cap}\nunless {on} {preempting}",
+        ),
+        binding(
+            "unexplained",
+            f"{waits}\nunless {on} {at_cap}\nunless {on} {kv_short}\nunless {on} {at_budget}",
+        ),
+    ]
 
 
 def latest(selector: str, config: Mapping) -> str:
@@ -271,6 +340,13 @@ def exporter_alerts(config: Mapping, holds: Mapping[str, float] | None = None) -
             holds,
         ),
         _alert(
+            TOKEN_BUDGET_BOUND,
+            f"{_worst('batchscope_waiting_requests', config)}\n"
+            f"and on (target) {_diagnosed('token_budget_bound', config)}",
+            config,
+            holds,
+        ),
+        _alert(
             PREEMPTIONS_CLIMBING,
             f"{_worst('batchscope_preemptions_per_second', config)} > 0",
             config,
@@ -323,6 +399,12 @@ def vllm_alerts(config: Mapping, holds: Mapping[str, float] | None = None) -> di
         _alert(
             MEMORY_BOUND,
             f"{WAITING}\nand on ({_by(config)}) {MEMORY_BOUND_RULE} == 1",
+            config,
+            holds,
+        ),
+        _alert(
+            TOKEN_BUDGET_BOUND,
+            f"{WAITING}\nand on ({_by(config)}) {TOKEN_BUDGET_BOUND_RULE} == 1",
             config,
             holds,
         ),

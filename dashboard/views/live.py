@@ -28,7 +28,7 @@ from dashboard.frames import (
     series_choices,
     series_points,
 )
-from dashboard.next_steps import advice_rows, checklist, next_step
+from dashboard.next_steps import advice_rows, checklist, limit_bars, next_step
 from exporter.alerts.specs import SLOW_SCRAPE_SECONDS
 from exporter.config.settings import DEFAULT_TIMEOUT_SECONDS
 from exporter.core.signals import SignalSettings
@@ -165,6 +165,16 @@ def diagnosis_box(series: dict) -> None:
         st.markdown(f"**Next:** {next_step(state)}")
 
 
+def limits_box(series: dict) -> None:
+    headline, bars, unjudged = limit_bars(series.get("limits") or {})
+    with st.expander("What limits the batch", expanded=True):
+        st.markdown(headline)
+        for bar in bars:
+            st.progress(bar.fill, text=plain_markdown(bar.text))
+        if unjudged:
+            st.caption("Not judged here: " + "; ".join(plain_markdown(u) for u in unjudged))
+
+
 def checklist_box(series: dict) -> None:
     with st.expander("Seed 003's checklist, answered from these signals", expanded=True):
         for check in checklist(series):
@@ -267,6 +277,7 @@ def target_panel(sources: ui.Sources, target: dict, now: float) -> None:
         choice = st.selectbox("Model", list(choices), key="live_model")
     series = choices.get(choice) or choices[TOTAL_CHOICE]
     diagnosis_box(series)
+    limits_box(series)
     metrics_row(series)
     checklist_box(series)
     advice_box(series)

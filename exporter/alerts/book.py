@@ -19,6 +19,7 @@ from exporter.alerts.specs import (
     RUNBOOK_PATH,
     STALLED,
     TARGET_DOWN,
+    TOKEN_BUDGET_BOUND,
     AlertSpec,
     AlertWords,
 )
@@ -51,6 +52,9 @@ def conditions(signals: TargetSignals) -> list[tuple[AlertSpec, float]]:
             if s.budget_saturated and s.budget_utilization is not None
         ],
         MEMORY_BOUND: [s.waiting or 0.0 for s in views if s.diagnosis.state == "memory_bound"],
+        TOKEN_BUDGET_BOUND: [
+            s.waiting or 0.0 for s in views if s.diagnosis.state == "token_budget_bound"
+        ],
         STALLED: [
             s.generation_tokens_per_second or 0.0 for s in views if s.diagnosis.state == "stalled"
         ],

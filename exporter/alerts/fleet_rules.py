@@ -16,6 +16,7 @@ from exporter.config.settings import Target
 # The constants the generic rules join on; grafana/rules.py reads these names.
 CAP_RULE = "target:vllm_max_num_seqs:config"
 BUDGET_RULE = "target:latency_budget_seconds:config"
+TOKEN_BUDGET_RULE = "target:vllm_max_num_batched_tokens:config"
 # Quantiles the generic rules record; a target's own quantile must be one of them.
 RECORDED_QUANTILES = (0.5, 0.9, 0.95, 0.99)
 
@@ -30,7 +31,8 @@ def quantile_label(quantile: float) -> str:
 
 
 def target_rules(target: Target) -> list[dict]:
-    """The constant recording rules of one target; empty when it sets neither cap nor budget.
+    """The constant recording rules of one target; empty when it sets no cap, no token
+    budget (`max_num_batched_tokens`) and no latency budget.
 
     The budget's series carries the target's `quantile` and `histogram` as labels, so the
     generic rules divide the matching latency quantile by it.
@@ -46,6 +48,14 @@ def target_rules(target: Target) -> list[dict]:
             {
                 "record": CAP_RULE,
                 "expr": f"vector({target.cap:g})",
+                "labels": {"target": target.name},
+            }
+        )
+    if target.max_num_batched_tokens is not None:
+        rules.append(
+            {
+                "record": TOKEN_BUDGET_RULE,
+                "expr": f"vector({target.max_num_batched_tokens:g})",
                 "labels": {"target": target.name},
             }
         )

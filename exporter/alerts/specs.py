@@ -69,6 +69,18 @@ MEMORY_BOUND = AlertSpec(
     "--max-num-seqs will not help: KV cache memory decides how many requests fit.",
     "number",
 )
+TOKEN_BUDGET_BOUND = AlertSpec(
+    "BatchingTokenBudgetBound",
+    "warning",
+    120.0,
+    "{target}: the per-step token budget limits the batch",
+    "On {target} {value} requests wait while the running batch stays under {near_cap} of "
+    "its cap and engine steps carry {near_cap} or more of --max-num-batched-tokens, with room "
+    "in the KV cache. A higher --max-num-seqs will not help: a larger "
+    "--max-num-batched-tokens will, at the cost of inter-token latency for running decodes, "
+    "or serving prefill-heavy traffic (long prompts) separately.",
+    "number",
+)
 PREEMPTIONS_CLIMBING = AlertSpec(
     "BatchingPreemptionsClimbing",
     "warning",
@@ -121,6 +133,7 @@ SCRAPES_SLOW = AlertSpec(
 ALERTS = (
     BUDGET_SATURATED,
     MEMORY_BOUND,
+    TOKEN_BUDGET_BOUND,
     PREEMPTIONS_CLIMBING,
     STALLED,
     TARGET_DOWN,

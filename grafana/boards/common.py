@@ -167,6 +167,7 @@ def state_query(source: Source, selector: str, config: Mapping) -> Query:
     named = [
         (rules.BUDGET_SATURATED_RULE, "budget_saturated"),
         (rules.MEMORY_BOUND_RULE, "memory_bound"),
+        (rules.TOKEN_BUDGET_BOUND_RULE, "token_budget_bound"),
         (rules.STALLED_RULE, "stalled"),
     ]
     parts = [

@@ -99,6 +99,54 @@ def vllm_batching(source: Source, config: Mapping) -> dict:
         .min(0)
         .max(1)
     )
+    if source is EXPORTER:
+        limit_ratios = [
+            Query(
+                f'batchscope_limit_ratio{{{series}, limit=~"requests|kv_cache|token_budget"}}',
+                "{{limit}} {{model_name}}",
+            )
+        ]
+        binding = Query(f"batchscope_binding_limit{{{series}}} == 1", "{{limit}}")
+    else:
+        limit_ratios = [
+            Query(f"{name}{{{sel}}}", f"{limit} {{{{model_name}}}}")
+            for name, limit in (
+                (rules.RUNNING_VS_CAP, "requests"),
+                (rules.KV_USAGE, "kv_cache"),
+                (rules.TOKEN_BUDGET_RATIO, "token_budget"),
+            )
+        ]
+        binding = Query(f"max by (limit) ({rules.BINDING_LIMIT}{{{sel}}}) == 1", "{{limit}}")
+    limits = (
+        threshold_lines(
+            series_panel(
+                "What limits the batch: each limit against its bound",
+                "Each limit vLLM applies, as a share of its bound: requests (running / "
+                "--max-num-seqs), kv_cache (KV cache usage), token_budget (tokens per engine "
+                "step / --max-num-batched-tokens, from the target's config: vLLM does not "
+                f"expose it). At or over {near_cap:.0%} a limit is at its bound. A line that "
+                "is missing is a limit this engine or configuration does not let batchscope "
+                "judge (no cap, no max_num_batched_tokens, an older vLLM).",
+                "percentunit",
+                *limit_ratios,
+            )
+        )
+        .thresholds(thresholds((None, "green"), (near_cap, "orange")))
+        .min(0)
+    )
+    binding_panel = (
+        statetimeline.Panel()
+        .title("The binding limit")
+        .description(
+            "The limit that binds the batch now, first match: kv_cache (full or preempting "
+            "below the cap), token_budget (steps at the token budget below the cap, KV with "
+            "room), requests (at the cap), arrivals (nothing waits), unexplained (requests "
+            "wait and no limit the metrics show is at its bound). docs/metrics.md, "
+            '"What limits the batch".'
+        )
+        .targets(targets([binding]))
+        .show_value(common.VisibilityMode.NEVER)
+    )
     budget = budget_panel(
         "The window's latency quantile (p99 of end-to-end latency unless configured) over "
         f"the latency budget. Shaded: saturated, at or over {threshold:.0%} for a minute. "
@@ -113,7 +161,8 @@ def vllm_batching(source: Source, config: Mapping) -> dict:
         .title("Diagnosis")
         .description(
             "One state at a time, first match wins: budget_saturated, memory_bound (waiting "
-            "under the cap with KV full or preemptions), stalled (waiting, room in the "
+            "under the cap with KV full or preemptions), token_budget_bound (waiting under "
+            "the cap, steps at the token budget, KV with room), stalled (waiting, room in the "
             "batch and the cache, yet no tokens), healthy (running near the cap), "
             "batch_limited, underloaded, idle, down. docs/metrics.md explains each."
             + ("" if source is EXPORTER else " From the rules: the alerting conditions only.")
@@ -194,6 +243,7 @@ def vllm_batching(source: Source, config: Mapping) -> dict:
         [
             [(running, 12), (waiting, 12)],
             [(ratio, 12), (kv, 12)],
+            [(limits, 12), (binding_panel, 12)],
             [(budget, 12), (preemptions, 12)],
             [(diagnosis, 24)],
             [(lengths, 12), (static, 12)],

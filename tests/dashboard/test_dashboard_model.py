@@ -19,7 +19,7 @@ from dashboard.episodes import saturation_episodes
 from dashboard.formatting import percent, plain_markdown, seconds
 from dashboard.frames import fleet_frame, history_frame, series_choices, series_points
 from dashboard.load_results import ResultError, good_share, load_result, run_from_record
-from dashboard.next_steps import advice_rows, advice_value, checklist
+from dashboard.next_steps import advice_rows, advice_value, checklist, limit_bars
 from dashboard.prometheus import history_query, points_from_matrix
 from dashboard.states import look
 from exporter.core.static_util import exact_static_utilization
@@ -353,3 +353,36 @@ def test_advice_rows_name_each_item_its_inputs_and_its_caveats() -> None:
         {"what": "new_kind", "value": "2 items", "confidence": "high", "inputs": ""},
     ]
     assert advice_rows({"items": [], "summary": "too little data"}) == []
+
+
+def test_limit_bars_mark_the_binding_limit_and_list_what_was_not_judged() -> None:
+    limits = {
+        "readings": [
+            {"limit": "requests", "ratio": 1.0, "exposed": True, "reading": "8 of 8 running"},
+            {"limit": "kv_cache", "ratio": 0.02, "exposed": True, "reading": "2% used"},
+            {
+                "limit": "token_budget",
+                "ratio": 1.2,
+                "exposed": True,
+                "reading": "77.0 tokens per step of a 64-token budget",
+            },
+            {"limit": "deferred", "ratio": None, "exposed": False, "reading": "not said"},
+            {"limit": "arrivals", "ratio": None, "exposed": True, "reading": "3 wait"},
+        ],
+        "binding": "requests",
+        "at_bound": ["requests", "token_budget"],
+    }
+    headline, bars, unjudged = limit_bars(limits)
+    assert headline == (
+        "Binding now: **requests (the cap, --max-num-seqs)**; also at its bound: token budget "
+        "(--max-num-batched-tokens)."
+    )
+    assert [(b.label, b.fill, b.binding) for b in bars] == [
+        ("requests (the cap, --max-num-seqs)", 1.0, True),
+        ("KV cache", 0.02, False),
+        ("token budget (--max-num-batched-tokens)", 1.0, False),  # 120%, drawn full
+    ]
+    assert bars[0].text == "▶ requests (the cap, --max-num-seqs): 100% of its bound, 8 of 8 running"
+    assert bars[2].text.startswith("token budget (--max-num-batched-tokens): 120% of its bound")
+    assert unjudged == ["deferred requests: not said"]
+    assert limit_bars({})[0] == "Nothing runs or waits: no limit binds."

@@ -38,6 +38,13 @@ def _finishing(n: int, latency: float):
     return lambda state: state.finish(n, latency, 40)
 
 
+def _stepping(state: VllmState) -> None:
+    """A request finishing and ten engine steps of 500 tokens at every scrape."""
+    state.finish(1, 1.0, 40)
+    state.steps += 10
+    state.step_tokens += 10 * 500
+
+
 @pytest.fixture(scope="module")
 def fleet():
     targets = ScriptedTargets(
@@ -48,6 +55,7 @@ def fleet():
             ),
             "sat": (VllmState(running=8, waiting=2, kv_usage=0.5), _finishing(3, 4.0)),
             "fast": (VllmState(running=8, waiting=0, kv_usage=0.4), _finishing(2, 0.4)),
+            "tok": (VllmState(running=3, waiting=20, kv_usage=0.05), _stepping),
         }
     )
     targets.start()
@@ -61,11 +69,18 @@ def fleet():
                 ("dead", f"http://127.0.0.1:{free_port()}/metrics"),
             )
         )
+        + (Target("tok", targets.metrics_url("tok"), cap=8, max_num_batched_tokens=512),)
     )
     exporter = start_exporter(settings)
     wait_for_states(
         exporter.url,
-        {"mem": "memory_bound", "sat": "budget_saturated", ODD_NAME: "healthy", "dead": "down"},
+        {
+            "mem": "memory_bound",
+            "sat": "budget_saturated",
+            ODD_NAME: "healthy",
+            "dead": "down",
+            "tok": "token_budget_bound",
+        },
     )
     yield exporter.url
     exporter.stop()
@@ -99,8 +114,14 @@ def test_live_lists_the_fleet_worst_first(fleet) -> None:
     at = page("live.py", fleet)
     assert not at.exception
     table = at.dataframe[0].value
-    assert list(table["target"]) == ["dead", "sat", "mem", ODD_NAME]
-    assert list(table["state"]) == ["down", "budget saturated", "memory-bound", "healthy"]
+    assert list(table["target"]) == ["dead", "sat", "mem", "tok", ODD_NAME]
+    assert list(table["state"]) == [
+        "down",
+        "budget saturated",
+        "memory-bound",
+        "token-budget-bound",
+        "healthy",
+    ]
     mem = table.set_index("target").loc["mem"]
     assert (mem["running"], mem["cap"], mem["waiting"]) == (3, 8, 5)
     assert mem["kv_cache_usage"] == pytest.approx(0.95)
@@ -117,6 +138,33 @@ def test_memory_bound_target_shows_the_word_its_reason_and_next_step(fleet) -> N
     assert values["KV cache"] == "95%"
     assert values["running / cap"] == "3 / 8"
     assert values["waiting"] == "5"
+
+
+def test_what_limits_the_batch_names_the_token_budget_with_its_bar(fleet) -> None:
+    at = page("live.py", fleet)
+    at.selectbox(key="live_target").set_value("tok").run()
+    assert not at.exception
+    shown = texts(at.markdown)
+    assert ":orange-badge[token-budget-bound]" in shown
+    assert "Binding now: **token budget (--max-num-batched-tokens)**." in shown
+    bars = {bar.text: bar.value for bar in at.get("progress")}
+    token_bar = next(text for text in bars if "token budget" in text)
+    assert token_bar == plain_markdown(
+        "▶ token budget (--max-num-batched-tokens): 98% of its bound, 500.0 tokens per step "
+        "of a 512-token budget"
+    )
+    requests_bar = next(text for text in bars if text.startswith("requests"))
+    assert requests_bar == plain_markdown(
+        "requests (the cap, --max-num-seqs): 38% of its bound, 3 of 8 running"
+    )
+    assert bars[token_bar] == 97  # percent filled: 500 / 512
+    (caption,) = [c.value for c in at.caption if c.value.startswith("Not judged here")]
+    assert plain_markdown("max wait (batches fired by the timeout)") in caption
+    # The memory-bound target: the KV cache binds; it ran no engine step in the window.
+    at.selectbox(key="live_target").set_value("mem").run()
+    assert "Binding now: **KV cache**." in texts(at.markdown)
+    (caption,) = [c.value for c in at.caption if c.value.startswith("Not judged here")]
+    assert plain_markdown("no step ran in the window") in caption
 
 
 def test_memory_bound_target_shows_the_advice_with_its_numbers(fleet) -> None:

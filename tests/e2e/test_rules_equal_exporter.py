@@ -8,10 +8,11 @@ from Prometheus at the same instants, as the rule computed it and as the exporte
 exported it, and compared.
 
 The script, three PHASE (40 s) phases: calm (4 req/s, p99 0.99 s of a 2 s budget, 12 of 16
-running, nothing waits); memory-bound (9 of 16 running, 20 waiting, KV 95%, 0.5
-preemptions/s, same latency); saturated (the same, with p99 1.99 s: saturated once held
-5 s, and then the diagnosis says budget_saturated, not memory_bound). Counters grow
-linearly within a phase, so any two samplers see the same slopes.
+running, nothing waits, steps at 400 of a 512-token budget: arrivals bind); memory-bound
+(9 of 16 running, 20 waiting, KV 95%, 0.5 preemptions/s, same latency, steps at 480
+tokens: the KV cache binds, not the budget); saturated (the same, with p99 1.99 s:
+saturated once held 5 s, and then the diagnosis says budget_saturated, not memory_bound).
+Counters grow linearly within a phase, so any two samplers see the same slopes.
 
 Tolerance (plus 0.001 for values near zero): gauges and states exactly; rates and
 quantiles 4.3% (TOLERANCE below). Where both windows lie inside one phase the two
@@ -56,6 +57,7 @@ HOLD = 5.0
 PHASE = 40.0  # long enough for 12+ comparable instants of a state on a loaded machine
 RUN = 3 * PHASE
 CAP, BUDGET = 16, 2.0
+TOKEN_BUDGET = 512
 SCRAPE = 1.0
 # Gauges and states are the same numbers read twice. A rate can differ by one late or
 # missed scrape at the window's edge: Prometheus then extrapolates half an interval
@@ -74,6 +76,10 @@ def state_at(t: float) -> VllmState:
     state.finish(2 * saturated, 1.2, 40)  # p99 = 1.5 + 0.5 * (0.99 * 4 - 2) / 2 = 1.99 s
     state.finish(2 * saturated, 1.9, 300)
     state.preemptions = 0.5 * pressed
+    # 50 engine steps a second, of 400 tokens while calm and 480 (94% of the token budget)
+    # under pressure: the KV cache, not the budget, binds there (first match).
+    state.steps = 50 * t
+    state.step_tokens = 50 * (400 * min(t, PHASE) + 480 * max(0.0, t - PHASE))
     if pressed:
         state.running, state.waiting, state.kv_usage = 9, 20, 0.95
     else:
@@ -131,6 +137,21 @@ PAIRS = [
         rules.MEMORY_BOUND_RULE,
         "state",
     ),
+    (
+        "token_budget_ratio",
+        f'batchscope_limit_ratio{{{SELECT}, limit="token_budget"}}',
+        rules.TOKEN_BUDGET_RATIO,
+        "rate",
+    ),
+    *(
+        (
+            f"binding_{limit}",
+            f'batchscope_binding_limit{{{SELECT}, limit="{limit}"}}',
+            f'{rules.BINDING_LIMIT}{{limit="{limit}"}}',
+            "state",
+        )
+        for limit in ("arrivals", "kv_cache", "token_budget", "requests")
+    ),
 ]
 
 
@@ -153,7 +174,16 @@ def test_recording_rules_compute_what_the_exporter_computes(tmp_path):
     config = {**CONFIG, "window": f"{WINDOW:g}s", "saturation_hold_seconds": HOLD}
     started = time.time()
     fleet = fleet_rule_groups(
-        [Target("llm", "unused", engine="vllm", cap=CAP, budget_seconds=BUDGET)]
+        [
+            Target(
+                "llm",
+                "unused",
+                engine="vllm",
+                cap=CAP,
+                budget_seconds=BUDGET,
+                max_num_batched_tokens=TOKEN_BUDGET,
+            )
+        ]
     )
     with (
         payload_server(lambda: render(state_at(time.time() - started))) as url,
@@ -169,6 +199,8 @@ def test_recording_rules_compute_what_the_exporter_computes(tmp_path):
             str(CAP),
             "--budget-seconds",
             str(BUDGET),
+            "--max-num-batched-tokens",
+            str(TOKEN_BUDGET),
             "--interval",
             "1",
             "--window-seconds",
@@ -222,14 +254,18 @@ def test_recording_rules_compute_what_the_exporter_computes(tmp_path):
             assert max(v for t, v in values.items() if t < started + 2 * PHASE) == 0, series
             assert values[max(values)] == 1, series
         # Each phase's values, as the script defines them.
-        for at, utilization, memory_bound in (
-            (PHASE - 1, 0.992, 0),
-            (2 * PHASE - 1, 0.992, 1),
-            (RUN - 1, 1.99, 0),
+        for at, utilization, memory_bound, tokens, binding in (
+            (PHASE - 1, 0.992, 0, 400, "arrivals"),
+            (2 * PHASE - 1, 0.992, 1, 480, "kv_cache"),
+            (RUN - 1, 1.99, 0, 480, "kv_cache"),
         ):
             t = round(started + at)
             util = query_range(prom, rules.BUDGET_UTILIZATION, t, t)[t]
             assert util == pytest.approx(utilization / BUDGET, rel=TOLERANCE["rate"])
             assert query_range(prom, rules.MEMORY_BOUND_RULE, t, t)[t] == memory_bound
+            ratio = query_range(prom, rules.TOKEN_BUDGET_RATIO, t, t)[t]
+            assert ratio == pytest.approx(tokens / TOKEN_BUDGET, rel=TOLERANCE["rate"])
+            bound = query_range(prom, f'{rules.BINDING_LIMIT}{{limit="{binding}"}}', t, t)[t]
+            assert bound == 1, (at, binding)
         print("\nrelative differences, rules vs exporter (max over comparable instants):")
         print(yaml.safe_dump(differences))

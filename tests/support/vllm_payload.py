@@ -32,6 +32,7 @@ E2E_BOUNDS = (
     7680.0,
 )
 TOKEN_BOUNDS = (1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0)
+STEP_BOUNDS = (1.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0, 2048.0, 4096.0)
 LABELS = 'engine="0",model_name="tiny"'
 
 
@@ -48,6 +49,8 @@ class VllmState:
     tokens: dict[float, float] = field(default_factory=dict)
     tokens_sum: float = 0.0
     kv_cache_tokens: float | None = None  # stated in cache_config_info when set
+    steps: float = 0.0  # engine steps (iteration_tokens' count) and the tokens they carried
+    step_tokens: float = 0.0
 
     @property
     def finished(self) -> float:
@@ -113,6 +116,13 @@ def render(s: VllmState) -> str:
         s.e2e,
         s.e2e_sum,
         "Histogram of e2e request latency in seconds.",
+    )
+    lines += _histogram(
+        "vllm:iteration_tokens_total",
+        STEP_BOUNDS,
+        {2048.0: s.steps},
+        s.step_tokens,
+        "Histogram of number of tokens per engine_step.",
     )
     lines += _histogram(
         "vllm:request_generation_tokens",
