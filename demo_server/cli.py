@@ -134,6 +134,14 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"batch slots, at most {MAX_NUM_SEQS_LIMIT} (default %(default)s)",
     )
     generation.add_argument(
+        "--max-num-batched-tokens",
+        type=_positive_int,
+        default=defaults.max_num_batched_tokens,
+        help="tokens one step may carry, at least --max-num-seqs; a longer prefill is "
+        "chunked over steps, as vLLM's chunked prefill does (default: no budget, a prompt "
+        "prefills in the step it is admitted)",
+    )
+    generation.add_argument(
         "--kv-cache-tokens",
         type=_positive_int,
         default=defaults.kv_cache_tokens,
@@ -190,6 +198,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         attention=args.attention,
         max_num_seqs=args.max_num_seqs,
         kv_cache_tokens=args.kv_cache_tokens,
+        max_num_batched_tokens=args.max_num_batched_tokens,
         max_queue=args.max_queue,
         device=args.device,
         embedding=BatcherSettings(mode=args.embed_batching).with_ms(

@@ -37,7 +37,12 @@ import torch
 from demo_server.devices import Device, select_device
 from demo_server.generation.decoder import KVCache, PrefillBatch, TinyDecoder, encode_prompt
 from demo_server.generation.ragged import try_load
-from demo_server.generation.scheduler import CompletionResult, Scheduler, SchedulerConfig
+from demo_server.generation.scheduler import (
+    CompletionResult,
+    Scheduler,
+    SchedulerConfig,
+    StepRecord,
+)
 from exporter.core.static_util import exact_static_utilization
 
 TARGET = 0.9  # measured gain must reach this share of the predicted gain
@@ -89,8 +94,8 @@ class SimulatedClock:
         self.device = device
         self.seconds = 0.0
 
-    def on_step(self, rows: int, prefill_tokens: int) -> None:
-        self.seconds += self.device.decode_step_ms(rows, prefill_tokens) / 1000
+    def on_step(self, step: StepRecord) -> None:
+        self.seconds += self.device.decode_step_ms(step.rows, step.prefill_tokens) / 1000
 
     def on_finished(self, result: CompletionResult) -> None:
         """Requests are not timed here."""

@@ -21,6 +21,15 @@ The KV cache has a token capacity. When the running requests' next step does not
 the most recently admitted request is preempted: its cache is freed and it goes back to
 the front of the queue, to be recomputed (prefilled again) when readmitted, as vLLM does.
 
+With a per-step token budget (`max_num_batched_tokens`, vLLM's --max-num-batched-tokens
+with chunked prefill, as V1 runs it) a step carries at most that many tokens: each decoding
+row one, then each prefill what it needs or what is left (`plan_step`'s rules). A prefill
+that gets less is chunked over the next steps: its row is running but produces no token
+until its last chunk, and the step's cost on a simulated device counts the chunk's tokens.
+The decoder has no offset prefill, so a chunked context is computed whole in the step of
+its last chunk, which changes no output token. Each step's `StepRecord` says what it
+carried and which limit kept the batch from growing: the truth `batchscope_demo_*` exposes.
+
 The scheduler runs in its own thread, so torch work never blocks an asyncio loop.
 """
 
@@ -53,7 +62,7 @@ from demo_server.generation.decoder import (
     sample,
 )
 from demo_server.generation.ragged import RaggedAttention, try_load
-from demo_server.generation.step_plan import Row, StepLimits, Waiting, plan_step
+from demo_server.generation.step_plan import Row, StepLimits, StepPlan, Waiting, plan_step
 from demo_server.queueing import QueueFull, QueueStopping
 
 log = logging.getLogger(__name__)
@@ -138,8 +147,11 @@ class _Request:
     token_times: list[float] = field(default_factory=list)
     first_admitted: float | None = None
     admission: int = 0  # order of the latest admission: the preemption victim is the largest
-    kv_tokens: int = 0  # positions of this request's cache written
+    kv_tokens: int = 0  # positions of this request's cache written (or reserved, prefilling)
     needs_prefill: bool = True
+    # Context tokens prefilled so far in chunks (a token budget): the context is computed
+    # in the step of its last chunk, when the request produces its first token.
+    prefilled: int = 0
     preemptions: int = 0
     finish_reason: FinishReason | None = None
 
@@ -147,6 +159,11 @@ class _Request:
     def length(self) -> int:
         """Prompt plus output tokens."""
         return len(self.prompt) + len(self.output)
+
+    @property
+    def pending_prefill(self) -> int:
+        """Context tokens still to prefill (0 once it decodes)."""
+        return self.length - 1 - self.prefilled if self.needs_prefill else 0
 
     @property
     def last_token(self) -> int:
@@ -168,8 +185,8 @@ class RequestHandle:
 class SchedulerListener(Protocol):
     """Observes the scheduler; called on the scheduler thread, so it must be quick."""
 
-    def on_step(self, rows: int, prefill_tokens: int) -> None:
-        """A step ran `rows` decode rows and `prefill_tokens` prompt tokens in one forward."""
+    def on_step(self, step: StepRecord) -> None:
+        """A step ran (what it scheduled, produced and what bound it: `StepRecord`)."""
 
     def on_finished(self, result: CompletionResult) -> None:
         """A request finished (any reason)."""
@@ -183,7 +200,7 @@ class RequestLog:
         self._file = open(path, "a", encoding="utf-8", buffering=1)  # noqa: SIM115
         self._lock = threading.Lock()
 
-    def on_step(self, rows: int, prefill_tokens: int) -> None:
+    def on_step(self, step: StepRecord) -> None:
         """Steps are not logged."""
 
     def on_finished(self, result: CompletionResult) -> None:
@@ -193,6 +210,30 @@ class RequestLog:
     def close(self) -> None:
         with self._lock:
             self._file.close()
+
+
+@dataclass(frozen=True, slots=True)
+class StepRecord:
+    """One step as vLLM would count it, and the truth vLLM cannot say.
+
+    `rows`: requests that produced a token (decode rows, and prefills that finished);
+    `prefill_tokens`: context tokens computed (chunks included); `generated`: tokens
+    produced; `prompt_tokens_finished`: the whole prompts (context and last token) of the
+    requests whose prefill finished in this step, which vLLM's iteration_tokens credits
+    to this step; `bound_by`: the limit that kept the batch from growing this step
+    (`requests`, `kv_cache`, `token_budget`), or `arrivals` when nothing waited.
+    """
+
+    rows: int
+    prefill_tokens: int
+    generated: int
+    prompt_tokens_finished: int
+    bound_by: str
+
+    @property
+    def scheduled_tokens(self) -> int:
+        """Tokens the step carried: one per producing row, plus the context computed."""
+        return self.rows + self.prefill_tokens
 
 
 @dataclass(frozen=True)
@@ -206,6 +247,9 @@ class SchedulerConfig:
     # Decode attention: ragged (each row reads its own length, the C kernel, CPU only),
     # padded (to the batch's longest row), or auto (ragged where it builds, else padded).
     attention: Attention = "auto"
+    # Tokens one step may carry, chunking prefills (vLLM's --max-num-batched-tokens with
+    # chunked prefill); None: a whole prompt prefills in the step it is admitted.
+    max_num_batched_tokens: int | None = None
 
     def __post_init__(self) -> None:
         if self.batching not in BATCHING_MODES:
@@ -217,6 +261,12 @@ class SchedulerConfig:
         for name in ("max_num_seqs", "kv_cache_tokens", "max_queue"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1")
+        budget = self.max_num_batched_tokens
+        if budget is not None and budget < self.max_num_seqs:
+            raise ValueError(
+                f"max_num_batched_tokens ({budget}) must be at least max_num_seqs "
+                f"({self.max_num_seqs}): every running request decodes one token a step"
+            )
 
 
 @dataclass
@@ -248,6 +298,10 @@ class SchedulerStats:
     preemptions: int = 0
     finished: int = 0
     max_waiting_seen: int = 0
+    max_num_batched_tokens: int | None = None
+    # Tokens steps carried, and steps by the limit that bound them (StepRecord.bound_by).
+    scheduled_tokens: int = 0
+    steps_bound_by: dict[str, int] = field(default_factory=dict)
 
     @property
     def slot_utilization(self) -> float | None:
@@ -281,6 +335,7 @@ class Scheduler:
         self.kv_cache_tokens = config.kv_cache_tokens
         self.max_queue = config.max_queue
         self.max_model_len = model.config.max_model_len
+        self.max_num_batched_tokens = config.max_num_batched_tokens
         self._max_num_seqs = config.max_num_seqs
         self._listeners = list(listeners)
         self._generator = torch.Generator(device=device.torch_device).manual_seed(seed)
@@ -314,6 +369,7 @@ class Scheduler:
             max_num_seqs=config.max_num_seqs,
             kv_cache_tokens=config.kv_cache_tokens,
             max_queue=config.max_queue,
+            max_num_batched_tokens=config.max_num_batched_tokens,
         )
         # Running means (exponential, weight SMOOTHING) for Retry-After.
         self._mean_step_seconds = 0.0
@@ -419,7 +475,11 @@ class Scheduler:
     def stats(self) -> SchedulerStats:
         """A consistent snapshot of the counters and state."""
         with self._lock:
-            return dataclasses.replace(self._stats, waiting=len(self._waiting))
+            return dataclasses.replace(
+                self._stats,
+                waiting=len(self._waiting),
+                steps_bound_by=dict(self._stats.steps_bound_by),
+            )
 
     def step_here(self) -> bool:
         """Run one scheduler step on the calling thread, if there is work; True when a step
@@ -506,9 +566,9 @@ class Scheduler:
             # Continuous frees finished slots every step; a static group frees them together.
             for row in [r for r in self._rows if r.finished]:
                 self._remove_row(row)
-        requests_wait = self._preempt_and_admit()
+        plan = self._preempt_and_admit()
         if self._rows:
-            self._run_batch(requests_wait)
+            self._run_batch(plan)
         with self._lock:
             self._stats.running = len(self._active())
             self._stats.kv_tokens_used = self._kv_used
@@ -523,12 +583,23 @@ class Scheduler:
     def _active(self) -> list[_Request]:
         return [r for r in self._rows if not r.finished]
 
-    def _preempt_and_admit(self) -> bool:
-        """Carry out this step's `plan_step`: preempt, then admit; True when requests still
-        wait after it."""
-        limits = StepLimits(self._max_num_seqs, self.kv_cache_tokens, self.batching == "static")
+    def _preempt_and_admit(self) -> StepPlan:
+        """Carry out this step's `plan_step`: preempt, then admit; returns the plan."""
+        limits = StepLimits(
+            self._max_num_seqs,
+            self.kv_cache_tokens,
+            self.batching == "static",
+            self.max_num_batched_tokens,
+        )
         rows = [
-            Row(r.request_id, r.admission, r.kv_tokens, r.length, not r.finished)
+            Row(
+                r.request_id,
+                r.admission,
+                r.kv_tokens,
+                r.length,
+                not r.finished,
+                r.pending_prefill,
+            )
             for r in self._rows
         ]
         with self._lock:
@@ -538,6 +609,7 @@ class Scheduler:
             victim = by_id[request_id]
             self._remove_row(victim)
             victim.needs_prefill = True
+            victim.prefilled = 0
             victim.preemptions += 1
             with self._lock:
                 self._stats.preemptions += 1
@@ -551,7 +623,7 @@ class Scheduler:
             if seq.first_admitted is None:
                 seq.first_admitted = now
             self._rows.append(seq)
-        return plan.requests_wait
+        return plan
 
     def _remove_row(self, row: _Request) -> None:
         """Take `row` out of the batch and free its cache; the last row moves into its slot
@@ -564,23 +636,39 @@ class Scheduler:
         self._kv_used -= row.kv_tokens
         row.kv_tokens = 0
 
-    def _run_batch(self, requests_wait: bool) -> None:
+    def _run_batch(self, plan: StepPlan) -> None:
         started = time.perf_counter()
-        prefill_tokens = 0  # tokens before each admitted request's last one
-        prompt_tokens = 0  # every token a (re)admitted request brings, the last one included
+        prefill_tokens = 0  # context tokens computed this step, chunks included
+        prompt_tokens = 0  # every token a request whose prefill finished brings, its last too
         contexts: list[list[int]] = []
         context_slots: list[int] = []
+        # With a token budget the plan gives each prefilling row its tokens; without one
+        # every prefill finishes in the step it is admitted.
+        given = dict(plan.chunks) if self.max_num_batched_tokens is not None else None
+        prefilling: set[int] = set()  # rows still prefilling after this step: no token
         for slot, row in enumerate(self._rows):
-            if row.needs_prefill:
-                context = (row.prompt + row.output)[:-1]
-                if context:
-                    contexts.append(context)
-                    context_slots.append(slot)
-                prefill_tokens += len(context)
-                prompt_tokens += len(context) + 1
+            if not row.needs_prefill:
+                continue
+            context = (row.prompt + row.output)[:-1]
+            if row.kv_tokens == 0 and row.prefilled == 0:
+                # The cache the whole context will hold is reserved at its first chunk.
                 self._kv_used += len(context)
                 row.kv_tokens = len(context)
-                row.needs_prefill = False
+            tokens = row.pending_prefill + 1 if given is None else given.get(row.request_id, 0)
+            if tokens <= row.pending_prefill:
+                row.prefilled += tokens
+                prefill_tokens += tokens
+                prefilling.add(slot)
+                continue
+            # Its last chunk: the whole context is computed now (the decoder has no offset
+            # prefill; which step computes it changes no output token).
+            prefill_tokens += row.pending_prefill
+            if context:
+                contexts.append(context)
+                context_slots.append(slot)
+            prompt_tokens += len(context) + 1
+            row.needs_prefill = False
+            row.prefilled = 0
         torch_device = self.device.torch_device
         prefill = PrefillBatch.of(contexts, context_slots, torch_device) if contexts else None
         last_tokens = [r.last_token for r in self._rows]
@@ -608,13 +696,14 @@ class Scheduler:
                 tokens, positions, span, self._cache, prefill=prefill, lengths=lengths
             )
         new_tokens = sample(logits, self._generator)
-        self.device.pace_decode(rows, prefill_tokens, started)
+        producing = rows - len(prefilling)
+        self.device.pace_decode(producing, prefill_tokens, started)
         now = time.perf_counter()
 
         produced = 0
-        for row, token in zip(list(self._rows), new_tokens, strict=True):
-            if row.finished:
-                continue  # a static group's finished row: computed, discarded
+        for slot, (row, token) in enumerate(zip(list(self._rows), new_tokens, strict=True)):
+            if row.finished or slot in prefilling:
+                continue  # a static group's finished row, or a prefill chunk: discarded
             row.kv_tokens += 1
             self._kv_used += 1
             row.output.append(token)
@@ -639,13 +728,31 @@ class Scheduler:
             stats.steps += 1
             stats.useful_slot_steps += produced
             stats.slot_steps += self._max_num_seqs
-            if requests_wait:
+            if plan.requests_wait:
                 stats.idle_slot_steps_while_waiting += self._max_num_seqs - produced
             stats.generation_tokens += produced
             stats.prompt_tokens_computed += prompt_tokens
+            record = StepRecord(
+                producing, prefill_tokens, produced, prompt_tokens, self._bound_by(plan)
+            )
+            stats.scheduled_tokens += record.scheduled_tokens
+            stats.steps_bound_by[record.bound_by] = stats.steps_bound_by.get(record.bound_by, 0) + 1
             self._mean_step_seconds += SMOOTHING * (now - started - self._mean_step_seconds)
         for listener in self._listeners:
-            listener.on_step(rows, prefill_tokens)
+            listener.on_step(record)
+
+    def _bound_by(self, plan: StepPlan) -> str:
+        """The truth for one step: what kept the batch from growing. A preemption: the KV
+        cache; requests that still wait: what stopped their admission; a prefill chunked
+        with nothing waiting: the token budget; else the cap when every slot is taken, or
+        the arrivals."""
+        if plan.preempt:
+            return "kv_cache"
+        if plan.stopped_by is not None:
+            return plan.stopped_by
+        if any(r.needs_prefill for r in self._rows):
+            return "token_budget"
+        return "requests" if len(self._rows) >= self._max_num_seqs else "arrivals"
 
     def _finish(self, seq: _Request, reason: FinishReason) -> None:
         seq.finish_reason = reason

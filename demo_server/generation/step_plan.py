@@ -15,6 +15,13 @@ The rules, vLLM's for a paged KV cache without swapping:
 - Then requests are admitted from the front of the queue, in order, while a slot is free
   and the cache holds them; the first that does not fit stops admission (no overtaking).
   A static batch admits a new group only once the previous one has left the batch.
+- With a per-step token budget (vLLM's --max-num-batched-tokens, chunked prefill as V1
+  runs it): every decoding row takes one token of it, then each row still prefilling
+  takes what it needs to finish (its remaining context and its first output token), or
+  what is left, oldest admission first; then requests are admitted while a token of the
+  budget is left, each taking what it needs or what is left. A prefill that gets less
+  than it needs is a chunk: the row runs its prefill over the next steps and produces no
+  token until its last chunk.
 """
 
 from __future__ import annotations
@@ -36,6 +43,9 @@ class Row:
     kv_tokens: int
     length: int
     active: bool = True
+    # Tokens of its context still to prefill (0 for a decoding row): it needs this plus
+    # one more (its first output token) of the step's token budget.
+    pending_prefill: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +61,8 @@ class StepLimits:
     max_num_seqs: int
     kv_cache_tokens: int
     static: bool = False
+    # Tokens one step may carry (None: no budget, a whole prompt prefills in one step).
+    token_budget: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +74,13 @@ class StepPlan:
     preempt: tuple[str, ...]
     admit: tuple[str, ...]
     requests_wait: bool
+    # What stopped admission while requests wait: "requests" (no free slot), "kv_cache"
+    # (the next does not fit), "token_budget" (no token of the budget left); None when the
+    # queue emptied.
+    stopped_by: str | None = None
+    # With a token budget: each prefilling row's (kept or admitted) tokens this step, in
+    # the order they were given; a row that gets less than it needs is a chunk.
+    chunks: tuple[tuple[str, int], ...] = ()
 
 
 def plan_step(rows: Sequence[Row], waiting: Iterable[Waiting], limits: StepLimits) -> StepPlan:
@@ -79,14 +98,38 @@ def plan_step(rows: Sequence[Row], waiting: Iterable[Waiting], limits: StepLimit
         preempted.append(victim)
     queue = chain((Waiting(r.request_id, r.length) for r in reversed(preempted)), waiting)
     room = 0 if limits.static and kept else limits.max_num_seqs - len(kept)
+    left = limits.token_budget
+    chunks: list[tuple[str, int]] = []
+    if left is not None:
+        left -= sum(1 for row in kept if row.active and row.pending_prefill == 0)
+        for row in sorted((r for r in kept if r.active and r.pending_prefill), key=_admitted):
+            take = max(0, min(row.pending_prefill + 1, left))
+            chunks.append((row.request_id, take))
+            left -= take
     admitted: list[str] = []
     admitted_tokens = 0
-    requests_wait = False
+    stopped_by = None
     for candidate in queue:
         fits = kv_used + active + admitted_tokens + candidate.length <= limits.kv_cache_tokens
-        if len(admitted) >= room or not fits:
-            requests_wait = True
+        if len(admitted) >= room or not fits or (left is not None and left <= 0):
+            stopped_by = (
+                "requests" if len(admitted) >= room else "kv_cache" if not fits else "token_budget"
+            )
             break
         admitted.append(candidate.request_id)
         admitted_tokens += candidate.length
-    return StepPlan(tuple(r.request_id for r in preempted), tuple(admitted), requests_wait)
+        if left is not None:
+            take = min(candidate.length, left)  # its whole sequence: context and first token
+            chunks.append((candidate.request_id, take))
+            left -= take
+    return StepPlan(
+        tuple(r.request_id for r in preempted),
+        tuple(admitted),
+        stopped_by is not None,
+        stopped_by,
+        tuple(chunks),
+    )
+
+
+def _admitted(row: Row) -> int:
+    return row.admission

@@ -22,7 +22,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from demo_server.devices import Device
-from demo_server.generation.scheduler import CompletionResult, Scheduler
+from demo_server.generation.scheduler import CompletionResult, Scheduler, StepRecord
 
 ENGINE = "0"
 FINISHED_REASONS = ("stop", "length", "abort", "error", "repetition")
@@ -210,9 +210,14 @@ class VllmRequestMetrics:
         )
         self._model_name = model_name
 
-    def on_step(self, rows: int, prefill_tokens: int) -> None:
-        """Observe one step's token count (decode rows plus prompt tokens)."""
-        self.iteration_tokens.labels(*self._labels).observe(rows + prefill_tokens)
+    def on_step(self, step: StepRecord) -> None:
+        """Observe one step's tokens as vLLM 0.32 counts them: only a step that produced a
+        token, with its generated tokens plus the whole prompts of the requests whose
+        prefill finished in it (a chunked prompt is credited to its last chunk's step;
+        exporter/engines/vllm.py)."""
+        if step.generated:
+            tokens = step.generated + step.prompt_tokens_finished
+            self.iteration_tokens.labels(*self._labels).observe(tokens)
 
     def on_finished(self, result: CompletionResult) -> None:
         """Observe one finished request, as vLLM does when a request leaves the engine."""
@@ -275,6 +280,17 @@ class SchedulerCollector(Collector):
             "Number of requests waiting to be processed.",
             stats.waiting,
         )
+        by_reason = GaugeMetricFamily(
+            "vllm:num_requests_waiting_by_reason",
+            "Number of waiting requests by reason. Reason labels: 'capacity' = waiting for "
+            "scheduling capacity; 'deferred' = deferred by transient constraints (LoRA "
+            "budget, KV transfer, blocked status). Sum of all reasons equals "
+            "vllm:num_requests_waiting.",
+            labels=[*names, "reason"],
+        )
+        by_reason.add_metric([*values, "capacity"], stats.waiting)
+        by_reason.add_metric([*values, "deferred"], 0.0)
+        yield by_reason
         yield gauge(
             "vllm:kv_cache_usage_perc",
             "KV-cache usage. 1 means 100 percent usage.",
@@ -328,6 +344,32 @@ class SchedulerCollector(Collector):
             "Generation steps that ran with at least one request in the batch.",
             stats.steps,
         )
+        yield counter(
+            "batchscope_demo_scheduled_tokens",
+            "Tokens the steps carried: one per request that produced a token, plus the "
+            "context tokens computed (prefill chunks included). vLLM does not expose this.",
+            stats.scheduled_tokens,
+        )
+        bound = CounterMetricFamily(
+            "batchscope_demo_binding_steps",
+            "Steps by the limit that kept the batch from growing: requests (no free slot "
+            "while requests wait, or every slot taken), kv_cache (a preemption, or the next "
+            "request does not fit), token_budget (no token of the step's budget left, or a "
+            "prefill chunked), arrivals (nothing waits). The truth the exporter's binding "
+            "limit is held to.",
+            labels=[*names, "limit"],
+        )
+        for limit in ("requests", "kv_cache", "token_budget", "arrivals"):
+            bound.add_metric(
+                [*values, limit], stats.steps_bound_by.get(limit, 0), created=self._created
+            )
+        yield bound
+        if stats.max_num_batched_tokens is not None:
+            yield gauge(
+                "batchscope_demo_max_num_batched_tokens",
+                "Configured tokens one step may carry (vLLM's --max-num-batched-tokens).",
+                stats.max_num_batched_tokens,
+            )
         yield counter(
             "batchscope_demo_slot_steps",
             "Batch slots paid for: max_num_seqs per busy step.",

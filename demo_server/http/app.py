@@ -92,6 +92,8 @@ class ServerConfig:
     max_num_seqs: int = 16
     kv_cache_tokens: int = 65536
     max_queue: int = 1024
+    # Tokens one step may carry, chunking prefills (vLLM's --max-num-batched-tokens).
+    max_num_batched_tokens: int | None = None
     device: str = "auto"
     embedding: BatcherSettings = BatcherSettings()
     request_log: str | None = None
@@ -275,6 +277,7 @@ class _Server:
                 kv_cache_tokens=config.kv_cache_tokens,
                 max_queue=config.max_queue,
                 attention=config.attention,
+                max_num_batched_tokens=config.max_num_batched_tokens,
             ),
             seed=config.seed,
             listeners=listeners,

@@ -65,3 +65,42 @@ def test_finished_rows_hold_their_slots_but_write_nothing() -> None:
     # Slots: a and b hold two of the four.
     three = [Waiting("c", 1), Waiting("d", 1), Waiting("e", 1)]
     assert plan_step(rows, three, LIMITS).admit == ("c", "d")
+
+
+# ----------------------------------------------------------------- the per-step token budget
+
+BUDGET = StepLimits(max_num_seqs=4, kv_cache_tokens=1000, token_budget=16)
+
+
+def test_decodes_take_one_token_each_then_prefills_their_chunks_oldest_first() -> None:
+    # a decodes (1 token); b prefills 20 more of its context (needs 21), c 5 (needs 6):
+    # 15 left after a, b (older) takes all 15, c gets none; nothing is admitted.
+    rows = [
+        Row("a", 1, 30, 31),
+        Row("c", 3, 10, 16, pending_prefill=5),
+        Row("b", 2, 40, 41, pending_prefill=20),
+    ]
+    plan = plan_step(rows, [Waiting("d", 5)], BUDGET)
+    assert plan.chunks == (("b", 15), ("c", 0))
+    assert plan.admit == () and plan.requests_wait and plan.stopped_by == "token_budget"
+
+
+def test_requests_are_admitted_while_a_token_of_the_budget_is_left() -> None:
+    # 2 decodes leave 14: d takes its 5 (context 4 and its first token), e takes the other
+    # 9 of its 40 (a chunk), and f waits for the budget though a slot is free.
+    rows = [Row("a", 1, 30, 31), Row("b", 2, 30, 31)]
+    roomy = StepLimits(max_num_seqs=8, kv_cache_tokens=1000, token_budget=16)
+    plan = plan_step(rows, [Waiting("d", 5), Waiting("e", 40), Waiting("f", 3)], roomy)
+    assert plan.admit == ("d", "e")
+    assert plan.chunks == (("d", 5), ("e", 9))
+    assert plan.stopped_by == "token_budget"
+
+
+def test_without_a_budget_no_chunks_and_the_stop_names_slots_or_memory() -> None:
+    full = [Row(str(i), i, 10, 10) for i in range(4)]
+    plan = plan_step(full, [Waiting("x", 5)], LIMITS)
+    assert (plan.chunks, plan.stopped_by) == ((), "requests")
+    plan = plan_step([Row("a", 1, 60, 60)], [Waiting("b", 40)], LIMITS)
+    assert plan.stopped_by == "kv_cache"
+    plan = plan_step([Row("a", 1, 60, 60)], [Waiting("b", 4)], LIMITS)
+    assert (plan.admit, plan.requests_wait, plan.stopped_by) == (("b",), False, None)
