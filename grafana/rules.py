@@ -32,6 +32,7 @@ from exporter.alerts.specs import (
     AlertSpec,
     AlertWords,
 )
+from exporter.core.limits import DEFERRED_SHARE
 from exporter.engines.vllm import LATENCY_FAMILIES
 
 LEVEL = "target_model_engine"
@@ -54,6 +55,7 @@ STALLED_RULE = f"{LEVEL}:vllm_stalled:bool"
 TOKENS_PER_STEP = f"{LEVEL}:vllm_iteration_tokens:mean"
 TOKEN_BUDGET_RATIO = f"{LEVEL}:vllm_token_budget:ratio"
 TOKEN_BUDGET_BOUND_RULE = f"{LEVEL}:vllm_token_budget_bound:bool"
+DEFERRED = f"{LEVEL}:vllm_num_requests_waiting_deferred:sum"
 # 1 for the limit that binds the batch, by `limit` (exporter/core/limits.py's rule).
 BINDING_LIMIT = f"{LEVEL}:vllm_binding_limit:bool"
 
@@ -162,8 +164,12 @@ def binding_limit_rules(config: Mapping) -> list[dict]:
     """The token-budget state and the binding limit, as the exporter's rules read them
     (exporter/core/limits.py): requests wait below the cap, KV has room, and steps carry
     near_cap of the token budget; the binding limit by the same first match, over what
-    the raw series give (the request cap, the KV cache, the token budget, arrivals)."""
+    the raw series give (the request cap, the KV cache, the token budget, deferred
+    requests, arrivals)."""
     by = _by(config)
+    scraped = 'target!="", reason="deferred"'
+    deferred = _newest("sum", by, ("vllm:num_requests_waiting_by_reason",), scraped, config)
+    deferred_bind = f"({DEFERRED} >= {DEFERRED_SHARE:g} * {WAITING})"
     near_cap, kv_high = config["near_cap"], config["kv_high"]
     waits, idle = f"({WAITING} > 0)", f"({WAITING} == 0)"
     busy = f"(({RUNNING} + {WAITING}) > 0)"
@@ -177,6 +183,7 @@ def binding_limit_rules(config: Mapping) -> list[dict]:
         return _record(BINDING_LIMIT, _as_bool(condition), {"limit": limit})
 
     return [
+        _record(DEFERRED, deferred),
         _record(
             TOKEN_BUDGET_BOUND_RULE,
             _as_bool(
@@ -198,8 +205,14 @@ def binding_limit_rules(config: Mapping) -> list[dict]:
             f"{busy}\nand {idle}\nunless {on} {at_cap}\nunless {on} {preempting}",
         ),
         binding(
+            "deferred",
+            f"{waits}\nand {deferred_bind}\nunless {on} {at_cap}\nunless {on} {kv_short}\n"
+            f"unless {on} {at_budget}",
+        ),
+        binding(
             "unexplained",
-            f"{waits}\nunless {on} {at_cap}\nunless {on} {kv_short}\nunless {on} {at_budget}",
+            f"{waits}\nunless {on} {at_cap}\nunless {on} {kv_short}\nunless {on} {at_budget}\n"
+            f"unless {on} {deferred_bind}",
         ),
     ]
 

@@ -162,8 +162,9 @@ class _Request:
 
     @property
     def pending_prefill(self) -> int:
-        """Context tokens still to prefill (0 once it decodes)."""
-        return self.length - 1 - self.prefilled if self.needs_prefill else 0
+        """Tokens it still needs to produce its first token, the rest of its context and
+        the token itself (0 once it decodes)."""
+        return self.length - self.prefilled if self.needs_prefill else 0
 
     @property
     def last_token(self) -> int:
@@ -217,6 +218,7 @@ class StepRecord:
     """One step as vLLM would count it, and the truth vLLM cannot say.
 
     `rows`: requests that produced a token (decode rows, and prefills that finished);
+    `forward_rows`: rows the forward computed (a static group's finished rows too);
     `prefill_tokens`: context tokens computed (chunks included); `generated`: tokens
     produced; `prompt_tokens_finished`: the whole prompts (context and last token) of the
     requests whose prefill finished in this step, which vLLM's iteration_tokens credits
@@ -229,6 +231,8 @@ class StepRecord:
     generated: int
     prompt_tokens_finished: int
     bound_by: str
+    # Rows the forward computed, a static group's finished ones included: the device's cost.
+    forward_rows: int = 0
 
     @property
     def scheduled_tokens(self) -> int:
@@ -443,10 +447,17 @@ class Scheduler:
             self._lock.notify()
 
     def configure(self, *, max_num_seqs: int | None = None) -> None:
-        """Change the batch cap from the next step on."""
+        """Change the batch cap from the next step on (never past the token budget: every
+        running request decodes one token a step)."""
         if max_num_seqs is not None:
             if max_num_seqs < 1:
                 raise ValueError("max_num_seqs must be at least 1")
+            budget = self.max_num_batched_tokens
+            if budget is not None and max_num_seqs > budget:
+                raise ValueError(
+                    f"max_num_seqs ({max_num_seqs}) must be at most max_num_batched_tokens "
+                    f"({budget})"
+                )
             with self._lock:
                 self._pending_max_num_seqs = max_num_seqs
                 self._lock.notify()
@@ -654,15 +665,17 @@ class Scheduler:
                 # The cache the whole context will hold is reserved at its first chunk.
                 self._kv_used += len(context)
                 row.kv_tokens = len(context)
-            tokens = row.pending_prefill + 1 if given is None else given.get(row.request_id, 0)
-            if tokens <= row.pending_prefill:
+            needed = row.pending_prefill
+            tokens = needed if given is None else given.get(row.request_id, 0)
+            if tokens < needed:  # a chunk of its context
                 row.prefilled += tokens
                 prefill_tokens += tokens
                 prefilling.add(slot)
                 continue
             # Its last chunk: the whole context is computed now (the decoder has no offset
-            # prefill; which step computes it changes no output token).
-            prefill_tokens += row.pending_prefill
+            # prefill; which step computes it changes no output token). Its last token is
+            # this step's decode token.
+            prefill_tokens += needed - 1
             if context:
                 contexts.append(context)
                 context_slots.append(slot)
@@ -696,8 +709,9 @@ class Scheduler:
                 tokens, positions, span, self._cache, prefill=prefill, lengths=lengths
             )
         new_tokens = sample(logits, self._generator)
-        producing = rows - len(prefilling)
-        self.device.pace_decode(producing, prefill_tokens, started)
+        # A static group's finished rows are computed as padding and cost their share.
+        forward_rows = rows - len(prefilling)
+        self.device.pace_decode(forward_rows, prefill_tokens, started)
         now = time.perf_counter()
 
         produced = 0
@@ -733,7 +747,12 @@ class Scheduler:
             stats.generation_tokens += produced
             stats.prompt_tokens_computed += prompt_tokens
             record = StepRecord(
-                producing, prefill_tokens, produced, prompt_tokens, self._bound_by(plan)
+                produced,
+                prefill_tokens,
+                produced,
+                prompt_tokens,
+                self._bound_by(plan),
+                forward_rows,
             )
             stats.scheduled_tokens += record.scheduled_tokens
             stats.steps_bound_by[record.bound_by] = stats.steps_bound_by.get(record.bound_by, 0) + 1

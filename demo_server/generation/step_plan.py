@@ -17,11 +17,12 @@ The rules, vLLM's for a paged KV cache without swapping:
   A static batch admits a new group only once the previous one has left the batch.
 - With a per-step token budget (vLLM's --max-num-batched-tokens, chunked prefill as V1
   runs it): every decoding row takes one token of it, then each row still prefilling
-  takes what it needs to finish (its remaining context and its first output token), or
-  what is left, oldest admission first; then requests are admitted while a token of the
-  budget is left, each taking what it needs or what is left. A prefill that gets less
-  than it needs is a chunk: the row runs its prefill over the next steps and produces no
-  token until its last chunk.
+  takes what it needs to produce its first token (`pending_prefill`), or what is left,
+  oldest admission first; then requests are admitted while a token of the budget is
+  left, each taking what it needs or what is left. A prefill that gets less than it
+  needs is a chunk: the row runs its prefill over the next steps and produces no token
+  until its last chunk. A static group is admitted whole on slots and cache alone, and
+  its prefills are chunked over the steps that follow.
 """
 
 from __future__ import annotations
@@ -43,8 +44,8 @@ class Row:
     kv_tokens: int
     length: int
     active: bool = True
-    # Tokens of its context still to prefill (0 for a decoding row): it needs this plus
-    # one more (its first output token) of the step's token budget.
+    # Tokens it still needs to produce its first token (0 for a decoding row): the rest of
+    # its context and the token itself.
     pending_prefill: int = 0
 
 
@@ -103,7 +104,7 @@ def plan_step(rows: Sequence[Row], waiting: Iterable[Waiting], limits: StepLimit
     if left is not None:
         left -= sum(1 for row in kept if row.active and row.pending_prefill == 0)
         for row in sorted((r for r in kept if r.active and r.pending_prefill), key=_admitted):
-            take = max(0, min(row.pending_prefill + 1, left))
+            take = max(0, min(row.pending_prefill, left))
             chunks.append((row.request_id, take))
             left -= take
     admitted: list[str] = []
@@ -111,7 +112,8 @@ def plan_step(rows: Sequence[Row], waiting: Iterable[Waiting], limits: StepLimit
     stopped_by = None
     for candidate in queue:
         fits = kv_used + active + admitted_tokens + candidate.length <= limits.kv_cache_tokens
-        if len(admitted) >= room or not fits or (left is not None and left <= 0):
+        out_of_budget = left is not None and left <= 0 and not limits.static
+        if len(admitted) >= room or not fits or out_of_budget:
             stopped_by = (
                 "requests" if len(admitted) >= room else "kv_cache" if not fits else "token_budget"
             )
@@ -119,7 +121,7 @@ def plan_step(rows: Sequence[Row], waiting: Iterable[Waiting], limits: StepLimit
         admitted.append(candidate.request_id)
         admitted_tokens += candidate.length
         if left is not None:
-            take = min(candidate.length, left)  # its whole sequence: context and first token
+            take = max(0, min(candidate.length, left))  # its context and its first token
             chunks.append((candidate.request_id, take))
             left -= take
     return StepPlan(

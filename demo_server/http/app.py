@@ -515,8 +515,11 @@ def create_app(config: ServerConfig) -> FastAPI:
         return server.admin_view()
 
     @app.post("/admin/config", dependencies=[Depends(local_only)])
-    async def admin_update(settings: AdminSettings) -> dict[str, Any]:
-        server.scheduler.configure(max_num_seqs=settings.max_num_seqs)
+    async def admin_update(settings: AdminSettings) -> Any:  # the view, or a 400
+        try:
+            server.scheduler.configure(max_num_seqs=settings.max_num_seqs)
+        except ValueError as error:  # a cap past the token budget: nothing is changed
+            return error_response(400, str(error), param="max_num_seqs")
         server.embeddings.configure(
             server.embeddings.settings.with_ms(
                 max_batch_size=settings.max_batch_size,

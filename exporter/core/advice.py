@@ -120,6 +120,8 @@ class AdviceInputs:
     token_budget: float | None = None
     step_seconds: float | None = None
     kv_max_concurrency: float | None = None
+    # The limit that binds the batch now (`exporter.core.limits`): the advice for it leads.
+    binding_limit: str | None = None
 
 
 def _figure_text(x: float) -> str:
@@ -419,13 +421,16 @@ def token_budget_advice(inputs: AdviceInputs) -> list[AdviceItem]:
         return items
     growth = advised / now
     step = inputs.step_seconds
-    today = f" (a step takes {step * 1000:.1f} ms today)" if step else ""
+    today = f" (steps come every {step * 1000:.1f} ms today)" if step else ""
+    verdict = (
+        "token-budget-bound: raising max-num-seqs will not help; " if _budget_binds(inputs) else ""
+    )
     items.append(
         _item(
             "token_budget_for_cap",
             advised,
             "tokens",
-            f"token-budget-bound: raising max-num-seqs will not help; --max-num-batched-tokens "
+            f"{verdict}--max-num-batched-tokens "
             f"{advised} ({_figure_text(needed)} rounded up to a multiple of "
             f"{TOKEN_BUDGET_STEP}) would carry the cap, at up to {growth:.1f}x the step time"
             f"{today}, and so the inter-token latency of running decodes"
@@ -612,9 +617,9 @@ def padding_advice(inputs: AdviceInputs) -> list[AdviceItem]:
 
 
 def _budget_binds(inputs: AdviceInputs) -> bool:
-    """Steps run at the token budget (the breakdown's `at_bound`): its advice leads."""
-    now, budget = inputs.tokens_per_step, inputs.token_budget
-    return now is not None and budget is not None and budget > 0 and now >= inputs.near_cap * budget
+    """The token budget binds the batch (the breakdown's binding limit): its advice leads,
+    and requests that wait below the cap wait for it, not for memory."""
+    return inputs.binding_limit == "token_budget"
 
 
 def advise(inputs: AdviceInputs) -> Advice:

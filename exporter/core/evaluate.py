@@ -133,10 +133,14 @@ def _mean(hist: Histogram | None) -> float | None:
     return hist.sum / hist.count if hist is not None and hist.count > 0 else None
 
 
-def trigger_shares(first: Mapping[str, float], last: Mapping[str, float]) -> dict[str, float]:
-    """A batcher's batches fired by each trigger between two scrapes, as shares of those
-    fired (a counter that dropped restarted: it counts from zero); empty when none fired."""
-    fired = {t: n - first.get(t, 0.0) if n >= first.get(t, 0.0) else n for t, n in last.items()}
+def trigger_shares(counts: Sequence[Mapping[str, float]]) -> dict[str, float]:
+    """A batcher's batches fired by each trigger over a window of scrapes (each scrape's
+    cumulative counts by trigger), as shares of those fired; `counter_increase` counts
+    through restarts. Empty when none fired."""
+    fired = {
+        trigger: counter_increase([c.get(trigger) for c in counts]) or 0.0
+        for trigger in {t for c in counts for t in c}
+    }
     total = sum(fired.values())
     return {t: n / total for t, n in fired.items()} if total > 0 else {}
 
@@ -156,6 +160,7 @@ def advice_inputs(
     output_tokens: Histogram | None,
     prompt_tokens: Histogram | None,
     step_tokens: Histogram | None = None,
+    binding_limit: str | None = None,
 ) -> AdviceInputs:
     """What the advice reads from one series' window of snapshots, oldest first, beside
     the signals already computed over it (static estimate, arrivals, budget, latency and
@@ -202,6 +207,7 @@ def advice_inputs(
         if step_tokens is not None and step_tokens.count > 0
         else None,
         kv_max_concurrency=last.kv_max_concurrency,
+        binding_limit=binding_limit,
     )
 
 
@@ -351,7 +357,7 @@ def series_signals(
             token_cap=settings.token_cap,
             waiting_deferred=last.waiting_deferred,
             fired_batches=fired_batches,
-            trigger_shares=trigger_shares(first.batches_by_trigger, last.batches_by_trigger),
+            trigger_shares=trigger_shares([p.batches_by_trigger for p in snapshots]),
             near_cap=settings.near_cap,
             kv_high=settings.kv_high,
         )
@@ -400,6 +406,7 @@ def series_signals(
             output_tokens=output_tokens,
             prompt_tokens=increase("prompt_tokens"),
             step_tokens=step_tokens,
+            binding_limit=breakdown.binding,
         )
     )
     signals = SeriesSignals(

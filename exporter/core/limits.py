@@ -15,10 +15,12 @@ The limits (docs/metrics.md, "What limits the batch", says what each reads in wh
   its latency budget, as a share of the batches it fired;
 - `arrivals`: nothing waits, so the batch is as large as the traffic makes it.
 
-The binding limit, first match: none while nothing runs or waits; while nothing waits, the
-KV cache if it preempts, the request (or batch-token) cap the batch has reached, else
-`arrivals`; a batcher's most frequent trigger (full: `requests`); the KV cache when it is full or
-preempting below the request cap, or preempting at it; the token budget below the request
+The binding limit, first match: none while nothing runs or waits; for an in-house batcher,
+its max batch size when batches fill near it, `arrivals` while nothing waits, else the
+trigger (timeout: `max_wait`, budget: `latency_budget`) that fired most batches early;
+while nothing waits, the KV cache if it preempts, the request (or batch-token) cap the
+batch has reached, else `arrivals`; the KV cache when it is full or preempting below the
+request cap, or preempting at it; the token budget below the request
 cap with KV room; then the request cap, the batch-token cap, the deferred share; and
 `unexplained` when requests wait and no limit the metrics show is at its bound. The
 diagnosis (`signals.diagnose`) applies the same predicates (`at_bound`, `kv_short`), so a
@@ -225,11 +227,15 @@ def _binding(x: LimitInputs, bound: set[str]) -> str | None:
     """The binding limit, first match (the module docstring)."""
     if (x.running or 0) + (x.waiting or 0) == 0:
         return None
-    if x.fired_batches and x.trigger_shares:
-        trigger = max(x.trigger_shares, key=lambda t: (x.trigger_shares[t], t == "full"))
-        if trigger == "timeout" and not x.waiting:
+    if x.fired_batches:
+        # A batcher's batch fills to its max batch size, or waits for arrivals; while items
+        # wait below it, the trigger that fired most of the rest of the batches binds.
+        if "requests" in bound:
+            return "requests"
+        if not x.waiting:
             return "arrivals"
-        return TRIGGER_LIMITS[trigger]
+        early = {t: s for t, s in x.trigger_shares.items() if t != "full" and s > 0}
+        return TRIGGER_LIMITS[max(early, key=early.__getitem__)] if early else UNEXPLAINED
     preempting = (x.preemptions_per_second or 0) > 0
     if not x.waiting:
         met = [limit for limit in ("requests", "batch_tokens") if limit in bound]
@@ -258,8 +264,9 @@ def limits(x: LimitInputs) -> Limits:
         bound.add("kv_cache")
     if deferred_bind(x.waiting, x.waiting_deferred):
         bound.add("deferred")
+    # A batcher's early triggers; batches fired full show in the request cap's own ratio.
     for trigger, share in x.trigger_shares.items():
-        if share >= DEFERRED_SHARE:
+        if trigger != "full" and share >= DEFERRED_SHARE:
             bound.add(TRIGGER_LIMITS[trigger])
     binding = _binding(x, bound)
     ordered = [binding] if binding in bound else []

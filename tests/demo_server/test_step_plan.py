@@ -73,12 +73,13 @@ BUDGET = StepLimits(max_num_seqs=4, kv_cache_tokens=1000, token_budget=16)
 
 
 def test_decodes_take_one_token_each_then_prefills_their_chunks_oldest_first() -> None:
-    # a decodes (1 token); b prefills 20 more of its context (needs 21), c 5 (needs 6):
-    # 15 left after a, b (older) takes all 15, c gets none; nothing is admitted.
+    # a decodes (1 token); b needs 21 more tokens to produce its first (20 of context and
+    # the token), c 6: 15 left after a, b (older) takes all 15, c gets none; nothing is
+    # admitted.
     rows = [
         Row("a", 1, 30, 31),
-        Row("c", 3, 10, 16, pending_prefill=5),
-        Row("b", 2, 40, 41, pending_prefill=20),
+        Row("c", 3, 10, 16, pending_prefill=6),
+        Row("b", 2, 40, 41, pending_prefill=21),
     ]
     plan = plan_step(rows, [Waiting("d", 5)], BUDGET)
     assert plan.chunks == (("b", 15), ("c", 0))
@@ -94,6 +95,15 @@ def test_requests_are_admitted_while_a_token_of_the_budget_is_left() -> None:
     assert plan.admit == ("d", "e")
     assert plan.chunks == (("d", 5), ("e", 9))
     assert plan.stopped_by == "token_budget"
+
+
+def test_a_static_group_is_admitted_whole_and_its_prefills_chunked() -> None:
+    static = StepLimits(max_num_seqs=4, kv_cache_tokens=1000, static=True, token_budget=16)
+    waiting = [Waiting(f"w{i}", 10) for i in range(5)]
+    plan = plan_step([], waiting, static)
+    assert plan.admit == ("w0", "w1", "w2", "w3")
+    assert plan.chunks == (("w0", 10), ("w1", 6), ("w2", 0), ("w3", 0))
+    assert plan.stopped_by == "requests"
 
 
 def test_without_a_budget_no_chunks_and_the_stop_names_slots_or_memory() -> None:

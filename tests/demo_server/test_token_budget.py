@@ -7,6 +7,7 @@ import re
 
 import httpx
 import pytest
+import torch
 
 from demo_server.cli import build_parser
 from demo_server.devices import Device
@@ -56,6 +57,41 @@ def test_a_long_prompt_prefills_in_chunks_within_the_budget() -> None:
     stats = scheduler.stats()
     assert stats.prompt_tokens_computed == 40 and stats.scheduled_tokens == 42
     assert stats.steps_bound_by == {"token_budget": 2, "arrivals": 3}
+
+
+@pytest.mark.parametrize("prompt", [17, 33])
+def test_a_context_that_fills_its_chunks_exactly_still_produces_its_first_token(
+    prompt: int,
+) -> None:
+    # A 17-token prompt under a 16-token budget: its 16-token context takes the whole
+    # first step, and its first token needs the second.
+    steps = Steps()
+    config = SchedulerConfig(max_num_seqs=4, max_num_batched_tokens=16)
+    scheduler = Scheduler(
+        TinyDecoder(), Device("cpu", torch.device("cpu")), config, listeners=[steps]
+    )
+    handle = scheduler.submit(list(range(5, 5 + prompt)), 2, ignore_eos=True)
+    for _ in range(10):
+        scheduler.step_here()
+    assert handle.future.done() and handle.future.result().output_tokens == 2
+    chunks = prompt // 16
+    assert [s.generated for s in steps.records] == [0] * chunks + [1, 1]
+
+
+def test_a_static_group_under_a_budget_runs_together() -> None:
+    steps = Steps()
+    config = SchedulerConfig(batching="static", max_num_seqs=4, max_num_batched_tokens=16)
+    scheduler = Scheduler(
+        TinyDecoder(), Device("cpu", torch.device("cpu")), config, listeners=[steps]
+    )
+    handles = [scheduler.submit(list(range(5, 15)), 2, ignore_eos=True) for _ in range(4)]
+    while scheduler.step_here():
+        pass
+    assert all(h.future.result().output_tokens == 2 for h in handles)
+    # 4 x 10 tokens under a 16-token budget, the group admitted at once: w0 whole and 6 of
+    # w1; then w0's decode, the rest of w1, all of w2 and 1 of w3; then w3's last 9.
+    assert [s.generated for s in steps.records] == [1, 3, 3, 1]
+    assert [s.prefill_tokens for s in steps.records] == [9 + 6, 3 + 9 + 1, 8, 0]
 
 
 def test_a_budget_below_the_cap_is_refused() -> None:
@@ -129,6 +165,13 @@ def test_the_demo_server_takes_the_budget_and_exposes_the_truth() -> None:
         done = httpx.post(f"{url}/v1/completions", json=body, timeout=60)
         assert done.status_code == 200, done.text
         text = httpx.get(f"{url}/metrics", timeout=10).text
+        # A cap past the budget would leave a decode row without its token: refused.
+        refused = httpx.post(f"{url}/admin/config", json={"max_num_seqs": 100}, timeout=10)
+        assert refused.status_code == 400, refused.text
+        assert "must be at most max_num_batched_tokens (64)" in refused.json()["error"]["message"]
+        assert (
+            httpx.get(f"{url}/admin/config", timeout=10).json()["generation"]["max_num_seqs"] == 8
+        )
     assert (
         'batchscope_demo_max_num_batched_tokens{engine="0",model_name="batchscope-demo"} 64.0'
         in text

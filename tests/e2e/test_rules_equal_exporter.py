@@ -150,7 +150,7 @@ PAIRS = [
             f'{rules.BINDING_LIMIT}{{limit="{limit}"}}',
             "state",
         )
-        for limit in ("arrivals", "kv_cache", "token_budget", "requests")
+        for limit in ("arrivals", "kv_cache", "token_budget", "requests", "deferred", "unexplained")
     ),
 ]
 

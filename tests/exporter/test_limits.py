@@ -13,7 +13,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from exporter.config.flags import add_arguments, settings_from_args
 from exporter.config.settings import ConfigError, load_config, load_file_sd
-from exporter.core.evaluate import TargetSignals, evaluate_target
+from exporter.core.evaluate import TargetSignals, evaluate_target, trigger_shares
 from exporter.core.limits import LIMITS, LimitInputs, limits
 from exporter.core.signals import SignalSettings, diagnose
 from exporter.core.snapshot import Snapshot
@@ -150,6 +150,22 @@ def test_the_kv_bound_and_cap_bound_cases_keep_their_states() -> None:
     total = evaluate([START, kv_bound], cap=64, token_budget=64)
     assert total.diagnosis.state == "memory_bound"
     assert total.limits.binding == "kv_cache"
+    # Steps at the token budget too (60 of 64), but memory binds: its advice leads.
+    full_steps = vllm_032(
+        running=9,
+        waiting=20,
+        kv=0.95,
+        steps=2_000,
+        step_tokens=120_000,
+        preemptions=60,
+        finished=300,
+        lengths=(300, 120_000, 7_200),
+    )
+    total = evaluate([START, full_steps, full_steps], cap=16, token_budget=64)
+    assert (total.diagnosis.state, total.limits.binding) == ("memory_bound", "kv_cache")
+    assert total.limits.at_bound == ("kv_cache", "token_budget")
+    assert not total.advice.summary.startswith("token-budget-bound")
+    assert total.advice.item("token_budget_for_cap").text.startswith("--max-num-batched-tokens")
     at_cap = vllm_032(running=8, waiting=32, kv=0.01, steps=2_000, step_tokens=16_000)
     total = evaluate([START, at_cap], cap=8, token_budget=2048)
     assert total.diagnosis.state == "healthy"
@@ -274,8 +290,8 @@ NAMED = {
     "token_budget_bound": {"token_budget"},
     "healthy": {"requests", "batch_tokens"},
     "underloaded": {"arrivals"},
-    "preempting": {"kv_cache", "arrivals"},
-    "batch_limited": {"unexplained", "deferred"},
+    "preempting": {"kv_cache"},
+    "batch_limited": {"unexplained", "deferred", "max_wait", "latency_budget"},
 }
 maybe = st.one_of(st.none(), st.floats(0, 200, allow_nan=False))
 
@@ -290,10 +306,28 @@ maybe = st.one_of(st.none(), st.floats(0, 200, allow_nan=False))
     tokens_per_step=maybe,
     token_budget=st.one_of(st.none(), st.sampled_from([64.0, 2048.0])),
     deferred=st.one_of(st.none(), st.floats(0, 50)),
+    batch_tokens=st.one_of(st.none(), st.floats(0, 20_000)),
+    token_cap=st.one_of(st.none(), st.just(16_000.0)),
+    fired=st.booleans(),
+    shares=st.dictionaries(st.sampled_from(["full", "timeout", "budget"]), st.floats(0, 1)),
 )
 def test_a_state_that_names_a_limit_agrees_with_the_binding_limit(
-    running, waiting, cap, kv, preemptions, tokens_per_step, token_budget, deferred
+    running,
+    waiting,
+    cap,
+    kv,
+    preemptions,
+    tokens_per_step,
+    token_budget,
+    deferred,
+    batch_tokens,
+    token_cap,
+    fired,
+    shares,
 ) -> None:
+    # A batcher (fired batches) publishes no KV cache, preemptions or token figures.
+    if fired:
+        kv = preemptions = tokens_per_step = deferred = batch_tokens = None
     settings_ = SignalSettings(token_budget=token_budget)
     state = diagnose(
         up=True,
@@ -307,6 +341,9 @@ def test_a_state_that_names_a_limit_agrees_with_the_binding_limit(
         budget_utilization=None,
         tokens_per_step=tokens_per_step,
         waiting_deferred=deferred,
+        fired_batches=fired,
+        batch_tokens=batch_tokens,
+        token_cap=token_cap,
         settings=settings_,
     ).state
     binding = limits(
@@ -319,6 +356,10 @@ def test_a_state_that_names_a_limit_agrees_with_the_binding_limit(
             tokens_per_step=tokens_per_step,
             token_budget=token_budget,
             waiting_deferred=deferred,
+            batch_tokens=batch_tokens,
+            token_cap=token_cap,
+            fired_batches=fired,
+            trigger_shares=shares if fired else {},
         )
     ).binding
     if state == "idle":
@@ -402,7 +443,7 @@ def test_the_token_budget_advice_names_the_budget_that_carries_the_cap() -> None
     assert advised.text.startswith(
         "token-budget-bound: raising max-num-seqs will not help; --max-num-batched-tokens "
         "1152 (1,131 rounded up to a multiple of 64) would carry the cap, at up to 18.1x the "
-        "step time (a step takes 10.0 ms today)"
+        "step time (steps come every 10.0 ms today)"
     )
     # Requests wait below the cap for the token budget, not for memory: no KV verdict.
     assert total.advice.item("kv_cache_fill") is None
@@ -413,3 +454,11 @@ def test_the_token_budget_advice_names_the_budget_that_carries_the_cap() -> None
     roomy = evaluate([START, TOKEN_BOUND, TOKEN_BOUND], cap=64, token_budget=2048)
     assert roomy.advice.item("token_budget_for_cap") is None
     assert roomy.advice.item("tokens_per_step_for_cap").value == pytest.approx(1130.67, abs=0.01)
+
+
+def test_trigger_shares_count_through_a_restart_of_the_batcher() -> None:
+    # 10 timeouts, then the batcher restarts (its counters begin again) and fires 30 by
+    # its budget: 10 and 30 of 40, not the 20 a first-to-last difference would make of it.
+    counts = [{"timeout": 5.0}, {"timeout": 15.0}, {"budget": 10.0}, {"budget": 30.0}]
+    assert trigger_shares(counts) == {"timeout": 0.25, "budget": 0.75}
+    assert trigger_shares([{"full": 3.0}, {"full": 3.0}]) == {}

@@ -39,7 +39,7 @@ class SimulatedClock:
         self.seconds = 0.0
 
     def on_step(self, step: StepRecord) -> None:
-        self.seconds += self.device.decode_step_ms(step.rows, step.prefill_tokens) / 1000
+        self.seconds += self.device.decode_step_ms(step.forward_rows, step.prefill_tokens) / 1000
 
     def on_finished(self, result: CompletionResult) -> None:
         """Requests are not timed here."""
