@@ -30,6 +30,9 @@ from grafana.panels import (
     thresholds,
 )
 
+# The binding-limit row while nothing runs or waits.
+IDLE = "none (idle)"
+
 
 def vllm_batching(source: Source, config: Mapping) -> dict:
     sel = PER_ENGINE
@@ -106,17 +109,34 @@ def vllm_batching(source: Source, config: Mapping) -> dict:
                 "{{limit}} {{model_name}}",
             )
         ]
-        binding = Query(f"batchscope_binding_limit{{{series}}} == 1", "{{limit}}")
+        # Nothing running or waiting binds nothing: shown as its own row, not a gap.
+        binding = Query(
+            f"batchscope_binding_limit{{{series}}} == 1\nor label_replace("
+            f'batchscope_diagnosis{{{series}, state="idle"}} == 1, "limit", "{IDLE}", "", "")',
+            "{{limit}}",
+        )
     else:
+        # One query, each recorded ratio labelled with its limit: a limit the target does
+        # not configure (no token budget) is a missing line, not an empty query.
         limit_ratios = [
-            Query(f"{name}{{{sel}}}", f"{limit} {{{{model_name}}}}")
-            for name, limit in (
-                (rules.RUNNING_VS_CAP, "requests"),
-                (rules.KV_USAGE, "kv_cache"),
-                (rules.TOKEN_BUDGET_RATIO, "token_budget"),
+            Query(
+                "\nor ".join(
+                    f'label_replace({name}{{{sel}}}, "limit", "{limit}", "", "")'
+                    for name, limit in (
+                        (rules.RUNNING_VS_CAP, "requests"),
+                        (rules.KV_USAGE, "kv_cache"),
+                        (rules.TOKEN_BUDGET_RATIO, "token_budget"),
+                    )
+                ),
+                "{{limit}} {{model_name}}",
             )
         ]
-        binding = Query(f"max by (limit) ({rules.BINDING_LIMIT}{{{sel}}}) == 1", "{{limit}}")
+        binding = Query(
+            f"max by (limit) ({rules.BINDING_LIMIT}{{{sel}}}) == 1\nor label_replace("
+            f"max by (target) ({rules.RUNNING}{{{sel}}} + {rules.WAITING}{{{sel}}}) == 0, "
+            f'"limit", "{IDLE}", "", "")',
+            "{{limit}}",
+        )
     limits = (
         threshold_lines(
             series_panel(
@@ -141,8 +161,8 @@ def vllm_batching(source: Source, config: Mapping) -> dict:
             "The limit that binds the batch now, first match: kv_cache (full or preempting "
             "below the cap), token_budget (steps at the token budget below the cap, KV with "
             "room), requests (at the cap), arrivals (nothing waits), unexplained (requests "
-            "wait and no limit the metrics show is at its bound). docs/metrics.md, "
-            '"What limits the batch".'
+            "wait and no limit the metrics show is at its bound), none (idle) while nothing "
+            'runs or waits. docs/metrics.md, "What limits the batch".'
         )
         .targets(targets([binding]))
         .show_value(common.VisibilityMode.NEVER)

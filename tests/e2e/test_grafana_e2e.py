@@ -40,6 +40,7 @@ pytestmark = pytest.mark.slow
 
 WINDOW, HOLD = 10, 5
 BUDGET_SECONDS = 0.05  # far under what a 32-token completion takes: saturation at once
+TOKEN_BUDGET = 2048  # the demo server's step budget, configured as a user configures vLLM's
 # Grafana's variables as a user would pick them on this stack.
 VARIABLES = {
     "$__rate_interval": f"{WINDOW}s",
@@ -62,6 +63,7 @@ def _fleet(path: Path, demo_url: str) -> None:
                         "url": demo_url,
                         "engine": "vllm",
                         "cap": 8,
+                        "max_num_batched_tokens": TOKEN_BUDGET,
                         "budget_seconds": BUDGET_SECONDS,
                     },
                     {"name": "demo-embeddings", "url": demo_url, "engine": "inhouse"},
@@ -142,6 +144,8 @@ def test_every_panel_fills_and_saturation_reaches_the_webhook_both_ways(tmp_path
         "sim:h200",
         "--max-num-seqs",
         "8",
+        "--max-num-batched-tokens",
+        str(TOKEN_BUDGET),
         "--embed-batching",
         "adaptive",
         "--latency-budget-ms",
