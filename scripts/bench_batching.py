@@ -38,10 +38,9 @@ from demo_server.devices import Device, select_device
 from demo_server.generation.decoder import KVCache, PrefillBatch, TinyDecoder, encode_prompt
 from demo_server.generation.ragged import try_load
 from demo_server.generation.scheduler import (
-    CompletionResult,
     Scheduler,
     SchedulerConfig,
-    StepRecord,
+    SimulatedClock,
 )
 from exporter.core.static_util import exact_static_utilization
 
@@ -84,21 +83,6 @@ class SpanRecordingDecoder(TinyDecoder):
         else:
             self.span_total += span
         return super().decode(tokens, positions, span, cache, prefill, lengths)
-
-
-class SimulatedClock:
-    """A scheduler listener adding up what each step costs on the simulated device: the
-    wall time an unloaded machine would show (real compute always below the curve)."""
-
-    def __init__(self, device: Device) -> None:
-        self.device = device
-        self.seconds = 0.0
-
-    def on_step(self, step: StepRecord) -> None:
-        self.seconds += self.device.decode_step_ms(step.forward_rows, step.prefill_tokens) / 1000
-
-    def on_finished(self, result: CompletionResult) -> None:
-        """Requests are not timed here."""
 
 
 @dataclass(frozen=True)

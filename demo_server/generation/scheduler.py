@@ -240,6 +240,22 @@ class StepRecord:
         return self.rows + self.prefill_tokens
 
 
+class SimulatedClock:
+    """A scheduler listener adding up what each step costs on a simulated device: the wall
+    time an unloaded machine would show (real compute always below the curve). Drivers
+    that step the scheduler themselves stamp time with it."""
+
+    def __init__(self, device: Device) -> None:
+        self.device = device
+        self.seconds = 0.0
+
+    def on_step(self, step: StepRecord) -> None:
+        self.seconds += self.device.decode_step_ms(step.forward_rows, step.prefill_tokens) / 1000
+
+    def on_finished(self, result: CompletionResult) -> None:
+        """Requests are not timed here."""
+
+
 @dataclass(frozen=True)
 class SchedulerConfig:
     """Scheduler settings; `max_num_seqs` can change at run time (`Scheduler.configure`)."""

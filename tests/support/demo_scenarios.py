@@ -19,30 +19,15 @@ from prometheus_client import CollectorRegistry, generate_latest
 from demo_server.devices import SIMULATED_CURVES, SIMULATED_PREFILL_MS_PER_TOKEN, Device
 from demo_server.generation.decoder import TinyDecoder
 from demo_server.generation.scheduler import (
-    CompletionResult,
     Scheduler,
     SchedulerConfig,
-    StepRecord,
+    SimulatedClock,
 )
 from demo_server.generation.vllm_metrics import SchedulerCollector, VllmRequestMetrics
 from exporter.core.snapshot import Snapshot
 from exporter.engines import read_series
 
 MODEL = "batchscope-demo"
-
-
-class SimulatedClock:
-    """A scheduler listener: the seconds the steps so far would take on the device."""
-
-    def __init__(self, device: Device) -> None:
-        self.device = device
-        self.seconds = 0.0
-
-    def on_step(self, step: StepRecord) -> None:
-        self.seconds += self.device.decode_step_ms(step.forward_rows, step.prefill_tokens) / 1000
-
-    def on_finished(self, result: CompletionResult) -> None:
-        """Requests are not timed here."""
 
 
 def sim_h200() -> Device:
