@@ -11,29 +11,33 @@ from dataclasses import dataclass, field, replace
 
 from exporter.core.advice import Advice, AdviceInputs, advise
 from exporter.core.capacity import KvScrape, cost_per_batch
+from exporter.core.diagnosis import (
+    Diagnosis,
+    DiagnosisInputs,
+    diagnose,
+    down_diagnosis,
+    mean_latency_note,
+    no_data_diagnosis,
+    rejections_note,
+    unreadable_diagnosis,
+)
 from exporter.core.histogram import Histogram, histogram_increase, histogram_quantile
 from exporter.core.limits import LimitInputs, Limits, limits
 from exporter.core.signals import (
-    Diagnosis,
     SaturationState,
     SignalSettings,
     batch_size_distribution,
     budget_utilization,
     counter_increase,
-    diagnose,
     execution_increase,
-    mean_latency_note,
-    no_data_diagnosis,
     padding_waste,
     per_second,
-    rejections_note,
     running_vs_cap,
     saturated_seconds,
     saturation_after_gap,
     saturation_through_gap,
     step_saturation,
     throughput_gain,
-    unreadable_diagnosis,
 )
 from exporter.core.snapshot import (
     LabelKey,
@@ -265,6 +269,135 @@ def _restarts_of(restarts: Mapping[str, Sequence[bool]] | None, name: str) -> Se
     return restarts.get(name) if restarts is not None else None
 
 
+@dataclass(frozen=True, slots=True)
+class _Rates:
+    """A series' counters over its window: increases, and rates per second of the span."""
+
+    span: float
+    items: float | None
+    batches: float | None
+    mean_batch: float | None
+    preemptions: float | None
+    requests: float | None
+    tokens: float | None
+    rejections: float | None
+
+    @classmethod
+    def of(cls, snapshots: Sequence[SeriesSnapshot], span: float) -> _Rates:
+        def rate(counter: Callable[[SeriesSnapshot], float | None]) -> float | None:
+            return per_second(counter_increase([counter(p) for p in snapshots]), span)
+
+        items = counter_increase([p.items_total for p in snapshots])
+        batches = counter_increase([p.batches_total for p in snapshots])
+        return cls(
+            span=span,
+            items=items,
+            batches=batches,
+            mean_batch=items / batches if items is not None and batches else None,
+            preemptions=rate(lambda p: p.preemptions_total),
+            requests=rate(lambda p: p.requests_total),
+            tokens=rate(lambda p: p.generation_tokens_total),
+            rejections=rate(lambda p: p.rejections_total),
+        )
+
+
+def _next_saturation(
+    scrapes: int,
+    utilization: float | None,
+    saturation: SaturationState,
+    now: float,
+    settings: SignalSettings,
+) -> SaturationState:
+    """The saturation state after this evaluation of a window of `scrapes` scrapes."""
+    if scrapes < 2:
+        # One scrape measures no increase: no evidence either way (the first scrape, or the
+        # first after the exporter stalled for longer than the window). The saturation
+        # state is carried as through a scrape that read nothing.
+        return saturation_through_gap(saturation, now, settings.stale_seconds) or SaturationState()
+    return step_saturation(
+        saturation,
+        utilization,
+        now,
+        threshold=settings.saturation_threshold,
+        hold_seconds=settings.hold_seconds,
+        release_margin=settings.release_margin,
+    )
+
+
+def _diagnosis(
+    snapshots: Sequence[SeriesSnapshot],
+    rates: _Rates,
+    cap: float | None,
+    tokens_per_step: float | None,
+    saturation: SaturationState,
+    latency: tuple[float | None, str | None],
+    utilization: float | None,
+    settings: SignalSettings,
+) -> tuple[Diagnosis, Limits]:
+    """The series' diagnosis and its limits breakdown, both judging the same batch: the
+    peak of the recent scrapes, since a scrape can catch the batch between a finish and the
+    next admission (7 of 8); the exported ratio stays the instant's. `latency`: the
+    window's latency and its statistic (`window_latency`); a mean is said in the reason."""
+    last = snapshots[-1]
+    # A batcher without a running gauge fills batches and fires them: its progress is
+    # items and batches executed, where an LLM engine's is tokens and finished requests.
+    fired_batches = last.running is None and rates.mean_batch is not None
+    recent = [p.running for p in snapshots[-RECENT_SCRAPES:] if p.running is not None]
+    peak = max(recent) if recent else _batch(last, rates)
+    breakdown = limits(
+        LimitInputs(
+            running=peak,
+            waiting=last.waiting,
+            cap=cap,
+            kv_usage=last.kv_usage,
+            preemptions_per_second=rates.preemptions,
+            tokens_per_step=tokens_per_step,
+            token_budget=settings.token_budget,
+            batch_tokens=last.batch_tokens,
+            token_cap=settings.token_cap,
+            waiting_deferred=last.waiting_deferred,
+            fired_batches=fired_batches,
+            trigger_shares=trigger_shares([p.batches_by_trigger for p in snapshots]),
+            near_cap=settings.near_cap,
+            kv_high=settings.kv_high,
+        )
+    )
+    span = rates.span
+    diagnosis = diagnose(
+        DiagnosisInputs(
+            running=peak,
+            waiting=last.waiting,
+            cap=cap,
+            kv_usage=last.kv_usage,
+            preemptions_per_second=rates.preemptions,
+            budget_saturated=saturation.saturated,
+            budget_utilization=utilization,
+            generated_per_second=rates.tokens
+            if rates.tokens is not None
+            else per_second(rates.items, span),
+            finished_per_second=rates.requests
+            if rates.requests is not None
+            else per_second(rates.batches, span),
+            window_seconds=span,
+            fired_batches=fired_batches,
+            batch_tokens=last.batch_tokens,
+            token_cap=settings.token_cap,
+            tokens_per_step=tokens_per_step,
+            waiting_deferred=last.waiting_deferred,
+        ),
+        settings,
+    )
+    seconds, statistic = latency
+    if statistic == "mean" and seconds is not None:
+        diagnosis = mean_latency_note(diagnosis, seconds)
+    return rejections_note(diagnosis, rates.rejections), breakdown
+
+
+def _batch(last: SeriesSnapshot, rates: _Rates) -> float | None:
+    """The batch now: the running gauge, else a batcher's mean batch over the window."""
+    return last.running if last.running is not None else rates.mean_batch
+
+
 def series_signals(
     points: Sequence[tuple[float, SeriesSnapshot]],
     settings: SignalSettings,
@@ -288,109 +421,40 @@ def series_signals(
     # configuration fills in what the engine does not say.
     budget = last.budget_seconds if last.budget_seconds is not None else settings.budget_seconds
 
-    def rate(counter: Callable[[SeriesSnapshot], float | None]) -> float | None:
-        return per_second(counter_increase([counter(p) for p in snapshots]), span)
-
-    items = counter_increase([p.items_total for p in snapshots])
-    batches = counter_increase([p.batches_total for p in snapshots])
-    mean_batch = items / batches if items is not None and batches else None
-    batch = last.running if last.running is not None else mean_batch
-
     def increase(name: str) -> Histogram | None:
         return histogram_increase(
             [getattr(p, name) for p in snapshots], _restarts_of(restarts, name)
         )
 
+    rates = _Rates.of(snapshots, span)
     latency, statistic = window_latency(snapshots, settings, restarts)
     utilization = budget_utilization(latency, budget)
-    if len(points) < 2:
-        # One scrape measures no increase: no evidence either way (the first scrape, or the
-        # first after the exporter stalled for longer than the window). The saturation
-        # state is carried as through a scrape that read nothing.
-        saturation = (
-            saturation_through_gap(saturation, now, settings.stale_seconds) or SaturationState()
-        )
-    else:
-        saturation = step_saturation(
-            saturation,
-            utilization,
-            now,
-            threshold=settings.saturation_threshold,
-            hold_seconds=settings.hold_seconds,
-            release_margin=settings.release_margin,
-        )
-    preemption_rate = rate(lambda p: p.preemptions_total)
-    requests_rate = rate(lambda p: p.requests_total)
-    tokens_rate = rate(lambda p: p.generation_tokens_total)
+    saturation = _next_saturation(len(points), utilization, saturation, now, settings)
 
-    static = None
     output_tokens = increase("output_tokens")
-    if output_tokens is not None and output_tokens.count > 0 and cap:
-        static = estimate_from_histogram(output_tokens, int(cap))
-
-    gain = throughput_gain(
-        execution_increase(first.execution_by_size, last.execution_by_size),
-        dict(last.execution_by_size),
+    static = (
+        estimate_from_histogram(output_tokens, int(cap))
+        if output_tokens is not None and output_tokens.count > 0 and cap
+        else None
     )
-    batch_hist = increase("batch_size")
-    running_samples = [p.running for p in snapshots if p.running is not None]
-    # A batcher without a running gauge fills batches and fires them: its progress is
-    # items and batches executed, where an LLM engine's is tokens and finished requests.
-    fired_batches = last.running is None and mean_batch is not None
-    # A scrape can catch the batch between a finish and the next admission (7 of 8):
-    # the diagnosis reads the recent peak, the exported ratio stays the instant's.
-    recent = [p.running for p in snapshots[-RECENT_SCRAPES:] if p.running is not None]
-    peak = max(recent) if recent else batch
-    step_tokens = increase("step_tokens")
-    tokens_per_step = _mean(step_tokens)
-    rejected_rate = rate(lambda p: p.rejections_total)
-    breakdown = limits(
-        LimitInputs(
-            running=peak,
-            waiting=last.waiting,
-            cap=cap,
-            kv_usage=last.kv_usage,
-            preemptions_per_second=preemption_rate,
-            tokens_per_step=tokens_per_step,
-            token_budget=settings.token_budget,
-            batch_tokens=last.batch_tokens,
-            token_cap=settings.token_cap,
-            waiting_deferred=last.waiting_deferred,
-            fired_batches=fired_batches,
-            trigger_shares=trigger_shares([p.batches_by_trigger for p in snapshots]),
-            near_cap=settings.near_cap,
-            kv_high=settings.kv_high,
-        )
-    )
-    diagnosis = diagnose(
-        up=True,
-        error=None,
-        running=peak,
-        waiting=last.waiting,
-        cap=cap,
-        kv_usage=last.kv_usage,
-        preemptions_per_second=preemption_rate,
-        budget_saturated=saturation.saturated,
-        budget_utilization=utilization,
-        generated_per_second=tokens_rate if tokens_rate is not None else per_second(items, span),
-        finished_per_second=requests_rate
-        if requests_rate is not None
-        else per_second(batches, span),
-        window_seconds=span,
-        fired_batches=fired_batches,
-        batch_tokens=last.batch_tokens,
-        token_cap=settings.token_cap,
-        tokens_per_step=tokens_per_step,
-        waiting_deferred=last.waiting_deferred,
-        settings=settings,
-    )
-    if statistic == "mean" and latency is not None:
-        diagnosis = mean_latency_note(diagnosis, latency)
-    diagnosis = rejections_note(diagnosis, rejected_rate)
     padding = padding_waste(
         counter_increase([p.padding_tokens_total for p in snapshots]),
         counter_increase([p.batch_tokens_total for p in snapshots]),
     )
+    step_tokens = increase("step_tokens")
+    tokens_per_step = _mean(step_tokens)
+
+    diagnosis, breakdown = _diagnosis(
+        snapshots,
+        rates,
+        cap,
+        tokens_per_step,
+        saturation,
+        (latency, statistic),
+        utilization,
+        settings,
+    )
+    fired_batches = last.running is None and rates.mean_batch is not None
     advice = advise(
         advice_inputs(
             snapshots,
@@ -398,7 +462,7 @@ def series_signals(
             cap,
             settings,
             static=static,
-            arrival_per_second=per_second(items, span) if fired_batches else None,
+            arrival_per_second=per_second(rates.items, span) if fired_batches else None,
             budget_seconds=budget,
             latency_seconds=latency,
             latency_statistic=statistic,
@@ -409,21 +473,22 @@ def series_signals(
             binding_limit=breakdown.binding,
         )
     )
+    running_samples = [p.running for p in snapshots if p.running is not None]
     signals = SeriesSignals(
         labels=last.labels,
         engine=last.engine,
         running=last.running,
         waiting=last.waiting,
         cap=cap,
-        running_vs_cap=running_vs_cap(batch, cap),
+        running_vs_cap=running_vs_cap(_batch(last, rates), cap),
         batch_tokens=last.batch_tokens,
         token_cap=settings.token_cap,
         tokens_vs_cap=running_vs_cap(last.batch_tokens, settings.token_cap),
-        mean_batch_size=mean_batch,
-        preemptions_per_second=preemption_rate,
+        mean_batch_size=rates.mean_batch,
+        preemptions_per_second=rates.preemptions,
         kv_cache_usage=last.kv_usage,
-        requests_per_second=requests_rate,
-        generation_tokens_per_second=tokens_rate,
+        requests_per_second=rates.requests,
+        generation_tokens_per_second=rates.tokens,
         latency_quantile=settings.quantile,
         latency_histogram=settings.histogram,
         latency_seconds=latency,
@@ -432,17 +497,20 @@ def series_signals(
         budget_utilization=utilization,
         budget_saturated=saturation.saturated,
         budget_saturated_seconds=saturated_seconds(saturation, now),
-        throughput_gain=gain,
+        throughput_gain=throughput_gain(
+            execution_increase(first.execution_by_size, last.execution_by_size),
+            dict(last.execution_by_size),
+        ),
         padding_waste=padding,
         tokens_per_step=tokens_per_step,
         token_budget=settings.token_budget,
         token_budget_ratio=breakdown.ratio("token_budget"),
         waiting_deferred=last.waiting_deferred,
-        rejections_per_second=rejected_rate,
+        rejections_per_second=rates.rejections,
         limits=breakdown,
         static_utilization=static,
         batch_size_distribution=batch_size_distribution(
-            running_samples if last.batch_size is None else [], batch_hist
+            running_samples if last.batch_size is None else [], increase("batch_size")
         ),
         diagnosis=diagnosis,
         not_exposed=not_exposed(last, settings),
@@ -466,20 +534,7 @@ def signals_without_series(diagnosis: Diagnosis, settings: SignalSettings) -> Se
 
 def down_signals(error: str | None, settings: SignalSettings) -> SeriesSignals:
     """The signals of a target that did not answer: only the diagnosis says anything."""
-    return signals_without_series(
-        diagnose(
-            up=False,
-            error=error,
-            running=None,
-            waiting=None,
-            cap=None,
-            kv_usage=None,
-            preemptions_per_second=None,
-            budget_saturated=False,
-            budget_utilization=None,
-        ),
-        settings,
-    )
+    return signals_without_series(down_diagnosis(error), settings)
 
 
 def held_saturation(

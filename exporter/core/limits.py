@@ -23,7 +23,7 @@ batch has reached, else `arrivals`; the KV cache when it is full or preempting b
 request cap, or preempting at it; the token budget below the request
 cap with KV room; then the request cap, the batch-token cap, the deferred share; and
 `unexplained` when requests wait and no limit the metrics show is at its bound. The
-diagnosis (`signals.diagnose`) applies the same predicates (`at_bound`, `kv_short`), so a
+diagnosis (`diagnosis.diagnose`) applies the same predicates (`at_bound`, `kv_short`), so a
 state that names a limit and the binding limit agree (tests/exporter/test_limits.py).
 """
 

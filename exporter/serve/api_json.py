@@ -19,9 +19,9 @@ from typing import Any
 
 from exporter.config.settings import Target, redacted_url
 from exporter.core.advice import Advice, AdviceItem
+from exporter.core.diagnosis import Diagnosis
 from exporter.core.evaluate import SeriesSignals, TargetSignals
 from exporter.core.limits import LimitReading, Limits
-from exporter.core.signals import Diagnosis
 
 API_VERSION = 1
 

@@ -190,97 +190,113 @@ def guard(token: str | None) -> Callable:
     return check
 
 
-def create_app(exporter: Exporter, token: str | None = None) -> web.Application:
-    """The exporter's web application over a running Exporter; `token`, when given, is
-    required as `Authorization: Bearer TOKEN` on every path but /health."""
+class _Handlers:
+    """The exporter's endpoints over one running Exporter and its round cache of bodies."""
 
-    def json_body(response: Callable[[float, list[TargetSignals]], dict[str, Any]]) -> BodyKind:
+    def __init__(self, exporter: Exporter) -> None:
+        self.exporter = exporter
+        self.bodies = RoundCache(
+            exporter,
+            {
+                "metrics": BodyKind(render_metrics, METRICS_KEPT_FRESH_SECONDS),
+                "signals": self._json_body(api.signals_response),
+                "advice": self._json_body(api.advice_response),
+            },
+            expected=("metrics",),
+        )
+
+    def _json_body(
+        self, response: Callable[[float, list[TargetSignals]], dict[str, Any]]
+    ) -> BodyKind:
         return BodyKind(
-            lambda targets: api.encode(response(exporter.clock(), targets)),
+            lambda targets: api.encode(response(self.exporter.clock(), targets)),
             JSON_KEPT_FRESH_SECONDS,
         )
 
-    bodies = RoundCache(
-        exporter,
-        {
-            "metrics": BodyKind(render_metrics, METRICS_KEPT_FRESH_SECONDS),
-            "signals": json_body(api.signals_response),
-            "advice": json_body(api.advice_response),
-        },
-        expected=("metrics",),
-    )
-
-    async def cached(request: web.Request, kind: str, content_type: str) -> web.Response:
+    async def _cached(self, request: web.Request, kind: str, content_type: str) -> web.Response:
         compressed = _accepts_gzip(request)
         headers = {"Content-Type": content_type}
         if compressed:
             headers["Content-Encoding"] = "gzip"
-        return web.Response(body=await bodies.body(kind, compressed), headers=headers)
+        return web.Response(body=await self.bodies.body(kind, compressed), headers=headers)
 
-    async def metrics(request: web.Request) -> web.Response:
-        return await cached(request, "metrics", CONTENT_TYPE_LATEST)
+    async def metrics(self, request: web.Request) -> web.Response:
+        return await self._cached(request, "metrics", CONTENT_TYPE_LATEST)
 
-    async def signals(request: web.Request) -> web.Response:
-        return await cached(request, "signals", "application/json")
+    async def signals(self, request: web.Request) -> web.Response:
+        return await self._cached(request, "signals", "application/json")
 
-    async def advice(request: web.Request) -> web.Response:
-        return await cached(request, "advice", "application/json")
+    async def advice(self, request: web.Request) -> web.Response:
+        return await self._cached(request, "advice", "application/json")
 
-    async def history(request: web.Request) -> web.Response:
+    async def history(self, request: web.Request) -> web.Response:
         name = request.query.get("target")
         if name is None:
-            try:
-                page, points = api.history_page_request(
-                    request.query, exporter.settings.history_points
-                )
-            except api.BadRequest as err:
-                return _json(api.error_response(str(err)), status=400)
-            page_count = api.pages(len(exporter.states))
-            if page >= page_count:
-                message = f"page must be below {page_count} (pages of this fleet)"
-                return _json(api.error_response(message), status=400)
-            histories = exporter.histories(page, api.HISTORY_PAGE_TARGETS, points)
-            # Turning rows into points and encoding them is the cost: done off the event
-            # loop (the rows are copied on it, and never change), scrapes go on meanwhile.
-            body = await asyncio.to_thread(
-                lambda: api.encode(api.all_histories_response(histories, page, page_count, points))
-            )
-            return web.Response(body=body, content_type="application/json")
-        rows = exporter.history(name)
+            return await self._fleet_history(request)
+        rows = self.exporter.history(name)
         if rows is None:
             return _json(api.error_response(f"no configured target named {name!r}"), status=404)
         body = await asyncio.to_thread(lambda: api.encode(api.history_response(name, rows)))
         return web.Response(body=body, content_type="application/json")
 
-    async def targets(_: web.Request) -> web.Response:
+    async def _fleet_history(self, request: web.Request) -> web.Response:
+        """One page of every target's history (`?page=K&points=N`)."""
+        try:
+            page, points = api.history_page_request(
+                request.query, self.exporter.settings.history_points
+            )
+        except api.BadRequest as err:
+            return _json(api.error_response(str(err)), status=400)
+        page_count = api.pages(len(self.exporter.states))
+        if page >= page_count:
+            message = f"page must be below {page_count} (pages of this fleet)"
+            return _json(api.error_response(message), status=400)
+        histories = self.exporter.histories(page, api.HISTORY_PAGE_TARGETS, points)
+        # Turning rows into points and encoding them is the cost: done off the event
+        # loop (the rows are copied on it, and never change), scrapes go on meanwhile.
+        body = await asyncio.to_thread(
+            lambda: api.encode(api.all_histories_response(histories, page, page_count, points))
+        )
+        return web.Response(body=body, content_type="application/json")
+
+    async def targets(self, _: web.Request) -> web.Response:
+        settings = self.exporter.settings
         return _json(
             api.targets_response(
-                exporter.targets(),
-                exporter.settings.interval_seconds,
-                exporter.settings.window_seconds,
+                self.exporter.targets(), settings.interval_seconds, settings.window_seconds
             )
         )
 
-    async def index(_: web.Request) -> web.Response:
+    async def index(self, _: web.Request) -> web.Response:
         return web.Response(text=INDEX, content_type="text/html")
 
-    async def health(_: web.Request) -> web.Response:
+    async def health(self, _: web.Request) -> web.Response:
         return web.Response(text="ok\n")
 
-    async def render_every_round(_: web.Application) -> AsyncIterator[None]:
-        task = asyncio.create_task(bodies.keep_fresh())
+    async def render_every_round(self, _: web.Application) -> AsyncIterator[None]:
+        task = asyncio.create_task(self.bodies.keep_fresh())
         yield
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
 
+    def routes(self) -> list[web.RouteDef]:
+        return [
+            web.get("/", self.index),
+            web.get("/health", self.health),
+            web.get("/metrics", self.metrics),
+            web.get("/api/v1/signals", self.signals),
+            web.get("/api/v1/advice", self.advice),
+            web.get("/api/v1/history", self.history),
+            web.get("/api/v1/targets", self.targets),
+        ]
+
+
+def create_app(exporter: Exporter, token: str | None = None) -> web.Application:
+    """The exporter's web application over a running Exporter; `token`, when given, is
+    required as `Authorization: Bearer TOKEN` on every path but /health."""
+    handlers = _Handlers(exporter)
     app = web.Application(middlewares=[guard(token)])
-    app.cleanup_ctx.append(render_every_round)
-    app.router.add_get("/", index)
-    app.router.add_get("/health", health)
-    app.router.add_get("/metrics", metrics)
-    app.router.add_get("/api/v1/signals", signals)
-    app.router.add_get("/api/v1/advice", advice)
-    app.router.add_get("/api/v1/history", history)
-    app.router.add_get("/api/v1/targets", targets)
+    app.cleanup_ctx.append(handlers.render_every_round)
+    app.add_routes(handlers.routes())
     return app

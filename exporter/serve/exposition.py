@@ -14,9 +14,9 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from prometheus_client.utils import floatToGoString
 
+from exporter.core.diagnosis import DIAGNOSIS_STATES
 from exporter.core.evaluate import SeriesSignals, TargetSignals
 from exporter.core.limits import BINDING_CHOICES
-from exporter.core.signals import DIAGNOSIS_STATES
 from exporter.serve.families import (
     ADVICE,
     BINDING_LIMIT,

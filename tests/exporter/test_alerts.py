@@ -20,16 +20,16 @@ from exporter.alerts.specs import (
     duration_words,
 )
 from exporter.config.settings import Settings
+from exporter.core.diagnosis import Diagnosis
 from exporter.core.evaluate import SeriesSignals, TargetSignals
-from exporter.core.signals import Diagnosis
 from tests.support.monitoring_stack import (
     alertmanager,
     exporter,
     http_get,
     payload_server,
-    wait_until,
     webhook,
 )
+from tests.support.network import wait_until
 from tests.support.vllm_payload import VllmState, render
 
 

@@ -13,8 +13,9 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.config.reserved_labels import RESERVED_LABELS
+from exporter.core.diagnosis import DIAGNOSIS_STATES
 from exporter.core.evaluate import SeriesSignals, TargetSignals, evaluate_target
-from exporter.core.signals import DIAGNOSIS_STATES, SignalSettings
+from exporter.core.signals import SignalSettings
 from exporter.core.snapshot import Snapshot
 from exporter.engines import read_series
 from exporter.serve.exposition import render_metrics

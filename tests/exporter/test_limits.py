@@ -13,9 +13,10 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from exporter.config.flags import add_arguments, settings_from_args
 from exporter.config.settings import ConfigError, load_config, load_file_sd
+from exporter.core.diagnosis import DiagnosisInputs, diagnose
 from exporter.core.evaluate import TargetSignals, evaluate_target, trigger_shares
 from exporter.core.limits import LIMITS, LimitInputs, limits
-from exporter.core.signals import SignalSettings, diagnose
+from exporter.core.signals import SignalSettings
 from exporter.core.snapshot import Snapshot
 from exporter.engines import read_series
 from exporter.instrumentation import BatcherMetrics
@@ -330,21 +331,21 @@ def test_a_state_that_names_a_limit_agrees_with_the_binding_limit(
         kv = preemptions = tokens_per_step = deferred = batch_tokens = None
     settings_ = SignalSettings(token_budget=token_budget)
     state = diagnose(
-        up=True,
-        error=None,
-        running=running,
-        waiting=waiting,
-        cap=cap,
-        kv_usage=kv,
-        preemptions_per_second=preemptions,
-        budget_saturated=False,
-        budget_utilization=None,
-        tokens_per_step=tokens_per_step,
-        waiting_deferred=deferred,
-        fired_batches=fired,
-        batch_tokens=batch_tokens,
-        token_cap=token_cap,
-        settings=settings_,
+        DiagnosisInputs(
+            running=running,
+            waiting=waiting,
+            cap=cap,
+            kv_usage=kv,
+            preemptions_per_second=preemptions,
+            budget_saturated=False,
+            budget_utilization=None,
+            tokens_per_step=tokens_per_step,
+            waiting_deferred=deferred,
+            fired_batches=fired,
+            batch_tokens=batch_tokens,
+            token_cap=token_cap,
+        ),
+        settings_,
     ).state
     binding = limits(
         LimitInputs(

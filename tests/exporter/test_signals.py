@@ -7,6 +7,7 @@ from dataclasses import replace
 
 import pytest
 
+from exporter.core.diagnosis import Diagnosis, DiagnosisInputs, diagnose, down_diagnosis
 from exporter.core.evaluate import series_signals
 from exporter.core.histogram import Histogram, histogram_increase, histogram_quantile
 from exporter.core.signals import (
@@ -15,7 +16,6 @@ from exporter.core.signals import (
     batch_size_distribution,
     budget_utilization,
     counter_increase,
-    diagnose,
     execution_increase,
     per_second,
     running_vs_cap,
@@ -135,9 +135,11 @@ def test_batch_size_distribution_from_samples_and_from_a_histogram() -> None:
     assert batch_size_distribution([], h) == [(1, 0.25), (4, 0.75)]
 
 
+def diagnosed(settings: SignalSettings | None = None, **inputs) -> Diagnosis:
+    return diagnose(DiagnosisInputs(**inputs), settings or SignalSettings())
+
+
 DIAG = dict(
-    up=True,
-    error=None,
     running=8,
     waiting=0,
     cap=8,
@@ -151,7 +153,6 @@ DIAG = dict(
 @pytest.mark.parametrize(
     ("changes", "state", "phrase"),
     [
-        ({"up": False, "error": "timed out after 2 s"}, "down", "timed out after 2 s"),
         ({"running": 0, "waiting": 0}, "idle", "no request"),
         ({"budget_saturated": True, "budget_utilization": 1.1}, "budget_saturated", "110%"),
         (
@@ -172,9 +173,16 @@ DIAG = dict(
     ],
 )
 def test_diagnosis_states(changes, state, phrase) -> None:
-    d = diagnose(**(DIAG | changes))
+    d = diagnosed(**(DIAG | changes))
     assert d.state == state
     assert phrase in d.reason
+
+
+def test_a_target_that_does_not_answer_is_down_with_its_error() -> None:
+    d = down_diagnosis("timed out after 2 s")
+    assert d.state == "down"
+    assert "timed out after 2 s" in d.reason
+    assert down_diagnosis(None).reason.endswith("unknown error")
 
 
 def _vllm(t_running, preempt, e2e_counts, tokens=None):
@@ -253,16 +261,16 @@ STALL = DIAG | dict(
 
 
 def test_stalled_when_requests_wait_with_room_and_nothing_is_generated() -> None:
-    d = diagnose(**STALL)
+    d = diagnosed(**STALL)
     assert d.state == "stalled"
     assert d.reason.startswith("12 requests wait, running 2 of cap 8, KV cache 30% used")
     assert "in the last 30 s" in d.reason
     assert "engine's logs" in d.reason and "restarting the server" in d.reason
     # "nearly stopped": under 0.1 per second, every known rate
-    assert diagnose(**STALL | {"generated_per_second": 0.05}).state == "stalled"
-    assert diagnose(**STALL | {"finished_per_second": None}).state == "stalled"
+    assert diagnosed(**STALL | {"generated_per_second": 0.05}).state == "stalled"
+    assert diagnosed(**STALL | {"finished_per_second": None}).state == "stalled"
     # no cap known: a stall is still a stall
-    assert diagnose(**STALL | {"cap": None}).state == "stalled"
+    assert diagnosed(**STALL | {"cap": None}).state == "stalled"
 
 
 @pytest.mark.parametrize(
@@ -294,7 +302,7 @@ def test_stalled_when_requests_wait_with_room_and_nothing_is_generated() -> None
     ],
 )
 def test_not_stalled(changes, state) -> None:
-    assert diagnose(**STALL | changes).state == state
+    assert diagnosed(**STALL | changes).state == state
 
 
 def _window(make, seconds=30.0, step=5.0):
@@ -370,9 +378,7 @@ def test_a_batcher_without_generation_counters_is_judged_by_items_and_batches() 
 
 
 def test_a_saturated_reason_without_a_reading_states_the_configured_threshold() -> None:
-    reason = diagnose(
-        up=True,
-        error=None,
+    reason = diagnosed(
         running=8,
         waiting=3,
         cap=8,

@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from exporter.core.diagnosis import no_data_diagnosis
 from exporter.core.evaluate import (
     TOTAL,
     TargetSignals,
@@ -28,7 +29,7 @@ from exporter.core.evaluate import (
     signals_without_series,
 )
 from exporter.core.histogram import Histogram, histogram_increase, histogram_restarts
-from exporter.core.signals import SaturationState, SignalSettings, no_data_diagnosis
+from exporter.core.signals import SaturationState, SignalSettings
 from exporter.core.snapshot import (
     LabelKey,
     SeriesSnapshot,

@@ -14,9 +14,9 @@ from collections.abc import Callable, Iterable
 from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 
+from exporter.core.diagnosis import DIAGNOSIS_STATES
 from exporter.core.evaluate import TargetSignals
 from exporter.core.limits import BINDING_CHOICES
-from exporter.core.signals import DIAGNOSIS_STATES
 from exporter.serve.exposition import statistic_label
 from exporter.serve.families import (
     ADVICE,

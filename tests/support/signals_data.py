@@ -8,9 +8,10 @@ from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.core.advice import Advice, AdviceItem
+from exporter.core.diagnosis import DIAGNOSIS_STATES, Diagnosis
 from exporter.core.evaluate import SeriesSignals, TargetSignals, evaluate_target
 from exporter.core.limits import BINDING_CHOICES, LIMITS, LimitReading, Limits
-from exporter.core.signals import DIAGNOSIS_STATES, Diagnosis, SignalSettings
+from exporter.core.signals import SignalSettings
 from exporter.core.snapshot import Snapshot
 from exporter.core.static_util import UtilizationEstimate
 from exporter.engines import read_series

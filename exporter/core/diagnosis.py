@@ -1,0 +1,427 @@
+"""The diagnosis: one state per series and target, with a reason an operator can act on.
+
+Pure: `diagnose` reads one `DiagnosisInputs` (what the evaluator measured over the window)
+and the target's `SignalSettings`. The states are tried in `DIAGNOSIS_STATES`' order and
+the first that matches is the diagnosis; docs/metrics.md explains each, in that order.
+The limits a state names are judged with `exporter.core.limits`' predicates, so the
+state and the binding limit agree.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from exporter.core.limits import at_bound, deferred_bind, kv_short, ratio_of
+from exporter.core.signals import SignalSettings, running_vs_cap
+
+# States of the diagnosis, most specific first; docs/metrics.md explains each.
+DIAGNOSIS_STATES = (
+    "down",
+    "unreadable",
+    "no_data",
+    "idle",
+    "budget_saturated",
+    "stalled",
+    "memory_bound",
+    "token_budget_bound",
+    "preempting",
+    "healthy",
+    "batch_limited",
+    "queueing",
+    "underloaded",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Diagnosis:
+    state: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class DiagnosisInputs:
+    """What the diagnosis reads about one series (or a target's total) that answered.
+
+    `running` is the batch the diagnosis judges (the evaluator passes the peak of the
+    recent scrapes), `waiting` the queue now. `generated_per_second`: tokens generated (a
+    batcher: items executed) per second over the window; `finished_per_second`: requests
+    finished (or batches executed) per second. `fired_batches`: `running` is the mean
+    size of batches a batcher filled and fired, not a continuously refilled batch.
+    `batch_tokens` of `token_cap`: the batch against a token budget; whichever cap is
+    nearer full is the one the reason names. `tokens_per_step`: the mean tokens an engine
+    step carried over the window, judged against `SignalSettings.token_budget`;
+    `waiting_deferred`: waiting requests the engine deferred rather than lacked room for.
+    """
+
+    running: float | None
+    waiting: float | None
+    cap: float | None
+    kv_usage: float | None
+    preemptions_per_second: float | None
+    budget_saturated: bool = False
+    budget_utilization: float | None = None
+    generated_per_second: float | None = None
+    finished_per_second: float | None = None
+    window_seconds: float = 0.0
+    fired_batches: bool = False
+    batch_tokens: float | None = None
+    token_cap: float | None = None
+    tokens_per_step: float | None = None
+    waiting_deferred: float | None = None
+
+
+def down_diagnosis(error: str | None) -> Diagnosis:
+    """A target that does not answer its /metrics."""
+    return Diagnosis("down", f"the target does not answer its /metrics: {error or 'unknown error'}")
+
+
+def unreadable_diagnosis(error: str) -> Diagnosis:
+    """A target that answered but whose payload could not be evaluated."""
+    return Diagnosis(
+        "unreadable",
+        f"the target answers its /metrics but its payload cannot be evaluated: {error}. "
+        "Its signals are held back until the payload reads again; other targets are "
+        "unaffected. Check the server's metric values and labels",
+    )
+
+
+def no_data_diagnosis() -> Diagnosis:
+    """A target whose metric families are registered but carry no sample yet."""
+    return Diagnosis(
+        "no_data",
+        "the target answers its /metrics with its engine's metric families registered but "
+        "no samples yet: it has served no request since it started, or its metrics are "
+        "not enabled (vLLM: logging of stats must be on). Send a request, or check the "
+        "server's metrics settings",
+    )
+
+
+def _count_text(x: float) -> str:
+    return f"{x:.0f}" if float(x).is_integer() else f"{x:.2f}"
+
+
+def _batch(
+    running: float | None, cap: float | None, tokens: float | None, token_cap: float | None
+) -> str:
+    """The running batch against whichever caps are known: requests, and tokens."""
+    text = f"running {_count_text(running or 0)}" + (
+        f" of cap {_count_text(cap)}" if cap is not None else ""
+    )
+    if tokens is not None and token_cap is not None:
+        text += f" holding {_count_text(tokens)} of {_count_text(token_cap)} batch tokens"
+    return text
+
+
+def _looked_at(
+    kv_usage: float | None,
+    tokens_per_step: float | None,
+    token_budget: float | None,
+    waiting_deferred: float | None,
+) -> str:
+    """What `batch_limited` read before it said that no metric explains the batch."""
+    seen = ["the request cap"]
+    seen.append(
+        f"the KV cache ({kv_usage:.0%} used, no preemptions)"
+        if kv_usage is not None
+        else "preemptions (the KV cache usage is not exposed)"
+    )
+    if tokens_per_step is not None and token_budget is not None:
+        seen.append(f"the token budget ({tokens_per_step:.0f} of {token_budget:.0f} per step)")
+    elif tokens_per_step is not None:
+        seen.append(
+            f"tokens per step ({tokens_per_step:.0f}), but not against a token budget: set "
+            "`max_num_batched_tokens` (vLLM's --max-num-batched-tokens) to judge it"
+        )
+    else:
+        seen.append("no tokens per step (the engine does not expose them)")
+    if waiting_deferred is not None:
+        seen.append(f"deferred requests ({_count_text(waiting_deferred)})")
+    return ", ".join(seen)
+
+
+def rejections_note(diagnosis: Diagnosis, rejected_per_second: float | None) -> Diagnosis:
+    """The diagnosis, adding the requests refused at admission whenever there are any:
+    lost work that no latency histogram shows, whatever the state."""
+    if not rejected_per_second:
+        return diagnosis
+    return Diagnosis(
+        diagnosis.state,
+        f"{diagnosis.reason}; {rejected_per_second:.2f} requests/s were refused at admission "
+        "by a queue limit (vLLM: --max-num-queued-reqs, --max-num-queued-tokens; a batcher: "
+        "its queue or budget): lost work that no latency histogram shows",
+    )
+
+
+def mean_latency_note(diagnosis: Diagnosis, mean_seconds: float) -> Diagnosis:
+    """The diagnosis, saying that the latency it was judged on is a mean, not a quantile."""
+    if diagnosis.state in ("down", "idle"):
+        return diagnosis
+    return Diagnosis(
+        diagnosis.state,
+        f"{diagnosis.reason} (latency: only a mean is exposed, {mean_seconds:.3f} s per request "
+        "over the window; the tail is longer, so budget utilisation is a lower bound)",
+    )
+
+
+def progress_stopped(
+    generated_per_second: float | None,
+    finished_per_second: float | None,
+    window_seconds: float,
+    settings: SignalSettings,
+) -> bool:
+    """Generation has (nearly) stopped: every known progress rate is under `stall_rate`
+    over a window of at least `stall_seconds`. False when no rate is known or the window
+    is too short to tell a stall from a long prefill."""
+    known = [r for r in (generated_per_second, finished_per_second) if r is not None]
+    if not known or window_seconds < settings.stall_seconds:
+        return False
+    return all(r < settings.stall_rate for r in known)
+
+
+@dataclass(frozen=True, slots=True)
+class _Reading:
+    """The inputs with what every state's rule derives from them, worked out once."""
+
+    i: DiagnosisInputs
+    settings: SignalSettings
+    waits: bool
+    # Running against the request cap, and the batch's tokens against the token cap.
+    ratio: float | None
+    token_ratio: float | None
+    # Whichever of the two is nearer full; below_cap: it is below `near_cap`.
+    fullest: float | None
+    below_cap: bool
+    batch: str
+    preempting: bool
+    kv_full: bool
+    kv_short: bool
+    # Tokens per step against the per-step token budget.
+    budget_ratio: float | None
+
+    @classmethod
+    def of(cls, i: DiagnosisInputs, settings: SignalSettings) -> _Reading:
+        ratio = running_vs_cap(i.running, i.cap)
+        token_ratio = running_vs_cap(i.batch_tokens, i.token_cap)
+        known = [r for r in (ratio, token_ratio) if r is not None]
+        fullest = max(known) if known else None
+        return cls(
+            i=i,
+            settings=settings,
+            waits=(i.waiting or 0) > 0,
+            ratio=ratio,
+            token_ratio=token_ratio,
+            fullest=fullest,
+            below_cap=fullest is not None and fullest < settings.near_cap,
+            batch=_batch(i.running, i.cap, i.batch_tokens, i.token_cap),
+            preempting=(i.preemptions_per_second or 0) > 0,
+            kv_full=i.kv_usage is not None and i.kv_usage >= settings.kv_high,
+            kv_short=kv_short(i.kv_usage, i.preemptions_per_second, settings.kv_high),
+            budget_ratio=ratio_of(i.tokens_per_step, settings.token_budget),
+        )
+
+
+def _idle(r: _Reading) -> Diagnosis | None:
+    if (r.i.running or 0) + (r.i.waiting or 0) == 0:
+        return Diagnosis("idle", "no request is running or waiting")
+    return None
+
+
+def _budget_saturated(r: _Reading) -> Diagnosis | None:
+    if not r.i.budget_saturated:
+        return None
+    level = (
+        f"at {r.i.budget_utilization:.0%}"
+        if r.i.budget_utilization is not None
+        else f"at or above {r.settings.saturation_threshold:.0%}"
+    )
+    return Diagnosis(
+        "budget_saturated",
+        f"latency has stayed {level} of the budget: the budget is too tight for this "
+        "traffic, or the server needs more capacity",
+    )
+
+
+def _stalled(r: _Reading) -> Diagnosis | None:
+    i = r.i
+    if not (
+        r.waits
+        and (r.fullest is None or r.below_cap)
+        and not r.kv_full
+        and not r.preempting
+        and progress_stopped(
+            i.generated_per_second, i.finished_per_second, i.window_seconds, r.settings
+        )
+    ):
+        return None
+    kv = f", KV cache {i.kv_usage:.0%} used" if i.kv_usage is not None else ""
+    deferred = (
+        f" {_count_text(i.waiting_deferred)} of them are deferred (held back by a "
+        "transient constraint: a LoRA budget, a KV transfer, a blocked request), not "
+        "short of room: the deferred requests hold the scheduler."
+        if deferred_bind(i.waiting, i.waiting_deferred)
+        else ""
+    )
+    return Diagnosis(
+        "stalled",
+        f"{_count_text(i.waiting)} requests wait, {r.batch}{kv}, no "
+        f"preemptions, yet almost nothing was generated or finished in the last "
+        f"{i.window_seconds:.0f} s: the scheduler admits nothing while the server still "
+        f"answers /metrics.{deferred} Check the engine's logs for a hung worker or a "
+        "scheduler error; restarting the server clears it",
+    )
+
+
+def _memory_bound(r: _Reading) -> Diagnosis | None:
+    i = r.i
+    if not (r.waits and r.below_cap and r.kv_short):
+        return None
+    evidence = []
+    if r.kv_full:
+        evidence.append(f"KV cache {i.kv_usage:.0%} full")
+    if r.preempting:
+        evidence.append(f"{i.preemptions_per_second:.2f} preemptions/s")
+    return Diagnosis(
+        "memory_bound",
+        f"{r.batch} while {_count_text(i.waiting)} wait, "
+        f"{' and '.join(evidence)}: KV cache memory limits the batch, a higher cap "
+        "will not help",
+    )
+
+
+def _token_budget_bound(r: _Reading) -> Diagnosis | None:
+    i = r.i
+    if not (
+        r.waits
+        and (r.fullest is None or r.below_cap)
+        and not r.kv_short
+        and at_bound(r.budget_ratio, r.settings.near_cap)
+    ):
+        return None
+    kv = f", and the KV cache has room ({i.kv_usage:.0%} used)" if i.kv_usage is not None else ""
+    return Diagnosis(
+        "token_budget_bound",
+        f"{r.batch} while {_count_text(i.waiting)} wait, engine steps carry "
+        f"{i.tokens_per_step:.0f} tokens of the {_count_text(r.settings.token_budget)}-token "
+        f"budget ({r.budget_ratio:.0%}){kv}: the per-step token budget limits the batch. "
+        "A higher --max-num-seqs will not help; a larger --max-num-batched-tokens will, "
+        "at the cost of inter-token latency for the running decodes, or serve "
+        "prefill-heavy traffic (long prompts) separately",
+    )
+
+
+def _preempting(r: _Reading) -> Diagnosis | None:
+    if not r.preempting:
+        return None
+    return Diagnosis(
+        "preempting",
+        f"{r.i.preemptions_per_second:.2f} preemptions/s: the KV cache is short of memory "
+        "and running requests are being pushed back to the queue",
+    )
+
+
+def _with_waiting(r: _Reading) -> str:
+    return f" with {_count_text(r.i.waiting)} waiting" if r.waits else ""
+
+
+def _healthy_at_cap(r: _Reading) -> Diagnosis | None:
+    if r.ratio is None or r.ratio < r.settings.near_cap:
+        return None
+    also = (
+        f"; steps also run at the token budget ({r.i.tokens_per_step:.0f} of "
+        f"{_count_text(r.settings.token_budget)} tokens), so a higher cap alone will not help"
+        if r.waits and at_bound(r.budget_ratio, r.settings.near_cap)
+        else ""
+    )
+    return Diagnosis(
+        "healthy",
+        r.batch
+        + _with_waiting(r)
+        + ": continuous batching is doing its job; the next limit is elsewhere"
+        + also,
+    )
+
+
+def _healthy_at_token_cap(r: _Reading) -> Diagnosis | None:
+    if r.token_ratio is None or r.token_ratio < r.settings.near_cap:
+        return None
+    return Diagnosis(
+        "healthy",
+        r.batch
+        + _with_waiting(r)
+        + ": the batch is at its token budget (a token cap, not a request cap): "
+        "continuous batching is doing its job, and longer requests make smaller batches",
+    )
+
+
+def _batcher_fires_early(r: _Reading) -> Diagnosis | None:
+    i = r.i
+    if not (r.waits and r.ratio is not None and i.fired_batches):
+        return None
+    return Diagnosis(
+        "batch_limited",
+        f"batches average {_count_text(i.running or 0)} of max {_count_text(i.cap)} while "
+        f"{_count_text(i.waiting)} "
+        "wait: the batcher fires before batches fill (its max wait or latency budget is "
+        "short for this traffic) or execution cannot keep up",
+    )
+
+
+def _batch_limited(r: _Reading) -> Diagnosis | None:
+    i = r.i
+    if not (r.waits and r.fullest is not None):
+        return None
+    return Diagnosis(
+        "batch_limited",
+        f"{r.batch} while {_count_text(i.waiting)} wait, "
+        "with no sign of KV pressure: something else limits the batch. Looked at: "
+        + _looked_at(i.kv_usage, i.tokens_per_step, r.settings.token_budget, i.waiting_deferred),
+    )
+
+
+def _queueing(r: _Reading) -> Diagnosis | None:
+    if not r.waits:
+        return None
+    return Diagnosis(
+        "queueing",
+        f"{_count_text(r.i.waiting)} requests wait; configure the cap to tell a full batch "
+        "from a limited one",
+    )
+
+
+def _underloaded(r: _Reading) -> Diagnosis:
+    return Diagnosis(
+        "underloaded",
+        "nothing waits: batches are small because there is little traffic to batch",
+    )
+
+
+DEFAULTS = SignalSettings()
+
+# The rules of an answering target, in DIAGNOSIS_STATES' order: the first match wins, and
+# `_underloaded` matches whatever is left.
+_RULES: tuple[Callable[[_Reading], Diagnosis | None], ...] = (
+    _idle,
+    _budget_saturated,
+    _stalled,
+    _memory_bound,
+    _token_budget_bound,
+    _preempting,
+    _healthy_at_cap,
+    _healthy_at_token_cap,
+    _batcher_fires_early,
+    _batch_limited,
+    _queueing,
+)
+
+
+def diagnose(inputs: DiagnosisInputs, settings: SignalSettings = DEFAULTS) -> Diagnosis:
+    """One state, with a plain-language reason an operator can act on (seed 003's advice):
+    the first of `_RULES` that matches, else underloaded. A target that did not answer is
+    `down_diagnosis`; one whose payload could not be read, `unreadable_diagnosis`."""
+    reading = _Reading.of(inputs, settings)
+    for rule in _RULES:
+        found = rule(reading)
+        if found is not None:
+            return found
+    return _underloaded(reading)
