@@ -143,7 +143,11 @@ def test_saturation_fires_and_stays_firing_while_prometheus_misses_scrapes(tmp_p
         firing = query(prom, 'ALERTS{alertname="BatchingBudgetSaturated", alertstate="firing"}')
         resolved = hook.alerts("BatchingBudgetSaturated", "resolved")
         history = json.loads(http_get(f"{exp.url}/api/v1/history?target=llm"))["points"]
-    assert counts["delayed"] >= 4, counts
+    # What is under test is Prometheus' failed scrapes, whatever failed them: the proxy's
+    # delays, or on a loaded machine the exporter's own slow answer. So the count asserted
+    # is Prometheus' (`up == 0`), and the proxy need only have delayed at least once.
+    assert missed >= missed_at_fire + 3 >= 4, (missed_at_fire, missed)
+    assert counts["delayed"] >= 1, counts
     assert missed_at_fire >= 1  # the old rule's for: restarted at each of these
     [alert] = {a["labels"]["target"]: a for a in hook.alerts("BatchingBudgetSaturated")}.values()
     assert alert["labels"] == {
