@@ -24,7 +24,7 @@ from exporter.alerts.specs import (
     AlertWords,
 )
 from exporter.core.evaluate import TargetSignals
-from exporter.core.signals import outlasted
+from exporter.core.signals import SignalSettings, outlasted
 
 AlertKey = tuple[str, str]  # (alertname, target)
 
@@ -96,8 +96,8 @@ class AlertBook:
 
 
 # How long a target's conditions outlast evaluations that could not read it, by default:
-# the exporter's hold time, as its saturation episodes do.
-STALE_SECONDS = BUDGET_SATURATED.hold_seconds
+# as long as its saturation episodes do.
+STALE_SECONDS = SignalSettings().stale_seconds
 
 
 def step(

@@ -17,7 +17,7 @@ import math
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, fields
+from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode, urlsplit, urlunsplit
@@ -36,6 +36,7 @@ from exporter.config.line_numbered import (
     wrong_type,
 )
 from exporter.config.reserved_labels import RESERVED_LABELS
+from exporter.core.signals import DEFAULT_HOLD_SECONDS, DEFAULT_INTERVAL_SECONDS
 from exporter.engines import engine_choices, latency_kinds
 
 DEFAULT_LISTEN_HOST = "127.0.0.1"
@@ -80,80 +81,6 @@ class Auth:
             if getattr(self, f.name) is not None
         )
         return f"Auth({shown})"
-
-
-@dataclass(frozen=True)
-class Target:
-    """One server to scrape and how to judge its batching."""
-
-    name: str
-    url: str
-    engine: str = "auto"
-    cap: float | None = None
-    budget_seconds: float | None = None
-    quantile: float = 0.99
-    histogram: str = "e2e"
-    auth: Auth | None = None
-    labels: tuple[tuple[str, str], ...] = ()
-    # A token budget for the running batch (TGI's --max-batch-total-tokens), beside `cap`.
-    token_cap: float | None = None
-    # The tokens one engine step may carry (vLLM's --max-num-batched-tokens).
-    max_num_batched_tokens: float | None = None
-
-
-@dataclass(frozen=True)
-class Settings:
-    """Everything the exporter runs with.
-
-    `timeout_seconds` left as None becomes DEFAULT_TIMEOUT_SECONDS, whatever the interval:
-    scrapes of one target never overlap, so a scrape slower than the interval only delays
-    that target's next one, where a timeout would have made it a gap.
-    `file_sd` holds paths or globs, already resolved against the config file's folder.
-    """
-
-    targets: tuple[Target, ...]
-    file_sd: tuple[str, ...] = ()
-    listen: str = f"{DEFAULT_LISTEN_HOST}:9500"
-    interval_seconds: float = 5.0
-    window_seconds: float = 60.0
-    saturation_threshold: float = 0.95
-    hold_seconds: float = 60.0
-    timeout_seconds: float | None = None
-    max_response_bytes: int = 8 * 1024 * 1024
-    history_points: int = 720
-    # Where the exporter posts its own alerts (Alertmanager's base URL); None: it does not.
-    alertmanager_url: str | None = None
-    # Samples of the engine's families one payload may hold, as Prometheus's sample_limit.
-    sample_limit: int = 50_000
-    # The exporter's own endpoints: a bearer token every request but /health must carry
-    # (where it lives, never the token), and TLS. Both off by default, on 127.0.0.1.
-    web_token_env: str | None = None
-    web_token_file: str | None = None
-    tls_cert_file: str | None = None
-    tls_key_file: str | None = None
-    # "K/N": this exporter keeps the targets whose name hashes to K modulo N (`in_shard`).
-    shard: str | None = None
-
-    def in_shard(self, name: str) -> bool:
-        """Whether this exporter monitors the target `name`: always without a shard, else
-        when md5(name)'s last 8 bytes modulo N are K, as Prometheus's hashmod computes."""
-        if self.shard is None:
-            return True
-        index, count = (int(part) for part in self.shard.split("/"))
-        digest = hashlib.md5(name.encode(), usedforsecurity=False).digest()
-        return int.from_bytes(digest[8:], "big") % count == index
-
-    def __post_init__(self) -> None:
-        if self.timeout_seconds is None:
-            object.__setattr__(self, "timeout_seconds", DEFAULT_TIMEOUT_SECONDS)
-
-    def listen_host_port(self) -> tuple[str, int]:
-        """The address to bind: host (IPv6 without brackets) and port."""
-        try:
-            host, port = _split_host_port(self.listen)
-        except _Invalid as err:
-            raise ConfigError(f"listen: {err}") from None
-        return host or DEFAULT_LISTEN_HOST, port
 
 
 # ---------------------------------------------------------------- value checks
@@ -348,45 +275,318 @@ def _env_name(value: object) -> str:
     return value
 
 
+# ---------------------------------------------------------------- the fields
+
+# Where a field's flag is listed in --help.
+TARGET_GROUP = "target (one server; use --config for a fleet)"
+FLEET_GROUP = "fleet and exporter"
+ENDPOINTS_GROUP = "the exporter's own endpoints (off by default; advised beyond 127.0.0.1)"
+HISTORY_GROUP = "history and alerts"
+
+
+@dataclass(frozen=True)
+class ConfigField:
+    """How one field of `Target` or `Settings` is given: the check every source's value
+    passes (YAML, a flag, a file_sd label), its flag and help, and its place in --help.
+
+    `help` may name `{default}`, the field's default as --help shows it (`shown_default`
+    where the field's own default is None and something else applies). `type` is
+    argparse's for the flag (a number flag's value is a number before the check). A
+    target field with `file_sd` is also a file_sd label that configures the target; the
+    label's text is read as a number where `type` is a number.
+    """
+
+    parse: Callable[[object], Any]
+    flag: str
+    help: str
+    metavar: str | None = None
+    type: type | None = None
+    choices: Callable[[], tuple[str, ...]] | None = None
+    group: str = TARGET_GROUP
+    file_sd: bool = True
+    shown_default: object = None
+
+
+def _configured(default: object, **spec: Any) -> Any:
+    """A dataclass field with its `ConfigField` (`config_fields` reads it)."""
+    return field(default=default, metadata={"config": ConfigField(**spec)})
+
+
+def config_fields(cls: type) -> dict[str, ConfigField]:
+    """The configurable fields of `Target` or `Settings` by name, in declaration order."""
+    return {f.name: f.metadata["config"] for f in fields(cls) if "config" in f.metadata}
+
+
+def field_defaults(cls: type) -> dict[str, object]:
+    return {f.name: f.default for f in fields(cls)}
+
+
+@dataclass(frozen=True)
+class Target:
+    """One server to scrape and how to judge its batching."""
+
+    name: str = _configured(
+        MISSING,
+        parse=_name,
+        flag="--name",
+        help="name in metrics and dashboards (default: the URL's host:port)",
+        file_sd=False,
+    )
+    url: str = _configured(
+        MISSING,
+        parse=_url,
+        flag="--target",
+        metavar="URL",
+        help="metrics URL, e.g. http://127.0.0.1:8000/metrics (no path: /metrics)",
+        file_sd=False,
+    )
+    engine: str = _configured(
+        "auto",
+        parse=_engine,
+        flag="--engine",
+        choices=engine_choices,
+        help="server kind (default: {default}, detected from metric names)",
+    )
+    cap: float | None = _configured(
+        None,
+        parse=_cap,
+        flag="--cap",
+        type=float,
+        metavar="N",
+        help="max concurrent sequences (vLLM --max-num-seqs); "
+        "without it running/cap is not reported",
+    )
+    # A token budget for the running batch (TGI's --max-batch-total-tokens), beside `cap`.
+    token_cap: float | None = _configured(
+        None,
+        parse=_positive,
+        flag="--token-cap",
+        type=float,
+        metavar="N",
+        help="token budget of the running batch (TGI --max-batch-total-tokens): "
+        "a token cap, reported beside the request cap",
+    )
+    # The tokens one engine step may carry (vLLM's --max-num-batched-tokens).
+    max_num_batched_tokens: float | None = _configured(
+        None,
+        parse=_positive,
+        flag="--max-num-batched-tokens",
+        type=float,
+        metavar="N",
+        help="tokens one engine step may carry (vLLM --max-num-batched-tokens, which vLLM "
+        "does not expose); without it the token budget is not judged",
+    )
+    budget_seconds: float | None = _configured(
+        None,
+        parse=_positive,
+        flag="--budget-seconds",
+        type=float,
+        metavar="S",
+        help="latency budget; without it budget utilisation is not reported",
+    )
+    quantile: float = _configured(
+        0.99,
+        parse=_quantile,
+        flag="--quantile",
+        type=float,
+        metavar="Q",
+        help="latency quantile compared with the budget (default: {default})",
+    )
+    histogram: str = _configured(
+        "e2e",
+        parse=_histogram,
+        flag="--histogram",
+        choices=latency_kinds,
+        help="latency histogram the quantile is taken from (default: {default})",
+    )
+    auth: Auth | None = None
+    labels: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything the exporter runs with.
+
+    `timeout_seconds` left as None becomes DEFAULT_TIMEOUT_SECONDS, whatever the interval:
+    scrapes of one target never overlap, so a scrape slower than the interval only delays
+    that target's next one, where a timeout would have made it a gap.
+    `file_sd` holds paths or globs, already resolved against the config file's folder.
+    """
+
+    targets: tuple[Target, ...]
+    file_sd: tuple[str, ...] = ()
+    listen: str = _configured(
+        f"{DEFAULT_LISTEN_HOST}:9500",
+        parse=_listen,
+        flag="--listen",
+        metavar="HOST:PORT",
+        group=FLEET_GROUP,
+        help="address to serve on (default: {default}; ':PORT' also binds 127.0.0.1)",
+    )
+    interval_seconds: float = _configured(
+        DEFAULT_INTERVAL_SECONDS,
+        parse=_positive,
+        flag="--interval",
+        type=float,
+        metavar="S",
+        group=FLEET_GROUP,
+        help="seconds between scrapes (default: {default:g})",
+    )
+    window_seconds: float = _configured(
+        60.0,
+        parse=_positive,
+        flag="--window-seconds",
+        type=float,
+        metavar="S",
+        group=FLEET_GROUP,
+        help="window for rates and quantiles (default: {default:g})",
+    )
+    saturation_threshold: float = _configured(
+        0.95,
+        parse=_threshold,
+        flag="--saturation-threshold",
+        type=float,
+        metavar="U",
+        group=FLEET_GROUP,
+        help="budget utilisation counted as saturated (default: {default:g})",
+    )
+    hold_seconds: float = _configured(
+        DEFAULT_HOLD_SECONDS,
+        parse=_non_negative,
+        flag="--hold-seconds",
+        type=float,
+        metavar="S",
+        group=FLEET_GROUP,
+        help="how long saturation must last before it is reported (default: {default:g})",
+    )
+    timeout_seconds: float | None = _configured(
+        None,
+        parse=_positive,
+        flag="--timeout-seconds",
+        type=float,
+        metavar="S",
+        group=FLEET_GROUP,
+        shown_default=DEFAULT_TIMEOUT_SECONDS,
+        help="scrape timeout (default: {default:g}, whatever the interval: a "
+        "slow scrape delays the target's next one, scrapes never overlap)",
+    )
+    max_response_bytes: int = _configured(
+        8 * 1024 * 1024,
+        parse=_count,
+        flag="--max-response-bytes",
+        type=int,
+        metavar="N",
+        group=FLEET_GROUP,
+        help="largest /metrics body accepted (default: {default})",
+    )
+    history_points: int = _configured(
+        720,
+        parse=_count,
+        flag="--history-points",
+        type=int,
+        metavar="N",
+        group=HISTORY_GROUP,
+        help="evaluations kept per target for /api/v1/history (default: {default})",
+    )
+    # Where the exporter posts its own alerts (Alertmanager's base URL); None: it does not.
+    alertmanager_url: str | None = _configured(
+        None,
+        parse=_http_url,
+        flag="--alertmanager-url",
+        metavar="URL",
+        group=HISTORY_GROUP,
+        help="post sustained saturation, memory-bound, stalled and target-down alerts to "
+        "this Alertmanager (its base URL, e.g. http://127.0.0.1:9093), without Prometheus",
+    )
+    # Samples of the engine's families one payload may hold, as Prometheus's sample_limit.
+    sample_limit: int = _configured(
+        50_000,
+        parse=_count,
+        flag="--sample-limit",
+        type=int,
+        metavar="N",
+        group=FLEET_GROUP,
+        help="most samples of the engine's metrics one payload may hold, else the target "
+        "is down, as Prometheus's sample_limit (default: {default})",
+    )
+    # The exporter's own endpoints: a bearer token every request but /health must carry
+    # (where it lives, never the token), and TLS. Both off by default, on 127.0.0.1.
+    web_token_env: str | None = _configured(
+        None,
+        parse=_env_name,
+        flag="--web-token-env",
+        metavar="NAME",
+        group=ENDPOINTS_GROUP,
+        help="environment variable holding a bearer token every request but /health must carry",
+    )
+    web_token_file: str | None = _configured(
+        None,
+        parse=_text,
+        flag="--web-token-file",
+        metavar="PATH",
+        group=ENDPOINTS_GROUP,
+        help="file holding that token (instead of the env)",
+    )
+    tls_cert_file: str | None = _configured(
+        None,
+        parse=_text,
+        flag="--tls-cert-file",
+        metavar="PATH",
+        group=ENDPOINTS_GROUP,
+        help="serve HTTPS with this cert (PEM)",
+    )
+    tls_key_file: str | None = _configured(
+        None,
+        parse=_text,
+        flag="--tls-key-file",
+        metavar="PATH",
+        group=ENDPOINTS_GROUP,
+        help="and this private key (PEM)",
+    )
+    # "K/N": this exporter keeps the targets whose name hashes to K modulo N (`in_shard`).
+    shard: str | None = _configured(
+        None,
+        parse=_shard,
+        flag="--shard",
+        metavar="K/N",
+        group=FLEET_GROUP,
+        help="monitor only the targets whose name hashes to K modulo N (Prometheus's "
+        "hashmod): N exporters with 0/N .. N-1/N share one fleet file",
+    )
+
+    def in_shard(self, name: str) -> bool:
+        """Whether this exporter monitors the target `name`: always without a shard, else
+        when md5(name)'s last 8 bytes modulo N are K, as Prometheus's hashmod computes."""
+        if self.shard is None:
+            return True
+        index, count = (int(part) for part in self.shard.split("/"))
+        digest = hashlib.md5(name.encode(), usedforsecurity=False).digest()
+        return int.from_bytes(digest[8:], "big") % count == index
+
+    def __post_init__(self) -> None:
+        if self.timeout_seconds is None:
+            object.__setattr__(self, "timeout_seconds", DEFAULT_TIMEOUT_SECONDS)
+
+    def listen_host_port(self) -> tuple[str, int]:
+        """The address to bind: host (IPv6 without brackets) and port."""
+        try:
+            host, port = _split_host_port(self.listen)
+        except _Invalid as err:
+            raise ConfigError(f"listen: {err}") from None
+        return host or DEFAULT_LISTEN_HOST, port
+
+
+_TARGET_CONFIG = config_fields(Target)
+_SETTINGS_CONFIG = config_fields(Settings)
 # Parsers by key, shared by the YAML file, the command line and file_sd labels.
 _TARGET_FIELDS: dict[str, Callable[[object], Any]] = {
-    "name": _name,
-    "url": _url,
-    "engine": _engine,
-    "cap": _cap,
-    "token_cap": _positive,
-    "max_num_batched_tokens": _positive,
-    "budget_seconds": _positive,
-    "quantile": _quantile,
-    "histogram": _histogram,
+    key: spec.parse for key, spec in _TARGET_CONFIG.items()
 }
-_NUMERIC_TARGET_FIELDS = (
-    "cap",
-    "token_cap",
-    "max_num_batched_tokens",
-    "budget_seconds",
-    "quantile",
-)
-
-# Settings keys: their parser and the flag that overrides them.
-_SETTINGS_FIELDS: dict[str, tuple[Callable[[object], Any], str]] = {
-    "listen": (_listen, "--listen"),
-    "interval_seconds": (_positive, "--interval"),
-    "window_seconds": (_positive, "--window-seconds"),
-    "saturation_threshold": (_threshold, "--saturation-threshold"),
-    "hold_seconds": (_non_negative, "--hold-seconds"),
-    "timeout_seconds": (_positive, "--timeout-seconds"),
-    "max_response_bytes": (_count, "--max-response-bytes"),
-    "history_points": (_count, "--history-points"),
-    "sample_limit": (_count, "--sample-limit"),
-    "web_token_env": (_env_name, "--web-token-env"),
-    "web_token_file": (_text, "--web-token-file"),
-    "tls_cert_file": (_text, "--tls-cert-file"),
-    "tls_key_file": (_text, "--tls-key-file"),
-    "shard": (_shard, "--shard"),
-    "alertmanager_url": (_http_url, "--alertmanager-url"),
+_SETTINGS_FIELDS: dict[str, Callable[[object], Any]] = {
+    key: spec.parse for key, spec in _SETTINGS_CONFIG.items()
 }
-SETTINGS_FLAGS = {key: flag for key, (_, flag) in _SETTINGS_FIELDS.items()}
+TARGET_FLAGS = {key: spec.flag for key, spec in _TARGET_CONFIG.items()}
+SETTINGS_FLAGS = {key: spec.flag for key, spec in _SETTINGS_CONFIG.items()}
 
 _AUTH_KEYS = ("type", "token_env", "token_file", "username", "password_env", "password_file")
 # Keys that would put a secret into the file; they get a message saying what to use instead.
@@ -422,7 +622,7 @@ def settings_from_values(
     raw: Mapping[str, Sourced], targets: tuple[Target, ...], file_sd: tuple[str, ...]
 ) -> Settings:
     """Settings from sourced values, checked one by one and against each other."""
-    parsed = _parse(raw, {key: parse for key, (parse, _) in _SETTINGS_FIELDS.items()})
+    parsed = _parse(raw, _SETTINGS_FIELDS)
     settings = Settings(targets=targets, file_sd=file_sd, **parsed)
     origins = {key: origin for key, (_, origin) in raw.items()}
     interval = settings.interval_seconds
@@ -595,7 +795,7 @@ def _load_config(path: Path, overrides: Mapping[str, object]) -> Settings:
                 f"unknown override {key!r}; expected one of {', '.join(_SETTINGS_FIELDS)}"
             )
         if value is not None:
-            raw[key] = (value, _SETTINGS_FIELDS[key][1])
+            raw[key] = (value, SETTINGS_FLAGS[key])
     return settings_from_values(raw, tuple(targets), tuple(file_sd))
 
 
@@ -615,15 +815,8 @@ def _claim_name(
 # ---------------------------------------------------------------- Prometheus file_sd targets
 
 # Labels that configure a file_sd target instead of labelling it (besides the names).
-_CONFIG_LABELS = (
-    "engine",
-    "cap",
-    "token_cap",
-    "max_num_batched_tokens",
-    "budget_seconds",
-    "quantile",
-    "histogram",
-)
+_CONFIG_LABELS = tuple(key for key, spec in _TARGET_CONFIG.items() if spec.file_sd)
+_NUMERIC_LABELS = tuple(key for key in _CONFIG_LABELS if _TARGET_CONFIG[key].type is float)
 _NAME_LABELS = ("batchscope_name", "name")
 
 
@@ -633,9 +826,9 @@ def load_file_sd(path: str | Path) -> list[Target]:
     The file is a list of `{"targets": ["host:port", ...], "labels": {...}}` groups.
     Each host:port becomes `http://host:port/metrics`; labels `__scheme__`,
     `__metrics_path__` and `__param_<name>` change the URL; `batchscope_name` or
-    `name` names the target (else host:port); `engine`, `cap`, `token_cap`,
-    `max_num_batched_tokens`, `budget_seconds`, `quantile`, `histogram` configure it; other `__` labels are dropped and the rest
-    become `Target.labels`. Raises ConfigError for any problem, names unique within
+    `name` names the target (else host:port); the target fields (`engine`, `cap`,
+    `budget_seconds`, ... : `Target`'s with `ConfigField.file_sd`) configure it; other
+    `__` labels are dropped and the rest become `Target.labels`. Raises ConfigError for any problem, names unique within
     the file.
     """
     return [target for target, _, _ in _file_sd_targets(Path(path))]
@@ -682,7 +875,7 @@ def _group_config(labels: dict[str, Sourced]) -> tuple[tuple[str, str], dict[str
     ]
     query = f"?{urlencode(params)}" if params else ""
     raw = {key: labels[key] for key in _CONFIG_LABELS if key in labels}
-    for key in _NUMERIC_TARGET_FIELDS:
+    for key in _NUMERIC_LABELS:
         if key in raw:
             raw[key] = (_label_number(raw[key]), raw[key][1])
     names = [labels[key] for key in _NAME_LABELS if key in labels]

@@ -12,6 +12,18 @@ from dataclasses import dataclass, replace
 
 from exporter.core.histogram import Histogram
 
+# The exporter's default hold and scrape interval (its Settings'), which the staleness
+# below is worked out from when nothing else is configured.
+DEFAULT_HOLD_SECONDS = 60.0
+DEFAULT_INTERVAL_SECONDS = 5.0
+
+
+def staleness(hold_seconds: float, interval_seconds: float) -> float:
+    """How long a target may go unread before its held states and alerts end: the hold
+    time, or two intervals where that is longer (a hold shorter than one scrape cannot
+    count gaps)."""
+    return max(hold_seconds, 2 * interval_seconds)
+
 
 @dataclass(frozen=True, slots=True)
 class SignalSettings:
@@ -29,15 +41,14 @@ class SignalSettings:
     saturation_threshold: float = 0.95
     # Saturation ends only below threshold - margin, so noise around the line cannot flap it.
     release_margin: float = 0.05
-    hold_seconds: float = 60.0
+    hold_seconds: float = DEFAULT_HOLD_SECONDS
     near_cap: float = 0.9
     kv_high: float = 0.9
     # Stalled: less progress than this per second over a window at least stall_seconds long.
     stall_rate: float = 0.1
     stall_seconds: float = 20.0
-    # A target unread for longer than this ends its held states (`saturation_through_gap`):
-    # the hold time, or two scrape intervals where that is longer.
-    stale_seconds: float = 60.0
+    # A target unread for longer than this ends its held states (`saturation_through_gap`).
+    stale_seconds: float = staleness(DEFAULT_HOLD_SECONDS, DEFAULT_INTERVAL_SECONDS)
 
 
 # ---------------------------------------------------------------- counters and rates

@@ -26,7 +26,7 @@ from exporter.core.evaluate import (
     held_saturation,
     unreadable_signals,
 )
-from exporter.core.signals import SaturationState, SignalSettings
+from exporter.core.signals import SaturationState, SignalSettings, staleness
 from exporter.core.snapshot import LabelKey, Snapshot
 from exporter.core.window import Window
 from exporter.engines import NoSamplesYet, UnrecognisedPayload, read_series
@@ -95,9 +95,8 @@ def signal_settings(target: Target, settings: Settings) -> SignalSettings:
 
 
 def stale_seconds(settings: Settings) -> float:
-    """How long a target may go unread before its held states end: the hold time, or two
-    intervals where that is longer (a hold shorter than one scrape cannot count gaps)."""
-    return max(settings.hold_seconds, 2 * settings.interval_seconds)
+    """How long a target may go unread before its held states end (`staleness`)."""
+    return staleness(settings.hold_seconds, settings.interval_seconds)
 
 
 # Why a payload could not be read, as `batchscope_target_errors_total` counts it.

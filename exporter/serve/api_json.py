@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import fields
 from typing import Any
 
-from exporter.config.settings import Target, redacted_url
+from exporter.config.settings import Target, config_fields, redacted_url
 from exporter.core.advice import Advice, AdviceItem
 from exporter.core.diagnosis import Diagnosis
 from exporter.core.evaluate import SeriesSignals, TargetSignals
@@ -294,21 +294,15 @@ def all_histories_response(
 def targets_response(
     targets: Iterable[Target], interval_seconds: float, window_seconds: float
 ) -> dict[str, Any]:
-    """GET /api/v1/targets: what is monitored and how it is judged (never credentials, and
-    query values, which may hold keys, redacted)."""
+    """GET /api/v1/targets: what is monitored and how it is judged: every configurable
+    field of each `Target` and its labels (never credentials, and query values, which may
+    hold keys, redacted)."""
     return _versioned(
         {
             "targets": [
                 {
-                    "name": t.name,
+                    **{key: getattr(t, key) for key in config_fields(Target)},
                     "url": redacted_url(t.url),
-                    "engine": t.engine,
-                    "cap": t.cap,
-                    "token_cap": t.token_cap,
-                    "max_num_batched_tokens": t.max_num_batched_tokens,
-                    "budget_seconds": t.budget_seconds,
-                    "quantile": t.quantile,
-                    "histogram": t.histogram,
                     "labels": dict(t.labels),
                 }
                 for t in targets

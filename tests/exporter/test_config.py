@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import json
 import re
 from pathlib import Path
 
@@ -725,8 +726,22 @@ def test_file_sd_targets_from_groups_and_labels(tmp_path):
     targets = load_file_sd(write(tmp_path, "sd.json", SD))
     prod = (("env", "prod"),)
     assert targets == [
-        Target("10.0.0.1:8000", "http://10.0.0.1:8000/metrics", "vllm", 256.0, 0.25, labels=prod),
-        Target("10.0.0.2:8000", "http://10.0.0.2:8000/metrics", "vllm", 256.0, 0.25, labels=prod),
+        Target(
+            "10.0.0.1:8000",
+            "http://10.0.0.1:8000/metrics",
+            engine="vllm",
+            cap=256.0,
+            budget_seconds=0.25,
+            labels=prod,
+        ),
+        Target(
+            "10.0.0.2:8000",
+            "http://10.0.0.2:8000/metrics",
+            engine="vllm",
+            cap=256.0,
+            budget_seconds=0.25,
+            labels=prod,
+        ),
         Target(
             name="embed",
             url="https://[fd00::7]:9000/batcher/metrics?format=text",
@@ -893,3 +908,81 @@ def test_alertmanager_url_is_kept_as_given_and_checked_like_a_target_url(tmp_pat
     path.write_text("alertmanager_url: ftp://am\ntargets:\n  - url: http://127.0.0.1:8000\n")
     with pytest.raises(ConfigError, match=r"fleet.yaml:1: alertmanager_url: must be an http"):
         load_config(path)
+
+
+# ---------------------------------------------------------------- one registry of fields
+
+# A value each configurable target field accepts, as YAML, a flag and a file_sd label
+# would give it; a field added to Target without a value here fails the test below.
+_GIVEN = {
+    "name": "llm",
+    "url": "http://127.0.0.1:8000/metrics",
+    "engine": "vllm",
+    "cap": 16,
+    "token_cap": 4096,
+    "max_num_batched_tokens": 2048,
+    "budget_seconds": 1.5,
+    "quantile": 0.9,
+    "histogram": "ttft",
+}
+
+
+def test_every_target_field_reaches_yaml_flags_file_sd_and_the_api(tmp_path):
+    from exporter.config.settings import TARGET_FLAGS, config_fields
+    from exporter.serve.api_json import targets_response
+
+    specs = config_fields(Target)
+    assert set(specs) == set(_GIVEN), "give the new field a value in _GIVEN"
+    expected = {key: float(v) if isinstance(v, int) else v for key, v in _GIVEN.items()}
+
+    # YAML
+    lines = ["targets:", f"  - url: {_GIVEN['url']}"]
+    lines += [f"    {key}: {value}" for key, value in _GIVEN.items() if key != "url"]
+    (tmp_path / "fleet.yaml").write_text("\n".join(lines) + "\n")
+    [from_yaml] = load_config(tmp_path / "fleet.yaml").targets
+    # Flags
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    argv = [arg for key, value in _GIVEN.items() for arg in (TARGET_FLAGS[key], str(value))]
+    [from_flags] = settings_from_args(parser.parse_args(argv)).targets
+    # file_sd: the labels that configure a target are the fields marked file_sd
+    labels = {key: str(value) for key, value in _GIVEN.items() if specs[key].file_sd}
+    assert set(labels) == set(_GIVEN) - {"name", "url"}
+    (tmp_path / "sd.json").write_text(
+        f'[{{"targets": ["127.0.0.1:8000"], "labels": {json.dumps(labels | {"name": "llm"})}}}]'
+    )
+    [from_sd] = load_file_sd(tmp_path / "sd.json")
+
+    for target in (from_yaml, from_flags, from_sd):
+        assert {key: getattr(target, key) for key in specs} == expected
+    [shown] = targets_response([from_flags], 5.0, 60.0)["targets"]
+    assert shown == expected | {"labels": {}}
+    # Each field's flag is in --help, with its help text
+    help_text = parser.format_help()
+    for spec in specs.values():
+        assert spec.flag in help_text
+
+
+def test_every_setting_has_a_flag_and_a_yaml_key(tmp_path):
+    from exporter.config.settings import SETTINGS_FLAGS, config_fields
+
+    specs = config_fields(Settings)
+    assert set(SETTINGS_FLAGS) == set(specs)
+    assert len(set(SETTINGS_FLAGS.values())) == len(specs)
+    (tmp_path / "fleet.yaml").write_text(
+        "targets: [{url: 'http://127.0.0.1:8000'}]\nhold_seconds: 120\ninterval_seconds: 2\n"
+    )
+    settings = load_config(tmp_path / "fleet.yaml")
+    assert (settings.hold_seconds, settings.interval_seconds) == (120.0, 2.0)
+
+
+def test_the_staleness_default_is_derived_once_from_the_hold_and_the_interval():
+    from exporter.alerts.book import STALE_SECONDS
+    from exporter.core.signals import SignalSettings, staleness
+    from exporter.scrape.loop import stale_seconds
+
+    defaults = Settings(targets=())
+    assert stale_seconds(defaults) == SignalSettings().stale_seconds == STALE_SECONDS == 60.0
+    assert staleness(defaults.hold_seconds, defaults.interval_seconds) == 60.0
+    # A short hold at a slow interval: two intervals
+    assert stale_seconds(Settings(targets=(), hold_seconds=10, interval_seconds=15)) == 30.0

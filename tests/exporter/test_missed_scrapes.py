@@ -19,9 +19,9 @@ from aiohttp import web
 from exporter.alerts.book import AlertBook, delivered, step
 from exporter.alerts.specs import BUDGET_SATURATED, MEMORY_BOUND, TARGET_DOWN
 from exporter.config.settings import Target
+from exporter.core.diagnosis import Diagnosis
 from exporter.core.evaluate import TOTAL, SeriesSignals, TargetSignals, evaluate_window
 from exporter.core.signals import (
-    Diagnosis,
     SaturationState,
     SignalSettings,
     saturation_after_gap,
