@@ -42,7 +42,6 @@ from exporter.core.signals import (
 from exporter.core.snapshot import (
     LabelKey,
     SeriesSnapshot,
-    Snapshot,
     effective_cap,
     latency_histogram,
 )
@@ -567,45 +566,48 @@ def _with_episode(total: SeriesSignals, state: SaturationState | None, now: floa
     )
 
 
+@dataclass(frozen=True, slots=True)
+class TargetIdentity:
+    """Which target signals belong to: its name, its URL and its configured `labels:`."""
+
+    name: str
+    url: str
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+    def signals(
+        self,
+        t: float,
+        up: bool,
+        error: str | None,
+        series: tuple[SeriesSignals, ...],
+        total: SeriesSignals,
+        scrape_seconds: float | None,
+    ) -> TargetSignals:
+        return TargetSignals(
+            self.name, self.url, t, up, error, series, total, scrape_seconds, dict(self.labels)
+        )
+
+
 def unreadable_signals(
-    name: str,
-    url: str,
+    target: TargetIdentity,
     t: float,
     error: str,
     settings: SignalSettings,
     scrape_seconds: float | None,
-    extra_labels: Mapping[str, str],
     episode: SaturationState | None = None,
 ) -> TargetSignals:
     """A target that answered (up, as Prometheus would say) whose payload could not be
     evaluated: the error is its state and its diagnosis, and it has no series. `episode`:
     the total's saturation state held through it (`held_saturation`)."""
     total = _with_episode(signals_without_series(unreadable_diagnosis(error), settings), episode, t)
-    return TargetSignals(name, url, t, True, error, (), total, scrape_seconds, dict(extra_labels))
-
-
-def evaluate_target(
-    name: str,
-    url: str,
-    snapshots: Sequence[Snapshot],
-    settings: SignalSettings,
-    saturation: Mapping[LabelKey, SaturationState],
-    now: float,
-    extra_labels: Mapping[str, str] | None = None,
-) -> tuple[TargetSignals, dict[LabelKey, SaturationState]]:
-    """Signals for one target from a list of snapshots, all in the window (`evaluate_window`
-    on a window of them); returns them and the next saturation states."""
-    window = Window.of(snapshots, settings)
-    return evaluate_window(name, url, window, saturation, now, extra_labels)
+    return target.signals(t, True, error, (), total, scrape_seconds)
 
 
 def evaluate_window(
-    name: str,
-    url: str,
+    target: TargetIdentity,
     window: Window,
     saturation: Mapping[LabelKey, SaturationState],
     now: float,
-    extra_labels: Mapping[str, str] | None = None,
 ) -> tuple[TargetSignals, dict[LabelKey, SaturationState]]:
     """Signals for one target from its window; returns them and the next saturation states.
 
@@ -623,21 +625,18 @@ def evaluate_window(
     total: computing them again would give the same.
     """
     settings = window.settings
-    labels = dict(extra_labels or {})
     latest = window.latest()
     if latest is None:
-        raise ValueError(f"target {name}: evaluating an empty window")
+        raise ValueError(f"target {target.name}: evaluating an empty window")
     saturation = held_saturation(saturation, now, settings, readable=latest.up)
     if not latest.up:
         down = _with_episode(down_signals(latest.error, settings), saturation.get(TOTAL), now)
-        return TargetSignals(
-            name, url, latest.t, False, latest.error, (), down, latest.scrape_seconds, labels
+        return target.signals(
+            latest.t, False, latest.error, (), down, latest.scrape_seconds
         ), saturation
     if not latest.series:
         total = signals_without_series(no_data_diagnosis(), settings)
-        return TargetSignals(
-            name, url, latest.t, True, None, (), total, latest.scrape_seconds, labels
-        ), {}
+        return target.signals(latest.t, True, None, (), total, latest.scrape_seconds), {}
     next_states: dict[LabelKey, SaturationState] = {}
     series = []
     for key in sorted({s.key for s in latest.series}):
@@ -656,8 +655,6 @@ def evaluate_window(
             total_track.points, settings, total_state, now, total_track.restarts()
         )
     return (
-        TargetSignals(
-            name, url, latest.t, True, None, tuple(series), total, latest.scrape_seconds, labels
-        ),
+        target.signals(latest.t, True, None, tuple(series), total, latest.scrape_seconds),
         next_states,
     )

@@ -21,6 +21,7 @@ from exporter.config.file_sd import expand_file_sd
 from exporter.config.settings import ConfigError, Settings, Target, load_file_sd
 from exporter.core.evaluate import (
     TOTAL,
+    TargetIdentity,
     TargetSignals,
     evaluate_window,
     held_saturation,
@@ -94,6 +95,11 @@ def signal_settings(target: Target, settings: Settings) -> SignalSettings:
     )
 
 
+def identity(target: Target) -> TargetIdentity:
+    """The configured target as its signals name it."""
+    return TargetIdentity(target.name, target.url, dict(target.labels))
+
+
 def stale_seconds(settings: Settings) -> float:
     """How long a target may go unread before its held states end (`staleness`)."""
     return staleness(settings.hold_seconds, settings.interval_seconds)
@@ -107,25 +113,8 @@ PAYLOAD_ERRORS: dict[type[Exception], str] = {
 }
 
 
-def snapshot_from_payload(
-    target: Target,
-    t: float,
-    text: str | None,
-    error: str | None,
-    seconds: float,
-    sample_limit: int | None = None,
-) -> Snapshot:
-    """Turn a scrape into a snapshot (`read_payload` without the error reason)."""
-    return read_payload(target, t, text, error, seconds, sample_limit)[0]
-
-
 def read_payload(
-    target: Target,
-    t: float,
-    text: str | None,
-    error: str | None,
-    seconds: float,
-    sample_limit: int | None = None,
+    target: Target, t: float, scrape: ScrapeResult, sample_limit: int | None = None
 ) -> tuple[Snapshot, str | None]:
     """Turn a scrape into a snapshot, and the error reason when the payload was unreadable.
 
@@ -133,10 +122,11 @@ def read_payload(
     samples are up with no series. Any other exception (a value an adapter cannot read)
     propagates: the caller isolates it to this target.
     """
-    if text is None:
-        return Snapshot(target.name, t, False, error=error, scrape_seconds=seconds), None
+    seconds = scrape.seconds
+    if scrape.text is None:
+        return Snapshot(target.name, t, False, error=scrape.error, scrape_seconds=seconds), None
     try:
-        series = read_series(text, target.engine, sample_limit, target.histogram)
+        series = read_series(scrape.text, target.engine, sample_limit, target.histogram)
     except NoSamplesYet:
         return Snapshot(target.name, t, True, (), scrape_seconds=seconds), None
     except (ParseError, SampleLimitExceeded, UnrecognisedPayload) as err:
@@ -258,12 +248,7 @@ class Exporter:
             state.engines = engines
         state.window.add(snapshot)
         signals, state.saturation = evaluate_window(
-            state.target.name,
-            state.target.url,
-            state.window,
-            state.saturation,
-            now,
-            dict(state.target.labels),
+            identity(state.target), state.window, state.saturation, now
         )
         row = api.history_row(signals)
         state.signals = signals
@@ -311,22 +296,18 @@ class Exporter:
         with this target: it is up with the error as its state, counted and logged."""
         target = state.target
         try:
-            snapshot, reason = read_payload(
-                target, now, result.text, result.error, result.seconds, self.settings.sample_limit
-            )
+            snapshot, reason = read_payload(target, now, result, self.settings.sample_limit)
             signals = self.ingest(state, snapshot, now)
         except Exception as err:  # noqa: BLE001 - one target's payload must not end the round
             reason = "evaluation"
             error = f"evaluation failed: {type(err).__name__}: {err}"
             state.saturation = held_saturation(state.saturation, now, state.window.settings)
             signals = unreadable_signals(
-                target.name,
-                target.url,
+                identity(target),
                 now,
                 error,
                 state.window.settings,
                 result.seconds,
-                dict(target.labels),
                 state.saturation.get(TOTAL),
             )
             state.history.append(api.history_row(signals))

@@ -14,10 +14,10 @@ from demo_server.devices import Device
 from demo_server.generation.decoder import TinyDecoder
 from demo_server.generation.scheduler import Scheduler, SchedulerConfig, StepRecord
 from demo_server.http.app import ServerConfig
-from exporter.core.evaluate import evaluate_target
 from exporter.core.signals import SignalSettings
 from tests.support.demo_http import serve
 from tests.support.demo_scenarios import Scenario, run
+from tests.support.evaluation import evaluate_target
 
 
 class Steps:

@@ -7,11 +7,11 @@ from __future__ import annotations
 import pytest
 
 from exporter.core.advice import AdviceInputs, advise
-from exporter.core.evaluate import evaluate_target
 from exporter.core.signals import SignalSettings
 from exporter.core.snapshot import SeriesSnapshot, Snapshot
 from exporter.core.static_util import UtilizationEstimate
 from tests.support.costs import LINEAR
+from tests.support.evaluation import evaluate_target
 
 
 def _window(**kw) -> AdviceInputs:

@@ -14,11 +14,12 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.config.reserved_labels import RESERVED_LABELS
 from exporter.core.diagnosis import DIAGNOSIS_STATES
-from exporter.core.evaluate import SeriesSignals, TargetSignals, evaluate_target
+from exporter.core.evaluate import SeriesSignals, TargetSignals
 from exporter.core.signals import SignalSettings
 from exporter.core.snapshot import Snapshot
 from exporter.engines import read_series
 from exporter.serve.exposition import render_metrics
+from tests.support.evaluation import evaluate_target
 from tests.support.paths import REPO, fixture_text
 from tests.support.reference_exposition import SignalsCollector
 from tests.support.signals_data import (

@@ -9,11 +9,12 @@ from __future__ import annotations
 import pytest
 
 from exporter.config.settings import Settings, Target, load_config
-from exporter.core.evaluate import SeriesSignals, TargetSignals, evaluate_target
+from exporter.core.evaluate import SeriesSignals, TargetSignals
 from exporter.core.signals import SignalSettings
 from exporter.core.snapshot import Snapshot
 from exporter.engines import detect, read_series
-from exporter.scrape.loop import Exporter, snapshot_from_payload
+from exporter.scrape.loop import Exporter
+from tests.support.evaluation import evaluate_target, snapshot_from_payload
 from tests.support.paths import fixture_text
 
 STEP = 30.0

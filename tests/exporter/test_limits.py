@@ -14,7 +14,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from exporter.config.flags import add_arguments, settings_from_args
 from exporter.config.settings import ConfigError, load_config, load_file_sd
 from exporter.core.diagnosis import DiagnosisInputs, diagnose
-from exporter.core.evaluate import TargetSignals, evaluate_target, trigger_shares
+from exporter.core.evaluate import TargetSignals, trigger_shares
 from exporter.core.limits import LIMITS, LimitInputs, limits
 from exporter.core.signals import SignalSettings
 from exporter.core.snapshot import Snapshot
@@ -22,6 +22,7 @@ from exporter.engines import read_series
 from exporter.instrumentation import BatcherMetrics
 from exporter.scrape.loop import signal_settings
 from exporter.serve.exposition import render_metrics
+from tests.support.evaluation import evaluate_target
 from tests.support.paths import fixture_text
 
 LOAD = fixture_text("vllm-0.32.0-cpu-load.txt")

@@ -20,7 +20,13 @@ from exporter.alerts.book import AlertBook, delivered, step
 from exporter.alerts.specs import BUDGET_SATURATED, MEMORY_BOUND, TARGET_DOWN
 from exporter.config.settings import Target
 from exporter.core.diagnosis import Diagnosis
-from exporter.core.evaluate import TOTAL, SeriesSignals, TargetSignals, evaluate_window
+from exporter.core.evaluate import (
+    TOTAL,
+    SeriesSignals,
+    TargetIdentity,
+    TargetSignals,
+    evaluate_window,
+)
 from exporter.core.signals import (
     SaturationState,
     SignalSettings,
@@ -28,6 +34,7 @@ from exporter.core.signals import (
     saturation_through_gap,
 )
 from exporter.core.window import Window
+from exporter.scrape.fetch import ScrapeResult
 from exporter.scrape.loop import read_payload
 from exporter.serve.exposition import render_metrics
 from tests.support.live import Targets, running_exporter, wait_for
@@ -38,6 +45,7 @@ HOLD = 60.0
 # (1.0, 1.5] bucket; this budget puts utilisation at 1.21, the reproduction.
 BUDGET = 1.495 / 1.21
 TARGET = Target("llm", "http://127.0.0.1:8000/metrics", engine="vllm", cap=8, budget_seconds=BUDGET)
+LLM = TargetIdentity("llm", TARGET.url)
 SETTINGS = SignalSettings(cap=8, budget_seconds=BUDGET, hold_seconds=HOLD)
 
 
@@ -52,9 +60,9 @@ def scripted_run(seconds: int, failed_every: int | None, start: float = 1000.0):
         server.finish(10, 1.2, 100)
         failed = failed_every is not None and i % failed_every == failed_every - 1
         text, error = (None, "timed out after 0.8 s") if failed else (render(server), None)
-        snapshot, _ = read_payload(TARGET, t, text, error, 0.8 if failed else 0.01)
+        snapshot, _ = read_payload(TARGET, t, ScrapeResult(text, error, 0.8 if failed else 0.01))
         window.add(snapshot)
-        signals, states = evaluate_window("llm", TARGET.url, window, states, t)
+        signals, states = evaluate_window(LLM, window, states, t)
         yield t, signals
 
 
@@ -119,12 +127,12 @@ def test_states_held_through_a_gap_are_those_of_the_last_readable_scrape():
     run = list(scripted_run(70, failed_every=15))
     window = Window(60.0, SETTINGS)
     held = {TOTAL: SaturationState(True, 1001.0, 1069.0)}
-    window.add(read_payload(TARGET, 1070.0, None, "refused", 0.0)[0])
-    _, states = evaluate_window("llm", TARGET.url, window, held, 1070.0)
+    window.add(read_payload(TARGET, 1070.0, ScrapeResult(None, "refused", 0.0))[0])
+    _, states = evaluate_window(LLM, window, held, 1070.0)
     assert states == {TOTAL: SaturationState(True, 1001.0, 1069.0, unread_since=1070.0)}
     # Unread past the hold: every state is gone, and so is the episode.
-    window.add(read_payload(TARGET, 1070.0 + HOLD + 1, None, "refused", 0.0)[0])
-    signals, states = evaluate_window("llm", TARGET.url, window, states, 1070.0 + HOLD + 1)
+    window.add(read_payload(TARGET, 1070.0 + HOLD + 1, ScrapeResult(None, "refused", 0.0))[0])
+    signals, states = evaluate_window(LLM, window, states, 1070.0 + HOLD + 1)
     assert states == {} and not signals.total.budget_saturated
     assert run[-1][1].total.budget_saturated  # the run itself reached saturation
 
@@ -143,16 +151,16 @@ def test_a_readable_scrape_after_an_outage_longer_than_the_staleness_starts_a_ne
         snapshot, _ = read_payload(
             TARGET,
             t,
-            render(server) if read else None,
-            None if read else "timed out after 10 s",
-            0.1,
+            ScrapeResult(
+                render(server) if read else None, None if read else "timed out after 10 s", 0.1
+            ),
         )
         window.add(snapshot)
-        signals, states = evaluate_window("llm", TARGET.url, window, states, float(t))
+        signals, states = evaluate_window(LLM, window, states, float(t))
     assert signals.total.budget_saturated and states[TOTAL].read_at == 39.0  # held
     server.finish(10, 1.2, 100)
-    window.add(read_payload(TARGET, 75.0, render(server), None, 0.1)[0])
-    signals, states = evaluate_window("llm", TARGET.url, window, states, 75.0)
+    window.add(read_payload(TARGET, 75.0, ScrapeResult(render(server), None, 0.1))[0])
+    signals, states = evaluate_window(LLM, window, states, 75.0)
     assert signals.up and signals.total.budget_utilization > 1
     assert not signals.total.budget_saturated
     assert states[TOTAL].above_since == 75.0  # the hold starts again from this read
@@ -167,8 +175,8 @@ def test_a_late_evaluation_between_two_readable_scrapes_keeps_the_episode():
     window, states = Window(60.0, settings), {}
     for t in [0.0, 0.25, 0.5, 0.75, 1.0, 4.0]:
         server.finish(10, 1.2, 100)
-        window.add(read_payload(TARGET, t, render(server), None, 0.01)[0])
-        signals, states = evaluate_window("llm", TARGET.url, window, states, t)
+        window.add(read_payload(TARGET, t, ScrapeResult(render(server), None, 0.01))[0])
+        signals, states = evaluate_window(LLM, window, states, t)
     assert signals.total.budget_saturated
     assert states[TOTAL].above_since == 0.25  # the first read with a latency
     assert signals.total.budget_saturated_seconds == 3.75
@@ -259,12 +267,12 @@ def test_an_exporter_that_stalled_keeps_its_alerts_through_the_scrape_that_fails
         snapshot, _ = read_payload(
             TARGET,
             t,
-            None if failed else render(server),
-            "timed out after 10 s" if failed else None,
-            0.1,
+            ScrapeResult(
+                None if failed else render(server), "timed out after 10 s" if failed else None, 0.1
+            ),
         )
         window.add(snapshot)
-        signals, states = evaluate_window("llm", TARGET.url, window, states, float(t))
+        signals, states = evaluate_window(LLM, window, states, float(t))
     assert signals.up and signals.total.budget_saturated
     assert states[TOTAL].above_since == 1001.0
 
@@ -277,8 +285,8 @@ def test_time_nobody_observed_completes_no_hold():
     server = VllmState(running=8, waiting=20, kv_usage=0.5)
     for t in [*range(1000, 1031), 1100, 1101]:
         server.finish(10, 1.2, 100)
-        window.add(read_payload(TARGET, t, render(server), None, 0.1)[0])
-        signals, states = evaluate_window("llm", TARGET.url, window, states, float(t))
+        window.add(read_payload(TARGET, t, ScrapeResult(render(server), None, 0.1))[0])
+        signals, states = evaluate_window(LLM, window, states, float(t))
     assert signals.total.budget_utilization == pytest.approx(1.21, abs=0.01)
     assert not signals.total.budget_saturated
     assert states[TOTAL].above_since == 1101.0

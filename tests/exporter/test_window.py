@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 from exporter.core.diagnosis import no_data_diagnosis
 from exporter.core.evaluate import (
     TOTAL,
+    TargetIdentity,
     TargetSignals,
     down_signals,
     evaluate_window,
@@ -269,7 +270,9 @@ def test_a_sliding_window_evaluates_as_the_whole_window_walked_again(
         while kept[0].t < snapshot.t - WINDOW_SECONDS:
             kept.pop(0)
         assert window.snapshots() == kept
-        outcome = evaluation_outcome(evaluate_window, "t", "u", window, states, snapshot.t)
+        outcome = evaluation_outcome(
+            evaluate_window, TargetIdentity("t", "u"), window, states, snapshot.t
+        )
         expected = evaluation_outcome(
             reference_evaluation, kept, signal_settings, reference_states, snapshot.t
         )
@@ -360,7 +363,7 @@ def test_the_total_of_one_series_is_evaluated_apart_where_merging_changes_it() -
     window = Window.of([_batcher(0.0, 1.0), _batcher(5.0, 3.0)], settings)
     # A total keeps no batch-size histogram: it is not the series but its labels.
     assert window.sole_series_key() is None
-    signals, _ = evaluate_window("t", "u", window, {}, 5.0)
+    signals, _ = evaluate_window(TargetIdentity("t", "u"), window, {}, 5.0)
     assert signals.series[0].batch_size_distribution == [(1.0, 1.0)]
     assert signals.total.batch_size_distribution == [(4.0, 1.0)]
 
@@ -371,7 +374,7 @@ def test_the_total_of_one_plain_series_is_the_series_without_labels() -> None:
 
     window = Window.of([scrape(0.0, 3.0), scrape(5.0, 6.0)], SignalSettings(cap=8.0))
     assert window.sole_series_key() == MODEL_A
-    signals, states = evaluate_window("t", "u", window, {}, 5.0)
+    signals, states = evaluate_window(TargetIdentity("t", "u"), window, {}, 5.0)
     assert signals.total == dataclasses.replace(signals.series[0], labels={})
     assert signals.total.running_vs_cap == 0.75 and signals.series[0].labels == {"model_name": "a"}
     assert states[TOTAL] == states[MODEL_A]

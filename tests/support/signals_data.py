@@ -9,7 +9,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.core.advice import Advice, AdviceItem
 from exporter.core.diagnosis import DIAGNOSIS_STATES, Diagnosis
-from exporter.core.evaluate import SeriesSignals, TargetSignals, evaluate_target
+from exporter.core.evaluate import SeriesSignals, TargetSignals
 from exporter.core.limits import BINDING_CHOICES, LIMITS, LimitReading, Limits
 from exporter.core.signals import SignalSettings
 from exporter.core.snapshot import Snapshot
@@ -17,6 +17,7 @@ from exporter.core.static_util import UtilizationEstimate
 from exporter.engines import read_series
 from exporter.serve.exposition import render_metrics
 from exporter.serve.families import SERIES_GAUGES
+from tests.support.evaluation import evaluate_target
 from tests.support.paths import fixture_text
 
 label_values = st.text(alphabet=st.sampled_from('ab"\\\n\u00e9\u4e2d '), max_size=6)
