@@ -1,12 +1,12 @@
 """A small HTTP/1.1 client for scrapes: one GET at a time per keep-alive connection.
 
 Why not aiohttp's client: at a fleet's size its per-request machinery (cookies, tracing,
-redirect handling, URL objects, two layers of streams) cost about 0.3 ms of CPU per
-scrape, as much as reading the payload. A scrape needs little of it: send one request
+redirect handling, URL objects, two layers of streams) costs as much CPU per scrape as
+reading the payload (docs/benchmarks.md). A scrape needs little of it: send one request
 built once per URL, parse the answer with llhttp (`httptools`, the parser Node.js and
 uvicorn use), and inflate gzip as it arrives, never past the size cap. Redirects are not
 followed (the caller refuses any status but 200, so credentials never go elsewhere); no
-proxy is used, as aiohttp's client did not by default.
+proxy is used (HTTP_PROXY and the like are ignored).
 """
 
 from __future__ import annotations
