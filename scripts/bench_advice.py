@@ -23,10 +23,10 @@ import asyncio
 import contextlib
 import math
 import os
-import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -36,6 +36,7 @@ import aiohttp
 
 from demo_server.loadgen import report as loadgen_report
 from demo_server.loadgen import run as loadgen
+from demo_server.loadgen.workload import LoadSpec
 from exporter.config.settings import Settings, Target
 from exporter.core.evaluate import SeriesSignals
 from exporter.engines import read_series
@@ -44,7 +45,7 @@ from exporter.scrape.http_client import Connections
 from exporter.scrape.loop import Exporter
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests.support
-from tests.support.network import free_port  # noqa: E402
+from tests.support.network import free_port, wait_http  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 WINDOW_S = 30.0
@@ -80,42 +81,33 @@ def demo_server(*flags: str) -> Iterator[str]:
     """`python -m demo_server.cli` with these flags on a free port; yields its base URL."""
     port = free_port()
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "demo_server.cli",
-            "--port",
-            str(port),
-            "--log-level",
-            "warning",
-            *flags,
-        ],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
     url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"demo server exited: {proc.stderr.read().decode()[-2000:]}")
-            try:
-                with socket.create_connection(("127.0.0.1", port), timeout=1):
-                    break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise RuntimeError("demo server did not listen within 60 s") from None
-                time.sleep(0.2)
-        yield url
-    finally:
-        proc.terminate()
+    with tempfile.NamedTemporaryFile(prefix="demo-server-", suffix=".log") as log:
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "demo_server.cli",
+                "--port",
+                str(port),
+                "--log-level",
+                "warning",
+                *flags,
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=log,
+        )
         try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+            wait_http(f"{url}/health", 60, Path(log.name), processes=[proc])
+            yield url
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
 
 
 def advice_numbers(series: SeriesSignals) -> dict[str, float]:
@@ -185,16 +177,14 @@ async def kv_phase(
         counters.append((t, series.generation_tokens_total or 0.0, steps))
 
     def make_load(session: aiohttp.ClientSession):
-        return loadgen.run_rate(
-            session,
-            url,
+        spec = LoadSpec(
             "completions",
-            args.rate,
-            args.phase_seconds,
+            duration_s=args.phase_seconds,
             seed=args.seed,
             max_tokens=(args.max_tokens,),
             concurrency_limit=args.in_flight,
         )
+        return loadgen.run_rate(session, url, spec, args.rate)
 
     _, signals = await drive(
         url, exporter, args.phase_seconds, args.warmup_seconds, make_load, on_sample
@@ -261,9 +251,8 @@ async def batcher_run(url: str, name: str, settings: tuple[int, float], args) ->
     )
 
     def make_load(session: aiohttp.ClientSession):
-        return loadgen.run_rate(
-            session, url, "embeddings", args.embed_rate, args.phase_seconds, seed=args.seed
-        )
+        spec = LoadSpec(duration_s=args.phase_seconds, seed=args.seed)
+        return loadgen.run_rate(session, url, spec, args.embed_rate)
 
     result, signals = await drive(
         url, exporter, args.phase_seconds, args.phase_seconds, make_load, lambda text, t: None

@@ -40,7 +40,6 @@ import statistics
 import subprocess
 import sys
 import time
-import urllib.request
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -56,11 +55,12 @@ from demo_server.embedding.service import Encoder
 from demo_server.loadgen import report as loadgen_report
 from demo_server.loadgen import run as loadgen
 from demo_server.loadgen import workload
+from demo_server.loadgen.arrivals import open_loop
 from demo_server.queueing import QueueFull
 from exporter.instrumentation import BatcherMetrics
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests.support
-from tests.support.network import free_port  # noqa: E402
+from tests.support.network import NotReady, free_port, wait_http  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 BUDGET_MS = 70.0
@@ -156,10 +156,8 @@ async def offer(
         size *= 2
     await batcher.start()
     run = Run(label, rate)
-    rng = random.Random(seed)
-    tasks = []
 
-    async def one(scheduled_at: float) -> None:
+    async def one(_: int, scheduled_at: float) -> None:
         try:
             await batcher.submit([TEXT])
         except QueueFull:
@@ -167,16 +165,10 @@ async def offer(
             return
         run.latencies_ms.append((time.perf_counter() - scheduled_at) * 1000.0)
 
-    start = time.perf_counter()
-    for offset in workload.arrival_times(rate, seconds, rng):
-        delay = start + offset - time.perf_counter()
-        if delay > 0:
-            await asyncio.sleep(delay)
-        tasks.append(asyncio.create_task(one(start + offset)))
-    await asyncio.gather(*tasks)
-    run.seconds = max(seconds, time.perf_counter() - start)
+    offered = await open_loop(rate, seconds, random.Random(seed), one)
+    run.seconds = max(seconds, offered.elapsed_s)
     await batcher.stop()
-    run.sent = len(tasks)
+    run.sent = offered.sent
     run.busy_seconds = registry_value(registry, "batchscope_batcher_execution_seconds_sum")
     batches = registry_value(registry, "batchscope_batcher_batch_size_count")
     items = registry_value(registry, "batchscope_batcher_batch_size_sum")
@@ -252,15 +244,12 @@ def serve(settings: BatcherSettings) -> tuple[subprocess.Popen[bytes], str]:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     process = subprocess.Popen(args, cwd=ROOT, env=env, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        try:
-            with urllib.request.urlopen(url + "/health", timeout=2):
-                return process, url
-        except OSError:
-            time.sleep(0.5)
-    process.kill()
-    raise RuntimeError("the demo server did not answer /health within 120 s")
+    try:
+        wait_http(url + "/health", 120, processes=[process])
+    except NotReady:
+        process.kill()
+        raise
+    return process, url
 
 
 def seed001_http(quick: bool) -> dict[str, Any]:
@@ -282,7 +271,8 @@ def seed001_http(quick: bool) -> dict[str, Any]:
                     flush=True,
                 )
                 url = servers[label][1]
-                run = loadgen.sweep(url, "embeddings", [HTTP_RATE], seconds, seed=7 + repeat)
+                spec = workload.LoadSpec(rates=(HTTP_RATE,), duration_s=seconds, seed=7 + repeat)
+                run = loadgen.sweep(url, spec)
                 light[label] += asyncio.run(run)
         for label, _ in modes:
             print(
@@ -290,9 +280,10 @@ def seed001_http(quick: bool) -> dict[str, Any]:
                 file=sys.stderr,
                 flush=True,
             )
-            run = loadgen.sweep(
-                servers[label][1], "embeddings", [HTTP_BUSY_RATE], HTTP_BUSY_SECONDS[quick], seed=7
+            spec = workload.LoadSpec(
+                rates=(HTTP_BUSY_RATE,), duration_s=HTTP_BUSY_SECONDS[quick], seed=7
             )
+            run = loadgen.sweep(servers[label][1], spec)
             busy[label] = asyncio.run(run)[0].record(BUDGET_MS)
     finally:
         for process, _ in servers.values():

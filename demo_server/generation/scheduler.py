@@ -175,6 +175,14 @@ class _Request:
         return self.finish_reason is not None
 
 
+@dataclass(frozen=True, slots=True)
+class _Finished:
+    """A finished request's result and the future it resolves, to announce unlocked."""
+
+    future: Future[CompletionResult]
+    result: CompletionResult
+
+
 @dataclass(frozen=True)
 class RequestHandle:
     """What `Scheduler.submit` returns: the id (for `cancel`) and the result's future."""
@@ -567,13 +575,15 @@ class Scheduler:
         with self._lock:
             while True:
                 if self._stop and not self._drain:
-                    self._abort_all_locked()
-                    return False
+                    aborted = self._abort_all_locked()
+                    break
                 if self._has_work_locked():
                     return True
                 if self._stop:
                     return False
                 self._lock.wait()
+        self._announce(aborted)
+        return False
 
     def _step(self) -> None:
         with self._lock:
@@ -581,9 +591,11 @@ class Scheduler:
             if self._pending_max_num_seqs is not None:
                 self._max_num_seqs, self._pending_max_num_seqs = self._pending_max_num_seqs, None
                 self._stats.max_num_seqs = self._max_num_seqs
+            aborted = []
             for seq in [s for s in self._waiting if s.request_id in cancelled]:
                 self._waiting.remove(seq)
-                self._finish(seq, "abort")
+                aborted.append(self._close(seq, "abort"))
+        self._announce(aborted)
         self._ensure_cache()
         for row in [r for r in self._rows if r.request_id in cancelled]:
             self._remove_row(row)
@@ -790,6 +802,12 @@ class Scheduler:
         return "requests" if len(self._rows) >= self._max_num_seqs else "arrivals"
 
     def _finish(self, seq: _Request, reason: FinishReason) -> None:
+        """Finish `seq` and tell the listeners and its future (call without the lock)."""
+        self._announce([self._close(seq, reason)])
+
+    def _close(self, seq: _Request, reason: FinishReason) -> _Finished:
+        """Finish `seq` in the scheduler's state and counters; what to announce once the
+        lock is released (`_announce`)."""
         seq.finish_reason = reason
         now = time.perf_counter()
         first_token = seq.token_times[0] if seq.token_times else None
@@ -813,9 +831,15 @@ class Scheduler:
         with self._lock:
             self._stats.finished += 1
             self._mean_output_tokens += SMOOTHING * (len(seq.output) - self._mean_output_tokens)
-        for listener in self._listeners:
-            listener.on_finished(result)
-        seq.future.set_result(result)
+        return _Finished(seq.future, result)
+
+    def _announce(self, finished: Sequence[_Finished]) -> None:
+        """Tell the listeners, then resolve the futures (whose callbacks run here): never
+        with the lock held, so neither can stall the scheduler or deadlock on it."""
+        for done in finished:
+            for listener in self._listeners:
+                listener.on_finished(done.result)
+            done.future.set_result(done.result)
 
     def _fail_rows(self, error: Exception) -> None:
         for row in list(self._rows):
@@ -824,10 +848,14 @@ class Scheduler:
                 row.finish_reason = "abort"
                 row.future.set_exception(error)
 
-    def _abort_all_locked(self) -> None:
+    def _abort_all_locked(self) -> list[_Finished]:
+        """Abort every waiting and running request (call with the lock held); returns
+        what to `_announce` once it is released."""
+        aborted = []
         while self._waiting:
-            self._finish(self._waiting.popleft(), "abort")
+            aborted.append(self._close(self._waiting.popleft(), "abort"))
         for row in list(self._rows):
             self._remove_row(row)
             if not row.finished:
-                self._finish(row, "abort")
+                aborted.append(self._close(row, "abort"))
+        return aborted

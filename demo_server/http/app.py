@@ -33,7 +33,7 @@ import hmac
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import asdict, dataclass, field
 from typing import Annotated, Any
 
@@ -68,6 +68,7 @@ from demo_server.generation.scheduler import (
     SchedulerListener,
 )
 from demo_server.generation.vllm_metrics import SchedulerCollector, VllmRequestMetrics
+from demo_server.names import MODEL_NAME
 from demo_server.queueing import QueueFull
 
 log = logging.getLogger(__name__)
@@ -97,7 +98,7 @@ class ServerConfig:
     device: str = "auto"
     embedding: BatcherSettings = BatcherSettings()
     request_log: str | None = None
-    model_name: str = "batchscope-demo"
+    model_name: str = MODEL_NAME
     seed: int = 0
     # Required as a bearer token on /admin/config when set; never shown.
     admin_token: str | None = field(default=None, repr=False)
@@ -255,6 +256,10 @@ class _Server:
 
     def __init__(self, config: ServerConfig) -> None:
         self.config = config
+        # The Authorization header an admin request must carry, when there is a token.
+        self.admin_authorization = (
+            f"Bearer {config.admin_token}".encode() if config.admin_token is not None else None
+        )
         self.device = select_device(config.device)
         self.registry = CollectorRegistry()
         # The process series a vLLM payload carries too; per registry, so per app.
@@ -290,6 +295,7 @@ class _Server:
             max_queue=config.max_queue,
             seed=config.seed,
         )
+        self.started = int(time.time())
 
     async def start(self) -> None:
         self.scheduler.start()
@@ -342,6 +348,236 @@ class _Server:
         return error_response(404, f"The model `{model}` does not exist.", param="model")
 
 
+class _Forbidden(Exception):
+    """A request the admin endpoint refuses: not local, a foreign Host, no token."""
+
+    def __init__(self, message: str, status: int = 403) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+# --- shared by the routes ----------------------------------------------------------------
+
+
+def _current_server(request: Request) -> _Server:
+    return request.app.state.server
+
+
+CurrentServer = Annotated[_Server, Depends(_current_server)]
+
+
+def local_only(request: Request) -> None:
+    """Admits only a local client naming a local Host, with the admin token when set;
+    raises _Forbidden otherwise."""
+    host = request.client.host if request.client else None
+    if host not in LOCAL_HOSTS:
+        raise _Forbidden("the admin endpoint answers only 127.0.0.1 and ::1")
+    # A DNS-rebinding page reaches 127.0.0.1 under its own name: refuse that Host.
+    if _host_name(request.headers.get("host", "")) not in LOCAL_HOST_NAMES:
+        raise _Forbidden("the admin endpoint answers only requests for a local Host")
+    expected = request.app.state.server.admin_authorization
+    if expected is not None:
+        given = request.headers.get("authorization", "").encode()
+        if not hmac.compare_digest(given, expected):
+            raise _Forbidden("the admin endpoint needs the admin token", status=401)
+
+
+def _queue_full(error: QueueFull) -> JSONResponse:
+    """A 429 that says when to retry."""
+    return error_response(429, str(error), headers={"Retry-After": str(error.retry_after_seconds)})
+
+
+def _text_completion(
+    request_id: str, created: int, model: str, choices: list[dict[str, Any]], **extra: Any
+) -> dict[str, Any]:
+    """OpenAI's text_completion object: a whole answer, or one chunk of a stream."""
+    return {
+        "id": request_id,
+        "object": "text_completion",
+        "created": created,
+        "model": model,
+        "choices": choices,
+        **extra,
+    }
+
+
+def _choice(text: str, finish_reason: str | None) -> dict[str, Any]:
+    return {"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason}
+
+
+# --- error handlers ----------------------------------------------------------------------
+
+
+async def invalid_request(_: Request, error: RequestValidationError) -> JSONResponse:
+    message, field = validation_message(error)
+    return error_response(400, message, param=field)
+
+
+async def http_error(_: Request, error: StarletteHTTPException) -> JSONResponse:
+    # e.g. a body that is not UTF-8 JSON at all: the same error shape as every other
+    return error_response(error.status_code, str(error.detail), headers=error.headers)
+
+
+async def forbidden(_: Request, refusal: _Forbidden) -> JSONResponse:
+    return error_response(refusal.status, str(refusal))
+
+
+# --- routes ------------------------------------------------------------------------------
+
+
+async def completions(body: CompletionRequest, request: Request, server: CurrentServer) -> Response:
+    """The whole answer, or with `stream` OpenAI's SSE chunks; 499 when the client left."""
+    if (wrong_model := server.check_model(body.model)) is not None:
+        return wrong_model
+    loop = asyncio.get_running_loop()
+    tokens: asyncio.Queue[int | None] = asyncio.Queue()
+
+    def on_token(token: int) -> None:
+        loop.call_soon_threadsafe(tokens.put_nowait, token)
+
+    try:
+        handle = server.scheduler.submit(
+            encode_prompt(body.prompt),
+            body.max_tokens,
+            ignore_eos=body.ignore_eos,
+            on_token=on_token if body.stream else None,
+        )
+    except InvalidRequest as error:
+        return error_response(400, str(error), param=error.param)
+    except QueueFull as error:
+        return _queue_full(error)
+    created = int(time.time())
+    if body.stream:
+        include_usage = bool(body.stream_options and body.stream_options.include_usage)
+        return _streaming_response(server, handle, tokens, created, include_usage)
+    result = await _until_done(server, handle, request)
+    if result is None:
+        return Response(status_code=499)  # nobody is listening; nginx's "client closed"
+    text = token_bytes(result.output).decode("utf-8", errors="replace")
+    return JSONResponse(
+        _text_completion(
+            result.request_id,
+            created,
+            server.config.model_name,
+            [_choice(text, result.finish_reason)],
+            usage=_usage(result),
+        )
+    )
+
+
+async def embeddings(body: EmbeddingRequest, server: CurrentServer) -> Response:
+    """One vector per input; a failing embedding answers 500 without its exception's text."""
+    if (wrong_model := server.check_model(body.model)) is not None:
+        return wrong_model
+    texts = [body.input] if isinstance(body.input, str) else body.input
+    try:
+        vectors = await server.embeddings.embed(texts)
+    except QueueFull as error:
+        return _queue_full(error)
+    except ItemError as error:
+        # The exception's text may name paths and internals: it stays in the log.
+        log.warning("embedding failed: %s", error.message)
+        return error_response(
+            500, "input: the embedding failed; the server log has the details", param="input"
+        )
+    prompt_tokens = sum(len(encode_prompt(t)) for t in texts)
+    return JSONResponse(
+        {
+            "object": "list",
+            "data": [
+                {"object": "embedding", "index": i, "embedding": vector}
+                for i, vector in enumerate(vectors)
+            ],
+            "model": server.config.model_name,
+            "usage": {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens},
+        }
+    )
+
+
+async def models(server: CurrentServer) -> dict[str, Any]:
+    """The one model served, as OpenAI and vLLM list it."""
+    name = server.config.model_name
+    return {
+        "object": "list",
+        "data": [
+            {
+                "id": name,
+                "object": "model",
+                "created": server.started,
+                "owned_by": "batchscope",
+                "root": name,
+                "parent": None,
+            }
+        ],
+    }
+
+
+async def health(server: CurrentServer) -> dict[str, Any]:
+    stats = server.scheduler.stats()
+    return {
+        "status": "ok",
+        "model": server.config.model_name,
+        "device": server.device.describe(),
+        "generation": {
+            **asdict(stats),
+            "attention": server.scheduler.attention,
+            "slot_utilization": stats.slot_utilization,
+            "kv_cache_usage": stats.kv_cache_usage,
+        },
+        "embedding": server.embeddings.snapshot(),
+    }
+
+
+async def metrics(server: CurrentServer) -> Response:
+    return Response(generate_latest(server.registry), media_type=CONTENT_TYPE_LATEST)
+
+
+async def admin_config(server: CurrentServer) -> dict[str, Any]:
+    return server.admin_view()
+
+
+async def admin_update(settings: AdminSettings, server: CurrentServer) -> Any:  # view, or 400
+    try:
+        server.scheduler.configure(max_num_seqs=settings.max_num_seqs)
+    except ValueError as error:  # a cap past the token budget: nothing is changed
+        return error_response(400, str(error), param="max_num_seqs")
+    server.embeddings.configure(
+        server.embeddings.settings.with_ms(
+            max_batch_size=settings.max_batch_size,
+            max_wait_ms=settings.max_wait_ms,
+            latency_budget_ms=settings.latency_budget_ms,
+        )
+    )
+    log.info("admin: %s", settings.model_dump(exclude_none=True))
+    return server.admin_view()
+
+
+@dataclass(frozen=True)
+class Route:
+    """One endpoint: `admin` ones answer only what `local_only` admits."""
+
+    method: str
+    path: str
+    handler: Callable[..., Awaitable[Any]]
+    admin: bool = False
+
+
+ROUTES = (
+    Route("POST", "/v1/completions", completions),
+    Route("POST", "/v1/embeddings", embeddings),
+    Route("GET", "/v1/models", models),
+    Route("GET", "/health", health),
+    Route("GET", "/metrics", metrics),
+    Route("GET", "/admin/config", admin_config, admin=True),
+    Route("POST", "/admin/config", admin_update, admin=True),
+)
+ERROR_HANDLERS: tuple[tuple[type[Exception], Callable[..., Awaitable[JSONResponse]]], ...] = (
+    (RequestValidationError, invalid_request),
+    (StarletteHTTPException, http_error),
+    (_Forbidden, forbidden),
+)
+
+
 def create_app(config: ServerConfig) -> FastAPI:
     """A FastAPI app serving one demo server built from `config`; started by its lifespan."""
     server = _Server(config)
@@ -356,189 +592,13 @@ def create_app(config: ServerConfig) -> FastAPI:
 
     app = FastAPI(title="batchscope demo server", lifespan=lifespan)
     app.state.server = server
-
-    @app.exception_handler(RequestValidationError)
-    async def invalid_request(_: Request, error: RequestValidationError) -> JSONResponse:
-        message, field = validation_message(error)
-        return error_response(400, message, param=field)
-
-    @app.exception_handler(StarletteHTTPException)
-    async def http_error(_: Request, error: StarletteHTTPException) -> JSONResponse:
-        # e.g. a body that is not UTF-8 JSON at all: the same error shape as every other
-        return error_response(error.status_code, str(error.detail), headers=error.headers)
-
+    for error, handler in ERROR_HANDLERS:
+        app.add_exception_handler(error, handler)
     app.add_middleware(BodyLimit, max_bytes=MAX_REQUEST_BYTES)
-    expected_token = (
-        f"Bearer {config.admin_token}".encode() if config.admin_token is not None else None
-    )
-
-    def local_only(request: Request) -> None:
-        host = request.client.host if request.client else None
-        if host not in LOCAL_HOSTS:
-            raise _Forbidden("the admin endpoint answers only 127.0.0.1 and ::1")
-        # A DNS-rebinding page reaches 127.0.0.1 under its own name: refuse that Host.
-        if _host_name(request.headers.get("host", "")) not in LOCAL_HOST_NAMES:
-            raise _Forbidden("the admin endpoint answers only requests for a local Host")
-        if expected_token is not None:
-            given = request.headers.get("authorization", "").encode()
-            if not hmac.compare_digest(given, expected_token):
-                raise _Forbidden("the admin endpoint needs the admin token", status=401)
-
-    @app.exception_handler(_Forbidden)
-    async def forbidden(_: Request, refusal: _Forbidden) -> JSONResponse:
-        return error_response(refusal.status, str(refusal))
-
-    @app.post("/v1/completions", response_model=None)
-    async def completions(body: CompletionRequest, request: Request) -> Response:
-        if (wrong_model := server.check_model(body.model)) is not None:
-            return wrong_model
-        loop = asyncio.get_running_loop()
-        tokens: asyncio.Queue[int | None] = asyncio.Queue()
-
-        def on_token(token: int) -> None:
-            loop.call_soon_threadsafe(tokens.put_nowait, token)
-
-        try:
-            handle = server.scheduler.submit(
-                encode_prompt(body.prompt),
-                body.max_tokens,
-                ignore_eos=body.ignore_eos,
-                on_token=on_token if body.stream else None,
-            )
-        except InvalidRequest as error:
-            return error_response(400, str(error), param=error.param)
-        except QueueFull as error:
-            return error_response(
-                429, str(error), headers={"Retry-After": str(error.retry_after_seconds)}
-            )
-        created = int(time.time())
-        if body.stream:
-            handle.future.add_done_callback(
-                lambda _: loop.call_soon_threadsafe(tokens.put_nowait, None)
-            )
-            include_usage = bool(body.stream_options and body.stream_options.include_usage)
-            return StreamingResponse(
-                _stream(server, handle, tokens, created, include_usage),
-                media_type="text/event-stream",
-            )
-        result = await _until_done(server, handle, request)
-        if result is None:
-            return Response(status_code=499)  # nobody is listening; nginx's "client closed"
-        return JSONResponse(
-            {
-                "id": result.request_id,
-                "object": "text_completion",
-                "created": created,
-                "model": config.model_name,
-                "choices": [
-                    {
-                        "index": 0,
-                        "text": token_bytes(result.output).decode("utf-8", errors="replace"),
-                        "logprobs": None,
-                        "finish_reason": result.finish_reason,
-                    }
-                ],
-                "usage": _usage(result),
-            }
-        )
-
-    @app.post("/v1/embeddings", response_model=None)
-    async def embeddings(body: EmbeddingRequest) -> Response:
-        if (wrong_model := server.check_model(body.model)) is not None:
-            return wrong_model
-        texts = [body.input] if isinstance(body.input, str) else body.input
-        try:
-            vectors = await server.embeddings.embed(texts)
-        except QueueFull as error:
-            return error_response(
-                429, str(error), headers={"Retry-After": str(error.retry_after_seconds)}
-            )
-        except ItemError as error:
-            # The exception's text may name paths and internals: it stays in the log.
-            log.warning("embedding failed: %s", error.message)
-            return error_response(
-                500, "input: the embedding failed; the server log has the details", param="input"
-            )
-        prompt_tokens = sum(len(encode_prompt(t)) for t in texts)
-        return JSONResponse(
-            {
-                "object": "list",
-                "data": [
-                    {"object": "embedding", "index": i, "embedding": vector}
-                    for i, vector in enumerate(vectors)
-                ],
-                "model": config.model_name,
-                "usage": {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens},
-            }
-        )
-
-    started = int(time.time())
-
-    @app.get("/v1/models")
-    async def models() -> dict[str, Any]:
-        return {
-            "object": "list",
-            "data": [
-                {
-                    "id": config.model_name,
-                    "object": "model",
-                    "created": started,
-                    "owned_by": "batchscope",
-                    "root": config.model_name,
-                    "parent": None,
-                }
-            ],
-        }
-
-    @app.get("/health")
-    async def health() -> dict[str, Any]:
-        stats = server.scheduler.stats()
-        return {
-            "status": "ok",
-            "model": config.model_name,
-            "device": server.device.describe(),
-            "generation": {
-                **asdict(stats),
-                "attention": server.scheduler.attention,
-                "slot_utilization": stats.slot_utilization,
-                "kv_cache_usage": stats.kv_cache_usage,
-            },
-            "embedding": server.embeddings.snapshot(),
-        }
-
-    @app.get("/metrics")
-    async def metrics() -> Response:
-        return Response(generate_latest(server.registry), media_type=CONTENT_TYPE_LATEST)
-
-    @app.get("/admin/config", dependencies=[Depends(local_only)])
-    async def admin_config() -> dict[str, Any]:
-        return server.admin_view()
-
-    @app.post("/admin/config", dependencies=[Depends(local_only)])
-    async def admin_update(settings: AdminSettings) -> Any:  # the view, or a 400
-        try:
-            server.scheduler.configure(max_num_seqs=settings.max_num_seqs)
-        except ValueError as error:  # a cap past the token budget: nothing is changed
-            return error_response(400, str(error), param="max_num_seqs")
-        server.embeddings.configure(
-            server.embeddings.settings.with_ms(
-                max_batch_size=settings.max_batch_size,
-                max_wait_ms=settings.max_wait_ms,
-                latency_budget_ms=settings.latency_budget_ms,
-            )
-        )
-        log.info("admin: %s", settings.model_dump(exclude_none=True))
-        return server.admin_view()
-
+    for route in ROUTES:
+        admin = [Depends(local_only)] if route.admin else None
+        app.add_api_route(route.path, route.handler, methods=[route.method], dependencies=admin)
     return app
-
-
-class _Forbidden(Exception):
-    """A request the admin endpoint refuses: not local, a foreign Host, no token."""
-
-    def __init__(self, message: str, status: int = 403) -> None:
-        super().__init__(message)
-        self.status = status
 
 
 def _usage(result: CompletionResult) -> dict[str, int]:
@@ -566,6 +626,21 @@ async def _until_done(
     return done.result() if done.done() else None
 
 
+def _streaming_response(
+    server: _Server,
+    handle: RequestHandle,
+    tokens: asyncio.Queue[int | None],
+    created: int,
+    include_usage: bool,
+) -> StreamingResponse:
+    """`_stream` as the response; a None queued once the request is done ends it."""
+    loop = asyncio.get_running_loop()
+    handle.future.add_done_callback(lambda _: loop.call_soon_threadsafe(tokens.put_nowait, None))
+    return StreamingResponse(
+        _stream(server, handle, tokens, created, include_usage), media_type="text/event-stream"
+    )
+
+
 async def _stream(
     server: _Server,
     handle: RequestHandle,
@@ -579,34 +654,17 @@ async def _stream(
     decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
     model = server.config.model_name
 
-    def chunk(text: str, finish_reason: str | None, **extra: Any) -> str:
-        body = {
-            "id": handle.request_id,
-            "object": "text_completion",
-            "created": created,
-            "model": model,
-            "choices": [
-                {"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason}
-            ],
-            **extra,
-        }
+    def event(choices: list[dict[str, Any]], **extra: Any) -> str:
+        body = _text_completion(handle.request_id, created, model, choices, **extra)
         return f"data: {json.dumps(body)}\n\n"
 
     try:
         while (token := await tokens.get()) is not None:
-            yield chunk(decoder.decode(token_bytes([token])), None)
+            yield event([_choice(decoder.decode(token_bytes([token])), None)])
         result = handle.future.result()
-        yield chunk(decoder.decode(b"", final=True), result.finish_reason)
+        yield event([_choice(decoder.decode(b"", final=True), result.finish_reason)])
         if include_usage:
-            usage = {
-                "id": handle.request_id,
-                "object": "text_completion",
-                "created": created,
-                "model": model,
-                "choices": [],
-                "usage": _usage(result),
-            }
-            yield f"data: {json.dumps(usage)}\n\n"
+            yield event([], usage=_usage(result))
         yield "data: [DONE]\n\n"
     finally:
         if not handle.future.done():

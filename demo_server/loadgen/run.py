@@ -37,6 +37,7 @@ from typing import Any, TextIO
 
 import aiohttp
 
+from demo_server.loadgen.arrivals import open_loop
 from demo_server.loadgen.report import (
     PlainProgress,
     RichProgress,
@@ -50,13 +51,13 @@ from demo_server.loadgen.report import (
 )
 from demo_server.loadgen.workload import (
     ARRIVAL_PROCESSES,
-    DEFAULT_MODEL,
     MAX_REQUESTS_PER_RUN,
-    arrival_times,
+    LoadSpec,
     lengths_from_file,
     lognormal_lengths,
     make_payload,
 )
+from demo_server.names import MODEL_NAME
 from exporter.length_log import InputError
 
 ENDPOINTS = {"embeddings": "/v1/embeddings", "completions": "/v1/completions"}
@@ -79,42 +80,48 @@ def _typed_number(text: str) -> float | int:
 async def run_rate(
     session: aiohttp.ClientSession,
     url: str,
-    endpoint: str,
+    spec: LoadSpec,
     rate_per_s: float,
-    duration_s: float,
     *,
-    seed: int,
-    max_tokens: Sequence[int] = (16,),
-    output_lengths: Sequence[int] | None = None,
-    arrivals: str = "poisson",
-    burstiness: float = 1.0,
-    model: str = DEFAULT_MODEL,
-    concurrency_limit: int | None = None,
+    run_index: int = 0,
     setting: dict[str, float | int] | None = None,
     progress: PlainProgress | None = None,
 ) -> RunResult:
-    """Offer load at `rate_per_s` for `duration_s` and measure what came back.
+    """Offer `spec`'s load at `rate_per_s` for `spec.duration_s`, seeded
+    `spec.seed + run_index`, and measure what came back.
 
     Completions stream, so the first chunk gives the time to first token and the usage
-    chunk the output tokens. `output_lengths`, when given, are the requests' max_tokens
-    in order (cycled); else each is drawn from `max_tokens`. An arrival that finds
-    `concurrency_limit` requests in flight is not sent and is counted `dropped`; the run
-    ends when every sent request has answered or timed out.
+    chunk the output tokens. An arrival that finds `spec.concurrency_limit` requests in
+    flight is not sent and is counted `dropped`; the run ends when every sent request has
+    answered or timed out.
     """
-    rng = random.Random(seed)
-    schedule = arrival_times(rate_per_s, duration_s, rng, arrivals, burstiness)
-    payloads = [make_payload(endpoint, rng, max_tokens, model) for _ in schedule]
-    if endpoint == "completions":
-        for payload, length in zip(payloads, itertools.cycle(output_lengths or [None])):
-            if length is not None:
-                payload["max_tokens"] = length
-            payload["stream"] = True
-            payload["stream_options"] = {"include_usage": True}
-    result = RunResult(setting or {}, rate_per_s, duration_s, arrivals=arrivals, endpoint=endpoint)
-    target = url.rstrip("/") + ENDPOINTS[endpoint]
-    in_flight: set[asyncio.Task[None]] = set()
+    rng = random.Random(spec.seed + run_index)
+    lengths = itertools.cycle(spec.output_lengths or [None])
+    payloads: list[dict[str, Any]] = []
 
-    async def one(scheduled_at: float, payload: dict[str, Any]) -> None:
+    def payload_of(index: int) -> dict[str, Any]:
+        # Drawn in arrival order after the arrival times, dropped arrivals' too, so the
+        # bodies sent do not depend on what was dropped.
+        while len(payloads) <= index:
+            payloads.append(
+                make_payload(
+                    spec.endpoint,
+                    rng,
+                    spec.max_tokens,
+                    spec.model,
+                    length=next(lengths),
+                    stream=True,
+                )
+            )
+        return payloads[index]
+
+    result = RunResult(
+        setting or {}, rate_per_s, spec.duration_s, arrivals=spec.arrivals, endpoint=spec.endpoint
+    )
+    target = url.rstrip("/") + ENDPOINTS[spec.endpoint]
+
+    async def one(index: int, scheduled_at: float) -> None:
+        payload = payload_of(index)
         try:
             async with session.post(target, json=payload) as response:
                 status = response.status
@@ -137,23 +144,20 @@ async def run_rate(
         else:
             result.fail(str(status))
 
-    start = time.perf_counter()
-    for offset, payload in zip(schedule, payloads, strict=True):
-        delay = start + offset - time.perf_counter()
-        if delay > 0:
-            await asyncio.sleep(delay)
-        if concurrency_limit is not None and len(in_flight) >= concurrency_limit:
-            result.dropped += 1
-            continue
-        result.send_lags_ms.append((time.perf_counter() - start - offset) * 1000.0)
-        task = asyncio.create_task(one(start + offset, payload))
-        in_flight.add(task)
-        task.add_done_callback(in_flight.discard)
-        result.sent += 1
-    if in_flight:
-        await asyncio.gather(*in_flight)
-    result.elapsed_s = time.perf_counter() - start
-    result.throughput_per_s = result.ok / max(result.elapsed_s, duration_s)
+    offered = await open_loop(
+        rate_per_s,
+        spec.duration_s,
+        rng,
+        one,
+        process=spec.arrivals,
+        burstiness=spec.burstiness,
+        max_in_flight=spec.concurrency_limit,
+    )
+    result.sent = offered.sent
+    result.dropped = offered.dropped
+    result.send_lags_ms = [lag * 1000.0 for lag in offered.send_lags_s]
+    result.elapsed_s = offered.elapsed_s
+    result.throughput_per_s = result.ok / max(result.elapsed_s, spec.duration_s)
     result.p50_ms = percentile(result.latencies_ms, 50)
     result.p99_ms = percentile(result.latencies_ms, 99)
     return result
@@ -192,22 +196,13 @@ async def apply_setting(
 
 async def sweep(
     url: str,
-    endpoint: str,
-    rates: Sequence[float],
-    duration_s: float,
+    spec: LoadSpec,
     *,
     settings: Sequence[tuple[str, list[float | int]]] = (),
-    seed: int = 0,
-    max_tokens: Sequence[int] = (16,),
-    output_lengths: Sequence[int] | None = None,
-    arrivals: str = "poisson",
-    burstiness: float = 1.0,
-    model: str = DEFAULT_MODEL,
-    concurrency_limit: int | None = None,
-    timeout_s: float = 30.0,
     progress: TextIO | None = None,
 ) -> list[RunResult]:
-    """Every combination of the settings' values, each followed by every rate in turn.
+    """Every combination of the settings' values, each followed by every rate of `spec`
+    in turn.
 
     Progress goes to `progress` (a text stream) when given: a bar on a terminal, plain
     lines otherwise.
@@ -217,39 +212,32 @@ async def sweep(
         dict(zip(names, values, strict=True))
         for values in itertools.product(*(values for _, values in settings))
     ]
-    total = len(combinations) * len(rates)
+    total = len(combinations) * len(spec.rates)
     reporter: PlainProgress | None = None
     if progress is not None:
         reporter = RichProgress(progress) if progress.isatty() else PlainProgress(progress)
     results: list[RunResult] = []
-    timeout = aiohttp.ClientTimeout(total=timeout_s)
-    connector = aiohttp.TCPConnector(limit=concurrency_limit or 0)
+    timeout = aiohttp.ClientTimeout(total=spec.timeout_s)
+    connector = aiohttp.TCPConnector(limit=spec.concurrency_limit or 0)
     try:
         async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
             for setting in combinations:
                 if setting:
                     await apply_setting(session, url, setting)
-                for rate in rates:
+                for rate in spec.rates:
                     if reporter is not None:
                         label = setting_label(setting) or "-"
                         reporter.start_run(
                             f"[{len(results) + 1}/{total}] {label} rate={rate:g}/s "
-                            f"for {duration_s:g} s",
-                            round(rate * duration_s),
+                            f"for {spec.duration_s:g} s",
+                            round(rate * spec.duration_s),
                         )
                     result = await run_rate(
                         session,
                         url,
-                        endpoint,
+                        spec,
                         rate,
-                        duration_s,
-                        seed=seed + len(results),
-                        max_tokens=max_tokens,
-                        output_lengths=output_lengths,
-                        arrivals=arrivals,
-                        burstiness=burstiness,
-                        model=model,
-                        concurrency_limit=concurrency_limit,
+                        run_index=len(results),
                         setting=setting,
                         progress=reporter,
                     )
@@ -291,7 +279,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--base-url", "--url", dest="url", default="http://127.0.0.1:8000", help="server base URL"
     )
     parser.add_argument("--endpoint", choices=sorted(ENDPOINTS), default="embeddings")
-    parser.add_argument("--model", default=DEFAULT_MODEL, help="model name sent in each request")
+    parser.add_argument("--model", default=MODEL_NAME, help="model name sent in each request")
     parser.add_argument(
         "--rates",
         type=_floats,
@@ -357,6 +345,34 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def load_spec(args: argparse.Namespace) -> LoadSpec:
+    """The load the command line asks for; raises OSError or InputError when
+    --output-len-file cannot be read."""
+    output_lengths = None
+    if args.output_len_file:
+        output_lengths = tuple(lengths_from_file(args.output_len_file))
+    elif args.output_len_dist:
+        median, sigma, maximum = args.output_len_dist
+        output_lengths = tuple(
+            lognormal_lengths(
+                MAX_REQUESTS_PER_RUN, median, sigma, maximum, random.Random(args.seed)
+            )
+        )
+    return LoadSpec(
+        endpoint=args.endpoint,
+        rates=tuple(args.rates),
+        duration_s=args.duration,
+        arrivals=args.arrivals,
+        burstiness=args.burstiness,
+        model=args.model,
+        max_tokens=tuple(args.max_tokens),
+        output_lengths=output_lengths,
+        concurrency_limit=args.concurrency_limit,
+        timeout_s=args.timeout,
+        seed=args.seed,
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the sweep, print the table (or JSON) to stdout, write the files; 0 on success."""
     parser = build_parser()
@@ -369,36 +385,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     settings = list(args.settings)
     if args.sweep_max_wait:
         settings.append(("max_wait_ms", [_typed_number(f"{v:g}") for v in args.sweep_max_wait]))
-    output_lengths = None
-    if args.output_len_file:
-        try:
-            output_lengths = lengths_from_file(args.output_len_file)
-        except (OSError, InputError) as error:
-            print(f"--output-len-file: {error}", file=sys.stderr)
-            return 2
-    elif args.output_len_dist:
-        median, sigma, maximum = args.output_len_dist
-        output_lengths = lognormal_lengths(
-            MAX_REQUESTS_PER_RUN, median, sigma, maximum, random.Random(args.seed)
-        )
-    results = asyncio.run(
-        sweep(
-            args.url,
-            args.endpoint,
-            args.rates,
-            args.duration,
-            settings=settings,
-            seed=args.seed,
-            max_tokens=args.max_tokens,
-            output_lengths=output_lengths,
-            arrivals=args.arrivals,
-            burstiness=args.burstiness,
-            model=args.model,
-            concurrency_limit=args.concurrency_limit,
-            timeout_s=args.timeout,
-            progress=sys.stderr,
-        )
-    )
+    try:
+        spec = load_spec(args)
+    except (OSError, InputError) as error:
+        print(f"--output-len-file: {error}", file=sys.stderr)
+        return 2
+    results = asyncio.run(sweep(args.url, spec, settings=settings, progress=sys.stderr))
     if args.json:
         print(json.dumps([r.summary() for r in results], indent=2))
     else:

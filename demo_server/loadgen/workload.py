@@ -1,9 +1,10 @@
 """The load a run offers: when requests arrive, what each asks, how long its output.
 
-Arrival processes (`poisson`, `gamma` of a given burstiness, `constant`) at a mean rate,
-request bodies of a few random words, and output lengths drawn from a log-normal or
-read from a file of observed lengths. Pure, given the random generator, except
-`lengths_from_file`, which reads its file.
+`LoadSpec` is what a sweep offers at each of its rates. Arrival processes (`poisson`,
+`gamma` of a given burstiness, `constant`) at a mean rate, request bodies of a few random
+words (`completion_body` is the one builder of an OpenAI completion body), and output
+lengths drawn from a log-normal or read from a file of observed lengths. Pure, given the
+random generator, except `lengths_from_file`, which reads its file.
 """
 
 from __future__ import annotations
@@ -11,13 +12,14 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
+from demo_server.names import MODEL_NAME
 from exporter.length_log import FileReport, InputError, read_lengths
 
 MAX_REQUESTS_PER_RUN = 100_000
 ARRIVAL_PROCESSES = ("poisson", "gamma", "constant")
-DEFAULT_MODEL = "batchscope-demo"
 WORDS = (
     "batch",
     "queue",
@@ -96,17 +98,65 @@ def lengths_from_file(path: str) -> list[int]:
     return lengths
 
 
+@dataclass(frozen=True)
+class LoadSpec:
+    """The load a sweep offers at each of its `rates`, for `duration_s` each.
+
+    Completions ask for `max_tokens` drawn from its choices, or for `output_lengths` in
+    order (cycled) when given. At most `concurrency_limit` requests are in flight (None:
+    no limit); each request is given `timeout_s`. Run i of a sweep is seeded `seed + i`.
+    """
+
+    endpoint: str = "embeddings"
+    rates: tuple[float, ...] = (10.0,)
+    duration_s: float = 10.0
+    arrivals: str = "poisson"
+    burstiness: float = 1.0
+    model: str = MODEL_NAME
+    max_tokens: tuple[int, ...] = (16,)
+    output_lengths: tuple[int, ...] | None = None
+    concurrency_limit: int | None = None
+    timeout_s: float = 30.0
+    seed: int = 0
+
+
+def completion_body(
+    prompt: str,
+    max_tokens: int,
+    *,
+    model: str | None = MODEL_NAME,
+    stream: bool = False,
+    ignore_eos: bool = True,
+    **extra: Any,
+) -> dict[str, Any]:
+    """An OpenAI `/v1/completions` body for `prompt`. With `ignore_eos` (the default) the
+    answer is exactly `max_tokens` tokens long; `stream` asks for SSE chunks and a usage
+    chunk; `model` None leaves the server to pick its one model; `extra` fields are added
+    as given (`temperature=0`)."""
+    body: dict[str, Any] = {"prompt": prompt, "max_tokens": max_tokens, "ignore_eos": ignore_eos}
+    if model is not None:
+        body["model"] = model
+    if stream:
+        body["stream"] = True
+        body["stream_options"] = {"include_usage": True}
+    return {**body, **extra}
+
+
 def make_payload(
-    endpoint: str, rng: random.Random, max_tokens: Sequence[int], model: str = DEFAULT_MODEL
+    endpoint: str,
+    rng: random.Random,
+    max_tokens: Sequence[int],
+    model: str = MODEL_NAME,
+    *,
+    length: int | None = None,
+    stream: bool = False,
 ) -> dict[str, Any]:
     """One request body: a few random words; completions also get `max_tokens` drawn
-    from the given choices and `ignore_eos`, so output lengths are what was asked."""
+    from the given choices (or `length`, when given) and `ignore_eos`, so output lengths
+    are what was asked, and stream when `stream`."""
     text = " ".join(rng.choice(WORDS) for _ in range(rng.randint(3, 12)))
     if endpoint == "embeddings":
         return {"model": model, "input": text}
-    return {
-        "model": model,
-        "prompt": text,
-        "max_tokens": rng.choice(max_tokens),
-        "ignore_eos": True,
-    }
+    # Drawn even when `length` is given, so the bodies that follow are the same either way.
+    drawn = rng.choice(max_tokens)
+    return completion_body(text, drawn if length is None else length, model=model, stream=stream)

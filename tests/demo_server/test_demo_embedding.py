@@ -716,7 +716,10 @@ def test_loadgen_table_has_one_row_per_run() -> None:
 
 def test_loadgen_drops_arrivals_beyond_the_concurrency_limit(echo_server: EchoServer) -> None:
     results = asyncio.run(
-        loadgen.sweep(echo_server.url, "embeddings", [1000.0], 0.3, seed=4, concurrency_limit=1)
+        loadgen.sweep(
+            echo_server.url,
+            workload.LoadSpec(rates=(1000.0,), duration_s=0.3, seed=4, concurrency_limit=1),
+        )
     )
     offered = len(workload.arrival_times(1000.0, 0.3, random.Random(4)))
     assert results[0].dropped > 0

@@ -8,7 +8,9 @@ import json
 import random
 import subprocess
 import sys
+import threading
 import time
+from concurrent.futures import Future
 from contextlib import redirect_stdout
 from pathlib import Path
 
@@ -36,6 +38,7 @@ from demo_server.generation.scheduler import (
     RequestLog,
     Scheduler,
     SchedulerConfig,
+    StepRecord,
 )
 from demo_server.queueing import QueueFull
 from exporter import static_util_cli
@@ -177,6 +180,74 @@ def test_cancel_frees_the_slot_for_the_next_request() -> None:
     # sixth frees its slot.
     assert steps_after_cancel == 6
     assert scheduler.stats().running == 0
+
+
+class LockProbe:
+    """A scheduler listener, and a future callback, that note at each finished request
+    whether another thread could take the scheduler's lock at that moment."""
+
+    def __init__(self, **config: object) -> None:
+        self.scheduler = Scheduler(
+            TinyDecoder(seed=0),
+            select_device("cpu"),
+            SchedulerConfig(**config),
+            seed=0,
+            listeners=[self],
+        )
+        self.listener_saw_free: list[bool] = []
+        self.callback_saw_free: list[bool] = []
+
+    def lock_is_free(self) -> bool:
+        taken: list[bool] = []
+
+        def take() -> None:
+            taken.append(self.scheduler._lock.acquire(blocking=False))
+            if taken[0]:
+                self.scheduler._lock.release()
+
+        other = threading.Thread(target=take)
+        other.start()
+        other.join(10)
+        return taken == [True]
+
+    def on_step(self, step: StepRecord) -> None:
+        """Steps are not probed."""
+
+    def on_finished(self, result: CompletionResult) -> None:
+        self.listener_saw_free.append(self.lock_is_free())
+
+    def on_done(self, future: Future[CompletionResult]) -> None:
+        self.callback_saw_free.append(self.lock_is_free())
+
+
+def test_a_cancelled_waiting_request_is_announced_with_the_lock_released() -> None:
+    probe = LockProbe(max_num_seqs=1)
+    scheduler = probe.scheduler
+    scheduler.submit(PROMPT, 5, ignore_eos=True)
+    waiting = scheduler.submit(PROMPT, 5, ignore_eos=True)
+    waiting.future.add_done_callback(probe.on_done)
+    assert scheduler.step_here()
+    scheduler.cancel(waiting.request_id)
+    assert scheduler.step_here()
+    assert waiting.future.result(timeout=0).finish_reason == "abort"
+    assert probe.listener_saw_free == [True]
+    assert probe.callback_saw_free == [True]
+
+
+def test_requests_aborted_at_shutdown_are_announced_with_the_lock_released() -> None:
+    probe = LockProbe(max_num_seqs=1)
+    scheduler = probe.scheduler
+    first_token = threading.Event()
+    running = scheduler.submit(PROMPT, 1000, ignore_eos=True, on_token=lambda _: first_token.set())
+    handles = [running, *(scheduler.submit(PROMPT, 5, ignore_eos=True) for _ in range(2))]
+    for handle in handles:
+        handle.future.add_done_callback(probe.on_done)
+    scheduler.start()
+    assert first_token.wait(30)
+    scheduler.stop(drain=False, timeout=30)
+    assert [h.future.result(timeout=0).finish_reason for h in handles] == ["abort"] * 3
+    assert probe.listener_saw_free == [True] * 3
+    assert probe.callback_saw_free == [True] * 3
 
 
 def test_full_queue_rejects_with_retry_after_and_holds_nothing_more() -> None:

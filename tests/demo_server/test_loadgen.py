@@ -6,7 +6,6 @@ import asyncio
 import csv
 import json
 import random
-import socket
 import statistics
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,7 +16,9 @@ from aiohttp import web
 from demo_server.loadgen import report as loadgen_report
 from demo_server.loadgen import run as loadgen
 from demo_server.loadgen import workload
+from demo_server.loadgen.workload import LoadSpec
 from exporter.length_log import InputError
+from tests.support.network import free_port
 from tests.support.threaded_app import serve_in_thread
 
 pytestmark = pytest.mark.timeout(120)
@@ -159,7 +160,7 @@ def test_a_server_that_errors_or_hangs_gives_counted_errors_and_a_finished_run(
     troubled: Troubled,
 ) -> None:
     [result] = asyncio.run(
-        loadgen.sweep(troubled.url, "embeddings", [40.0], 0.5, seed=3, timeout_s=0.5)
+        loadgen.sweep(troubled.url, LoadSpec(rates=(40.0,), duration_s=0.5, seed=3, timeout_s=0.5))
     )
     record = result.record(None)
     assert result.sent == troubled.served > 6
@@ -172,11 +173,9 @@ def test_a_server_that_errors_or_hangs_gives_counted_errors_and_a_finished_run(
 
 
 def test_a_dead_server_gives_connection_errors_not_a_crash() -> None:
-    with socket.socket() as s:  # a port nobody listens on
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()  # nobody listens on it
     [result] = asyncio.run(
-        loadgen.sweep(f"http://127.0.0.1:{port}", "embeddings", [20.0], 0.3, seed=1)
+        loadgen.sweep(f"http://127.0.0.1:{port}", LoadSpec(rates=(20.0,), duration_s=0.3, seed=1))
     )
     assert result.sent > 0
     assert result.record(None)["errors_by_status"] == {"connection": result.sent}
@@ -184,7 +183,10 @@ def test_a_dead_server_gives_connection_errors_not_a_crash() -> None:
 
 def test_streamed_completions_give_ttft_and_output_tokens(troubled: Troubled) -> None:
     [result] = asyncio.run(
-        loadgen.sweep(troubled.url, "completions", [20.0], 0.5, seed=5, max_tokens=[3])
+        loadgen.sweep(
+            troubled.url,
+            LoadSpec("completions", rates=(20.0,), duration_s=0.5, seed=5, max_tokens=(3,)),
+        )
     )
     record = result.record(None)
     assert result.sent == record["completed"] > 3

@@ -1,5 +1,5 @@
 """The embedding batcher in a test: a fake model, a simulated device for virtual time,
-the open-loop arrival driver, and readers of the batcher's metrics."""
+open-loop load (`demo_server.loadgen.arrivals`), and readers of the batcher's metrics."""
 
 from __future__ import annotations
 
@@ -13,9 +13,10 @@ from prometheus_client import CollectorRegistry
 
 from demo_server.embedding.batcher import Batcher, run_isolating_failures
 from demo_server.embedding.batcher_settings import BatcherSettings
-from demo_server.loadgen import workload
+from demo_server.loadgen.arrivals import open_loop
 from demo_server.queueing import OverBudget
 from exporter.instrumentation import BatcherMetrics
+from tests.support.virtual_time import loop_clock
 
 NAME = "embeddings"
 BATCHER_SETTINGS = BatcherSettings(max_batch_size=8)
@@ -130,11 +131,10 @@ async def poisson_load(
     """Open-loop arrivals of one-text requests; each served request's latency in
     seconds on the loop's clock (virtual under `run_virtual`). With `refused`, a request
     refused over budget is kept there, not raised."""
-    rng = random.Random(seed)
-    clock = asyncio.get_running_loop().time
+    clock = loop_clock()
     latencies: list[float] = []
 
-    async def one(scheduled_at: float) -> None:
+    async def one(_: int, scheduled_at: float) -> None:
         try:
             await batcher.submit(["x" * 20])
         except OverBudget as refusal:
@@ -144,12 +144,5 @@ async def poisson_load(
             return
         latencies.append(clock() - scheduled_at)
 
-    tasks = []
-    start = clock()
-    for offset in workload.arrival_times(rate_per_s, duration_s, rng):
-        delay = start + offset - clock()
-        if delay > 0:
-            await asyncio.sleep(delay)
-        tasks.append(asyncio.create_task(one(start + offset)))
-    await asyncio.gather(*tasks)
+    await open_loop(rate_per_s, duration_s, random.Random(seed), one, clock=clock)
     return latencies

@@ -6,13 +6,14 @@ from __future__ import annotations
 import contextlib
 import socket
 import threading
-import time
 from collections.abc import Iterator
 
 import httpx
 import uvicorn
 
 from demo_server.http.app import ServerConfig, create_app
+from demo_server.loadgen.workload import completion_body
+from tests.support.network import wait_until
 
 
 def bound_socket() -> socket.socket:
@@ -28,10 +29,12 @@ def serve(config: ServerConfig) -> Iterator[str]:
     server = uvicorn.Server(uvicorn.Config(create_app(config), log_level="warning"))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
-    deadline = time.monotonic() + 60
-    while not server.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "server did not start"
-        time.sleep(0.05)
+
+    def started() -> bool:
+        assert thread.is_alive(), "the server's thread ended before it started"
+        return server.started
+
+    wait_until(started, 60, "uvicorn to start the demo server", interval=0.05)
     try:
         yield f"http://127.0.0.1:{sock.getsockname()[1]}"
     finally:
@@ -40,6 +43,8 @@ def serve(config: ServerConfig) -> Iterator[str]:
         sock.close()
 
 
-def completion(url: str, max_tokens: int, **extra: object) -> httpx.Response:
-    body = {"prompt": "hello", "max_tokens": max_tokens, "ignore_eos": True, **extra}
+def completion(
+    url: str, max_tokens: int, *, model: str | None = None, **extra: object
+) -> httpx.Response:
+    body = completion_body("hello", max_tokens, model=model, **extra)
     return httpx.post(f"{url}/v1/completions", json=body, timeout=60)

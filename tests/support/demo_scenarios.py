@@ -24,10 +24,9 @@ from demo_server.generation.scheduler import (
     SimulatedClock,
 )
 from demo_server.generation.vllm_metrics import SchedulerCollector, VllmRequestMetrics
+from demo_server.names import MODEL_NAME
 from exporter.core.snapshot import Snapshot
 from exporter.engines import read_series
-
-MODEL = "batchscope-demo"
 
 
 def sim_h200() -> Device:
@@ -73,10 +72,10 @@ def run(scenario: Scenario, seed: int = 0) -> Run:
     device = sim_h200()
     registry = CollectorRegistry()
     model = TinyDecoder(seed=seed)
-    metrics = VllmRequestMetrics(registry, MODEL, model.config.max_model_len)
+    metrics = VllmRequestMetrics(registry, MODEL_NAME, model.config.max_model_len)
     clock = SimulatedClock(device)
     scheduler = Scheduler(model, device, scenario.config, seed=seed, listeners=[metrics, clock])
-    registry.register(SchedulerCollector(scheduler, device, MODEL))
+    registry.register(SchedulerCollector(scheduler, device, MODEL_NAME))
     rng = random.Random(seed)
 
     def submit():
