@@ -82,9 +82,12 @@ def exporter_of(runtime_module: ModuleType, config_module: ModuleType) -> tuple[
     return exporter.ingest, exporter.states["bench"]
 
 
-def compare(variant: str, snapshots: list[Snapshot], warmup: int, old_code) -> Comparison:
+def compare(
+    variant: str, snapshots: list[Snapshot], warmup: int, old_code
+) -> tuple[Comparison, int]:
     """Both sides ingest the same scrapes, alternately first; the first `warmup` fill the
-    window untimed. `fast_seconds` are this checkout's, `reference_seconds` BASELINE's."""
+    window untimed. `fast_seconds` are this checkout's, `reference_seconds` BASELINE's.
+    Also returns the scrapes in the window at the end."""
     new_ingest, new_state = exporter_of(runtime, config)
     old_ingest, old_state = exporter_of(*old_code)
     new_times: list[float] = []
@@ -100,13 +103,11 @@ def compare(variant: str, snapshots: list[Snapshot], warmup: int, old_code) -> C
                 times.append(time.perf_counter() - started)
         identical = identical and same_as_baseline(outputs[id(new_times)], outputs[id(old_times)])
     in_window = len(new_state.window.snapshots())
-    return Comparison(
-        f"{variant} ({in_window} scrapes in window)", BASELINE, new_times, old_times, identical
-    )
+    return Comparison(variant, BASELINE, new_times, old_times, identical), in_window
 
 
-def run(quick: bool = False) -> list[Comparison]:
-    """Both variants."""
+def run(quick: bool = False) -> list[tuple[Comparison, int]]:
+    """Both variants, each with the scrapes in its window."""
     repetitions = QUICK_REPETITIONS if quick else REPETITIONS
     old_code = load_baseline(BASELINE)
     warmup = int(config.Settings(targets=()).window_seconds / INTERVAL_S) + 3
@@ -118,9 +119,20 @@ def run(quick: bool = False) -> list[Comparison]:
     return comparisons
 
 
-def markdown(comparisons: list[Comparison]) -> str:
-    """The report section: one row per variant, medians in microseconds."""
-    repetitions = len(comparisons[0].fast_seconds) if comparisons else 0
+def results(comparisons: list[tuple[Comparison, int]]) -> dict:
+    """The numbers of the report section, as `scripts/bench.py --json` writes them."""
+    return {
+        "baseline": BASELINE,
+        "target_ratio": TARGET_RATIO,
+        "repetitions": len(comparisons[0][0].fast_seconds) if comparisons else 0,
+        "variants": [{**c.numbers(), "scrapes_in_window": n} for c, n in comparisons],
+        "identical": all(c.identical for c, _ in comparisons),
+    }
+
+
+def markdown(results: dict) -> str:
+    """The report section of `results`: one row per variant, medians in microseconds."""
+    repetitions = results["repetitions"]
     lines = [
         f"## Evaluation per scrape: `Exporter.ingest` vs {BASELINE}",
         "",
@@ -137,13 +149,14 @@ def markdown(comparisons: list[Comparison]) -> str:
         f"identical | >= {TARGET_RATIO:g}x |",
         "|---|---:|---:|---:|---|---|",
     ]
-    for c in comparisons:
+    for c in results["variants"]:
         lines.append(
-            f"| {c.variant} | {c.fast_median * 1e6:.0f} | {c.reference_median * 1e6:.0f} | "
-            f"{c.ratio:.1f}x | {'yes' if c.identical else 'NO'} | "
-            f"{'met' if c.ratio >= TARGET_RATIO else 'missed'} |"
+            f"| {c['variant']} ({c['scrapes_in_window']} scrapes in window) | "
+            f"{c['fast_median_seconds'] * 1e6:.0f} | {c['reference_median_seconds'] * 1e6:.0f} | "
+            f"{c['ratio']:.1f}x | {'yes' if c['identical'] else 'NO'} | "
+            f"{'met' if c['ratio'] >= TARGET_RATIO else 'missed'} |"
         )
-    lines += ["", f"Identical in every variant: {all(c.identical for c in comparisons)}.", ""]
+    lines += ["", f"Identical in every variant: {results['identical']}.", ""]
     return "\n".join(lines)
 
 
@@ -152,12 +165,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="a few repetitions: a smoke run")
     parser.add_argument("--output", type=Path, help="write the report section here")
     args = parser.parse_args(argv)
-    comparisons = run(args.quick)
-    report = markdown(comparisons)
+    numbers = results(run(args.quick))
+    report = markdown(numbers)
     print(report)
     if args.output is not None:
         args.output.write_text(report, encoding="utf-8")
-    return 0 if all(c.identical for c in comparisons) else 1
+    return 0 if numbers["identical"] else 1
 
 
 if __name__ == "__main__":

@@ -134,8 +134,24 @@ def run(quick: bool = False) -> tuple[list[Comparison], dict]:
     return comparisons, {"repetitions": repetitions, "payloads": per_variant}
 
 
-def markdown(comparisons: list[Comparison], facts: dict) -> str:
-    """The report section: one row per variant, medians per payload in microseconds."""
+def results(comparisons: list[Comparison], facts: dict) -> dict:
+    """The numbers of the report section, as `scripts/bench.py --json` writes them: each
+    variant's medians are per repetition, which reads its `payloads` once each."""
+    return {
+        "baseline": BASELINE_COMMIT,
+        "target_ratio": TARGET_RATIO,
+        "repetitions": facts["repetitions"],
+        "variants": [
+            {**c.numbers(), "payloads": payloads}
+            for c, payloads in zip(comparisons, facts["payloads"], strict=True)
+        ],
+        "identical": all(c.identical for c in comparisons),
+    }
+
+
+def markdown(results: dict) -> str:
+    """The report section of `results`: one row per variant, medians per payload in
+    microseconds."""
     lines = [
         f"## Ingest: `read_series` against commit {BASELINE_COMMIT}",
         "",
@@ -144,7 +160,7 @@ def markdown(comparisons: list[Comparison], facts: dict) -> str:
         "layout seen before, the selective parse's values and the adapter's compiled "
         "plan). "
         f"The baseline is the same call at commit {BASELINE_COMMIT}, imported in the "
-        f"same process. {facts['repetitions']} interleaved repetitions per variant, "
+        f"same process. {results['repetitions']} interleaved repetitions per variant, "
         "medians; a repetition reads every payload of the variant once, and the "
         "times below are per payload. Warm: the parser's caches kept, as when the "
         "exporter scrapes the same servers again (from the second repetition on, each "
@@ -158,20 +174,16 @@ def markdown(comparisons: list[Comparison], facts: dict) -> str:
         f"ratio of medians | identical series | >= {TARGET_RATIO:g}x |",
         "|---|---:|---:|---:|---|---|",
     ]
-    for c, payloads in zip(comparisons, facts["payloads"], strict=True):
+    for c in results["variants"]:
         lines.append(
-            f"| {c.variant} | {c.fast_median / payloads * 1e6:.1f} | "
-            f"{c.reference_median / payloads * 1e6:.1f} | {c.ratio:.1f}x | "
-            f"{'yes' if c.identical else 'NO'} | "
-            f"{'met' if c.ratio >= TARGET_RATIO else 'missed'} |"
+            f"| {c['variant']} | {c['fast_median_seconds'] / c['payloads'] * 1e6:.1f} | "
+            f"{c['reference_median_seconds'] / c['payloads'] * 1e6:.1f} | {c['ratio']:.1f}x | "
+            f"{'yes' if c['identical'] else 'NO'} | "
+            f"{'met' if c['ratio'] >= TARGET_RATIO else 'missed'} |"
         )
-    lines += [
-        "",
-        f"Identical series in every variant: {all(c.identical for c in comparisons)}.",
-        "",
-    ]
+    lines += ["", f"Identical series in every variant: {results['identical']}.", ""]
     return "\n".join(lines)
 
 
 if __name__ == "__main__":
-    print(markdown(*run("--quick" in sys.argv)))
+    print(markdown(results(*run("--quick" in sys.argv))))

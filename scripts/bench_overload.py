@@ -37,7 +37,7 @@ sys.path.insert(0, str(ROOT))  # tests.support, for vllm_server
 sys.path.insert(0, str(ROOT / "tests" / "e2e"))
 import vllm_server as vs  # noqa: E402
 
-from tests.support.network import free_port  # noqa: E402
+from tests.support.network import free_port, wait_http  # noqa: E402
 
 VLLM_ARGS = ["--max-num-seqs", "8", "--num-gpu-blocks-override", "8"]
 CLIENTS = 32
@@ -154,13 +154,8 @@ def start_exporter(url: str, port: int, log: Path, timeout: float | None) -> sub
             env={**os.environ, "PYTHONPATH": str(ROOT)},
         )
     vs.track(proc)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        with contextlib.suppress(OSError):
-            if vs.http_get(f"http://127.0.0.1:{port}/health", timeout=2)[0] == 200:
-                return proc
-        time.sleep(0.3)
-    raise RuntimeError(f"exporter on {port} did not start:\n{vs.log_tail(log)}")
+    wait_http(f"http://127.0.0.1:{port}/health", 30, log, processes=[proc])
+    return proc
 
 
 def failed_scrapes(port: int) -> tuple[int, int]:

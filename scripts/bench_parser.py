@@ -52,6 +52,18 @@ class Comparison:
     def ratio(self) -> float:
         return self.reference_median / self.fast_median
 
+    def numbers(self) -> dict:
+        """What a report shows of it: the medians (seconds), their ratio and the check."""
+        return {
+            "variant": self.variant,
+            "reference": self.reference,
+            "repetitions": len(self.fast_seconds),
+            "fast_median_seconds": self.fast_median,
+            "reference_median_seconds": self.reference_median,
+            "ratio": self.ratio,
+            "identical": self.identical,
+        }
+
 
 def reference_samples(text: str) -> list:
     """prometheus_client's samples of every family, listed."""
@@ -189,8 +201,19 @@ def run(quick: bool = False) -> tuple[list[Comparison], dict[str, int]]:
     return comparisons, payload
 
 
-def markdown(comparisons: list[Comparison], payload: dict[str, int]) -> str:
-    """The report section: one row per variant, medians in milliseconds."""
+def results(comparisons: list[Comparison], payload: dict[str, int]) -> dict:
+    """The numbers of the report section, as `scripts/bench.py --json` writes them."""
+    return {
+        "payload": payload,
+        "target_ratio": TARGET_RATIO,
+        "variants": [c.numbers() for c in comparisons],
+        "identical": all(c.identical for c in comparisons),
+    }
+
+
+def markdown(results: dict) -> str:
+    """The report section of `results`: one row per variant, medians in milliseconds."""
+    payload = results["payload"]
     lines = [
         "## Parser: `exporter.ingest.promtext` vs `prometheus_client.parser`",
         "",
@@ -210,15 +233,12 @@ def markdown(comparisons: list[Comparison], payload: dict[str, int]) -> str:
         f"does | ratio of medians | identical samples | >= {TARGET_RATIO:g}x |",
         "|---|---:|---:|---|---:|---|---|",
     ]
-    for c in comparisons:
+    for c in results["variants"]:
         lines.append(
-            f"| {c.variant} | {c.fast_median * 1e3:.3f} | {c.reference_median * 1e3:.3f} | "
-            f"{c.reference} | {c.ratio:.1f}x | {'yes' if c.identical else 'NO'} | "
-            f"{'met' if c.ratio >= TARGET_RATIO else 'missed'} |"
+            f"| {c['variant']} | {c['fast_median_seconds'] * 1e3:.3f} | "
+            f"{c['reference_median_seconds'] * 1e3:.3f} | {c['reference']} | "
+            f"{c['ratio']:.1f}x | {'yes' if c['identical'] else 'NO'} | "
+            f"{'met' if c['ratio'] >= TARGET_RATIO else 'missed'} |"
         )
-    lines += [
-        "",
-        f"Identical samples in every variant: {all(c.identical for c in comparisons)}.",
-        "",
-    ]
+    lines += ["", f"Identical samples in every variant: {results['identical']}.", ""]
     return "\n".join(lines)

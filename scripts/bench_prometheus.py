@@ -31,7 +31,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
-from bench_fleet import ROOT, FleetPlan, _cpu, _stop, _write_config, free_port, start_simulator
+from bench_fleet import ROOT, FleetPlan, _cpu, _stop, _write_config, start_simulator
+
+from tests.support.network import free_port, wait_until  # the root is on sys.path: bench_fleet
 
 CPU_RATIO_TARGET = 0.75
 METRICS_MEDIAN_TARGET_SECONDS = 0.1
@@ -115,17 +117,6 @@ def _exporter_up(base: str) -> int:
     return 0
 
 
-def _wait(check, what: str, processes: list[subprocess.Popen]) -> None:
-    deadline = time.monotonic() + STARTUP_TIMEOUT_SECONDS
-    while not check():
-        for process in processes:
-            if process.poll() is not None:
-                raise RuntimeError(f"{process.args[0]} exited with code {process.returncode}")
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"timed out waiting for {what}")
-        time.sleep(1.0)
-
-
 def run(quick: bool = False) -> Result:
     plan = QUICK if quick else FULL
     prometheus = shutil.which("prometheus")
@@ -169,15 +160,19 @@ def run(quick: bool = False) -> Result:
         stack.callback(_stop, exporter)
         exporter_base = f"http://127.0.0.1:{exporter_port}"
         prometheus_base = f"http://127.0.0.1:{prometheus_port}"
-        _wait(
+        wait_until(
             lambda: _prometheus_up(prometheus_base) == plan.targets,
+            STARTUP_TIMEOUT_SECONDS,
             "Prometheus: all up",
-            [prom, exporter],
+            processes=[prom, exporter],
+            interval=1.0,
         )
-        _wait(
+        wait_until(
             lambda: _exporter_up(exporter_base) == plan.targets,
+            STARTUP_TIMEOUT_SECONDS,
             "the exporter: all up",
-            [prom, exporter],
+            processes=[prom, exporter],
+            interval=1.0,
         )
         print("prometheus: every target up in both; warming up", file=sys.stderr)
         time.sleep(WARMUP_SECONDS)

@@ -234,31 +234,78 @@ def run(quick: bool = False, targets: int | None = None) -> Result:
     )
 
 
-def markdown(result: Result) -> str:
-    """The report section: medians in milliseconds, ratios against the new writer."""
+# The renderers of each body, as the report names them.
+METRICS_TITLES = {
+    "new": "`render_metrics` (served)",
+    "previous": "previous: Collector + text writer",
+    "prometheus_client": "prometheus_client `generate_latest`",
+}
+JSON_TITLES = {
+    "new": "`api.encode(api.signals_response(...))` (served)",
+    "previous": "plain definition: asdict + NaN walk",
+}
+
+
+def results(result: Result) -> dict:
+    """The numbers of the report section, as `scripts/bench.py --json` writes them: CPU
+    seconds, and each renderer's median against the served one's."""
+
+    def renderers(timings: str) -> dict:
+        return {
+            name: {
+                "median_cpu_seconds": result.median(name, timings),
+                "ratio": result.ratio(name, timings),
+            }
+            for name in getattr(result, timings)
+        }
+
+    return {
+        "targets": result.targets,
+        "scrapes": SCRAPES,
+        "repetitions": result.repetitions,
+        "target_ratio": TARGET_RATIO,
+        "metrics": {
+            "bytes": result.body_bytes,
+            "samples": result.samples,
+            "renderers": renderers("seconds"),
+            "identical": result.identical,
+        },
+        "gzip": {
+            name: {"median_cpu_seconds": spent, "bytes": size}
+            for name, (spent, size) in result.gzip.items()
+        },
+        "json": {
+            "bytes": result.json_bytes,
+            "renderers": renderers("json_seconds"),
+            "identical": result.json_identical,
+        },
+    }
+
+
+def markdown(results: dict) -> str:
+    """The report section of `results`: medians in milliseconds, ratios against the new
+    writer."""
+    metrics, body, served_json = results["metrics"], results["metrics"]["bytes"], results["json"]
     lines = [
-        f"## /metrics render ({result.targets} targets)",
+        f"## /metrics render ({results['targets']} targets)",
         "",
-        f"`scripts/bench_render.py`: {result.targets} targets evaluated by `Exporter.evaluate` "
-        f"over {SCRAPES} scrapes of `fleet_sim.py`'s moving vLLM 0.32 payloads (a `team` "
-        f"label each); the body is {result.body_bytes / 1e6:.2f} MB, {result.samples} "
-        f"samples. {result.repetitions} interleaved repetitions in one process, CPU time, "
-        "medians. The previous writer is the exporter's until this change "
-        "(`SignalsCollector`'s Metric objects + a label-caching text writer).",
+        f"`scripts/bench_render.py`: {results['targets']} targets evaluated by "
+        f"`Exporter.evaluate` over {results['scrapes']} scrapes of `fleet_sim.py`'s moving "
+        f"vLLM 0.32 payloads (a `team` label each); the body is {body / 1e6:.2f} MB, "
+        f"{metrics['samples']} samples. {results['repetitions']} interleaved repetitions in "
+        "one process, CPU time, medians. The previous writer is the exporter's until this "
+        "change (`SignalsCollector`'s Metric objects + a label-caching text writer).",
         "",
         "| renderer | median CPU (ms) | CPU vs `render_metrics` |",
         "|---|---:|---:|",
     ]
-    for name, title in (
-        ("new", "`render_metrics` (served)"),
-        ("previous", "previous: Collector + text writer"),
-        ("prometheus_client", "prometheus_client `generate_latest`"),
-    ):
-        lines.append(f"| {title} | {result.median(name) * 1e3:.1f} | {result.ratio(name):.2f}x |")
-    met = "met" if result.ratio("previous") >= TARGET_RATIO else "missed"
+    for name, title in METRICS_TITLES.items():
+        row = metrics["renderers"][name]
+        lines.append(f"| {title} | {row['median_cpu_seconds'] * 1e3:.1f} | {row['ratio']:.2f}x |")
+    met = "met" if metrics["renderers"]["previous"]["ratio"] >= TARGET_RATIO else "missed"
     lines += [
         "",
-        f"Identical bytes from all three in every repetition: {result.identical}. "
+        f"Identical bytes from all three in every repetition: {metrics['identical']}. "
         f"Target: >= {TARGET_RATIO:g}x less CPU than the previous writer: {met}.",
         "",
         "gzip of that body (the exporter compresses each round's body once, with ISA-L at "
@@ -267,25 +314,21 @@ def markdown(result: Result) -> str:
         "| compressor | median CPU (ms) | bytes | vs plain |",
         "|---|---:|---:|---:|",
     ]
-    for name, (spent, size) in result.gzip.items():
-        lines.append(f"| {name} | {spent * 1e3:.1f} | {size:,} | {size / result.body_bytes:.1%} |")
+    for name, row in results["gzip"].items():
+        spent, size = row["median_cpu_seconds"], row["bytes"]
+        lines.append(f"| {name} | {spent * 1e3:.1f} | {size:,} | {size / body:.1%} |")
     lines += [
         "",
-        f"/api/v1/signals of the same targets ({result.json_bytes / 1e6:.2f} MB), rendered "
+        f"/api/v1/signals of the same targets ({served_json['bytes'] / 1e6:.2f} MB), rendered "
         "each round while a dashboard reads it:",
         "",
         "| renderer | median CPU (ms) | CPU vs served |",
         "|---|---:|---:|",
     ]
-    for name, title in (
-        ("new", "`api.encode(api.signals_response(...))` (served)"),
-        ("previous", "plain definition: asdict + NaN walk"),
-    ):
-        lines.append(
-            f"| {title} | {result.median(name, 'json_seconds') * 1e3:.1f} | "
-            f"{result.ratio(name, 'json_seconds'):.2f}x |"
-        )
-    lines.append(f"\nIdentical bytes in every repetition: {result.json_identical}.")
+    for name, title in JSON_TITLES.items():
+        row = served_json["renderers"][name]
+        lines.append(f"| {title} | {row['median_cpu_seconds'] * 1e3:.1f} | {row['ratio']:.2f}x |")
+    lines.append(f"\nIdentical bytes in every repetition: {served_json['identical']}.")
     return "\n".join(lines) + "\n"
 
 
@@ -295,7 +338,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--targets", type=int, help=f"targets (default {TARGETS})")
     parser.add_argument("--output", type=Path, help="write the report section here too")
     args = parser.parse_args(argv)
-    report = markdown(run(args.quick, args.targets))
+    report = markdown(results(run(args.quick, args.targets)))
     print(report)
     if args.output is not None:
         args.output.write_text(report, encoding="utf-8")

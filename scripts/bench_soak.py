@@ -21,13 +21,12 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 
 import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests.support
-from tests.support.network import free_port  # noqa: E402
+from tests.support.network import free_port, wait_http  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 PEAK_SWEEP_RATES = "25,50,100,200,400"
@@ -60,16 +59,6 @@ def _loadgen(url: str, rates: str, seconds: float) -> list[dict]:
     return json.loads(done.stdout)
 
 
-def _wait_http(url: str, seconds: float) -> None:
-    deadline = time.monotonic() + seconds
-    while True:
-        with contextlib.suppress(OSError), urllib.request.urlopen(url, timeout=5):
-            return
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"{url} did not answer")
-        time.sleep(0.5)
-
-
 def run(minutes: float) -> list[dict]:
     server_port, exporter_port = free_port(), free_port()
     server_url = f"http://127.0.0.1:{server_port}"
@@ -87,7 +76,7 @@ def run(minutes: float) -> list[dict]:
             cwd=ROOT,
         )
         stack.callback(server.terminate)
-        _wait_http(server_url + "/health", 120)
+        wait_http(server_url + "/health", 120, processes=[server])
         config = Path(tmp) / "soak.yaml"
         config.write_text(
             f'targets:\n  - {{name: demo, url: "{server_url}/metrics", engine: auto}}\n'
@@ -107,7 +96,7 @@ def run(minutes: float) -> list[dict]:
             cwd=ROOT,
         )
         stack.callback(exporter.terminate)
-        _wait_http(f"http://127.0.0.1:{exporter_port}/health", 60)
+        wait_http(f"http://127.0.0.1:{exporter_port}/health", 60, processes=[exporter])
         sweep = _loadgen(server_url, PEAK_SWEEP_RATES, SWEEP_SECONDS)
         # The peak: the best rate the server kept up with (achieved >= 95% of offered).
         clean = [

@@ -22,7 +22,7 @@ import urllib.request
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests.support
-from tests.support.network import free_port  # noqa: E402
+from tests.support.network import NotReady, free_port, wait_http  # noqa: E402
 
 BIN = Path(sys.executable).parent
 ROOT = Path(__file__).resolve().parent.parent
@@ -36,17 +36,6 @@ PHASES = (
     ("long answers", 45, 3, "512,768", 50),
     ("overload", 60, 30, "64,256,400", 600),
 )
-
-
-def wait_http(url: str, seconds: float) -> None:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        try:
-            with urllib.request.urlopen(url, timeout=2):
-                return
-        except (urllib.error.URLError, OSError):
-            time.sleep(0.5)
-    raise SystemExit(f"demo: {url} did not come up within {seconds:.0f} s")
 
 
 def fmt(value, spec: str = ".2f") -> str:
@@ -137,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
             "--device",
             args.device,
         )
-        wait_http(f"{server}/health", 120)
+        wait_http(f"{server}/health", 120, processes=procs)
         print(f"demo: starting the exporter on {exporter}")
         fleet = write_fleet(server)
         start(
@@ -153,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
             "--hold-seconds",
             "20",
         )
-        wait_http(f"{exporter}/health", 30)
+        wait_http(f"{exporter}/health", 30, processes=procs)
         print(f"demo: starting the dashboard on {dashboard}")
         start(
             sys.executable,
@@ -164,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
             "--port",
             str(args.dashboard_port),
         )
-        wait_http(f"{dashboard}/_stcore/health", 60)
+        wait_http(f"{dashboard}/_stcore/health", 60, processes=procs)
         print(f"demo: dashboard ready at {dashboard}")
         print(f"demo: signals at {exporter}/api/v1/signals, Prometheus text at {exporter}/metrics")
         print("demo: Ctrl-C stops everything\n")
@@ -218,6 +207,8 @@ def main(argv: list[str] | None = None) -> int:
                     break
     except KeyboardInterrupt:
         print("\ndemo: stopping")
+    except NotReady as err:
+        raise SystemExit(f"demo: {err}") from None
     finally:
         stop_all()
     return 0

@@ -20,9 +20,8 @@ import pytest
 
 from dashboard import ui
 from dashboard.states import STATES
-from tests.support.network import free_port
+from tests.support.network import free_port, wait_http
 from tests.support.paths import REPO
-from tests.support.scripted_fleet import wait_http
 
 pytestmark = pytest.mark.slow
 
@@ -71,7 +70,7 @@ def demo(tmp_path_factory) -> Iterator[tuple[str, subprocess.Popen, Path]]:
         )
     ]
     try:
-        wait_http(f"{server}/health", 120)
+        wait_http(f"{server}/health", 120, logs / "server.log", processes=procs)
         procs.append(
             start(
                 [
@@ -96,7 +95,7 @@ def demo(tmp_path_factory) -> Iterator[tuple[str, subprocess.Popen, Path]]:
             )
         )
         dashboard = f"http://127.0.0.1:{dashboard_port}"
-        wait_http(f"{dashboard}/_stcore/health", 60)
+        wait_http(f"{dashboard}/_stcore/health", 60, logs / "dashboard.log", processes=procs)
         result = logs / "sweep.json"
         # The sweep runs while the pages are looked at: the Live page has traffic to show.
         procs.append(

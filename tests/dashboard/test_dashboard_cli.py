@@ -6,14 +6,13 @@ import os
 import re
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from dashboard.cli import streamlit_args
 from dashboard.client import get_json
-from tests.support.network import free_port
+from tests.support.network import free_port, wait_http, wait_until
 from tests.support.paths import REPO
-from tests.support.scripted_fleet import ScriptedTargets, wait_http
+from tests.support.scripted_fleet import ScriptedTargets
 from tests.support.vllm_payload import VllmState
 
 ROOT = REPO
@@ -85,15 +84,15 @@ def test_one_command_scrapes_the_target_inside_the_app(tmp_path: Path) -> None:
         stderr=subprocess.STDOUT,
     )
     try:
-        wait_http(f"http://127.0.0.1:{port}/_stcore/health", 60)
+        wait_http(f"http://127.0.0.1:{port}/_stcore/health", 60, log, processes=[app])
         api = re.search(r"exporter API and /metrics at (http://\S+)", log.read_text())
         assert api is not None, log.read_text()
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
+
+        def running_six() -> dict | None:
             doc = get_json(f"{api.group(1)}/api/v1/signals")
-            if doc["targets"] and doc["targets"][0]["total"]["running"] == 6:
-                break
-            time.sleep(0.3)
+            return doc if doc["targets"] and doc["targets"][0]["total"]["running"] == 6 else None
+
+        doc = wait_until(running_six, 20, "the target's running 6 in the app's API", interval=0.3)
         assert doc["targets"][0]["target"] == "llm"
         assert doc["targets"][0]["total"]["cap"] == 8
         assert f"open http://127.0.0.1:{port} (reading {api.group(1)})" in log.read_text()

@@ -18,12 +18,12 @@ from streamlit.testing.v1 import AppTest
 from dashboard.formatting import plain_markdown
 from exporter.alerts.specs import SLOW_SCRAPE_SECONDS
 from exporter.config.settings import Settings, Target
+from tests.support.network import free_port
 from tests.support.paths import REPO, fixture_text
 from tests.support.scripted_fleet import (
     BackgroundServer,
     ScriptedTargets,
     fast_settings,
-    free_port,
     start_exporter,
     wait_for_states,
 )

@@ -9,7 +9,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -21,17 +20,19 @@ from demo_server.embedding.batcher_settings import BatcherSettings
 from demo_server.http.app import ServerConfig, create_app
 from exporter.core.static_util import static_utilization
 from tests.support.demo_http import bound_socket, completion, serve
+from tests.support.network import wait_until
 from tests.support.paths import REPO, fixture_text
 
 ROOT = REPO
 SEED_TRACE = [3, 5, 8, 11, 4, 14, 6, 16]
 
 
-def wait_until(predicate: Callable[[], bool], timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.02)
+# Waits poll often: some states they wait for last a moment only.
+POLL_SECONDS = 0.02
+
+
+def wait_for_state(predicate: Callable[[], bool], what: str, seconds: float = 20.0) -> None:
+    wait_until(predicate, seconds, what, interval=POLL_SECONDS)
 
 
 def generation(url: str) -> dict[str, object]:
@@ -179,14 +180,14 @@ def test_client_disconnect_frees_its_slot(server: str) -> None:
     with pytest.raises(httpx.ReadTimeout):
         completion_body = {"prompt": "x", "max_tokens": 1000, "ignore_eos": True}
         httpx.post(f"{server}/v1/completions", json=completion_body, timeout=0.1)
-    wait_until(lambda: aborted() == before + 1)
+    wait_for_state(lambda: aborted() == before + 1, "one abort")
     # Streaming: read a few tokens, then hang up.
     body = {"prompt": "x", "max_tokens": 1000, "ignore_eos": True, "stream": True}
     with httpx.stream("POST", f"{server}/v1/completions", json=body, timeout=30) as response:
         lines = response.iter_lines()
         assert next(lines).startswith("data: ")
-    wait_until(lambda: aborted() == before + 2)
-    wait_until(lambda: generation(server)["running"] == 0)
+    wait_for_state(lambda: aborted() == before + 2, "two aborts")
+    wait_for_state(lambda: generation(server)["running"] == 0, "none running")
     assert completion(server, 3).json()["usage"]["completion_tokens"] == 3
 
 
@@ -288,9 +289,13 @@ def test_static_server_slot_utilization_is_the_seed_formula(tmp_dir: Path) -> No
                     return asyncio.ensure_future(client.post(f"{url}/v1/completions", json=body))
 
                 blocker = post(1018)  # the longest the model allows after a 6-token prompt
-                await asyncio.to_thread(wait_until, lambda: generation(url)["running"] == 1)
+                await asyncio.to_thread(
+                    wait_for_state, lambda: generation(url)["running"] == 1, "the blocker running"
+                )
                 trace = [post(n) for n in SEED_TRACE]
-                await asyncio.to_thread(wait_until, lambda: generation(url)["waiting"] == 8)
+                await asyncio.to_thread(
+                    wait_for_state, lambda: generation(url)["waiting"] == 8, "the trace waiting"
+                )
                 assert generation(url)["running"] == 1, "the blocker must still hold the group"
                 return [await blocker, *[await t for t in trace]]
 
@@ -346,7 +351,7 @@ def test_sigterm_drains_in_flight_requests_then_exits_zero(tmp_path: Path) -> No
             except httpx.TransportError:
                 return False
 
-        wait_until(up, timeout=120)
+        wait_for_state(up, "the demo server's /health", 120)
 
         async def in_flight() -> list[httpx.Response]:
             async with httpx.AsyncClient(timeout=120) as client:
@@ -355,7 +360,9 @@ def test_sigterm_drains_in_flight_requests_then_exits_zero(tmp_path: Path) -> No
                     asyncio.ensure_future(client.post(f"{url}/v1/completions", json=body))
                     for _ in range(6)
                 ]
-                await asyncio.to_thread(wait_until, lambda: generation(url)["running"] == 4)
+                await asyncio.to_thread(
+                    wait_for_state, lambda: generation(url)["running"] == 4, "four running"
+                )
                 process.send_signal(signal.SIGTERM)
                 await asyncio.sleep(0.2)
                 with pytest.raises(httpx.ConnectError):  # admits nothing new while draining

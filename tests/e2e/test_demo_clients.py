@@ -13,7 +13,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,7 +21,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import vllm_server as vs  # noqa: E402
 
-from tests.support.network import free_port  # noqa: E402
+from tests.support.network import free_port, wait_http  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -41,7 +40,8 @@ OUTPUT_LEN = 8
 @pytest.fixture(scope="module")
 def demo_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     port = free_port()
-    log = (tmp_path_factory.mktemp("demo") / "server.log").open("w")
+    log_path = tmp_path_factory.mktemp("demo") / "server.log"
+    log = log_path.open("w")
     process = subprocess.Popen(
         [
             sys.executable,
@@ -60,21 +60,11 @@ def demo_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         stderr=subprocess.STDOUT,
     )
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 120
-    while not _up(url):
-        assert process.poll() is None and time.monotonic() < deadline, "demo server did not start"
-        time.sleep(0.5)
+    wait_http(url + "/health", 120, log_path, processes=[process])
     yield url
     process.terminate()
     process.wait(30)
     log.close()
-
-
-def _up(url: str) -> bool:
-    try:
-        return vs.http_get(url + "/health", timeout=2)[0] == 200
-    except OSError:
-        return False
 
 
 def test_vllm_bench_serve_runs_against_the_demo_server(

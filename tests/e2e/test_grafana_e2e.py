@@ -31,10 +31,9 @@ from tests.support.monitoring_stack import (
     prometheus,
     python_env,
     query,
-    wait_until,
     webhook,
 )
-from tests.support.network import free_port
+from tests.support.network import free_port, wait_until
 
 pytestmark = pytest.mark.slow
 

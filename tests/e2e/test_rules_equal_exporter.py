@@ -46,8 +46,8 @@ from tests.support.monitoring_stack import (
     prometheus,
     query,
     query_range,
-    wait_until,
 )
+from tests.support.network import wait_until
 from tests.support.vllm_payload import VllmState, render
 
 pytestmark = pytest.mark.slow

@@ -38,7 +38,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import vllm_server as vs  # noqa: E402
 
-from tests.support.network import free_port  # noqa: E402
+from tests.support.network import free_port, wait_until  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -120,18 +120,15 @@ def run_exporter(
     vs.track(proc)
     exp = Exporter(proc, port, log_path)
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(
-                    f"exporter exited rc={proc.returncode}:\n{vs.log_tail(log_path)}"
-                )
-            with contextlib.suppress(OSError, RuntimeError, ValueError):
-                exp.signals()
-                break
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"exporter not answering after 30 s:\n{vs.log_tail(log_path)}")
-            time.sleep(0.2)
+        wait_until(
+            exp.signals,
+            30,
+            "the exporter to answer",
+            log_path,
+            processes=[proc],
+            interval=0.2,
+            ignore=(OSError, RuntimeError, ValueError),
+        )
         yield exp
     finally:
         vs.stop_process_tree(proc, grace=10)
@@ -209,19 +206,22 @@ def exporter(vllm: VllmManager, workdir: Path, request) -> Iterator[Exporter]:
 # ---------------------------------------------------------------------- helpers
 
 
-def wait_for(pred, timeout: float, what: str, exp: Exporter):
-    """Poll exporter's vllm target every POLL_S until pred(target) is truthy."""
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        with contextlib.suppress(OSError, RuntimeError, ValueError):
-            last = exp.target()
-            if pred(last):
-                return last
-        time.sleep(POLL_S)
-    pytest.fail(
-        f"timed out after {timeout:.0f} s waiting for {what}; last target:\n"
-        f"{json.dumps(last, indent=1)}\nexporter log:\n{vs.log_tail(exp.log_path, 30)}"
+def wait_for(pred, timeout: float, what: str, exp: Exporter) -> dict:
+    """The exporter's vllm target once pred(target) is truthy, polled every POLL_S."""
+    last: dict[str, dict] = {}
+
+    def check() -> dict | None:
+        last["target"] = exp.target()
+        return last["target"] if pred(last["target"]) else None
+
+    return wait_until(
+        check,
+        timeout,
+        what,
+        exp.log_path,
+        seen=last,
+        interval=POLL_S,
+        ignore=(OSError, RuntimeError, ValueError),
     )
 
 
@@ -593,7 +593,7 @@ def test_sustained_saturation_alerts_by_every_path_on_an_overloaded_vllm(
     hold and no alert came) and at the defaults: BatchingBudgetSaturated reaches
     Alertmanager by every path, not before the hold, the Live page shows the banner while
     it fires, and every path resolves once the load stops."""
-    from tests.support.monitoring_stack import query, wait_until
+    from tests.support.monitoring_stack import query
 
     srv = vllm.ensure(MEMORY_ARGS)
     with contextlib.ExitStack() as stack:

@@ -1,6 +1,7 @@
 """Helpers for end-to-end tests against a real vLLM server on CPU.
 
-Runs in the project's main venv and uses only the standard library (Linux:
+Runs in the project's main venv and uses only the standard library and
+tests.support.network, itself standard library only (Linux:
 /proc is read to make sure no process of a stopped server's session survives). vLLM itself
 lives in `.venv-vllm`, installed by scripts/install_vllm.sh
 (recipe: shared/recipes/vllm-cpu.md).
@@ -33,6 +34,8 @@ from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from tests.support.network import wait_http
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 VLLM_VENV = REPO_ROOT / ".venv-vllm"
@@ -292,7 +295,7 @@ def start_vllm(
     startup_timeout: float = STARTUP_TIMEOUT_S,
 ) -> VllmServer:
     """Start vLLM and wait for /health; on failure the process is stopped and a
-    RuntimeError carries the tail of its log."""
+    NotReady (a RuntimeError) carries the tail of its log."""
     py = ensure_vllm_env()
     model_dir = Path(model_dir)
     log_path = Path(log_path) if log_path else model_dir.parent / f"vllm-{port}.log"
@@ -323,22 +326,7 @@ def start_vllm(
     track(proc)
     srv = VllmServer(proc=proc, port=port, model_dir=model_dir, log_path=log_path)
     try:
-        deadline = t0 + startup_timeout
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(
-                    f"vLLM exited with rc={proc.returncode} during startup; log tail:\n"
-                    + log_tail(log_path)
-                )
-            with contextlib.suppress(OSError):
-                if http_get(f"{srv.base_url}/health", timeout=2)[0] == 200:
-                    break
-            if time.monotonic() > deadline:
-                raise RuntimeError(
-                    f"vLLM not healthy after {startup_timeout:.0f} s; log tail:\n"
-                    + log_tail(log_path)
-                )
-            time.sleep(0.5)
+        wait_http(f"{srv.base_url}/health", startup_timeout, log_path, processes=[proc])
     except BaseException:
         srv.stop(grace=5)
         raise

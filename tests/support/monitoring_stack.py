@@ -11,7 +11,6 @@ import os
 import subprocess
 import sys
 import threading
-import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -23,7 +22,7 @@ from pathlib import Path
 
 import yaml
 
-from tests.support.network import free_port
+from tests.support.network import free_port, wait_until
 from tests.support.paths import REPO
 from tests.support.system_tools import tool
 
@@ -33,28 +32,6 @@ REPO = REPO
 def http_get(url: str, timeout: float = 5.0) -> bytes:
     with urllib.request.urlopen(url, timeout=timeout) as response:
         return response.read()
-
-
-def wait_until(
-    check: Callable[[], bool],
-    timeout: float,
-    what: str,
-    log: Path | None = None,
-    seen: object = None,
-):
-    """Poll `check` every 0.25 s; fail naming `what` (what `seen` holds by then, and the
-    process log) after `timeout`."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            if check():
-                return
-        except (OSError, urllib.error.URLError, ValueError):
-            pass
-        time.sleep(0.25)
-    tail = log.read_text()[-3000:] if log is not None and log.exists() else ""
-    found = f" (so far: {seen})" if seen is not None else ""
-    raise AssertionError(f"timed out after {timeout:g} s waiting for {what}{found}\n{tail}")
 
 
 @dataclass
@@ -94,10 +71,11 @@ def process(
     proc = Process(name, port, log, popen)
     try:
         wait_until(
-            lambda: popen.poll() is None and bool(http_get(proc.url + ready_path) is not None),
+            lambda: http_get(proc.url + ready_path) is not None,
             60,
             f"{name} on port {port}",
             log,
+            processes=[popen],
         )
         yield proc
     finally:

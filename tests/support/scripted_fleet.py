@@ -5,9 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable
 
 from aiohttp import web
@@ -15,7 +12,7 @@ from aiohttp import web
 from dashboard.client import signals
 from dashboard.embedded import EmbeddedExporter
 from exporter.config.settings import Settings, Target
-from tests.support.network import free_port
+from tests.support.network import free_port, wait_until
 from tests.support.vllm_payload import VllmState, render
 
 # Each scrape of a target first applies its step (requests finishing, say).
@@ -75,17 +72,6 @@ class ScriptedTargets(BackgroundServer):
         return f"{self.url}/{name}/metrics"
 
 
-def wait_http(url: str, seconds: float) -> None:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        try:
-            with urllib.request.urlopen(url, timeout=2):
-                return
-        except (urllib.error.URLError, OSError):
-            time.sleep(0.5)
-    raise AssertionError(f"{url} did not answer within {seconds:.0f} s")
-
-
 def fast_settings(targets: tuple[Target, ...]) -> Settings:
     """Scrapes every 0.25 s, a 5 s window, saturation held for 0.5 s: states show in ~2 s."""
     return Settings(
@@ -99,15 +85,15 @@ def fast_settings(targets: tuple[Target, ...]) -> Settings:
 
 def wait_for_states(exporter_url: str, wanted: dict[str, str], seconds: float = 20.0) -> dict:
     """The exporter's signals once every named target shows its wanted diagnosis state."""
-    deadline = time.monotonic() + seconds
     states: dict[str, str] = {}
-    while time.monotonic() < deadline:
+
+    def check() -> dict | None:
         doc = signals(exporter_url)
-        states = {t["target"]: t["total"]["diagnosis"]["state"] for t in doc["targets"]}
-        if all(states.get(name) == state for name, state in wanted.items()):
-            return doc
-        time.sleep(0.2)
-    raise AssertionError(f"states {states} never became {wanted}")
+        states.clear()
+        states.update({t["target"]: t["total"]["diagnosis"]["state"] for t in doc["targets"]})
+        return doc if all(states.get(name) == state for name, state in wanted.items()) else None
+
+    return wait_until(check, seconds, f"the states {wanted}", seen=states, interval=0.2)
 
 
 def start_exporter(settings: Settings) -> EmbeddedExporter:
