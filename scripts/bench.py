@@ -7,7 +7,10 @@ scrape against the baseline commit's, bench_evaluation.py), `render` (the /metri
 of 1000 targets, the served writer vs the previous one and prometheus_client,
 bench_render.py), `fleet` (the exporter process scraping 1000 simulated vLLM targets,
 bench_fleet.py + fleet_sim.py), `prometheus` (the exporter beside a real Prometheus
-2.42 on the same 1000 targets, bench_prometheus.py), `fuzz` (5 minutes of atheris on
+2.42 on the same 1000 targets, bench_prometheus.py), `schedule` (the exporter process
+scraping 1000 local targets while 200 hang: each healthy one on its schedule, the hung
+backed off, bench_schedule.py), `shortcuts` (each speed shortcut with and without it,
+at 1000 targets, about 7 minutes: bench_shortcuts.py), `fuzz` (5 minutes of atheris on
 the parser, fuzz_parser.py), `batching` (static vs continuous batching on the
 demo server's scheduler, bench_batching.py, run as a subprocess when it is there),
 `dashboard` (server-side time to build the Live page, bench_dashboard.py),
@@ -23,6 +26,7 @@ machine only mean something next to those.
     .venv/bin/python scripts/bench.py                  # everything, ~15 minutes
     .venv/bin/python scripts/bench.py --only soak       # 30 minutes at 80% of peak
     .venv/bin/python scripts/bench.py --quick --only parser --output /tmp/b.md
+    .venv/bin/python scripts/bench.py --only render --json /tmp/render.json   # + the numbers
 """
 
 from __future__ import annotations
@@ -30,12 +34,14 @@ from __future__ import annotations
 import argparse
 import datetime
 import importlib.metadata
+import json
 import os
 import platform
 import shlex
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import bench_dashboard
@@ -45,6 +51,8 @@ import bench_ingest
 import bench_parser
 import bench_prometheus
 import bench_render
+import bench_schedule
+import bench_shortcuts
 import bench_soak
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -71,12 +79,16 @@ BENCHMARKS = (
     "render",
     "fleet",
     "prometheus",
+    "schedule",
+    "shortcuts",
     "fuzz",
     "batching",
     "dashboard",
     "batcher",
     "advice",
 )
+# The benchmarks whose numbers --json writes (their sections are rendered from them).
+WITH_NUMBERS = ("parser", "ingest", "evaluation", "render", "schedule", "shortcuts", "dashboard")
 # Run only when named with --only: the soak takes 30 minutes (--soak-minutes); the
 # overload needs the real vLLM of the end-to-end suite (`make vllm-env`), about 5 minutes.
 ON_REQUEST = ("soak", "overload")
@@ -195,6 +207,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--output", type=Path, default=ROOT / "docs/benchmarks.md", help="report path"
     )
+    parser.add_argument(
+        "--json",
+        type=Path,
+        help="also write the numbers of " + ", ".join(WITH_NUMBERS) + " here, by benchmark",
+    )
     args = parser.parse_args(argv)
     selected = (args.only,) if args.only else BENCHMARKS
     given = sys.argv[1:] if argv is None else argv
@@ -205,18 +222,31 @@ def main(argv: list[str] | None = None) -> int:
     sections = [machine_section(command)]
     if args.quick:
         sections.append("**Quick run (`--quick`): small counts, a smoke test only.**\n")
+    # The numbers of the benchmarks that give them (--json), by benchmark.
+    numbers: dict[str, dict] = {}
+
+    def add(name: str, results: dict, markdown: Callable[[dict], str]) -> None:
+        numbers[name] = results
+        sections.append(markdown(results))
+
     if "parser" in selected:
-        sections.append(bench_parser.markdown(*bench_parser.run(args.quick)))
+        add("parser", bench_parser.results(*bench_parser.run(args.quick)), bench_parser.markdown)
     if "ingest" in selected:
-        sections.append(bench_ingest.markdown(*bench_ingest.run(args.quick)))
+        add("ingest", bench_ingest.results(*bench_ingest.run(args.quick)), bench_ingest.markdown)
     if "evaluation" in selected:
-        sections.append(bench_evaluation.markdown(bench_evaluation.run(args.quick)))
+        evaluation = bench_evaluation.results(bench_evaluation.run(args.quick))
+        add("evaluation", evaluation, bench_evaluation.markdown)
     if "render" in selected:
-        sections.append(bench_render.markdown(bench_render.run(args.quick)))
+        add("render", bench_render.results(bench_render.run(args.quick)), bench_render.markdown)
     if "fleet" in selected:
         sections.append(bench_fleet.markdown(bench_fleet.run(args.quick)))
     if "prometheus" in selected:
         sections.append(bench_prometheus.markdown(bench_prometheus.run(args.quick)))
+    if "schedule" in selected:
+        schedule = bench_schedule.results(bench_schedule.run(args.quick))
+        add("schedule", schedule, bench_schedule.markdown)
+    if "shortcuts" in selected:
+        add("shortcuts", bench_shortcuts.run(args.quick), bench_shortcuts.markdown)
     if "fuzz" in selected:
         sections.append(fuzz_section(args.quick))
     if "soak" in selected:
@@ -227,7 +257,8 @@ def main(argv: list[str] | None = None) -> int:
         quick_args = list(BATCHING_QUICK_ARGS) if args.quick else []
         sections.append(script_section(BATCHING_SCRIPT, "Batching", quick_args))
     if "dashboard" in selected:
-        sections.append(bench_dashboard.markdown(bench_dashboard.run(args.quick)))
+        dashboard = bench_dashboard.results(bench_dashboard.run(args.quick))
+        add("dashboard", dashboard, bench_dashboard.markdown)
     if "batcher" in selected:
         print("batcher: running scripts/bench_batcher.py", file=sys.stderr, flush=True)
         chart_args = ["--chart-dir", str(args.output.parent / "bench")]
@@ -243,6 +274,8 @@ def main(argv: list[str] | None = None) -> int:
         sections.append(script_section(ADVICE_SCRIPT, "Advice", quick_args))
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text("\n".join(sections), encoding="utf-8")
+    if args.json is not None:
+        args.json.write_text(json.dumps(numbers, indent=1) + "\n", encoding="utf-8")
     print("\n".join(sections[1:]))
     print(f"wrote {args.output}")
     return 0

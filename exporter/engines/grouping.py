@@ -27,29 +27,10 @@ def series_key(labels: dict[str, str], key_labels: Sequence[str]) -> LabelKey:
 
 
 def series_keys(samples: Sequence[Sample], key_labels: tuple[str, ...]) -> list[LabelKey]:
-    """`series_key` of each sample, in order.
-
-    The parser hands out the same labels dict for a line head on every scrape of a
-    server (promtext._LABEL_CACHE), and nobody mutates one, so each dict's key is computed
-    once and looked up by the dict's id afterwards: the hot path of every scrape. An
-    entry holds its dict, so no other dict can take that id while the entry is there.
-    """
-    known = _SERIES_KEYS.setdefault(key_labels, {})
-    keys = []
-    for s in samples:
-        labels = s.labels
-        entry = known.get(id(labels))
-        if entry is None or entry[0] is not labels:
-            if len(known) >= _SERIES_KEYS_MAX:
-                known.clear()
-            entry = known[id(labels)] = (labels, series_key(labels, key_labels))
-        keys.append(entry[1])
-    return keys
-
-
-# Per key_labels: id(labels) -> (labels, series key). Bounded as the parser's cache.
-_SERIES_KEYS: dict[tuple[str, ...], dict[int, tuple[dict[str, str], LabelKey]]] = {}
-_SERIES_KEYS_MAX = 200_000
+    """`series_key` of each sample, in order. Only payloads without a compiled plan reach
+    this (exporter.ingest.compiled_reads): a cache by the labels dict's id saved 8% of such
+    a read and nothing on a planned fleet (docs/benchmarks.md), so there is none."""
+    return [series_key(s.labels, key_labels) for s in samples]
 
 
 def values_by_key(

@@ -70,13 +70,13 @@ TICK_SECONDS = 0.1
 MIN_TICKS = 10
 
 
-def phase(name: str, interval: float) -> float:
+def phase(name: str, interval: float, grid: bool = True) -> float:
     """Where in the interval a target is scraped, 0..1, fixed by its name and, for an
-    interval of MIN_TICKS ticks or more, on the tick grid: scrapes spread over the
-    interval (no thundering herd) and each target keeps its own rhythm."""
+    interval of MIN_TICKS ticks or more and `grid`, on the tick grid: scrapes spread over
+    the interval (no thundering herd) and each target keeps its own rhythm."""
     spot = zlib.crc32(name.encode())
     ticks = round(interval / TICK_SECONDS)
-    if ticks < MIN_TICKS:
+    if not grid or ticks < MIN_TICKS:
         return spot / 2**32
     return (spot * ticks >> 32) / ticks
 
@@ -170,9 +170,19 @@ class TargetState:
 class Exporter:
     """Owns the targets' state; `run_round` does one scrape-and-evaluate pass."""
 
-    def __init__(self, settings: Settings, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        clock: Callable[[], float] = time.time,
+        *,
+        tick_batching: bool = True,
+    ) -> None:
         self.settings = settings
         self.clock = clock
+        # Scrapes on the tick grid, each tick's evaluations together (TICK_SECONDS); False:
+        # phases off the grid, each scrape evaluated as it ends (scripts/bench_shortcuts.py
+        # times the two). Read by each watcher as it starts and at every scrape.
+        self.tick_batching = tick_batching
         self.states: dict[str, TargetState] = {}
         self._file_sd_targets: dict[str, list[Target]] = {}
         # Rounds completed: readers cache what they render once per round.
@@ -342,14 +352,14 @@ class Exporter:
         overlaps the previous one of the same target.
         """
         interval = self.settings.interval_seconds
-        due = start + phase(name, interval) * interval
+        due = start + phase(name, interval, self.tick_batching) * interval
         while True:
             await asyncio.sleep(max(0.0, due - time.monotonic()))
             state = self.states.get(name)
             if state is None:
                 return
             try:
-                await self._scrape_one(connections, slots, state, batched=True)
+                await self._scrape_one(connections, slots, state, batched=self.tick_batching)
             except Exception:  # a bug must not end this target's monitoring
                 log.exception("target %s: scrape failed", name)
             due += interval * backoff_intervals(state.failures)

@@ -1,24 +1,29 @@
-"""`make bench` smoke test: the parser benchmark runs and reports a checked comparison.
+"""`make bench` smoke test: the in-process benchmarks run and report checked comparisons.
 
-Timings on a shared machine say nothing in a test, so only the report's shape and the
-identical-samples check are asserted, never a speed.
+Each is run as `scripts/bench.py --quick --only NAME --json FILE`, and the numbers it
+writes are asserted: every comparison checked (identical output), every timing positive,
+each ratio the ratio of its medians. Timings on a shared machine say nothing in a test,
+so never a speed. The markdown is only checked to render.
 """
 
 from __future__ import annotations
 
-import re
+import json
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from tests.support.paths import REPO
 
 ROOT = REPO
 
 
-def quick_report(benchmark: str, folder: Path) -> str:
-    """The report `scripts/bench.py --quick --only BENCHMARK` writes (it must exit 0)."""
-    report = folder / "benchmarks.md"
+def quick_run(benchmark: str, folder: Path) -> tuple[str, dict]:
+    """The report and the numbers `scripts/bench.py --quick --only BENCHMARK` writes (it
+    must exit 0)."""
+    report, numbers = folder / "benchmarks.md", folder / "benchmarks.json"
     done = subprocess.run(
         [
             sys.executable,
@@ -28,6 +33,8 @@ def quick_report(benchmark: str, folder: Path) -> str:
             benchmark,
             "--output",
             str(report),
+            "--json",
+            str(numbers),
         ],
         cwd=ROOT,
         capture_output=True,
@@ -36,60 +43,131 @@ def quick_report(benchmark: str, folder: Path) -> str:
         check=False,
     )
     assert done.returncode == 0, done.stderr
-    return report.read_text(encoding="utf-8")
+    written = json.loads(numbers.read_text(encoding="utf-8"))
+    assert list(written) == [benchmark]
+    return report.read_text(encoding="utf-8"), written[benchmark]
 
 
-def assert_five_checked_ratios(text: str) -> None:
-    """Rows (a) to (e), each with a positive ratio and `yes` (identical output)."""
+def assert_checked(variants: list[dict], repetitions: int) -> None:
+    """Every variant gave identical output on both sides, was timed `repetitions` times,
+    and its positive ratio is the ratio of its positive medians."""
+    for variant in variants:
+        assert variant["identical"] is True, variant
+        assert variant["repetitions"] == repetitions > 0, variant
+        fast, reference = variant["fast_median_seconds"], variant["reference_median_seconds"]
+        assert fast > 0 and reference > 0, variant
+        assert variant["ratio"] == pytest.approx(reference / fast) and variant["ratio"] > 0
+
+
+def assert_five_variants(numbers: dict, text: str, repetitions: int) -> None:
+    """Variants (a) to (e), each checked; the report has a row for each."""
+    names = [variant["variant"] for variant in numbers["variants"]]
+    assert [name[:3] for name in names] == ["(a)", "(b)", "(c)", "(d)", "(e)"]
+    assert_checked(numbers["variants"], repetitions)
+    assert numbers["identical"] is True
     rows = [line for line in text.splitlines() if line.startswith("| (")]
-    assert [row[:5] for row in rows] == ["| (a)", "| (b)", "| (c)", "| (d)", "| (e)"]
-    for row in rows:
-        ratio = re.search(r"\| (\d+\.\d)x \| yes \|", row)
-        assert ratio is not None, row
-        assert float(ratio.group(1)) > 0
+    assert [row.split(" | ")[0] for row in rows] == [f"| {name}" for name in names]
 
 
 def test_quick_parser_bench_reports_identical_samples_and_ratios(tmp_path: Path) -> None:
-    text = quick_report("parser", tmp_path)
+    text, numbers = quick_run("parser", tmp_path)
+    payload = numbers["payload"]
+    assert payload["samples"] > payload["selected"] > 0 and payload["families"] > 0
+    assert_five_variants(numbers, text, payload["repetitions"])
     assert "Identical samples in every variant: True." in text
-    assert_five_checked_ratios(text)
     assert "Command: `.venv/bin/python scripts/bench.py --quick --only parser" in text
 
 
 def test_quick_render_bench_reports_identical_bytes_and_ratios(tmp_path: Path) -> None:
-    text = quick_report("render", tmp_path)
+    text, numbers = quick_run("render", tmp_path)
+    assert numbers["targets"] == 100 and numbers["repetitions"] > 0
+    metrics, served_json = numbers["metrics"], numbers["json"]
+    assert metrics["identical"] is True and served_json["identical"] is True
+    # /metrics: served, previous, prometheus_client; JSON: served, plain definition
+    assert list(metrics["renderers"]) == ["new", "previous", "prometheus_client"]
+    assert list(served_json["renderers"]) == ["new", "previous"]
+    for body in (metrics, served_json):
+        assert body["bytes"] > 0
+        new = body["renderers"]["new"]
+        assert new["ratio"] == 1.0
+        for row in body["renderers"].values():
+            assert row["median_cpu_seconds"] > 0
+            expected = row["median_cpu_seconds"] / new["median_cpu_seconds"]
+            assert row["ratio"] == pytest.approx(expected)
+    assert metrics["samples"] > numbers["targets"]
+    assert len(numbers["gzip"]) == 3
+    assert all(0 < row["bytes"] < metrics["bytes"] for row in numbers["gzip"].values())
+    # the markdown renders
     assert "## /metrics render (100 targets)" in text
     assert "Identical bytes from all three in every repetition: True." in text
     assert "Identical bytes in every repetition: True." in text  # the JSON body
-    # /metrics: served, previous, prometheus_client; JSON: served, plain definition
-    ratios = re.findall(r"\| ([\d.]+) \| (\d+\.\d\d)x \|", text)
-    assert [float(ratio) for _, ratio in ratios][::3] == [1.0, 1.0] and len(ratios) == 5
-    assert all(float(ms) > 0 for ms, _ in ratios)
 
 
 def test_quick_dashboard_bench_reports_the_live_page_time(tmp_path: Path) -> None:
-    text = quick_report("dashboard", tmp_path)
+    text, numbers = quick_run("dashboard", tmp_path)
+    assert (numbers["targets"], numbers["points"], numbers["runs"]) == (10, 720, 2)
+    assert len(numbers["run_ms"]) == 2
+    assert 0 < numbers["min_ms"] <= numbers["median_ms"] <= numbers["max_ms"]
+    assert (numbers["min_ms"], numbers["max_ms"]) == (
+        min(numbers["run_ms"]),
+        max(numbers["run_ms"]),
+    )
+    # the markdown renders
     assert "for 10 targets with 720 history points each" in text
     assert "| runs | 2 (after one warm-up run) |" in text
-    assert re.search(r"\| median \(min - max\) \| \d+ ms \(\d+ - \d+ ms\) \|", text), text
 
 
 def test_quick_ingest_bench_reports_identical_series_against_the_baseline(tmp_path: Path) -> None:
-    text = quick_report("ingest", tmp_path)
+    text, numbers = quick_run("ingest", tmp_path)
+    assert_five_variants(numbers, text, numbers["repetitions"])
+    # a repetition reads each of its payloads once: (b) reads the simulated fleet's
+    assert all(variant["payloads"] >= 1 for variant in numbers["variants"])
+    assert numbers["variants"][1]["payloads"] > 1
     assert "Identical series in every variant: True." in text
-    assert_five_checked_ratios(text)
 
 
 def test_quick_evaluation_bench_reports_identical_signals_against_the_baseline(
     tmp_path: Path,
 ) -> None:
-    text = quick_report("evaluation", tmp_path)
+    text, numbers = quick_run("evaluation", tmp_path)
+    variants = numbers["variants"]
+    assert [v["variant"] for v in variants] == ["one model series", "two model series"]
+    assert [v["scrapes_in_window"] for v in variants] == [13, 13]
+    assert_checked(variants, numbers["repetitions"])
+    assert numbers["identical"] is True
+    # the markdown renders: a row per variant
     assert "Identical in every variant: True." in text
-    rows = [
-        line for line in text.splitlines() if line.startswith("| one") or line.startswith("| two")
+    rows = [line for line in text.splitlines() if line.startswith(("| one", "| two"))]
+    assert len(rows) == 2 and all("(13 scrapes in window)" in row for row in rows)
+
+
+def test_quick_shortcuts_bench_measures_each_shortcut_with_and_without(tmp_path: Path) -> None:
+    text, numbers = quick_run("shortcuts", tmp_path)
+    shortcuts = numbers["shortcuts"]
+    assert list(shortcuts) == [
+        "plans",
+        "id_caches",
+        "history_rows",
+        "writer",
+        "http_client",
+        "gc_policy",
+        "tick_batching",
     ]
-    assert len(rows) == 2
-    for row in rows:
-        assert "(13 scrapes in window)" in row
-        ratio = re.search(r"\| (\d+\.\d)x \| yes \|", row)
-        assert ratio is not None and float(ratio.group(1)) > 0, row
+    for key, row in shortcuts.items():
+        assert row["identical"] is True, key
+        assert len(row["with_seconds"]) == len(row["without_seconds"]) > 0, key
+        assert all(s > 0 for s in row["with_seconds"] + row["without_seconds"]), key
+        expected = row["without_median_seconds"] / row["with_median_seconds"]
+        assert row["ratio"] == pytest.approx(expected), key
+        pays = row["saving_of_applied"] >= 0.05 and row["saving_of_fleet"] >= 0.01
+        assert row["pays"] is pays, key
+    assert numbers["fleet_cpu_per_interval"] > 0
+    # with plans, the fleet's reads never reach the id-keyed series keys
+    assert shortcuts["id_caches"]["extra"]["series_keys_calls_planned"] == 0
+    assert shortcuts["id_caches"]["extra"]["series_keys_calls_unplanned"] > 0
+    blocks = numbers["fleet_blocks"]
+    assert [b["mode"] for b in blocks] == ["all", "gc_policy", "tick_batching"]
+    assert all(b["up"] == numbers["targets"] for b in blocks)
+    # the markdown renders: a row per shortcut
+    assert f"## Each shortcut, with and without ({numbers['targets']} targets)" in text
+    assert len([line for line in text.splitlines() if line.startswith("| (")]) == 7
