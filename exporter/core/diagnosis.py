@@ -325,7 +325,7 @@ def _with_waiting(r: _Reading) -> str:
 
 
 def _healthy_at_cap(r: _Reading) -> Diagnosis | None:
-    if r.ratio is None or r.ratio < r.settings.near_cap:
+    if r.ratio is None or not r.ratio >= r.settings.near_cap:  # NaN is not at the cap
         return None
     also = (
         f"; steps also run at the token budget ({r.i.tokens_per_step:.0f} of "
@@ -343,7 +343,7 @@ def _healthy_at_cap(r: _Reading) -> Diagnosis | None:
 
 
 def _healthy_at_token_cap(r: _Reading) -> Diagnosis | None:
-    if r.token_ratio is None or r.token_ratio < r.settings.near_cap:
+    if r.token_ratio is None or not r.token_ratio >= r.settings.near_cap:
         return None
     return Diagnosis(
         "healthy",
