@@ -338,9 +338,7 @@ def _diagnosis(
     next admission (7 of 8); the exported ratio stays the instant's. `latency`: the
     window's latency and its statistic (`window_latency`); a mean is said in the reason."""
     last = snapshots[-1]
-    # A batcher without a running gauge fills batches and fires them: its progress is
-    # items and batches executed, where an LLM engine's is tokens and finished requests.
-    fired_batches = last.running is None and rates.mean_batch is not None
+    fired_batches = _fires_batches(last, rates)
     recent = [p.running for p in snapshots[-RECENT_SCRAPES:] if p.running is not None]
     peak = max(recent) if recent else _batch(last, rates)
     breakdown = limits(
@@ -390,6 +388,12 @@ def _diagnosis(
     if statistic == "mean" and seconds is not None:
         diagnosis = mean_latency_note(diagnosis, seconds)
     return rejections_note(diagnosis, rates.rejections), breakdown
+
+
+def _fires_batches(last: SeriesSnapshot, rates: _Rates) -> bool:
+    """A batcher without a running gauge fills batches and fires them: its progress is
+    items and batches executed, where an LLM engine's is tokens and finished requests."""
+    return last.running is None and rates.mean_batch is not None
 
 
 def _batch(last: SeriesSnapshot, rates: _Rates) -> float | None:
@@ -453,7 +457,7 @@ def series_signals(
         utilization,
         settings,
     )
-    fired_batches = last.running is None and rates.mean_batch is not None
+    fired_batches = _fires_batches(last, rates)
     advice = advise(
         advice_inputs(
             snapshots,
