@@ -785,8 +785,7 @@ class Scheduler:
             stats.scheduled_tokens += record.scheduled_tokens
             stats.steps_bound_by[record.bound_by] = stats.steps_bound_by.get(record.bound_by, 0) + 1
             self._mean_step_seconds += SMOOTHING * (now - started - self._mean_step_seconds)
-        for listener in self._listeners:
-            listener.on_step(record)
+        self._tell(lambda listener: listener.on_step(record))
 
     def _bound_by(self, plan: StepPlan) -> str:
         """The truth for one step: what kept the batch from growing. A preemption: the KV
@@ -837,9 +836,17 @@ class Scheduler:
         """Tell the listeners, then resolve the futures (whose callbacks run here): never
         with the lock held, so neither can stall the scheduler or deadlock on it."""
         for done in finished:
-            for listener in self._listeners:
-                listener.on_finished(done.result)
+            self._tell(lambda listener, result=done.result: listener.on_finished(result))
             done.future.set_result(done.result)
+
+    def _tell(self, call: Callable[[SchedulerListener], None]) -> None:
+        """`call` every listener; one that raises is logged and skipped, so it costs
+        neither the other listeners their call nor a request its result."""
+        for listener in self._listeners:
+            try:
+                call(listener)
+            except Exception:
+                log.exception("scheduler listener %s failed", type(listener).__name__)
 
     def _fail_rows(self, error: Exception) -> None:
         for row in list(self._rows):

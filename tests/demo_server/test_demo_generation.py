@@ -528,3 +528,46 @@ def test_a_failing_token_consumer_ends_only_its_own_request() -> None:
         assert healthy.future.result(timeout=30).output_tokens == 50
     finally:
         scheduler.stop()
+
+
+class BrokenListener:
+    """A listener whose every call raises, beside one that counts what it was told."""
+
+    def __init__(self) -> None:
+        self.finished = 0
+
+    def on_step(self, step: StepRecord) -> None:
+        raise RuntimeError("broken listener: on_step")
+
+    def on_finished(self, result: CompletionResult) -> None:
+        raise RuntimeError("broken listener: on_finished")
+
+
+class CountingListener:
+    def __init__(self) -> None:
+        self.steps = 0
+        self.finished = 0
+
+    def on_step(self, step: StepRecord) -> None:
+        self.steps += 1
+
+    def on_finished(self, result: CompletionResult) -> None:
+        self.finished += 1
+
+
+def test_a_listener_that_raises_leaves_no_request_unresolved_and_no_listener_untold() -> None:
+    counting = CountingListener()
+    scheduler = Scheduler(
+        TinyDecoder(seed=0),
+        select_device("cpu"),
+        SchedulerConfig(max_num_seqs=4),
+        seed=0,
+        listeners=[BrokenListener(), counting],
+    )
+    # Three requests that finish in the same step: one announcement of three.
+    handles = [scheduler.submit(PROMPT, 2, ignore_eos=True) for _ in range(3)]
+    while scheduler.step_here():
+        pass
+    results = [h.future.result(timeout=0) for h in handles]
+    assert [r.output_tokens for r in results] == [2, 2, 2]
+    assert (counting.steps, counting.finished) == (2, 3)
