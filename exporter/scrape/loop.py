@@ -14,7 +14,7 @@ import math
 import time
 import zlib
 from collections import Counter, deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from exporter.config.file_sd import expand_file_sd
@@ -37,6 +37,9 @@ from exporter.scrape.http_client import Connections
 from exporter.serve import api_json as api
 
 log = logging.getLogger("batchscope.exporter")
+
+# Fetches one target's payload: `fetch.scrape`'s signature.
+ScrapeTarget = Callable[[Connections, Target, float, int], Awaitable[ScrapeResult]]
 
 # At most this many scrapes in flight: 1000 targets do not open 1000 sockets at once.
 MAX_CONCURRENT_SCRAPES = 128
@@ -176,9 +179,12 @@ class Exporter:
         clock: Callable[[], float] = time.time,
         *,
         tick_batching: bool = True,
+        scrape_target: ScrapeTarget = scrape,
     ) -> None:
         self.settings = settings
         self.clock = clock
+        # What fetches one target's payload (tests give one that answers in virtual time).
+        self.scrape_target = scrape_target
         # Scrapes on the tick grid, each tick's evaluations together (TICK_SECONDS); False:
         # phases off the grid, each scrape evaluated as it ends (scripts/bench_shortcuts.py
         # times the two). Read by each watcher as it starts and at every scrape.
@@ -276,7 +282,7 @@ class Exporter:
         """Scrape one target; evaluate the scrape now, or `batched`: TICK_SECONDS after the
         first scrape not yet evaluated ended, with every scrape that ended meanwhile."""
         async with slots.failing if state.failures else slots.healthy:
-            result = await scrape(
+            result = await self.scrape_target(
                 connections,
                 state.target,
                 self.settings.timeout_seconds,
@@ -353,8 +359,9 @@ class Exporter:
         """
         interval = self.settings.interval_seconds
         due = start + phase(name, interval, self.tick_batching) * interval
+        loop = asyncio.get_running_loop()
         while True:
-            await asyncio.sleep(max(0.0, due - time.monotonic()))
+            await asyncio.sleep(max(0.0, due - loop.time()))
             state = self.states.get(name)
             if state is None:
                 return
@@ -363,7 +370,7 @@ class Exporter:
             except Exception:  # a bug must not end this target's monitoring
                 log.exception("target %s: scrape failed", name)
             due += interval * backoff_intervals(state.failures)
-            late = time.monotonic() - due
+            late = loop.time() - due
             if late > 0:  # skip the slots already missed, keep the phase
                 due += interval * math.ceil(late / interval)
 
@@ -375,7 +382,8 @@ class Exporter:
         """
         slots = ScrapeSlots()
         watchers: dict[str, asyncio.Task] = {}
-        start = time.monotonic()
+        # The schedule runs on the event loop's clock (monotonic; virtual time in tests).
+        start = asyncio.get_running_loop().time()
         async with Connections() as connections:
             try:
                 while not stop.is_set():

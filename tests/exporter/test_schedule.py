@@ -1,18 +1,24 @@
 """A fifth of a fleet hanging: what holds whatever the machine's speed.
 
 A target whose last scrape failed waits for scrape slots of its own, so 200 hung targets
-never hold the healthy targets' slots, and a dead target is backed off. The wall-clock
-claim (the exporter process scraping 1,000 targets, each healthy one once an interval
-while 200 hang) is a benchmark: `scripts/bench.py --only schedule`.
+never hold the healthy targets' slots, and a dead target is backed off. The loop's own
+schedule runs here in virtual time (its clock is the event loop's, the scrape a stand-in
+that answers or hangs in virtual seconds), so it is exact whatever the machine's speed.
+The wall-clock claim (the exporter process scraping 1,000 real local targets) is a
+benchmark: `scripts/bench.py --only schedule`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
+from collections import defaultdict
 
+import pytest
 from aiohttp import web
 
 from exporter.config.settings import Settings, Target
+from exporter.scrape.fetch import ScrapeResult
 from exporter.scrape.http_client import Connections
 from exporter.scrape.loop import (
     BACKOFF_AFTER_FAILURES,
@@ -23,7 +29,9 @@ from exporter.scrape.loop import (
     ScrapeSlots,
     backoff_intervals,
 )
+from exporter.serve.api_json import history_point
 from tests.support.live import Targets, vllm_payload, wait_for
+from tests.support.virtual_time import loop_clock, run_virtual
 
 FLEET = 1000
 HUNG = 200  # more than the 128 scrape slots: sharing them, they would starve the healthy
@@ -88,3 +96,81 @@ async def test_hung_targets_take_their_own_slots_and_every_healthy_target_is_scr
                 release.set()
                 await asyncio.gather(*scrapes)
     assert all(exporter.states[n].failures == 2 for n in hung)
+
+
+INTERVAL = 3.0
+
+
+class StandIn:
+    """The scrape of a virtual fleet: `ok*` targets answer at once, `hung*` ones hang until
+    their timeout, `dead*` ones refuse at once; notes when each scrape started."""
+
+    def __init__(self) -> None:
+        self.starts: dict[str, list[float]] = defaultdict(list)
+        self.payload = vllm_payload(2)
+
+    async def __call__(
+        self, connections: Connections, target: Target, timeout: float, max_bytes: int
+    ) -> ScrapeResult:
+        self.starts[target.name].append(asyncio.get_running_loop().time())
+        if target.name.startswith("hung"):
+            await asyncio.sleep(timeout)
+            return ScrapeResult(None, f"timed out after {timeout:g} s", timeout)
+        if target.name.startswith("dead"):
+            return ScrapeResult(None, "connection refused", 0.0)
+        return ScrapeResult(self.payload, None, 0.0)
+
+
+def run_loop(names: list[str], intervals: int) -> tuple[Exporter, StandIn]:
+    """The exporter's `run_forever` over these targets for `intervals` virtual intervals."""
+    stand_in = StandIn()
+
+    async def main() -> Exporter:
+        targets = tuple(Target(n, f"http://127.0.0.1:9/{n}", engine="vllm", cap=8) for n in names)
+        settings = Settings(targets=targets, interval_seconds=INTERVAL, timeout_seconds=INTERVAL)
+        exporter = Exporter(settings, clock=loop_clock(), scrape_target=stand_in)
+        stop = asyncio.Event()
+        asyncio.get_running_loop().call_later(intervals * INTERVAL, stop.set)
+        await exporter.run_forever(stop)
+        return exporter
+
+    return run_virtual(main()), stand_in
+
+
+def gaps(times: list[float]) -> list[float]:
+    return [round(b - a, 9) for a, b in itertools.pairwise(times)]
+
+
+def test_the_loop_backs_a_dead_target_off_by_the_back_off_sequence() -> None:
+    intervals = 60
+    _, stand_in = run_loop(["dead", "hung", "ok"], intervals)
+    dead = stand_in.starts["dead"]
+    backoff = [INTERVAL * backoff_intervals(n) for n in range(1, len(dead))]
+    assert backoff[:7] == [3.0, 3.0, 6.0, 12.0, 24.0, 24.0, 24.0]
+    # A refused scrape ends at once, a hung one when it times out (one interval): either
+    # way the next one starts the back-off after the last one was due, until the end.
+    assert gaps(dead) == backoff
+    assert gaps(stand_in.starts["hung"]) == backoff
+    assert intervals * INTERVAL - dead[-1] <= INTERVAL * MAX_BACKOFF_INTERVALS
+    assert set(gaps(stand_in.starts["ok"])) == {INTERVAL}
+
+
+def test_a_fifth_of_the_fleet_hanging_delays_no_healthy_scrape_in_the_loop() -> None:
+    healthy = [f"ok{i:03d}" for i in range(FLEET - HUNG)]
+    hung = [f"hung{i:03d}" for i in range(HUNG)]
+    intervals, settle = 20, 8
+    exporter, stand_in = run_loop(hung + healthy, intervals)
+    since = settle * INTERVAL
+    for name in healthy:
+        measured = [t for t in stand_in.starts[name] if t >= since]
+        # Once an interval, on its phase, every interval: the hung never take its slot.
+        assert len(measured) == intervals - settle, name
+        assert set(gaps(measured)) == {INTERVAL}, name
+        times = [history_point(row)["t"] for row in exporter.history(name)]
+        evaluated = [t for t in times if t >= since]
+        assert set(gaps(evaluated)) == {INTERVAL}, name
+    hung_per_interval = [
+        sum(t >= since for t in stand_in.starts[name]) / (intervals - settle) for name in hung
+    ]
+    assert max(hung_per_interval) < 0.6  # scripts/bench_schedule.py's claim, exactly here
+    assert sum(hung_per_interval) / HUNG == pytest.approx(1 / 6, abs=0.05)
