@@ -23,7 +23,7 @@ cores: bench_overload.py, a subprocess).
 The report names the machine, the command and the date: numbers from a shared 2-core
 machine only mean something next to those.
 
-    .venv/bin/python scripts/bench.py                  # everything, ~15 minutes
+    .venv/bin/python scripts/bench.py                  # everything, about 22 minutes
     .venv/bin/python scripts/bench.py --only soak       # 30 minutes at 80% of peak
     .venv/bin/python scripts/bench.py --quick --only parser --output /tmp/b.md
     .venv/bin/python scripts/bench.py --only render --json /tmp/render.json   # + the numbers
@@ -154,11 +154,11 @@ def machine_section(command: str) -> str:
     )
 
 
-def script_section(script: Path, title: str, extra_args: list[str]) -> str:
+def script_section(script: Path, title: str, extra_args: list[str]) -> tuple[str, bool]:
     """Run a benchmark script in its own process (`--output` a temporary report, plus
-    `extra_args`) and take its report as a section."""
+    `extra_args`) and take its report as a section; whether it exited 0 (its claims met)."""
     if not script.exists():
-        return f"## {title}\n\nSkipped: `scripts/{script.name}` is not there.\n"
+        return f"## {title}\n\nSkipped: `scripts/{script.name}` is not there.\n", False
     with tempfile.TemporaryDirectory() as tmp:
         report = Path(tmp) / "report.md"
         args = [sys.executable, str(script), "--output", str(report), *extra_args]
@@ -167,15 +167,16 @@ def script_section(script: Path, title: str, extra_args: list[str]) -> str:
         done = subprocess.run(args, cwd=ROOT, stdout=sys.stderr, check=False, env=env)
         text = report.read_text(encoding="utf-8") if report.exists() else ""
     if not text:
-        return f"## {title}\n\n`{script.name}` failed (exit code {done.returncode}).\n"
+        return f"## {title}\n\n`{script.name}` failed (exit code {done.returncode}).\n", False
     # One level down: its title becomes a section of this report.
     body = "\n".join("#" + line if line.startswith("#") else line for line in text.splitlines())
     note = "" if done.returncode == 0 else f"\n`{script.name}` exit code: {done.returncode}.\n"
-    return body + "\n" + note
+    return body + "\n" + note, done.returncode == 0
 
 
-def fuzz_section(quick: bool) -> str:
-    """The atheris harness on the parser for a bounded time: runs done, and crashes."""
+def fuzz_section(quick: bool) -> tuple[str, bool]:
+    """The atheris harness on the parser for a bounded time: runs done, and crashes;
+    whether it found none."""
     seconds = FUZZ_QUICK_SECONDS if quick else FUZZ_SECONDS
     print(f"fuzz: {seconds} s of atheris on the parser", file=sys.stderr, flush=True)
     done = subprocess.run(
@@ -192,7 +193,7 @@ def fuzz_section(quick: bool) -> str:
         f"{runs[-1] if runs else 'no run count'}; {verdict}. The oracle: only ParseError, "
         "the same samples as prometheus_client where both read, the selective parse equal "
         "to the full one.\n"
-    )
+    ), done.returncode == 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -224,10 +225,18 @@ def main(argv: list[str] | None = None) -> int:
         sections.append("**Quick run (`--quick`): small counts, a smoke test only.**\n")
     # The numbers of the benchmarks that give them (--json), by benchmark.
     numbers: dict[str, dict] = {}
+    # Benchmarks whose claims were missed (or that failed): `make bench` then exits 1.
+    missed: list[str] = []
 
     def add(name: str, results: dict, markdown: Callable[[dict], str]) -> None:
         numbers[name] = results
         sections.append(markdown(results))
+
+    def add_section(name: str, section: tuple[str, bool]) -> None:
+        text, met = section
+        sections.append(text)
+        if not met:
+            missed.append(name)
 
     if "parser" in selected:
         add("parser", bench_parser.results(*bench_parser.run(args.quick)), bench_parser.markdown)
@@ -245,17 +254,19 @@ def main(argv: list[str] | None = None) -> int:
     if "schedule" in selected:
         schedule = bench_schedule.results(bench_schedule.run(args.quick))
         add("schedule", schedule, bench_schedule.markdown)
+        if not all(schedule["met"].values()):
+            missed.append("schedule")
     if "shortcuts" in selected:
         add("shortcuts", bench_shortcuts.run(args.quick), bench_shortcuts.markdown)
     if "fuzz" in selected:
-        sections.append(fuzz_section(args.quick))
+        add_section("fuzz", fuzz_section(args.quick))
     if "soak" in selected:
         minutes = 1.0 if args.quick else args.soak_minutes
         sections.append(bench_soak.markdown(bench_soak.run(minutes), minutes))
     if "batching" in selected:
         print("batching: running scripts/bench_batching.py", file=sys.stderr, flush=True)
         quick_args = list(BATCHING_QUICK_ARGS) if args.quick else []
-        sections.append(script_section(BATCHING_SCRIPT, "Batching", quick_args))
+        add_section("batching", script_section(BATCHING_SCRIPT, "Batching", quick_args))
     if "dashboard" in selected:
         dashboard = bench_dashboard.results(bench_dashboard.run(args.quick))
         add("dashboard", dashboard, bench_dashboard.markdown)
@@ -263,21 +274,24 @@ def main(argv: list[str] | None = None) -> int:
         print("batcher: running scripts/bench_batcher.py", file=sys.stderr, flush=True)
         chart_args = ["--chart-dir", str(args.output.parent / "bench")]
         quick_args = ["--quick"] if args.quick else []
-        sections.append(script_section(BATCHER_SCRIPT, "Batcher", chart_args + quick_args))
+        add_section("batcher", script_section(BATCHER_SCRIPT, "Batcher", chart_args + quick_args))
     if "overload" in selected:
         print("overload: running scripts/bench_overload.py", file=sys.stderr, flush=True)
         quick_args = ["--phase-seconds", "15"] if args.quick else []
-        sections.append(script_section(OVERLOAD_SCRIPT, "Overload", quick_args))
+        add_section("overload", script_section(OVERLOAD_SCRIPT, "Overload", quick_args))
     if "advice" in selected:
         print("advice: running scripts/bench_advice.py", file=sys.stderr, flush=True)
         quick_args = ["--quick"] if args.quick else []
-        sections.append(script_section(ADVICE_SCRIPT, "Advice", quick_args))
+        add_section("advice", script_section(ADVICE_SCRIPT, "Advice", quick_args))
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text("\n".join(sections), encoding="utf-8")
     if args.json is not None:
         args.json.write_text(json.dumps(numbers, indent=1) + "\n", encoding="utf-8")
     print("\n".join(sections[1:]))
     print(f"wrote {args.output}")
+    if missed:
+        print("claims missed or benchmarks failed: " + ", ".join(missed), file=sys.stderr)
+        return 1
     return 0
 
 

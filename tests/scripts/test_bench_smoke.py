@@ -171,3 +171,21 @@ def test_quick_shortcuts_bench_measures_each_shortcut_with_and_without(tmp_path:
     # the markdown renders: a row per shortcut
     assert f"## Each shortcut, with and without ({numbers['targets']} targets)" in text
     assert len([line for line in text.splitlines() if line.startswith("| (")]) == 7
+
+
+def test_make_bench_exits_1_when_a_benchmark_misses_its_claim(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.syspath_prepend(str(ROOT / "scripts"))
+    import bench
+    import bench_schedule
+
+    missed = {"met": {"on_schedule": True, "gaps": False, "backed_off": True}}
+    monkeypatch.setattr(bench_schedule, "run", lambda quick: None)
+    monkeypatch.setattr(bench_schedule, "results", lambda run_result: missed)
+    monkeypatch.setattr(bench_schedule, "markdown", lambda results: "## Schedule\n")
+    report = tmp_path / "benchmarks.md"
+    assert bench.main(["--only", "schedule", "--output", str(report)]) == 1
+    missed["met"]["gaps"] = True
+    assert bench.main(["--only", "schedule", "--output", str(report)]) == 0
+    assert "## Schedule" in report.read_text(encoding="utf-8")
