@@ -17,7 +17,7 @@ import math
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import MISSING, dataclass, field, fields
+from dataclasses import KW_ONLY, MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode, urlsplit, urlunsplit
@@ -340,6 +340,9 @@ class Target:
         help="metrics URL, e.g. http://127.0.0.1:8000/metrics (no path: /metrics)",
         file_sd=False,
     )
+    # Every setting after the name and URL by keyword: a field added among them never
+    # shifts the meaning of a positional argument.
+    _: KW_ONLY
     engine: str = _configured(
         "auto",
         parse=_engine,

@@ -986,3 +986,11 @@ def test_the_staleness_default_is_derived_once_from_the_hold_and_the_interval():
     assert staleness(defaults.hold_seconds, defaults.interval_seconds) == 60.0
     # A short hold at a slow interval: two intervals
     assert stale_seconds(Settings(targets=(), hold_seconds=10, interval_seconds=15)) == 30.0
+
+
+def test_a_target_takes_its_settings_by_keyword_only() -> None:
+    # A field added among the settings can never shift a positional argument's meaning.
+    with pytest.raises(TypeError, match="positional"):
+        Target("llm", "http://127.0.0.1:8000/metrics", "vllm", 8.0)  # type: ignore[misc]
+    target = Target("llm", "http://127.0.0.1:8000/metrics", engine="vllm", cap=8.0)
+    assert (target.name, target.engine, target.cap) == ("llm", "vllm", 8.0)
