@@ -70,9 +70,9 @@ TOKEN_BUDGET_BOUND_RULE = f"{LEVEL}:vllm_token_budget_bound:bool"
 DEFERRED = f"{LEVEL}:vllm_num_requests_waiting_deferred:sum"
 # 1 for the limit that binds the batch, by `limit` (exporter/core/limits.py's rule).
 BINDING_LIMIT = f"{LEVEL}:vllm_binding_limit:bool"
-# The SLO, by `histogram` and `window` (a standard window's name, or the exporter's
-# window as `config["window"]` spells it): each budget edge's requests (`edge`), those
-# within the budget, all requests, attainment, burn rate; the error budget left.
+# The SLO, by `histogram` and `window` (a standard window's name; none: the exporter's
+# window, `config["window"]`): each budget edge's requests (`edge`), those within the
+# budget, all requests, attainment, burn rate; the error budget left.
 SLO_BUCKET = f"{LEVEL}:vllm_slo_budget_bucket:rate"
 SLO_WITHIN = f"{LEVEL}:vllm_slo_within_budget:rate"
 SLO_REQUESTS = f"{LEVEL}:vllm_slo_requests:rate"
@@ -243,12 +243,14 @@ def slo_recording_rules(config: Mapping) -> list[dict]:
     computes the same). The exporter's window and the 5-minute window are rates of the
     buckets; 30m, 1h, 6h and 3d are averages of the 5-minute rates over them."""
     by, windows = _by(config), slo_windows(config)
-    measured = {config["window"]: config["window"], SLO_BASE_WINDOW: windows[SLO_BASE_WINDOW]}
+    # The exporter's window carries no `window` label: a dashboard selects it as
+    # `window=""`, whatever its length.
+    measured = ((config["window"], {}), (windows[SLO_BASE_WINDOW], {"window": SLO_BASE_WINDOW}))
     rules = []
-    for name, window in measured.items():
+    for window, labels in measured:
         rules += [
-            _record(SLO_BUCKET, _slo_bucket_rate(config, window), {"window": name}),
-            _record(SLO_REQUESTS, _slo_requests(config, window), {"window": name}),
+            _record(SLO_BUCKET, _slo_bucket_rate(config, window), labels),
+            _record(SLO_REQUESTS, _slo_requests(config, window), labels),
         ]
     # Within the budget only where every edge it needs was found: a bucket missing from
     # the engine's layout would leave a part of the interpolation out.
@@ -275,7 +277,7 @@ def slo_recording_rules(config: Mapping) -> list[dict]:
         _record(SLO_ATTAINMENT, f"{SLO_WITHIN} / {SLO_REQUESTS}"),
         _record(
             SLO_BURN_RATE,
-            f'(1 - {SLO_ATTAINMENT}{{window!="{config["window"]}"}})\n/ {allowed}',
+            f'(1 - {SLO_ATTAINMENT}{{window!=""}})\n/ {allowed}',
         ),
         _record(
             SLO_ERROR_BUDGET,
@@ -535,7 +537,7 @@ def _exporter_burning(speed: str, config: Mapping) -> str:
     return f"max by (target) (\n{burn}\nand ignoring (window, speed) {burning} == 1\n)"
 
 
-def _vllm_burning(speed: str, config: Mapping) -> str:
+def vllm_burning(speed: str, config: Mapping) -> str:
     """An engine both of whose windows of a pair of `speed` burn over the pair's factor,
     at the long window's burn rate."""
     on = f"on ({_by(config)}, histogram)"
@@ -586,7 +588,7 @@ def vllm_alerts(config: Mapping, holds: Mapping[str, float] | None = None) -> di
         ),
         _alert(TARGET_DOWN, 'max by (target) (up{target!=""}) == 0', config, holds),
         *(
-            _alert(spec, _vllm_burning(speed, config), config, holds)
+            _alert(spec, vllm_burning(speed, config), config, holds)
             for spec, speed in ((SLO_BURN_FAST, "fast"), (SLO_BURN_SLOW, "slow"))
         ),
     ]
