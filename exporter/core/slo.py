@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import bisect
 import math
-from collections import deque
+from array import array
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -246,9 +246,38 @@ class Totals(NamedTuple):
         return Totals(*(a - b for a, b in zip(self, older, strict=True)))
 
 
-class _Checkpoint(NamedTuple):
-    t: float
-    totals: Totals
+# A window's checkpoints are kept flat in one array of doubles, STRIDE a checkpoint:
+# (t, *Totals), 40 bytes, with no object per number.
+STRIDE = 1 + len(Totals._fields)
+
+
+class _Checkpoints:
+    """One window's checkpoints, oldest first, in a flat array of doubles."""
+
+    __slots__ = ("values",)
+
+    def __init__(self) -> None:
+        self.values = array("d")
+
+    def __len__(self) -> int:
+        return len(self.values) // STRIDE
+
+    def t(self, index: int) -> float:
+        return self.values[index * STRIDE]
+
+    def totals(self, index: int) -> Totals:
+        start = index * STRIDE + 1
+        return Totals(*self.values[start : start + STRIDE - 1])
+
+    def append(self, t: float, totals: Totals) -> None:
+        self.values.append(t)
+        self.values.extend(totals)
+
+    def drop_oldest(self) -> None:
+        del self.values[:STRIDE]
+
+    def clear(self) -> None:
+        del self.values[:]
 
 
 ZERO = Totals(0.0, 0.0, 0.0, 0.0)
@@ -265,7 +294,7 @@ class SloHistory:
     promises.
 
     Memory: per window (each of `windows`, seconds), at most RESOLUTION + 2 checkpoints
-    of five numbers, kept at least window / RESOLUTION apart; the oldest is the newest at
+    of five numbers (40 bytes), kept at least window / RESOLUTION apart; the oldest is the newest at
     or before the window's start, so the span `increase` reads is between the window and
     1/RESOLUTION of it longer (shorter while the history is younger than the window).
     The five burn windows and a compliance period: at most 6 x 32 = 192 checkpoints a
@@ -273,7 +302,7 @@ class SloHistory:
     """
 
     def __init__(self, windows: Iterable[float]) -> None:
-        self._tiers: dict[float, deque[_Checkpoint]] = {w: deque() for w in sorted(set(windows))}
+        self._tiers = {w: _Checkpoints() for w in sorted(set(windows))}
         self._start(None)
 
     def _start(self, budget: float | None) -> None:
@@ -326,10 +355,10 @@ class SloHistory:
             )
         self.updated_at = t
         for seconds, points in self._tiers.items():
-            if not points or t - points[-1].t >= seconds / RESOLUTION:
-                points.append(_Checkpoint(t, self.totals))
-            while len(points) >= 2 and points[1].t <= t - seconds:
-                points.popleft()
+            if not points or t - points.t(len(points) - 1) >= seconds / RESOLUTION:
+                points.append(t, self.totals)
+            while len(points) >= 2 and points.t(1) <= t - seconds:
+                points.drop_oldest()
 
     def increase(self, seconds: float) -> tuple[Totals, float] | None:
         """What was counted over the last `seconds` (one of the history's windows) up to
@@ -337,8 +366,7 @@ class SloHistory:
         points = self._tiers[seconds]
         if not points or self.updated_at is None:
             return None
-        base = points[0]
-        return self.totals.minus(base.totals), self.updated_at - base.t
+        return self.totals.minus(points.totals(0)), self.updated_at - points.t(0)
 
     def covers(self, seconds: float) -> bool:
         """Whether the history reaches back `seconds` from its newest scrape."""

@@ -171,3 +171,12 @@ def test_quick_shortcuts_bench_measures_each_shortcut_with_and_without(tmp_path:
     # the markdown renders: a row per shortcut
     assert f"## Each shortcut, with and without ({numbers['targets']} targets)" in text
     assert len([line for line in text.splitlines() if line.startswith("| (")]) == 7
+
+
+def test_quick_slo_bench_reports_the_history_bound_and_equal_signals(tmp_path: Path) -> None:
+    report, numbers = quick_run("slo", tmp_path)
+    memory = numbers["memory"]
+    assert 0 < memory["most_checkpoints"] <= memory["bound"] == 192
+    assert memory["bytes"] > 0
+    assert_checked([numbers["ingest"]], 20)
+    assert "## SLO: what an objective costs" in report
