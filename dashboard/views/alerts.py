@@ -21,21 +21,21 @@ from exporter.core.signals import SignalSettings
 
 DEFAULTS = SignalSettings()
 PROMETHEUS_RANGES = {"1 h": 3600, "6 h": 6 * 3600, "24 h": 86400, "7 d": 7 * 86400}
-EPISODE_COLUMNS = {
+# The columns every episode table has: where, when, how long.
+WHEN_COLUMNS = {
     "target": st.column_config.TextColumn("target"),
     "start": st.column_config.DatetimeColumn("start (UTC)", format="YYYY-MM-DD HH:mm:ss"),
     "end": st.column_config.DatetimeColumn("end (UTC)", format="YYYY-MM-DD HH:mm:ss"),
     "ongoing": st.column_config.CheckboxColumn("ongoing"),
     "duration_seconds": st.column_config.NumberColumn("duration (s)", format="%.0f"),
+}
+EPISODE_COLUMNS = {
+    **WHEN_COLUMNS,
     "peak_utilization": st.column_config.NumberColumn("peak budget used", format="percent"),
 }
 BURN_COLUMNS = {
-    "target": st.column_config.TextColumn("target"),
+    **WHEN_COLUMNS,
     "alert": st.column_config.TextColumn("alert"),
-    "start": st.column_config.DatetimeColumn("start (UTC)", format="YYYY-MM-DD HH:mm:ss"),
-    "end": st.column_config.DatetimeColumn("end (UTC)", format="YYYY-MM-DD HH:mm:ss"),
-    "ongoing": st.column_config.CheckboxColumn("ongoing"),
-    "duration_seconds": st.column_config.NumberColumn("duration (s)", format="%.0f"),
     "lowest": st.column_config.NumberColumn("lowest attainment", format="percent"),
 }
 
