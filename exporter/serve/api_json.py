@@ -197,8 +197,10 @@ def advice_response(generated_at: float, targets: Iterable[TargetSignals]) -> di
 # nothing the collector tracks. Rows become the API's points (dicts) only when read.
 #
 # A point's numbers, in the order of the point's keys; None is packed as NaN, which the
-# JSON says as null either way. The flags (POINT_FLAGS) are packed as 0 or 1.
-POINT_NUMBERS = (
+# JSON says as null either way. The flags (POINT_FLAGS) are packed as 0 or 1. The first
+# (FIELD_NUMBERS) are SeriesSignals fields of the same name; the rest (DERIVED_NUMBERS)
+# are read out of the series' estimate and SLO objects.
+FIELD_NUMBERS = (
     "running",
     "waiting",
     "cap",
@@ -214,11 +216,9 @@ POINT_NUMBERS = (
     "budget_saturated_seconds",
     "throughput_gain",
     "padding_waste",
-    "static_utilization",
-    "slo_attainment",
-    "slo_burning_fast",
-    "slo_burning_slow",
 )
+DERIVED_NUMBERS = ("static_utilization", "slo_attainment", "slo_burning_fast", "slo_burning_slow")
+POINT_NUMBERS = (*FIELD_NUMBERS, *DERIVED_NUMBERS)
 _PACKED_NUMBERS = struct.Struct(f"<{len(POINT_NUMBERS)}d")
 # The point's flags, packed as 0 or 1.
 POINT_FLAGS = ("budget_saturated", "slo_burning_fast", "slo_burning_slow")
@@ -236,7 +236,7 @@ HistoryRow = tuple[
 def _series_row(series: SeriesSignals) -> SeriesRow:
     static, attained, slo = series.static_utilization, series.slo_attainment, series.slo
     burning = slo.burning if slo is not None else ()
-    numbers = [getattr(series, name) for name in POINT_NUMBERS[:-4]]
+    numbers = [getattr(series, name) for name in FIELD_NUMBERS]
     numbers += [
         static.estimate if static is not None else None,
         attained.share.estimate if attained is not None else None,
