@@ -11,16 +11,22 @@ import pandas as pd
 
 
 @dataclass(frozen=True, slots=True)
-class Episode:
-    """One stretch of sustained budget saturation; `end` is None while it lasts."""
+class Stretch:
+    """A stretch of one target's history; `end` is None while it lasts."""
 
     target: str
     start: float
     end: float | None
-    peak_utilization: float | None
 
     def seconds(self, now: float) -> float:
         return (now if self.end is None else self.end) - self.start
+
+
+@dataclass(frozen=True, slots=True)
+class Episode(Stretch):
+    """One stretch of sustained budget saturation, with its peak utilisation."""
+
+    peak_utilization: float | None
 
 
 def _known(value: object) -> float | None:
@@ -119,18 +125,12 @@ def episodes_frame(episodes: list[Episode], now: float) -> pd.DataFrame:
 
 
 @dataclass(frozen=True, slots=True)
-class BurnEpisode:
+class BurnEpisode(Stretch):
     """One stretch of an SLO burn alert's condition (`speed`: fast pages, slow opens a
-    ticket); `end` is None while it lasts; the lowest attainment the window had in it."""
+    ticket), with the lowest attainment the window had in it."""
 
-    target: str
     speed: str
-    start: float
-    end: float | None
     lowest_attainment: float | None
-
-    def seconds(self, now: float) -> float:
-        return (now if self.end is None else self.end) - self.start
 
 
 BURN_SPEEDS = ("fast", "slow")
@@ -159,9 +159,9 @@ def burn_episodes(frame: pd.DataFrame, target: str = "") -> list[BurnEpisode]:
             episodes.append(
                 BurnEpisode(
                     target,
-                    speed,
                     float(times[first]),
                     None if end is None else float(times[end]),
+                    speed,
                     min(known) if known else None,
                 )
             )

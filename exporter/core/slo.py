@@ -294,9 +294,10 @@ class SloHistory:
     promises.
 
     Memory: per window (each of `windows`, seconds), at most RESOLUTION + 2 checkpoints
-    of five numbers (40 bytes), kept at least window / RESOLUTION apart; the oldest is the newest at
-    or before the window's start, so the span `increase` reads is between the window and
-    1/RESOLUTION of it longer (shorter while the history is younger than the window).
+    of five numbers (40 bytes), kept at least window / RESOLUTION apart; the oldest is
+    the newest at or before the window's start, so the span `increase` reads is between
+    the window and 1/RESOLUTION of it longer (shorter while the history is younger than
+    the window).
     The five burn windows and a compliance period: at most 6 x 32 = 192 checkpoints a
     series, whatever the scrape interval and however long it runs.
     """
