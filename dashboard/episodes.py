@@ -1,24 +1,32 @@
-"""Saturation episodes (start, end, peak utilisation) from a history of evaluations."""
+"""Episodes from a history of evaluations: budget saturation (start, end, peak
+utilisation) and SLO burn (start, end, speed, lowest attainment)."""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import pandas as pd
 
 
 @dataclass(frozen=True, slots=True)
-class Episode:
-    """One stretch of sustained budget saturation; `end` is None while it lasts."""
+class Stretch:
+    """A stretch of one target's history; `end` is None while it lasts."""
 
     target: str
     start: float
     end: float | None
-    peak_utilization: float | None
 
     def seconds(self, now: float) -> float:
         return (now if self.end is None else self.end) - self.start
+
+
+@dataclass(frozen=True, slots=True)
+class Episode(Stretch):
+    """One stretch of sustained budget saturation, with its peak utilisation."""
+
+    peak_utilization: float | None
 
 
 def _known(value: object) -> float | None:
@@ -46,17 +54,26 @@ def saturation_episodes(frame: pd.DataFrame, target: str = "") -> list[Episode]:
         if "budget_saturated_seconds" in ordered.columns
         else None
     )
-    episodes = []
-    start_index: int | None = None
-    for i, flag in enumerate(saturated):
-        if flag and start_index is None:
-            start_index = i
-        elif not flag and start_index is not None:
-            episodes.append(_episode(target, times, utilization, above, start_index, i))
-            start_index = None
-    if start_index is not None:
-        episodes.append(_episode(target, times, utilization, above, start_index, None))
-    return episodes
+    return [
+        _episode(target, times, utilization, above, first, end)
+        for first, end in _stretches(saturated)
+    ]
+
+
+def _stretches(flags) -> list[tuple[int, int | None]]:
+    """(first index flagged, first index after it not flagged, None while it lasts) of each
+    run of flagged evaluations, in order."""
+    found = []
+    start: int | None = None
+    for i, flag in enumerate(flags):
+        if flag and start is None:
+            start = i
+        elif not flag and start is not None:
+            found.append((start, i))
+            start = None
+    if start is not None:
+        found.append((start, None))
+    return found
 
 
 def _episode(target, times, utilization, above, first: int, end: int | None) -> Episode:
@@ -74,11 +91,17 @@ def _episode(target, times, utilization, above, first: int, end: int | None) -> 
 
 
 def fleet_episodes(history: pd.DataFrame) -> list[Episode]:
-    """Every target's episodes from a long frame with a `target` column, latest first."""
+    """Every target's saturation episodes from a long frame with a `target` column, latest
+    first."""
+    return _across_fleet(history, saturation_episodes)
+
+
+def _across_fleet(history: pd.DataFrame, episodes_of: Callable[[pd.DataFrame, str], list]) -> list:
+    """`episodes_of` each target's frame of a long history, latest first."""
     found = [
         episode
         for name, frame in history.groupby("target", sort=True)
-        for episode in saturation_episodes(frame, str(name))
+        for episode in episodes_of(frame, str(name))
     ]
     return sorted(found, key=lambda e: e.start, reverse=True)
 
@@ -98,4 +121,75 @@ def episodes_frame(episodes: list[Episode], now: float) -> pd.DataFrame:
             for e in episodes
         ],
         columns=["target", "start", "end", "ongoing", "duration_seconds", "peak_utilization"],
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class BurnEpisode(Stretch):
+    """One stretch of an SLO burn alert's condition (`speed`: fast pages, slow opens a
+    ticket), with the lowest attainment the window had in it."""
+
+    speed: str
+    lowest_attainment: float | None
+
+
+BURN_SPEEDS = ("fast", "slow")
+
+
+def burn_episodes(frame: pd.DataFrame, target: str = "") -> list[BurnEpisode]:
+    """The SLO burn episodes of each speed in one target's history (columns t,
+    slo_burning_fast, slo_burning_slow, slo_attainment): from the first evaluation
+    flagged burning to the first that is not. None in a history from before the SLO
+    signals (or of a target without an objective)."""
+    if frame.empty or "slo_burning_fast" not in frame.columns:
+        return []
+    ordered = frame.sort_values("t")
+    times = ordered["t"].to_numpy(dtype="float64")
+    attainment = (
+        ordered["slo_attainment"].to_numpy(dtype="float64", na_value=math.nan)
+        if "slo_attainment" in ordered.columns
+        else None
+    )
+    episodes = []
+    for speed in BURN_SPEEDS:
+        burning = ordered[f"slo_burning_{speed}"].eq(True).to_numpy()
+        for first, end in _stretches(burning):
+            span = attainment[first:end] if attainment is not None else []
+            known = [float(a) for a in span if math.isfinite(a)]
+            episodes.append(
+                BurnEpisode(
+                    target,
+                    float(times[first]),
+                    None if end is None else float(times[end]),
+                    speed,
+                    min(known) if known else None,
+                )
+            )
+    return sorted(episodes, key=lambda e: e.start)
+
+
+def fleet_burn_episodes(history: pd.DataFrame) -> list[BurnEpisode]:
+    """Every target's burn episodes from a long frame with a `target` column, latest first."""
+    return _across_fleet(history, burn_episodes)
+
+
+def burn_episodes_frame(episodes: list[BurnEpisode], now: float) -> pd.DataFrame:
+    """The burn episodes as the Alerts table shows them."""
+    columns = ["target", "alert", "start", "end", "ongoing", "duration_seconds", "lowest"]
+    return pd.DataFrame(
+        [
+            {
+                "target": e.target,
+                "alert": "BatchingSLOBurnFast (page)"
+                if e.speed == "fast"
+                else "BatchingSLOBurnSlow (ticket)",
+                "start": pd.Timestamp(e.start, unit="s", tz="UTC"),
+                "end": pd.NaT if e.end is None else pd.Timestamp(e.end, unit="s", tz="UTC"),
+                "ongoing": e.end is None,
+                "duration_seconds": e.seconds(now),
+                "lowest": e.lowest_attainment,
+            }
+            for e in episodes
+        ],
+        columns=columns,
     )

@@ -45,6 +45,9 @@ HISTORY_COLUMNS = (
     "budget_saturated",
     "throughput_gain",
     "static_utilization",
+    "slo_attainment",
+    "slo_burning_fast",
+    "slo_burning_slow",
     "diagnosis",
 )
 

@@ -17,8 +17,12 @@ FIELDS = {name: attribute for name, _, attribute in SERIES_GAUGES} | {
     "batchscope_budget_saturated": "budget_saturated",
 }
 STATIC = "batchscope_static_utilization_ratio"
+ATTAINMENT = "batchscope_slo_attainment_ratio"
+BURNING = "batchscope_slo_burning"
 DIAGNOSIS = "batchscope_diagnosis"
 BOOLEAN_FIELDS = ("up", "budget_saturated")
+# Gauges with a `bound` label whose estimate is the history field.
+ESTIMATES = {STATIC: "static_utilization", ATTAINMENT: "slo_attainment"}
 
 
 def _quote(text: str) -> str:
@@ -27,7 +31,7 @@ def _quote(text: str) -> str:
 
 def history_query(target: str) -> str:
     """The PromQL selector for every history field of one target."""
-    names = "|".join(re.escape(n) for n in (*FIELDS, STATIC, DIAGNOSIS))
+    names = "|".join(re.escape(n) for n in (*FIELDS, *ESTIMATES, BURNING, DIAGNOSIS))
     return f'{{__name__=~"{names}",target="{_quote(target)}"}}'
 
 
@@ -43,7 +47,7 @@ def points_from_matrix(result: list[dict]) -> list[dict]:
         name = labels.get("__name__", "")
         if not _is_total(labels):
             continue
-        if name == STATIC and labels.get("bound") != "estimate":
+        if name in ESTIMATES and labels.get("bound") != "estimate":
             continue
         for t, text in series.get("values", []):
             point = points.setdefault(float(t), {"t": float(t)})
@@ -51,8 +55,10 @@ def points_from_matrix(result: list[dict]) -> list[dict]:
             if name == DIAGNOSIS:
                 if value == 1.0:
                     point["diagnosis"] = labels.get("state")
-            elif name == STATIC:
-                point["static_utilization"] = value
+            elif name == BURNING:
+                point[f"slo_burning_{labels.get('speed')}"] = value == 1.0
+            elif name in ESTIMATES:
+                point[ESTIMATES[name]] = value
             elif name in FIELDS:
                 field = FIELDS[name]
                 point[field] = value == 1.0 if field in BOOLEAN_FIELDS else value

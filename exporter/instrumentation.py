@@ -58,7 +58,12 @@ LATENCY_BUCKETS = (
 
 
 class BatcherMetrics:
-    """The metrics of one batcher, registered in `registry` (the default one unless given)."""
+    """The metrics of one batcher, registered in `registry` (the default one unless given).
+
+    `latency_buckets`: the upper bounds of the request latency and queue wait histograms
+    (LATENCY_BUCKETS by default). A bucket edge at the latency budget makes the exporter's
+    SLO attainment exact rather than bounded between the edges around it.
+    """
 
     def __init__(
         self,
@@ -68,6 +73,7 @@ class BatcherMetrics:
         max_wait_seconds: float | None = None,
         latency_budget_seconds: float | None = None,
         registry: CollectorRegistry = REGISTRY,
+        latency_buckets: tuple[float, ...] = LATENCY_BUCKETS,
     ) -> None:
         self.batcher = batcher
         label = ["batcher"]
@@ -85,14 +91,14 @@ class BatcherMetrics:
             QUEUE_WAIT,
             "Time a request waited in the queue before its batch fired.",
             label,
-            buckets=LATENCY_BUCKETS,
+            buckets=latency_buckets,
             registry=registry,
         )
         self._latency = Histogram(
             REQUEST_LATENCY,
             "Time from a request's arrival to its answer (queue wait plus execution).",
             label,
-            buckets=LATENCY_BUCKETS,
+            buckets=latency_buckets,
             registry=registry,
         )
         self._execution = Histogram(

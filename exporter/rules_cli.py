@@ -1,4 +1,4 @@
-"""`batchscope-rules`: the per-target cap and budget as Prometheus recording rules."""
+"""`batchscope-rules`: the per-target cap, budgets and SLO as Prometheus recording rules."""
 
 from __future__ import annotations
 
@@ -23,7 +23,8 @@ vLLM with a `target` label equal to the target's name in fleet.yaml
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="batchscope-rules",
-        description="Write each target's cap (--max-num-seqs) and latency budget from the "
+        description="Write each target's cap (--max-num-seqs), token and latency budgets and "
+        "SLO objective (with the latency histogram's bucket edges around the budget) from the "
         "exporter's config file as Prometheus recording rules.",
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,

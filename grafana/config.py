@@ -28,6 +28,10 @@ CONFIG = {
     "stall_rate": _SIGNALS.stall_rate,
     # An exporter scrape slower than this is slow (half the default interval).
     "slow_scrape_seconds": SLOW_SCRAPE_SECONDS,
+    # The SLO burn-rate windows' scale (1: the standard 1h/5m, 6h/30m, 3d/6h) and the
+    # compliance period the error budget is counted over, as the exporter's settings.
+    "slo_window_scale": _EXPORTER.slo_window_scale,
+    "slo_period_days": _EXPORTER.slo_period_days,
     # Labels that tell one vLLM engine from another inside a target.
     "instance_labels": ("target", "model_name", "engine"),
     # The exporter's series labels (every engine adapter's keys); none of them: the total.

@@ -7,6 +7,12 @@ Two paths raise the same alerts (exporter/alerts/specs.py):
   target's cap and budget from `batchscope-rules --config fleet.yaml`.
 Every vLLM rule keeps target, model_name and engine: one saturated engine never hides
 among idle ones.
+
+The SLO rules record, for the targets held to an objective only (their constants come
+with it), the requests within the budget and in all over the exporter's window and the
+5-minute window from the latency histogram's buckets, the longer windows as averages of
+the 5-minute rates (a rate over three days of every bucket would cost Prometheus that
+much), then attainment, burn rates and the error budget left over the compliance period.
 """
 
 from __future__ import annotations
@@ -17,6 +23,9 @@ from exporter.alerts.fleet_rules import (
     BUDGET_RULE,
     CAP_RULE,
     RECORDED_QUANTILES,
+    SLO_BUCKET_RULE,
+    SLO_EDGES_RULE,
+    SLO_OBJECTIVE_RULE,
     TOKEN_BUDGET_RULE,
     quantile_label,
 )
@@ -26,6 +35,8 @@ from exporter.alerts.specs import (
     MEMORY_BOUND,
     PREEMPTIONS_CLIMBING,
     SCRAPES_SLOW,
+    SLO_BURN_FAST,
+    SLO_BURN_SLOW,
     STALLED,
     TARGET_DOWN,
     TOKEN_BUDGET_BOUND,
@@ -33,7 +44,8 @@ from exporter.alerts.specs import (
     AlertWords,
 )
 from exporter.core.limits import DEFERRED_SHARE
-from exporter.engines.vllm import LATENCY_FAMILIES
+from exporter.core.slo import DAY_SECONDS, WINDOW_PAIRS, WINDOWS, window_seconds
+from exporter.engines.vllm import LATENCY_FAMILIES, TOKEN_LATENCY_KINDS
 
 LEVEL = "target_model_engine"
 
@@ -58,6 +70,17 @@ TOKEN_BUDGET_BOUND_RULE = f"{LEVEL}:vllm_token_budget_bound:bool"
 DEFERRED = f"{LEVEL}:vllm_num_requests_waiting_deferred:sum"
 # 1 for the limit that binds the batch, by `limit` (exporter/core/limits.py's rule).
 BINDING_LIMIT = f"{LEVEL}:vllm_binding_limit:bool"
+# The SLO, by `histogram` and `window` (a standard window's name; none: the exporter's
+# window, `config["window"]`): each budget edge's requests (`edge`), those within the
+# budget, all requests, attainment, burn rate; the error budget left.
+SLO_BUCKET = f"{LEVEL}:vllm_slo_budget_bucket:rate"
+SLO_WITHIN = f"{LEVEL}:vllm_slo_within_budget:rate"
+SLO_REQUESTS = f"{LEVEL}:vllm_slo_requests:rate"
+SLO_ATTAINMENT = f"{LEVEL}:vllm_slo_attainment:ratio"
+SLO_BURN_RATE = f"{LEVEL}:vllm_slo_burn_rate:ratio"
+SLO_ERROR_BUDGET = f"{LEVEL}:vllm_slo_error_budget_remaining:ratio"
+# The standard window the others are averaged from.
+SLO_BASE_WINDOW = "5m"
 
 # Both vLLM generations: V0 counted swapped requests apart, 0.9 renamed the KV gauge.
 WAITING_NAMES = ("vllm:num_requests_waiting", "vllm:num_requests_swapped")
@@ -69,7 +92,10 @@ def _by(config: Mapping) -> str:
 
 
 def _seconds(duration: float) -> str:
-    return f"{duration:g}s"
+    """A duration as PromQL writes one: whole seconds, else whole milliseconds."""
+    if float(duration).is_integer():
+        return f"{int(duration)}s"
+    return f"{round(duration * 1000)}ms"
 
 
 def vllm_recording_rules(config: Mapping) -> dict:
@@ -115,12 +141,19 @@ def vllm_recording_rules(config: Mapping) -> dict:
         ),
     ]
     for histogram, family in LATENCY_FAMILIES.items():
+        # Per-token latencies only for the targets that judge them: every other target's
+        # recorded series stay as they were before the kinds were read.
+        judged = (
+            f'\nand on (target) {BUDGET_RULE}{{histogram="{histogram}"}}'
+            if histogram in TOKEN_LATENCY_KINDS
+            else ""
+        )
         for quantile in RECORDED_QUANTILES:
             rules.append(
                 _record(
                     LATENCY,
                     f"histogram_quantile({quantile:g}, sum by (le, {by}) "
-                    f"(rate({family}_bucket{{{scraped}}}[{window}])))",
+                    f"(rate({family}_bucket{{{scraped}}}[{window}])))" + judged,
                     {"quantile": quantile_label(quantile), "histogram": histogram},
                 )
             )
@@ -157,7 +190,103 @@ def vllm_recording_rules(config: Mapping) -> dict:
         ),
     ]
     rules += binding_limit_rules(config)
-    return {"groups": [{"name": "batchscope-vllm-signals", "rules": rules}]}
+    return {
+        "groups": [
+            {"name": "batchscope-vllm-signals", "rules": rules},
+            {"name": "batchscope-vllm-slo", "rules": slo_recording_rules(config)},
+        ]
+    }
+
+
+def _per_histogram(expr_of: dict[str, str]) -> str:
+    """One expression per latency histogram (each labelled `histogram`), as a union."""
+    return "\nor ".join(expr_of.values())
+
+
+def _slo_bucket_rate(config: Mapping, window: str) -> str:
+    """The requests per second at or below each budget edge of each SLO target (weighted,
+    by `edge`): its histogram's buckets joined on the edges `batchscope-rules` wrote."""
+    by = _by(config)
+    return _per_histogram(
+        {
+            histogram: f"sum by ({by}, histogram, edge) (\n"
+            f'  rate({family}_bucket{{target!=""}}[{window}])\n'
+            f"  * on (target, le) group_left (histogram, edge) "
+            f'{SLO_BUCKET_RULE}{{histogram="{histogram}"}}\n)'
+            for histogram, family in LATENCY_FAMILIES.items()
+        }
+    )
+
+
+def _slo_requests(config: Mapping, window: str) -> str:
+    """The requests per second of each SLO target's histogram (its count)."""
+    by = _by(config)
+    return _per_histogram(
+        {
+            histogram: f'sum by ({by}) (rate({family}_count{{target!=""}}[{window}]))\n'
+            f"* on (target) group_left (histogram) "
+            f'({SLO_EDGES_RULE}{{histogram="{histogram}"}} > bool 0)'
+            for histogram, family in LATENCY_FAMILIES.items()
+        }
+    )
+
+
+def slo_windows(config: Mapping) -> dict[str, str]:
+    """Each standard window's name and its range as the rules write it (scaled by
+    `slo_window_scale`)."""
+    return {name: _seconds(window_seconds(name, config["slo_window_scale"])) for name in WINDOWS}
+
+
+def slo_recording_rules(config: Mapping) -> list[dict]:
+    """Attainment, goodput, burn rates and error budget from vLLM's latency histograms,
+    for the targets `batchscope-rules` wrote SLO constants for (exporter/core/slo.py
+    computes the same). The exporter's window and the 5-minute window are rates of the
+    buckets; 30m, 1h, 6h and 3d are averages of the 5-minute rates over them."""
+    by, windows = _by(config), slo_windows(config)
+    # The exporter's window carries no `window` label: a dashboard selects it as
+    # `window=""`, whatever its length.
+    measured = ((config["window"], {}), (windows[SLO_BASE_WINDOW], {"window": SLO_BASE_WINDOW}))
+    rules = []
+    for window, labels in measured:
+        rules += [
+            _record(SLO_BUCKET, _slo_bucket_rate(config, window), labels),
+            _record(SLO_REQUESTS, _slo_requests(config, window), labels),
+        ]
+    # Within the budget only where every edge it needs was found: a bucket missing from
+    # the engine's layout would leave a part of the interpolation out.
+    rules.append(
+        _record(
+            SLO_WITHIN,
+            f"sum without (edge) ({SLO_BUCKET})\n"
+            f"and on ({by}, histogram, window)\n"
+            f"(count without (edge) ({SLO_BUCKET})\n"
+            f" == on (target, histogram) group_left () {SLO_EDGES_RULE})",
+        )
+    )
+    base = f'{{window="{SLO_BASE_WINDOW}"}}'
+    for name, window in windows.items():
+        if name == SLO_BASE_WINDOW:
+            continue
+        rules += [
+            _record(series, f"avg_over_time({series}{base}[{window}])", {"window": name})
+            for series in (SLO_WITHIN, SLO_REQUESTS)
+        ]
+    allowed = f"on (target, histogram) group_left () (1 - {SLO_OBJECTIVE_RULE})"
+    period = _seconds(config["slo_period_days"] * DAY_SECONDS)
+    rules += [
+        _record(SLO_ATTAINMENT, f"{SLO_WITHIN} / {SLO_REQUESTS}"),
+        _record(
+            SLO_BURN_RATE,
+            f'(1 - {SLO_ATTAINMENT}{{window!=""}})\n/ {allowed}',
+        ),
+        _record(
+            SLO_ERROR_BUDGET,
+            f"1 - (\n1 - sum without (window) (sum_over_time({SLO_WITHIN}{base}[{period}]))\n"
+            f"/ sum without (window) (sum_over_time({SLO_REQUESTS}{base}[{period}]))\n"
+            f") / {allowed}",
+        ),
+    ]
+    return rules
 
 
 def binding_limit_rules(config: Mapping) -> list[dict]:
@@ -388,8 +517,37 @@ def exporter_alerts(config: Mapping, holds: Mapping[str, float] | None = None) -
             config,
             holds,
         ),
+        *(
+            _alert(spec, _exporter_burning(speed, config), config, holds)
+            for spec, speed in ((SLO_BURN_FAST, "fast"), (SLO_BURN_SLOW, "slow"))
+        ),
     ]
     return {"groups": [{"name": "batchscope-exporter-alerts", "rules": rules}]}
+
+
+def _long_windows(speed: str) -> str:
+    return "|".join(p.long for p in WINDOW_PAIRS if p.speed == speed)
+
+
+def _exporter_burning(speed: str, config: Mapping) -> str:
+    """A target any of whose series (or its total) the exporter found burning at `speed`
+    (`batchscope_slo_burning`), at the highest burn rate over that speed's long windows."""
+    burn = latest(f'batchscope_slo_burn_rate_ratio{{window=~"{_long_windows(speed)}"}}', config)
+    burning = latest(f'batchscope_slo_burning{{speed="{speed}"}}', config)
+    return f"max by (target) (\n{burn}\nand ignoring (window, speed) {burning} == 1\n)"
+
+
+def vllm_burning(speed: str, config: Mapping) -> str:
+    """An engine both of whose windows of a pair of `speed` burn over the pair's factor,
+    at the long window's burn rate."""
+    on = f"on ({_by(config)}, histogram)"
+    pairs = [
+        f'({SLO_BURN_RATE}{{window="{p.long}"}} > {p.factor:g}\n'
+        f' and {on} {SLO_BURN_RATE}{{window="{p.short}"}} > {p.factor:g})'
+        for p in WINDOW_PAIRS
+        if p.speed == speed
+    ]
+    return "max without (window) (\n" + "\nor ".join(pairs) + "\n)"
 
 
 def vllm_alerts(config: Mapping, holds: Mapping[str, float] | None = None) -> dict:
@@ -429,5 +587,9 @@ def vllm_alerts(config: Mapping, holds: Mapping[str, float] | None = None) -> di
             holds,
         ),
         _alert(TARGET_DOWN, 'max by (target) (up{target!=""}) == 0', config, holds),
+        *(
+            _alert(spec, vllm_burning(speed, config), config, holds)
+            for spec, speed in ((SLO_BURN_FAST, "fast"), (SLO_BURN_SLOW, "slow"))
+        ),
     ]
     return {"groups": [{"name": "batchscope-vllm-alerts", "rules": rules}]}

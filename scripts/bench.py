@@ -17,7 +17,9 @@ demo server's scheduler, bench_batching.py, run as a subprocess when it is there
 `batcher` (the embedding batcher, fixed vs adaptive, seeds 000 and 001, and its
 overhead against seed 000's plain Batcher: bench_batcher.py, a subprocess; its charts
 go to `bench/` beside the report) and `advice` (the exporter's advice held against the
-demo server's truth: bench_advice.py, a subprocess; it starts demo servers); on request,
+demo server's truth: bench_advice.py, a subprocess; it starts demo servers), `slo` (what
+an SLO objective costs: one series' history after days of scrapes, and a scrape's ingest
+with and without it, bench_slo.py); on request,
 `overload` (the exporter beside a real vLLM held at five times its budget on the same
 cores: bench_overload.py, a subprocess).
 The report names the machine, the command and the date: numbers from a shared 2-core
@@ -53,6 +55,7 @@ import bench_prometheus
 import bench_render
 import bench_schedule
 import bench_shortcuts
+import bench_slo
 import bench_soak
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -86,9 +89,19 @@ BENCHMARKS = (
     "dashboard",
     "batcher",
     "advice",
+    "slo",
 )
 # The benchmarks whose numbers --json writes (their sections are rendered from them).
-WITH_NUMBERS = ("parser", "ingest", "evaluation", "render", "schedule", "shortcuts", "dashboard")
+WITH_NUMBERS = (
+    "parser",
+    "ingest",
+    "evaluation",
+    "render",
+    "schedule",
+    "shortcuts",
+    "dashboard",
+    "slo",
+)
 # Run only when named with --only: the soak takes 30 minutes (--soak-minutes); the
 # overload needs the real vLLM of the end-to-end suite (`make vllm-env`), about 5 minutes.
 ON_REQUEST = ("soak", "overload")
@@ -270,6 +283,8 @@ def main(argv: list[str] | None = None) -> int:
     if "dashboard" in selected:
         dashboard = bench_dashboard.results(bench_dashboard.run(args.quick))
         add("dashboard", dashboard, bench_dashboard.markdown)
+    if "slo" in selected:
+        add("slo", bench_slo.results(bench_slo.run(args.quick)), bench_slo.markdown)
     if "batcher" in selected:
         print("batcher: running scripts/bench_batcher.py", file=sys.stderr, flush=True)
         chart_args = ["--chart-dir", str(args.output.parent / "bench")]

@@ -250,11 +250,15 @@ def bench_ingest(sizes: Sizes) -> dict[str, dict]:
 def plain_series_point(series: SeriesSignals) -> dict:
     """One series' point as a dict, built from its signals: what `api.history_point`
     reads back from a row."""
-    static = series.static_utilization
-    numbers = {name: getattr(series, name) for name in api.POINT_NUMBERS[:-1]}
+    static, attained = series.static_utilization, series.slo_attainment
+    burning = series.slo.burning if series.slo is not None else ()
+    numbers = {name: getattr(series, name) for name in api.FIELD_NUMBERS}
     numbers["static_utilization"] = static.estimate if static is not None else None
+    numbers["slo_attainment"] = attained.share.estimate if attained is not None else None
     point = {name: None if v is None or v != v else v for name, v in numbers.items()}
     point["budget_saturated"] = bool(series.budget_saturated)
+    point["slo_burning_fast"] = "fast" in burning
+    point["slo_burning_slow"] = "slow" in burning
     point["diagnosis"] = series.diagnosis.state
     point["diagnosis_reason"] = series.diagnosis.reason
     return point

@@ -1,4 +1,5 @@
-"""Alerts: every sustained budget saturation episode per target (start, end, peak)."""
+"""Alerts: every sustained budget saturation episode per target (start, end, peak), and
+every SLO burn episode (the burn alerts' conditions: start, end, lowest attainment)."""
 
 from __future__ import annotations
 
@@ -8,20 +9,34 @@ import pandas as pd
 import streamlit as st
 
 from dashboard import charts, ui
-from dashboard.episodes import episodes_frame, fleet_episodes
+from dashboard.episodes import (
+    burn_episodes_frame,
+    episodes_frame,
+    fleet_burn_episodes,
+    fleet_episodes,
+)
 from dashboard.formatting import plain_markdown
 from dashboard.frames import fleet_history_frame, history_frame
 from exporter.core.signals import SignalSettings
 
 DEFAULTS = SignalSettings()
 PROMETHEUS_RANGES = {"1 h": 3600, "6 h": 6 * 3600, "24 h": 86400, "7 d": 7 * 86400}
-EPISODE_COLUMNS = {
+# The columns every episode table has: where, when, how long.
+WHEN_COLUMNS = {
     "target": st.column_config.TextColumn("target"),
     "start": st.column_config.DatetimeColumn("start (UTC)", format="YYYY-MM-DD HH:mm:ss"),
     "end": st.column_config.DatetimeColumn("end (UTC)", format="YYYY-MM-DD HH:mm:ss"),
     "ongoing": st.column_config.CheckboxColumn("ongoing"),
     "duration_seconds": st.column_config.NumberColumn("duration (s)", format="%.0f"),
+}
+EPISODE_COLUMNS = {
+    **WHEN_COLUMNS,
     "peak_utilization": st.column_config.NumberColumn("peak budget used", format="percent"),
+}
+BURN_COLUMNS = {
+    **WHEN_COLUMNS,
+    "alert": st.column_config.TextColumn("alert"),
+    "lowest": st.column_config.NumberColumn("lowest attainment", format="percent"),
 }
 
 
@@ -43,7 +58,8 @@ st.title("Saturation episodes")
 st.markdown(
     "Stretches where the latency budget stayed saturated (utilisation at or above the "
     "threshold for the hold time): the budget is too tight for the traffic, or the server "
-    "needs more capacity."
+    "needs more capacity. Below them, the SLO burn episodes: where the promise itself was "
+    "being broken."
 )
 page_sources = ui.sources()
 
@@ -73,6 +89,12 @@ def alerts() -> None:
         )
     if history is None:
         return
+    saturation_section(history, now)
+    burn_section(history, now)
+
+
+def saturation_section(history: pd.DataFrame, now: float) -> None:
+    """The fleet's budget over time with its saturation episodes, and their table."""
     episodes = fleet_episodes(history)
     if not history.empty:
         st.plotly_chart(
@@ -97,6 +119,37 @@ def alerts() -> None:
         column_config=EPISODE_COLUMNS,
         hide_index=True,
         width="stretch",
+    )
+
+
+def burn_section(history: pd.DataFrame, now: float) -> None:
+    """SLO burn episodes: where the latency promise was being broken (running at the
+    ceiling is the saturation above; this is requests missing the budget faster than the
+    objective allows)."""
+    st.subheader("SLO burn episodes")
+    st.caption(
+        "Stretches where the error budget burned fast enough for BatchingSLOBurnFast (a "
+        "page) or BatchingSLOBurnSlow (a ticket): more requests missed the latency budget "
+        "than the target's slo_objective allows. Targets without an objective have none."
+    )
+    episodes = fleet_burn_episodes(history)
+    for e in episodes:
+        if e.end is None:
+            since = pd.Timestamp(e.start, unit="s", tz="UTC")
+            st.error(
+                f"**{plain_markdown(e.target)}** is breaking its latency promise now "
+                f"({e.speed} burn, since {since:%H:%M:%S} UTC).",
+                icon=":material/notifications_active:",
+            )
+    if not episodes:
+        st.success("No SLO burn episode in the history.")
+        return
+    st.dataframe(
+        burn_episodes_frame(episodes, now),
+        column_config=BURN_COLUMNS,
+        hide_index=True,
+        width="stretch",
+        key="burn_episodes",
     )
 
 

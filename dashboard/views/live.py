@@ -29,6 +29,7 @@ from dashboard.frames import (
     series_points,
 )
 from dashboard.next_steps import advice_rows, checklist, limit_bars, next_step
+from dashboard.slo_panel import slo_panel
 from exporter.alerts.specs import SLOW_SCRAPE_SECONDS
 from exporter.config.settings import DEFAULT_TIMEOUT_SECONDS
 from exporter.core.signals import SignalSettings
@@ -279,6 +280,7 @@ def target_panel(sources: ui.Sources, target: dict, now: float) -> None:
     diagnosis_box(series)
     limits_box(series)
     metrics_row(series)
+    slo_panel(series)
     checklist_box(series)
     advice_box(series)
     range_name = (

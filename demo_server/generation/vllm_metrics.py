@@ -23,79 +23,15 @@ from prometheus_client.registry import Collector
 
 from demo_server.devices import Device
 from demo_server.generation.scheduler import CompletionResult, Scheduler, StepRecord
+from exporter.engines.vllm import (
+    REQUEST_LATENCY_BUCKETS,
+    TOKEN_LATENCY_BUCKETS,
+    TTFT_BUCKETS,
+)
 
 ENGINE = "0"
 FINISHED_REASONS = ("stop", "length", "abort", "error", "repetition")
 
-# vLLM 0.32's buckets (vllm/v1/metrics/loggers.py), as in the fixture payload.
-TTFT_BUCKETS = (
-    0.001,
-    0.005,
-    0.01,
-    0.02,
-    0.04,
-    0.06,
-    0.08,
-    0.1,
-    0.25,
-    0.5,
-    0.75,
-    1.0,
-    2.5,
-    5.0,
-    7.5,
-    10.0,
-    20.0,
-    40.0,
-    80.0,
-    160.0,
-    640.0,
-    2560.0,
-)
-TOKEN_LATENCY_BUCKETS = (
-    0.01,
-    0.025,
-    0.05,
-    0.075,
-    0.1,
-    0.15,
-    0.2,
-    0.3,
-    0.4,
-    0.5,
-    0.75,
-    1.0,
-    2.5,
-    5.0,
-    7.5,
-    10.0,
-    20.0,
-    40.0,
-    80.0,
-)
-REQUEST_LATENCY_BUCKETS = (
-    0.3,
-    0.5,
-    0.8,
-    1.0,
-    1.5,
-    2.0,
-    2.5,
-    5.0,
-    10.0,
-    15.0,
-    20.0,
-    30.0,
-    40.0,
-    50.0,
-    60.0,
-    120.0,
-    240.0,
-    480.0,
-    960.0,
-    1920.0,
-    7680.0,
-)
 PREEMPTION_BUCKETS = (1, 2, 3, 4, 5, 10, 20)
 
 

@@ -17,6 +17,8 @@ from exporter.alerts.specs import (
     BUDGET_SATURATED,
     MEMORY_BOUND,
     RUNBOOK_PATH,
+    SLO_BURN_FAST,
+    SLO_BURN_SLOW,
     STALLED,
     TARGET_DOWN,
     TOKEN_BUDGET_BOUND,
@@ -40,7 +42,9 @@ def conditions(signals: TargetSignals) -> list[tuple[AlertSpec, float]]:
     Over every series and the total: one saturated model (or a batcher beside an LLM,
     whose total keeps no latency) fires for its target. Sustained saturation already held
     for the exporter's hold time; memory-bound and stalled are the diagnosis (first match
-    wins); down is the scrape.
+    wins); down is the scrape; an SLO burn is both windows of a pair of its speed over the
+    pair's factor, read at the highest long-window burn rate of that speed (only for a
+    target held to an objective).
     """
     if not signals.up:
         return [(TARGET_DOWN, 0.0)]
@@ -58,6 +62,14 @@ def conditions(signals: TargetSignals) -> list[tuple[AlertSpec, float]]:
         STALLED: [
             s.generation_tokens_per_second or 0.0 for s in views if s.diagnosis.state == "stalled"
         ],
+        **{
+            spec: [
+                s.slo.speed_burn_rate(speed) or 0.0
+                for s in views
+                if s.slo is not None and speed in s.slo.burning
+            ]
+            for spec, speed in ((SLO_BURN_FAST, "fast"), (SLO_BURN_SLOW, "slow"))
+        },
     }
     return [(spec, max(values)) for spec, values in readings.items() if values]
 

@@ -5,9 +5,9 @@ delivery to Alertmanager (`--alertmanager-url`) raise the same alerts with the s
 names, labels and words, so an operator sees one alert whichever path raised it.
 
 The numbers an alert's words state (the saturation threshold and hold, the near-cap and
-KV-high levels, how long it held) are settings: `AlertWords` carries the configured
-ones into the texts, so an exporter run with `--saturation-threshold 0.9
---hold-seconds 120` posts "90%" and "2 minutes".
+KV-high levels, how long it held, the SLO burn windows and the compliance period) are
+settings: `AlertWords` carries the configured ones into the texts, so an exporter run
+with `--saturation-threshold 0.9 --hold-seconds 120` posts "90%" and "2 minutes".
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 from exporter.config.settings import Settings
 from exporter.core.signals import SignalSettings
+from exporter.core.slo import DAY_SECONDS, DEFAULT_PERIOD_DAYS, WINDOW_PAIRS, window_seconds
 
 RUNBOOK_PATH = "docs/runbook.md"
 # A scrape slower than half the default interval is slow: the target's /metrics lags,
@@ -28,7 +29,8 @@ SLOW_SCRAPE_SECONDS = Settings(targets=()).interval_seconds / 2
 class AlertSpec:
     """One alert: `summary` and `description` take `{target}`, `{value}` and the
     configured numbers of `AlertWords.fields`: `{threshold}`, `{hold}`, `{near_cap}`,
-    `{kv_high}` and `{slow_scrape}`.
+    `{kv_high}`, `{slow_scrape}`, and for the SLO burn alerts `{fast_pairs}`,
+    `{slow_pairs}`, `{period}` and `{fast_exhaustion}`.
 
     `value_format` says how `{value}` reads: percent, number or seconds. `hold_seconds`
     is the `for:` of the Prometheus rule and the exporter's own hold before it posts.
@@ -130,6 +132,30 @@ SCRAPES_SLOW = AlertSpec(
     "seconds",
 )
 
+# The two burn alerts hold nothing: the long window of each pair is their hold, the
+# short one ends them as soon as the burn stops (the SRE workbook's multiwindow alerts).
+SLO_BURN_FAST = AlertSpec(
+    "BatchingSLOBurnFast",
+    "critical",
+    0.0,
+    "{target}: the latency promise is being broken, its error budget burns fast",
+    "Requests on {target} miss the latency budget {value} times as fast as the SLO "
+    "objective allows, over {fast_pairs} (both windows of a pair). This is the promise to "
+    "users breaking now, not a batcher running at its ceiling: at the first pair's rate "
+    "the error budget for {period} is gone in {fast_exhaustion}. Page.",
+    "number",
+)
+SLO_BURN_SLOW = AlertSpec(
+    "BatchingSLOBurnSlow",
+    "warning",
+    0.0,
+    "{target}: the latency SLO's error budget burns faster than it lasts",
+    "Requests on {target} miss the latency budget {value} times as fast as the SLO "
+    "objective allows, over {slow_pairs} (both windows): at this pace the error budget for "
+    "{period} runs out before the period ends. No page: a ticket to find why.",
+    "number",
+)
+
 ALERTS = (
     BUDGET_SATURATED,
     MEMORY_BOUND,
@@ -139,6 +165,8 @@ ALERTS = (
     TARGET_DOWN,
     EXPORTER_DOWN,
     SCRAPES_SLOW,
+    SLO_BURN_FAST,
+    SLO_BURN_SLOW,
 )
 
 
@@ -146,7 +174,11 @@ _SIGNAL_DEFAULTS = SignalSettings()
 
 
 def duration_words(seconds: float) -> str:
-    """A hold as an alert's text says it: "a minute", "5 minutes", "an hour", "90 s"."""
+    """A hold as an alert's text says it: "a minute", "5 minutes", "an hour", "3 days",
+    "90 s"."""
+    if seconds >= 86400 and seconds % 86400 == 0:
+        days = int(seconds // 86400)
+        return "a day" if days == 1 else f"{days} days"
     if seconds >= 3600 and seconds % 3600 == 0:
         hours = int(seconds // 3600)
         return "an hour" if hours == 1 else f"{hours} hours"
@@ -154,6 +186,17 @@ def duration_words(seconds: float) -> str:
         minutes = int(seconds // 60)
         return "a minute" if minutes == 1 else f"{minutes} minutes"
     return f"{seconds:g} s"
+
+
+def pairs_words(speed: str, scale: float) -> str:
+    """The window pairs of a speed as an alert says them: "an hour and 5 minutes at 14.4x,
+    or 6 hours and 30 minutes at 6x" (windows scaled by `scale`)."""
+    return ", or ".join(
+        f"{duration_words(window_seconds(p.long, scale))} and "
+        f"{duration_words(window_seconds(p.short, scale))} at {p.factor:g}x"
+        for p in WINDOW_PAIRS
+        if p.speed == speed
+    )
 
 
 def percent_words(ratio: float) -> str:
@@ -173,12 +216,20 @@ class AlertWords:
     kv_high: float = _SIGNAL_DEFAULTS.kv_high
     slow_scrape_seconds: float = SLOW_SCRAPE_SECONDS
     holds: Mapping[str, float] = field(default_factory=dict)
+    slo_window_scale: float = 1.0
+    slo_period_days: float = DEFAULT_PERIOD_DAYS
 
     @classmethod
     def from_settings(
         cls, settings: Settings, holds: Mapping[str, float] | None = None
     ) -> AlertWords:
-        return cls(settings.saturation_threshold, settings.hold_seconds, holds=holds or {})
+        return cls(
+            settings.saturation_threshold,
+            settings.hold_seconds,
+            holds=holds or {},
+            slo_window_scale=settings.slo_window_scale,
+            slo_period_days=settings.slo_period_days,
+        )
 
     @classmethod
     def from_config(cls, config: Mapping, holds: Mapping[str, float] | None = None) -> AlertWords:
@@ -190,6 +241,8 @@ class AlertWords:
             config["kv_high"],
             config["slow_scrape_seconds"],
             holds or {},
+            config["slo_window_scale"],
+            config["slo_period_days"],
         )
 
     def hold_seconds(self, spec: AlertSpec) -> float:
@@ -199,12 +252,17 @@ class AlertWords:
         return self.holds.get(spec.name, default)
 
     def fields(self, spec: AlertSpec) -> dict[str, str]:
+        period = self.slo_period_days * DAY_SECONDS
         return {
             "threshold": percent_words(self.saturation_threshold),
             "hold": duration_words(self.hold_seconds(spec)),
             "near_cap": percent_words(self.near_cap),
             "kv_high": percent_words(self.kv_high),
             "slow_scrape": f"{self.slow_scrape_seconds:g} s",
+            "fast_pairs": pairs_words("fast", self.slo_window_scale),
+            "slow_pairs": pairs_words("slow", self.slo_window_scale),
+            "period": duration_words(period),
+            "fast_exhaustion": duration_words(period / WINDOW_PAIRS[0].factor),
         }
 
     def texts(self, spec: AlertSpec, target: str, value: str) -> tuple[str, str]:

@@ -37,6 +37,7 @@ from exporter.config.line_numbered import (
 )
 from exporter.config.reserved_labels import RESERVED_LABELS
 from exporter.core.signals import DEFAULT_HOLD_SECONDS, DEFAULT_INTERVAL_SECONDS
+from exporter.core.slo import DEFAULT_PERIOD_DAYS
 from exporter.engines import engine_choices, latency_kinds
 
 DEFAULT_LISTEN_HOST = "127.0.0.1"
@@ -132,6 +133,13 @@ def _quantile(value: object) -> float:
     number = _finite_number(value)
     if not 0 < number < 1:
         raise _Invalid(f"must be between 0 and 1, both excluded (got {as_written(value)})")
+    return number
+
+
+def _scale(value: object) -> float:
+    number = _finite_number(value)
+    if not 0 < number <= 1:
+        raise _Invalid(f"must be > 0 and <= 1 (got {as_written(value)})")
     return number
 
 
@@ -402,6 +410,15 @@ class Target:
         choices=latency_kinds,
         help="latency histogram the quantile is taken from (default: {default})",
     )
+    slo_objective: float | None = _configured(
+        None,
+        parse=_quantile,
+        flag="--slo-objective",
+        type=float,
+        metavar="SHARE",
+        help="share of requests promised within the latency budget, e.g. 0.99: burn rates, "
+        "error budget and the SLO burn alerts (default: none, no SLO)",
+    )
     auth: Auth | None = None
     labels: tuple[tuple[str, str], ...] = ()
 
@@ -498,8 +515,28 @@ class Settings:
         flag="--alertmanager-url",
         metavar="URL",
         group=HISTORY_GROUP,
-        help="post sustained saturation, memory-bound, stalled and target-down alerts to "
-        "this Alertmanager (its base URL, e.g. http://127.0.0.1:9093), without Prometheus",
+        help="post sustained saturation, memory-bound, stalled, target-down and SLO burn "
+        "alerts to this Alertmanager (its base URL, e.g. http://127.0.0.1:9093), without Prometheus",
+    )
+    slo_period_days: float = _configured(
+        DEFAULT_PERIOD_DAYS,
+        parse=_positive,
+        flag="--slo-period-days",
+        type=float,
+        metavar="D",
+        group=HISTORY_GROUP,
+        help="compliance period of the targets' SLO objectives: the error budget is "
+        "counted over it (default: {default:g} days)",
+    )
+    slo_window_scale: float = _configured(
+        1.0,
+        parse=_scale,
+        flag="--slo-window-scale",
+        type=float,
+        metavar="X",
+        group=HISTORY_GROUP,
+        help="multiply every SLO burn-rate window (1h/5m, 6h/30m, 3d/6h) by this, to try "
+        "the burn alerts out in minutes, e.g. 0.01 (default: {default:g})",
     )
     # Samples of the engine's families one payload may hold, as Prometheus's sample_limit.
     sample_limit: int = _configured(

@@ -39,6 +39,14 @@ from exporter.core.signals import (
     step_saturation,
     throughput_gain,
 )
+from exporter.core.slo import (
+    Attainment,
+    Bounded,
+    SloHistory,
+    SloStatus,
+    measure_attainment,
+    slo_status,
+)
 from exporter.core.snapshot import (
     LabelKey,
     SeriesSnapshot,
@@ -87,6 +95,11 @@ class SeriesSignals:
     budget_saturated_seconds: float = 0.0
     throughput_gain: float | None = None
     padding_waste: float | None = None
+    # Share (and rate) of the window's requests within the budget, from the latency
+    # histogram's buckets; and with an objective, its burn rates and error budget.
+    slo_attainment: Attainment | None = None
+    goodput_per_second: Bounded | None = None
+    slo: SloStatus | None = None
     # Mean tokens an engine step carried over the window (vLLM's iteration_tokens), against
     # the configured per-step token budget; waiting requests deferred; refused per second.
     tokens_per_step: float | None = None
@@ -214,22 +227,30 @@ def advice_inputs(
     )
 
 
-def window_latency(
+def latency_increase(
     snapshots: Sequence[SeriesSnapshot],
     settings: SignalSettings,
     restarts: Mapping[str, Sequence[bool]] | None = None,
+) -> Histogram | None:
+    """The increase of the configured latency histogram over the window; `restarts`: as
+    `series_signals` takes them."""
+    kind = settings.histogram
+    return histogram_increase(
+        [p.latency.get(kind) for p in snapshots], _restarts_of(restarts, latency_histogram(kind))
+    )
+
+
+def window_latency(
+    snapshots: Sequence[SeriesSnapshot], settings: SignalSettings, hist: Histogram | None
 ) -> tuple[float | None, str | None]:
     """The latency of the configured kind over the window, and which statistic it is.
 
-    The configured quantile from the histogram's increase; else from the engine's own
-    summary (its sliding window); else the mean per request from the increase of
-    cumulative (requests, seconds) counters. (None, None) without traffic or data.
-    `restarts`: as `series_signals` takes them.
+    The configured quantile from the histogram's increase `hist` (`latency_increase`);
+    else from the engine's own summary (its sliding window); else the mean per request
+    from the increase of cumulative (requests, seconds) counters. (None, None) without
+    traffic or data.
     """
     kind = settings.histogram
-    hist = histogram_increase(
-        [p.latency.get(kind) for p in snapshots], _restarts_of(restarts, latency_histogram(kind))
-    )
     if hist is not None and hist.count > 0:
         return histogram_quantile(settings.quantile, hist), "quantile"
     summary = snapshots[-1].latency_quantiles.get(kind, {})
@@ -258,6 +279,7 @@ def not_exposed(last: SeriesSnapshot, settings: SignalSettings) -> tuple[str, ..
         "generation_tokens_per_second": last.generation_tokens_total is None,
         "latency_seconds": not latency,
         "budget_utilization": not latency,
+        "slo_attainment": kind not in last.latency,
         "throughput_gain": not last.execution_by_size,
         "static_utilization": last.output_tokens is None,
     }
@@ -401,12 +423,38 @@ def _batch(last: SeriesSnapshot, rates: _Rates) -> float | None:
     return last.running if last.running is not None else rates.mean_batch
 
 
+def slo_signals(
+    latency: Histogram | None,
+    budget: float | None,
+    span: float,
+    last: SeriesSnapshot,
+    settings: SignalSettings,
+    history: SloHistory | None,
+) -> tuple[Attainment | None, Bounded | None, SloStatus | None]:
+    """The window's attainment (from the latency histogram's increase) and goodput, and
+    with an objective the burn rates and error budget from the series' SLO history."""
+    attained = measure_attainment(latency, budget, last.engine, settings.histogram)
+    goodput = (
+        attained.share.times(attained.requests / span)
+        if attained is not None and span > 0
+        else None
+    )
+    objective = settings.slo_objective
+    status = (
+        slo_status(history, objective, settings.slo_window_scale, settings.slo_period_seconds)
+        if history is not None and objective is not None
+        else None
+    )
+    return attained, goodput, status
+
+
 def series_signals(
     points: Sequence[tuple[float, SeriesSnapshot]],
     settings: SignalSettings,
     saturation: SaturationState,
     now: float,
     restarts: Mapping[str, Sequence[bool]] | None = None,
+    slo_history: SloHistory | None = None,
 ) -> tuple[SeriesSignals, SaturationState]:
     """All signals of one series over the window `points` (time, snapshot), oldest first.
 
@@ -414,6 +462,7 @@ def series_signals(
     gauges; counters and histograms give increases over the whole window. `restarts`:
     for the histograms by name (`histograms_of`), `histogram_restarts` over the points,
     where the caller keeps them (`SeriesTrack.restarts`); worked out here otherwise.
+    `slo_history`: the series' (`Window.slo_history`), for the burn rates.
     """
     t_first, first = points[0]
     t_last, last = points[-1]
@@ -430,7 +479,8 @@ def series_signals(
         )
 
     rates = _Rates.of(snapshots, span)
-    latency, statistic = window_latency(snapshots, settings, restarts)
+    latency_hist = latency_increase(snapshots, settings, restarts)
+    latency, statistic = window_latency(snapshots, settings, latency_hist)
     utilization = budget_utilization(latency, budget)
     saturation = _next_saturation(len(points), utilization, saturation, now, settings)
 
@@ -477,6 +527,7 @@ def series_signals(
         )
     )
     running_samples = [p.running for p in snapshots if p.running is not None]
+    attained, goodput, slo = slo_signals(latency_hist, budget, span, last, settings, slo_history)
     signals = SeriesSignals(
         labels=last.labels,
         engine=last.engine,
@@ -505,6 +556,9 @@ def series_signals(
             dict(last.execution_by_size),
         ),
         padding_waste=padding,
+        slo_attainment=attained,
+        goodput_per_second=goodput,
+        slo=slo,
         tokens_per_step=tokens_per_step,
         token_budget=settings.token_budget,
         token_budget_ratio=breakdown.ratio("token_budget"),
@@ -646,7 +700,12 @@ def evaluate_window(
     for key in sorted({s.key for s in latest.series}):
         track = window.series[key]
         signals, next_states[key] = series_signals(
-            track.points, settings, saturation.get(key, SaturationState()), now, track.restarts()
+            track.points,
+            settings,
+            saturation.get(key, SaturationState()),
+            now,
+            track.restarts(),
+            window.slo_history(key),
         )
         series.append(signals)
     sole = window.sole_series_key()
@@ -656,7 +715,12 @@ def evaluate_window(
     else:
         total_track = window.total()
         total, next_states[TOTAL] = series_signals(
-            total_track.points, settings, total_state, now, total_track.restarts()
+            total_track.points,
+            settings,
+            total_state,
+            now,
+            total_track.restarts(),
+            window.total_slo_history(),
         )
     return (
         target.signals(latest.t, True, None, tuple(series), total, latest.scrape_seconds),

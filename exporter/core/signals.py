@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from exporter.core.histogram import Histogram
+from exporter.core.slo import DAY_SECONDS, DEFAULT_PERIOD_DAYS
 
 # The exporter's default hold and scrape interval (its Settings'), which the staleness
 # below is worked out from when nothing else is configured.
@@ -49,6 +50,12 @@ class SignalSettings:
     stall_seconds: float = 20.0
     # A target unread for longer than this ends its held states (`saturation_through_gap`).
     stale_seconds: float = staleness(DEFAULT_HOLD_SECONDS, DEFAULT_INTERVAL_SECONDS)
+    # The share of requests promised within the budget; None: no objective, no burn rates
+    # (exporter/core/slo.py). The burn windows are scaled by `slo_window_scale`; the error
+    # budget is counted over `slo_period_seconds`.
+    slo_objective: float | None = None
+    slo_window_scale: float = 1.0
+    slo_period_seconds: float = DEFAULT_PERIOD_DAYS * DAY_SECONDS
 
 
 # ---------------------------------------------------------------- counters and rates

@@ -10,6 +10,11 @@ total is not its one series: until then the evaluation never reads them. Without
 bookkeeping the pure functions give the same results (`histogram_increase` without
 `restarts`, `merge_series` on each scrape): tests/exporter/test_window.py holds the two against
 each other.
+
+A target held to an SLO objective keeps, beside the window, an `SloHistory` per series
+and for the total: what its burn rates need over windows of hours and days, counted as
+each scrape arrives (exporter/core/slo.py). It outlives a series' absence from the
+window (a gap is not a reset) until it is older than the longest window it serves.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from collections.abc import Iterable
 
 from exporter.core.histogram import Histogram, histogram_restarted
 from exporter.core.signals import SignalSettings
+from exporter.core.slo import SloHistory, history_windows
 from exporter.core.snapshot import (
     LabelKey,
     SeriesSnapshot,
@@ -87,6 +93,10 @@ class Window:
         # Per answered scrape: the key of its one series when its total is that series but
         # its labels (`total_equals_sole_series`), else None.
         self._sole_keys: deque[LabelKey | None] = deque()
+        # With an SLO objective: each series' history, and the total's (from its first
+        # merged point on).
+        self._slo: dict[LabelKey, SloHistory] = {}
+        self._total_slo: SloHistory | None = None
 
     @classmethod
     def of(cls, snapshots: Iterable[Snapshot], settings: SignalSettings) -> Window:
@@ -108,10 +118,14 @@ class Window:
             if self._total is not None:
                 # Merged before any point is added: a scrape it cannot read leaves the
                 # window as it was.
-                self._total.add(snapshot.t, merge_series(snapshot.series, cap, budget))
+                merged = merge_series(snapshot.series, cap, budget)
+                self._total.add(snapshot.t, merged)
+                self._count_total_slo(snapshot.t, merged)
             for series in snapshot.series:
                 self.series.setdefault(series.key, SeriesTrack()).add(snapshot.t, series)
+                self._count_slo(snapshot.t, series)
             self._sole_keys.append(sole.key if itself else None)
+            self._forget_slo(snapshot)
         self._snapshots.append(snapshot)
         horizon = snapshot.t - self.seconds
         while self._snapshots and self._snapshots[0].t < horizon:
@@ -135,8 +149,60 @@ class Window:
         cap, budget = self.settings.cap, self.settings.budget_seconds
         for snapshot in snapshots:
             if snapshot.up:
-                track.add(snapshot.t, merge_series(snapshot.series, cap, budget))
+                merged = merge_series(snapshot.series, cap, budget)
+                track.add(snapshot.t, merged)
+                self._count_total_slo(snapshot.t, merged)
         return track
+
+    def _new_slo_history(self) -> SloHistory:
+        settings = self.settings
+        return SloHistory(history_windows(settings.slo_window_scale, settings.slo_period_seconds))
+
+    def _observe_slo(self, history: SloHistory, t: float, series: SeriesSnapshot) -> None:
+        """Count a point in an SLO history against the series' budget: its own (an in-house
+        batcher's), else the configured one."""
+        own = series.budget_seconds
+        budget = own if own is not None else self.settings.budget_seconds
+        history.observe(t, series.latency.get(self.settings.histogram), budget)
+
+    def _count_slo(self, t: float, series: SeriesSnapshot) -> None:
+        if self.settings.slo_objective is None:
+            return
+        history = self._slo.get(series.key)
+        if history is None:
+            history = self._slo[series.key] = self._new_slo_history()
+        self._observe_slo(history, t, series)
+
+    def _count_total_slo(self, t: float, merged: SeriesSnapshot) -> None:
+        if self.settings.slo_objective is None:
+            return
+        if self._total_slo is None:
+            self._total_slo = self._new_slo_history()
+        self._observe_slo(self._total_slo, t, merged)
+
+    def _forget_slo(self, snapshot: Snapshot) -> None:
+        """Drop the histories of series absent for longer than the compliance period:
+        none of their checkpoints reaches into any window any more."""
+        horizon = snapshot.t - self.settings.slo_period_seconds
+        gone = [
+            key
+            for key, history in self._slo.items()
+            if history.updated_at is not None and history.updated_at < horizon
+        ]
+        for key in gone:
+            del self._slo[key]
+
+    def slo_history(self, key: LabelKey) -> SloHistory | None:
+        """The SLO history of one series; None without an objective."""
+        return self._slo.get(key)
+
+    def total_slo_history(self) -> SloHistory | None:
+        """The SLO history of the target total: the one series' own while every scrape's
+        total is that series (`sole_series_key`), else the merged points'."""
+        sole = self.sole_series_key()
+        if sole is not None and self._total is None:
+            return self._slo.get(sole)
+        return self._total_slo
 
     def total(self) -> SeriesTrack:
         """The target total's points: each answered scrape's series merged."""

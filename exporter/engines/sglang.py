@@ -21,6 +21,7 @@ GENERATION_TOKENS = "sglang:generation_tokens"
 LATENCY_FAMILIES = {
     "e2e": "sglang:e2e_request_latency_seconds",
     "ttft": "sglang:time_to_first_token_seconds",
+    "tpot": "sglang:time_per_output_token_seconds",
 }
 FAMILIES = (RUNNING, WAITING, TOKEN_USAGE, GENERATION_TOKENS, *LATENCY_FAMILIES.values())
 

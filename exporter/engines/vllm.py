@@ -63,6 +63,91 @@ LATENCY_FAMILIES = {
     "ttft": "vllm:time_to_first_token_seconds",
     "queue": "vllm:request_queue_time_seconds",
     "inference": "vllm:request_inference_time_seconds",
+    # Per-token latencies: each request's mean time per output token (TPOT), and each
+    # gap between two output tokens (ITL: its shares count gaps, not requests).
+    "tpot": "vllm:request_time_per_output_token_seconds",
+    "itl": "vllm:inter_token_latency_seconds",
+}
+TOKEN_LATENCY_KINDS = ("tpot", "itl")
+
+# vLLM 0.32's default buckets (vllm/v1/metrics/buckets.py), as in the fixture payload; a
+# server started with --custom-histogram-buckets replaces a family's.
+TTFT_BUCKETS = (
+    0.001,
+    0.005,
+    0.01,
+    0.02,
+    0.04,
+    0.06,
+    0.08,
+    0.1,
+    0.25,
+    0.5,
+    0.75,
+    1.0,
+    2.5,
+    5.0,
+    7.5,
+    10.0,
+    20.0,
+    40.0,
+    80.0,
+    160.0,
+    640.0,
+    2560.0,
+)
+TOKEN_LATENCY_BUCKETS = (
+    0.01,
+    0.025,
+    0.05,
+    0.075,
+    0.1,
+    0.15,
+    0.2,
+    0.3,
+    0.4,
+    0.5,
+    0.75,
+    1.0,
+    2.5,
+    5.0,
+    7.5,
+    10.0,
+    20.0,
+    40.0,
+    80.0,
+)
+REQUEST_LATENCY_BUCKETS = (
+    0.3,
+    0.5,
+    0.8,
+    1.0,
+    1.5,
+    2.0,
+    2.5,
+    5.0,
+    10.0,
+    15.0,
+    20.0,
+    30.0,
+    40.0,
+    50.0,
+    60.0,
+    120.0,
+    240.0,
+    480.0,
+    960.0,
+    1920.0,
+    7680.0,
+)
+# Each latency kind's default buckets (the bucket family vLLM names them by: slo.py).
+DEFAULT_LATENCY_BUCKETS = {
+    "e2e": REQUEST_LATENCY_BUCKETS,
+    "queue": REQUEST_LATENCY_BUCKETS,
+    "inference": REQUEST_LATENCY_BUCKETS,
+    "ttft": TTFT_BUCKETS,
+    "tpot": TOKEN_LATENCY_BUCKETS,
+    "itl": TOKEN_LATENCY_BUCKETS,
 }
 
 FAMILIES = (

@@ -28,6 +28,7 @@ from exporter.core.evaluate import (
     unreadable_signals,
 )
 from exporter.core.signals import SaturationState, SignalSettings, staleness
+from exporter.core.slo import DAY_SECONDS
 from exporter.core.snapshot import LabelKey, Snapshot
 from exporter.core.window import Window
 from exporter.engines import NoSamplesYet, UnrecognisedPayload, read_series
@@ -95,6 +96,9 @@ def signal_settings(target: Target, settings: Settings) -> SignalSettings:
         saturation_threshold=settings.saturation_threshold,
         hold_seconds=settings.hold_seconds,
         stale_seconds=stale_seconds(settings),
+        slo_objective=target.slo_objective,
+        slo_window_scale=settings.slo_window_scale,
+        slo_period_seconds=settings.slo_period_days * DAY_SECONDS,
     )
 
 

@@ -22,6 +22,7 @@ from exporter.core.advice import Advice, AdviceItem
 from exporter.core.diagnosis import Diagnosis
 from exporter.core.evaluate import SeriesSignals, TargetSignals
 from exporter.core.limits import LimitReading, Limits
+from exporter.core.slo import Attainment, Bounded, SloStatus
 
 API_VERSION = 1
 
@@ -80,7 +81,47 @@ def series_json(series: SeriesSignals) -> dict[str, Any]:
     out["not_exposed"] = list(series.not_exposed)
     out["limits"] = limits_json(series.limits)
     out["advice"] = advice_json(series)
+    out["slo_attainment"] = attainment_json(series.slo_attainment)
+    out["goodput_per_second"] = bounded_json(series.goodput_per_second)
+    out["slo"] = slo_json(series.slo)
     return out
+
+
+def bounded_json(value: Bounded | None) -> dict[str, float] | None:
+    """A bounded value: its estimate and bounds."""
+    return None if value is None else value._asdict()
+
+
+def attainment_json(attained: Attainment | None) -> dict[str, Any] | None:
+    """The window's attainment: share (estimate, bounds), requests, the edges around the
+    budget, and how exact it is in words."""
+    if attained is None:
+        return None
+    edges = attained.edges
+    return {
+        **attained.share._asdict(),
+        "exact": edges.exact,
+        "requests": attained.requests,
+        "lower_edge": edges.lower,
+        "upper_edge": edges.upper,
+        "reason": attained.reason,
+    }
+
+
+def slo_json(slo: SloStatus | None) -> dict[str, Any] | None:
+    """The objective's status: burn rate per window, the speeds burning, the error budget."""
+    if slo is None:
+        return None
+    return {
+        "objective": slo.objective,
+        "burn_rates": [
+            {"window": b.window, "seconds": b.seconds, "rate": b.rate} for b in slo.burn_rates
+        ],
+        "burning": list(slo.burning),
+        "error_budget_remaining": slo.error_budget_remaining,
+        "history_seconds": slo.history_seconds,
+        "period_seconds": slo.period_seconds,
+    }
 
 
 def limits_json(limits: Limits) -> dict[str, Any]:
@@ -156,8 +197,10 @@ def advice_response(generated_at: float, targets: Iterable[TargetSignals]) -> di
 # nothing the collector tracks. Rows become the API's points (dicts) only when read.
 #
 # A point's numbers, in the order of the point's keys; None is packed as NaN, which the
-# JSON says as null either way. `budget_saturated` is packed as 0 or 1.
-POINT_NUMBERS = (
+# JSON says as null either way. The flags (POINT_FLAGS) are packed as 0 or 1. The first
+# (FIELD_NUMBERS) are SeriesSignals fields of the same name; the rest (DERIVED_NUMBERS)
+# are read out of the series' estimate and SLO objects.
+FIELD_NUMBERS = (
     "running",
     "waiting",
     "cap",
@@ -173,9 +216,12 @@ POINT_NUMBERS = (
     "budget_saturated_seconds",
     "throughput_gain",
     "padding_waste",
-    "static_utilization",
 )
+DERIVED_NUMBERS = ("static_utilization", "slo_attainment", "slo_burning_fast", "slo_burning_slow")
+POINT_NUMBERS = (*FIELD_NUMBERS, *DERIVED_NUMBERS)
 _PACKED_NUMBERS = struct.Struct(f"<{len(POINT_NUMBERS)}d")
+# The point's flags, packed as 0 or 1.
+POINT_FLAGS = ("budget_saturated", "slo_burning_fast", "slo_burning_slow")
 
 # (numbers packed, diagnosis state, diagnosis reason) of one series at one evaluation.
 SeriesRow = tuple[bytes, str, str]
@@ -188,9 +234,15 @@ HistoryRow = tuple[
 
 
 def _series_row(series: SeriesSignals) -> SeriesRow:
-    static = series.static_utilization
-    numbers = [getattr(series, name) for name in POINT_NUMBERS[:-1]]
-    numbers.append(static.estimate if static is not None else None)
+    static, attained, slo = series.static_utilization, series.slo_attainment, series.slo
+    burning = slo.burning if slo is not None else ()
+    numbers = [getattr(series, name) for name in FIELD_NUMBERS]
+    numbers += [
+        static.estimate if static is not None else None,
+        attained.share.estimate if attained is not None else None,
+        "fast" in burning,
+        "slow" in burning,
+    ]
     packed = _PACKED_NUMBERS.pack(*[math.nan if v is None else v for v in numbers])
     # Interned: one copy of each distinct state and reason, however many rows hold it.
     return packed, sys.intern(series.diagnosis.state), sys.intern(series.diagnosis.reason)
@@ -219,7 +271,8 @@ def _series_point(row: SeriesRow) -> dict[str, Any]:
         name: None if value != value else value  # NaN is None
         for name, value in zip(POINT_NUMBERS, _PACKED_NUMBERS.unpack(packed), strict=True)
     }
-    point["budget_saturated"] = point["budget_saturated"] == 1.0
+    for flag in POINT_FLAGS:
+        point[flag] = point[flag] == 1.0
     point["diagnosis"] = state
     point["diagnosis_reason"] = reason
     return point

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from prometheus_client.utils import floatToGoString
 
 from exporter.core.diagnosis import DIAGNOSIS_STATES
 from exporter.core.evaluate import SeriesSignals, TargetSignals
 from exporter.core.limits import BINDING_CHOICES
+from exporter.core.slo import SPEEDS
 from exporter.serve.families import (
     ADVICE,
     BINDING_LIMIT,
@@ -24,11 +25,18 @@ from exporter.serve.families import (
     CONTINUOUS_GAIN,
     DIAGNOSIS,
     FAMILIES,
+    GOODPUT,
     LATENCY,
     LIMIT_RATIO,
     SATURATED,
     SCRAPE_DURATION,
     SERIES_GAUGES,
+    SLO_ATTAINMENT,
+    SLO_BURN_RATE,
+    SLO_BURNING,
+    SLO_ERROR_BUDGET,
+    SLO_HISTORY,
+    SLO_OBJECTIVE,
     STATIC_UTILIZATION,
     TARGET_ERRORS,
     TARGET_UP,
@@ -72,6 +80,48 @@ class _NumberTexts(dict):
         if value:
             self[value] = text
         return text
+
+
+def _slo_lines(
+    lines: dict[str, list[str]],
+    series: SeriesSignals,
+    pairs: Sequence[tuple[str, str]],
+    text_of: Callable[[float], str],
+) -> None:
+    """A series' attainment and goodput (by bound) and, held to an objective, its SLO
+    families, into `lines` by family name."""
+    text = _braced(pairs)
+    before, after = _split_at_label(pairs, "bound")
+    for family, bounded in (
+        (SLO_ATTAINMENT, series.slo_attainment.share if series.slo_attainment else None),
+        (GOODPUT, series.goodput_per_second),
+    ):
+        if bounded is not None:
+            lines[family.name] += [
+                f'{family.name}{before}bound="{bound}"{after} {text_of(value)}\n'
+                for bound, value in zip(BOUNDS, bounded, strict=True)
+            ]
+    slo = series.slo
+    if slo is None:
+        return
+    lines[SLO_OBJECTIVE.name].append(f"{SLO_OBJECTIVE.name}{text} {text_of(slo.objective)}\n")
+    before, after = _split_at_label(pairs, "window")
+    lines[SLO_BURN_RATE.name] += [
+        f'{SLO_BURN_RATE.name}{before}window="{b.window}"{after} {text_of(b.rate)}\n'
+        for b in slo.burn_rates
+        if b.rate is not None
+    ]
+    before, after = _split_at_label(pairs, "speed")
+    lines[SLO_BURNING.name] += [
+        f'{SLO_BURNING.name}{before}speed="{speed}"{after} '
+        f"{'1.0' if speed in slo.burning else '0.0'}\n"
+        for speed in SPEEDS
+    ]
+    if slo.error_budget_remaining is not None:
+        lines[SLO_ERROR_BUDGET.name].append(
+            f"{SLO_ERROR_BUDGET.name}{text} {text_of(slo.error_budget_remaining)}\n"
+        )
+    lines[SLO_HISTORY.name].append(f"{SLO_HISTORY.name}{text} {text_of(slo.history_seconds)}\n")
 
 
 def render_metrics(targets: Iterable[TargetSignals]) -> bytes:
@@ -140,6 +190,7 @@ def render_metrics(targets: Iterable[TargetSignals]) -> bytes:
                         f"{text_of(value)}\n"
                     )
                 gain.append(f"{CONTINUOUS_GAIN.name}{text} {text_of(u.continuous_batching_gain)}\n")
+            _slo_lines(lines, s, pairs, text_of)
             if s.advice.items:
                 before, after = _split_at_label(pairs, "kind")
                 advice += [

@@ -163,6 +163,44 @@ ADVICE = Family(
     "confidence and the sentence).",
     labels=("kind",),
 )
+SLO_ATTAINMENT = Family(
+    "batchscope_slo_attainment_ratio",
+    "Share of the window's requests within the latency budget, from the latency histogram's "
+    "bucket increases (bound: estimate, lower, upper; all equal when the budget is a bucket "
+    "edge).",
+    labels=("bound",),
+)
+GOODPUT = Family(
+    "batchscope_goodput_requests_per_second",
+    "Requests per second within the latency budget over the window (bound: estimate, lower, "
+    "upper).",
+    labels=("bound",),
+)
+SLO_OBJECTIVE = Family(
+    "batchscope_slo_objective_ratio",
+    "Share of requests promised within the latency budget (the target's slo_objective).",
+)
+SLO_BURN_RATE = Family(
+    "batchscope_slo_burn_rate_ratio",
+    "Error budget burn rate over each standard window (window: 5m, 30m, 1h, 6h, 3d, "
+    "scaled by slo_window_scale): the share of requests over the budget over 1 - objective.",
+    labels=("window",),
+)
+SLO_BURNING = Family(
+    "batchscope_slo_burning",
+    "1 while both windows of a window pair of this speed burn faster than the pair's factor "
+    "(speed: fast pages, slow opens a ticket).",
+    labels=("speed",),
+)
+SLO_ERROR_BUDGET = Family(
+    "batchscope_slo_error_budget_remaining_ratio",
+    "Share of the compliance period's error budget left (negative once overspent); only "
+    "once the exporter's SLO history covers the period.",
+)
+SLO_HISTORY = Family(
+    "batchscope_slo_history_seconds",
+    "How far back the exporter's SLO history of the series reaches.",
+)
 TARGET_ERRORS = Family(
     "batchscope_target_errors",
     "Payloads of the target that could not be read or evaluated, by reason.",
@@ -188,6 +226,13 @@ FAMILIES = (
     LIMIT_RATIO,
     BINDING_LIMIT,
     ADVICE,
+    SLO_ATTAINMENT,
+    GOODPUT,
+    SLO_OBJECTIVE,
+    SLO_BURN_RATE,
+    SLO_BURNING,
+    SLO_ERROR_BUDGET,
+    SLO_HISTORY,
     TARGET_ERRORS,
     WINDOW_RESETS,
 )

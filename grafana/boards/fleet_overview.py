@@ -16,6 +16,7 @@ from grafana.boards.common import (
     state_query,
     target_variables,
 )
+from grafana.boards.slo import fleet_slo_row
 from grafana.panels import (
     Query,
     dashed_line,
@@ -147,6 +148,7 @@ def fleet_overview(source: Source, config: Mapping) -> dict:
             [(state_table, 24)],
             [(ratio, 12), (waiting, 12)],
             [(utilization, 12), (saturation, 12)],
+            fleet_slo_row(source, config, _target_filter(source, config)),
         ],
     )
 

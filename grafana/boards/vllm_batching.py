@@ -22,6 +22,7 @@ from grafana.boards.common import (
     state_query,
     target_variables,
 )
+from grafana.boards.slo import engine_slo_row
 from grafana.panels import (
     Query,
     dashed_line,
@@ -265,6 +266,7 @@ def vllm_batching(source: Source, config: Mapping) -> dict:
             [(ratio, 12), (kv, 12)],
             [(limits, 12), (binding_panel, 12)],
             [(budget, 12), (preemptions, 12)],
+            engine_slo_row(source, series, config),
             [(diagnosis, 24)],
             [(lengths, 12), (static, 12)],
             [(latency, 12), (throughput, 12)],

@@ -15,7 +15,7 @@ from dashboard.calculator import (
     summarize_lengths,
 )
 from dashboard.client import SourceError, check_api_version
-from dashboard.episodes import saturation_episodes
+from dashboard.episodes import burn_episodes, burn_episodes_frame, saturation_episodes
 from dashboard.formatting import percent, plain_markdown, seconds
 from dashboard.frames import fleet_frame, history_frame, series_choices, series_points
 from dashboard.load_results import ResultError, good_share, load_result, run_from_record
@@ -143,6 +143,24 @@ def test_an_episode_starts_when_utilisation_reached_the_threshold() -> None:
     assert (episode.start, episode.end) == (105.0 - 60.0, 110.0)
 
 
+def test_burn_episodes_have_their_speed_start_end_and_lowest_attainment() -> None:
+    frame = _history(
+        [False] * 6,
+        [0.5] * 6,
+        slo_burning_fast=[False, True, True, False, False, False],
+        slo_burning_slow=[False, True, True, True, True, True],
+        slo_attainment=[0.99, 0.2, 0.1, 0.9, 0.95, 0.97],
+    )
+    fast, slow = burn_episodes(frame, "t1")
+    assert (fast.speed, fast.start, fast.end, fast.lowest_attainment) == ("fast", 105.0, 115.0, 0.1)
+    assert (slow.speed, slow.start, slow.end) == ("slow", 105.0, None)
+    table = burn_episodes_frame([fast, slow], now=130.0)
+    assert list(table["alert"]) == ["BatchingSLOBurnFast (page)", "BatchingSLOBurnSlow (ticket)"]
+    assert list(table["duration_seconds"]) == [10.0, 25.0]
+    # A history from before the SLO signals (or without an objective): no episode.
+    assert burn_episodes(_history([False, False], [0.5, 0.5])) == []
+
+
 def test_slot_pictures_match_seed_003_and_the_exact_count() -> None:
     lengths = TOY_EXAMPLES["seed 003: mixed lengths"]
     static = static_picture(lengths, 8)
@@ -250,6 +268,26 @@ def test_prometheus_range_results_become_history_points() -> None:
             "values": [[10, "1"], [20, "0"]],
         },
         {
+            "metric": {"__name__": "batchscope_slo_burning", "target": "a", "speed": "fast"},
+            "values": [[20, "1"]],
+        },
+        {
+            "metric": {
+                "__name__": "batchscope_slo_attainment_ratio",
+                "target": "a",
+                "bound": "lower",
+            },
+            "values": [[20, "0.1"]],
+        },
+        {
+            "metric": {
+                "__name__": "batchscope_slo_attainment_ratio",
+                "target": "a",
+                "bound": "estimate",
+            },
+            "values": [[20, "0.2"]],
+        },
+        {
             "metric": {
                 "__name__": "batchscope_diagnosis",
                 "target": "a",
@@ -270,6 +308,8 @@ def test_prometheus_range_results_become_history_points() -> None:
             "t": 20.0,
             "budget_utilization": 1.2,
             "budget_saturated": True,
+            "slo_burning_fast": True,
+            "slo_attainment": 0.2,
             "diagnosis": "budget_saturated",
         },
     ]

@@ -61,12 +61,12 @@ def fleet():
     targets.start()
     settings = fast_settings(
         tuple(
-            Target(name, url, engine="vllm", cap=8, budget_seconds=2)
-            for name, url in (
-                ("mem", targets.metrics_url("mem")),
-                ("sat", targets.metrics_url("sat")),
-                (ODD_NAME, targets.metrics_url("fast")),
-                ("dead", f"http://127.0.0.1:{free_port()}/metrics"),
+            Target(name, url, engine="vllm", cap=8, budget_seconds=2, slo_objective=objective)
+            for name, url, objective in (
+                ("mem", targets.metrics_url("mem"), None),
+                ("sat", targets.metrics_url("sat"), 0.99),
+                (ODD_NAME, targets.metrics_url("fast"), None),
+                ("dead", f"http://127.0.0.1:{free_port()}/metrics", None),
             )
         )
         + (Target("tok", targets.metrics_url("tok"), cap=8, max_num_batched_tokens=512),)
@@ -197,6 +197,29 @@ def test_saturated_target_shows_the_banner_and_its_utilisation(fleet) -> None:
     latency = metrics(at)["p99 latency"]
     assert latency.endswith(" s") and float(latency[:-2]) == pytest.approx(4.975, abs=0.006)
     assert ":red-badge[budget saturated]" in texts(at.markdown)
+
+
+def test_a_target_breaking_its_promise_shows_attainment_burn_and_the_alert(fleet) -> None:
+    at = page("live.py", fleet)
+    at.selectbox(key="live_target").set_value("sat").run()
+    assert not at.exception
+    values = metrics(at)
+    # Every request at 4 s against 2 s, a bucket edge: none within, exactly.
+    assert values["requests within the budget"] == "0.0%"
+    assert values["objective"] == "99.00%"
+    assert values["burn 5m"] == "100x" and values["burn 3d"] == "100x"
+    assert values["error budget left"].startswith("not known yet: history ")
+    broken = [t for t in texts(at.error) if t.startswith("Breaking the latency promise")]
+    assert len(broken) == 1 and "BatchingSLOBurnFast (a page)" in broken[0]
+    assert any("BatchingSLOBurnSlow (a ticket)" in t for t in texts(at.warning))
+    assert plain_markdown("Exact: 2 s is a bucket edge of the e2e histogram.") in [
+        c.value for c in at.caption
+    ]
+    # A target with a budget and no objective: attainment, and no burn.
+    at.selectbox(key="live_target").set_value("mem").run()
+    assert metrics(at)["requests within the budget"] == "100.0%"
+    assert "burn 5m" not in metrics(at)
+    assert any(c.value.startswith("No slo_objective for this target") for c in at.caption)
 
 
 def test_dead_target_says_what_to_check(fleet) -> None:
@@ -353,6 +376,12 @@ def test_alerts_lists_the_ongoing_saturation_episode(fleet) -> None:
     assert bool(episodes["ongoing"].iloc[0]) is True
     assert episodes["peak_utilization"].iloc[0] == pytest.approx(2.4875)
     assert any(t.startswith("**sat** is saturated now") for t in texts(at.error))
+    # sat also breaks its promise; the other targets set no objective.
+    burns = at.dataframe[1].value
+    assert set(burns["target"]) == {"sat"} and all(burns["ongoing"])
+    assert set(burns["alert"]) == {"BatchingSLOBurnFast (page)", "BatchingSLOBurnSlow (ticket)"}
+    assert list(burns["lowest"]) == [0.0, 0.0]
+    assert any(t.startswith("**sat** is breaking its latency promise now") for t in texts(at.error))
 
 
 def fake_prometheus(now: float, queries: list[str]) -> web.Application:

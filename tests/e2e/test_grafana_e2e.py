@@ -3,10 +3,14 @@ generated rules, and Alertmanager with a local webhook receiver.
 
 Every dashboard panel's expression must return data from that Prometheus (the demo
 produces every signal the dashboards show, the in-house batcher's too), and a
-tight latency budget must bring BatchingBudgetSaturated to the webhook both ways:
-through Prometheus' rules (exporter path and vLLM path) and through the exporter's own
-`--alertmanager-url`. Windows and holds are shortened (10 s, 5 s) the way a user would
-set them: `--window-seconds`, `--hold-seconds`, and the generator's config.
+tight latency budget must bring BatchingBudgetSaturated and, for the target held to an
+SLO objective, BatchingSLOBurnFast to the webhook both ways: through Prometheus' rules
+(exporter path and vLLM path) and through the exporter's own `--alertmanager-url`. The
+batcher beside it sets no objective: no SLO alert reaches either webhook for it.
+Windows and holds are shortened (10 s, 5 s; the SLO windows to a hundredth, 1h/5m to
+36 s/3 s, and a 5 s compliance period) the way a user would set them:
+`--window-seconds`, `--hold-seconds`, `slo_window_scale`, `slo_period_days`, and the
+generator's config.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from exporter.alerts.specs import BUDGET_SATURATED
+from exporter.alerts.specs import BUDGET_SATURATED, SLO_BURN_FAST, SLO_BURN_SLOW
 from grafana.build import ROOT, rule_yaml
 from grafana.config import CONFIG
 from grafana.rules import exporter_alerts, vllm_alerts, vllm_recording_rules
@@ -39,6 +43,10 @@ pytestmark = pytest.mark.slow
 
 WINDOW, HOLD = 10, 5
 BUDGET_SECONDS = 0.05  # far under what a 32-token completion takes: saturation at once
+# 99% promised within the budget, which no request meets: a burn of 100x or so. The SLO
+# windows a hundredth of the standard ones, the period 5 s (the exporter shows the error
+# budget once its history covers it).
+OBJECTIVE, SLO_SCALE, SLO_PERIOD_DAYS = 0.99, 0.01, 5 / 86400
 TOKEN_BUDGET = 2048  # the demo server's step budget, configured as a user configures vLLM's
 # Grafana's variables as a user would pick them on this stack.
 VARIABLES = {
@@ -56,6 +64,8 @@ def _fleet(path: Path, demo_url: str) -> None:
                 "interval_seconds": 1,
                 "window_seconds": WINDOW,
                 "hold_seconds": HOLD,
+                "slo_window_scale": SLO_SCALE,
+                "slo_period_days": SLO_PERIOD_DAYS,
                 "targets": [
                     {
                         "name": "demo",
@@ -64,6 +74,7 @@ def _fleet(path: Path, demo_url: str) -> None:
                         "cap": 8,
                         "max_num_batched_tokens": TOKEN_BUDGET,
                         "budget_seconds": BUDGET_SECONDS,
+                        "slo_objective": OBJECTIVE,
                     },
                     {"name": "demo-embeddings", "url": demo_url, "engine": "inhouse"},
                 ],
@@ -73,7 +84,13 @@ def _fleet(path: Path, demo_url: str) -> None:
 
 
 def _rule_files(fleet: Path) -> dict[str, str]:
-    config = {**CONFIG, "window": f"{WINDOW}s", "saturation_hold_seconds": HOLD}
+    config = {
+        **CONFIG,
+        "window": f"{WINDOW}s",
+        "saturation_hold_seconds": HOLD,
+        "slo_window_scale": SLO_SCALE,
+        "slo_period_days": SLO_PERIOD_DAYS,
+    }
     holds = {BUDGET_SATURATED.name: HOLD}
     targets = subprocess.run(
         [sys.executable, "-m", "exporter.rules_cli", "--config", str(fleet)],
@@ -126,7 +143,17 @@ def _panel_queries() -> list[tuple[str, str, str]]:
     return found
 
 
-def test_every_panel_fills_and_saturation_reaches_the_webhook_both_ways(tmp_path):
+def _demo(alert: dict) -> bool:
+    return alert["labels"]["target"] == "demo"
+
+
+def _path(alert: dict) -> str:
+    """Which Prometheus path an alert came from: the exporter's series (labels: target)
+    or vLLM's (plus model_name, engine)."""
+    return "vllm" if "model_name" in alert["labels"] else "exporter"
+
+
+def test_every_panel_fills_and_saturation_and_slo_burn_reach_the_webhook_both_ways(tmp_path):
     demo_port = free_port()
     demo_url = f"http://127.0.0.1:{demo_port}"
     fleet = tmp_path / "fleet.yaml"
@@ -179,27 +206,29 @@ def test_every_panel_fills_and_saturation_reaches_the_webhook_both_ways(tmp_path
         loads = [_load(demo_url, "completions", "12", 90), _load(demo_url, "embeddings", "40", 90)]
         try:
 
-            def both_rule_paths() -> set[str]:
-                """Which Prometheus path each BatchingBudgetSaturated at the webhook came from:
-                the exporter's series (labels: target) or vLLM's (plus model_name, engine)."""
-                return {
-                    "vllm" if "model_name" in a["labels"] else "exporter"
-                    for a in from_rules.alerts(BUDGET_SATURATED.name)
-                }
+            def everywhere(name: str) -> bool:
+                """The demo's `name` at both webhooks, from both rule paths."""
+                rules_paths = {_path(a) for a in from_rules.alerts(name) if _demo(a)}
+                own = [a for a in from_exporter.alerts(name) if _demo(a)]
+                return rules_paths == {"exporter", "vllm"} and bool(own)
 
             wait_until(
-                lambda: (
-                    both_rule_paths() == {"exporter", "vllm"}
-                    and from_exporter.alerts(BUDGET_SATURATED.name)
-                ),
+                lambda: everywhere(SLO_BURN_FAST.name),
+                120,
+                "BatchingSLOBurnFast at both webhooks, from both rule paths",
+                exp.log,
+            )
+            burning_after = time.monotonic() - started
+            wait_until(
+                lambda: everywhere(BUDGET_SATURATED.name),
                 120,
                 "BatchingBudgetSaturated at both webhooks, from both rule paths",
                 exp.log,
             )
             saturated_after = time.monotonic() - started
+            # The embeddings batcher may saturate its own 20 ms budget too: the demo's alerts.
             by_path = {
-                "vllm" if "model_name" in a["labels"] else "exporter": a["labels"]
-                for a in from_rules.alerts(BUDGET_SATURATED.name)
+                _path(a): a["labels"] for a in from_rules.alerts(BUDGET_SATURATED.name) if _demo(a)
             }
             assert by_path["exporter"] == {
                 "alertname": "BatchingBudgetSaturated",
@@ -209,14 +238,29 @@ def test_every_panel_fills_and_saturation_reaches_the_webhook_both_ways(tmp_path
             assert by_path["vllm"]["model_name"] == "batchscope-demo"
             assert by_path["vllm"]["quantile"] == "0.99" and by_path["vllm"]["histogram"] == "e2e"
             # The exporter's own post carries the rule's labels exactly (Alertmanager would
-            # merge the two); the embeddings batcher may saturate its own 20 ms budget too.
-            posted = [
-                a
-                for a in from_exporter.alerts(BUDGET_SATURATED.name)
-                if a["labels"]["target"] == "demo"
-            ]
+            # merge the two).
+            posted = [a for a in from_exporter.alerts(BUDGET_SATURATED.name) if _demo(a)]
             assert posted and all(a["labels"] == by_path["exporter"] for a in posted)
             assert posted[0]["annotations"]["runbook_url"].endswith("#batchingbudgetsaturated")
+            burn = {_path(a): a for a in from_rules.alerts(SLO_BURN_FAST.name)}
+            assert burn["exporter"]["labels"] == {
+                "alertname": "BatchingSLOBurnFast",
+                "severity": "critical",
+                "target": "demo",
+            }
+            assert burn["vllm"]["labels"]["histogram"] == "e2e"
+            own = from_exporter.alerts(SLO_BURN_FAST.name)
+            assert all(a["labels"] == burn["exporter"]["labels"] for a in own)
+            # The words state the shortened windows the configuration set.
+            assert "over 36 s and 3 s at 14.4x" in own[0]["annotations"]["description"]
+            # No objective, no SLO alert: the embeddings batcher posts none either way.
+            for hook in (from_rules, from_exporter):
+                for name in (SLO_BURN_FAST.name, SLO_BURN_SLOW.name):
+                    assert all(
+                        _demo(a)
+                        for status in ("firing", "resolved")
+                        for a in hook.alerts(name, status)
+                    )
 
             empty = {}
             for dashboard, title, expr in _panel_queries():
@@ -228,6 +272,7 @@ def test_every_panel_fills_and_saturation_reaches_the_webhook_both_ways(tmp_path
                 load.wait()
     assert empty == {}, f"panels with no data: {json.dumps(list(empty.items()), indent=1)}"
     print(
-        f"\nsaturation at both webhooks {saturated_after:.0f} s after load began; "
+        f"\nSLO burn at both webhooks {burning_after:.0f} s and saturation "
+        f"{saturated_after:.0f} s after load began; "
         f"{len(_panel_queries())} panel queries, all with data"
     )

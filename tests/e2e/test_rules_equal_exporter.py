@@ -14,6 +14,14 @@ tokens: the KV cache binds, not the budget); saturated (the same, with p99 1.99 
 saturated once held 5 s, and then the diagnosis says budget_saturated, not memory_bound).
 Counters grow linearly within a phase, so any two samplers see the same slopes.
 
+The same payload is scraped again as a second target, `llm-slo`, held to an SLO: 90% of
+requests within 1.2 s, between the e2e histogram's edges at 1.0 and 1.5 s (the `llm`
+target promises 99% within 2 s, an edge: exact). Its attainment, goodput and 5-minute
+burn rate (the SLO windows scaled to a twentieth: 5 minutes is the 15 s window) are
+compared too: attainment 1, goodput 4/s and a burn of 0 until the saturated phase, then
+(its 4 requests a second at 1.2 and 1.9 s: none within 1.0 s, 2 within 1.5 s, the budget
+40% of the way) 20%, bounded by 0 and 50%, 0.8/s, and a burn of 8.
+
 Tolerance (plus 0.001 for values near zero): gauges and states exactly; rates and
 quantiles 4.3% (TOLERANCE below). Where both windows lie inside one phase the two
 computations differ only by (1) window alignment: the exporter's window ends at its
@@ -31,6 +39,7 @@ extrapolates a shorter run of samples (7% off once), which is the scheduler, not
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import pytest
 import yaml
@@ -64,6 +73,15 @@ SCRAPE = 1.0
 # instead of to the edge (SCRAPE / 2 over WINDOW), plus 1% for timestamp jitter.
 TOLERANCE = {"gauge": 1e-9, "state": 1e-9, "rate": SCRAPE / 2 / WINDOW + 0.01}
 SELECT = 'target="llm", model_name="tiny", engine="0"'
+SLO_SELECT = 'target="llm-slo", model_name="tiny", engine="0"'
+# The rules' series of `llm` (Prometheus scrapes the server as both targets).
+LLM = '{target="llm"}'
+SLO_BUDGET, SLO_OBJECTIVE = 1.2, 0.9
+SLO_SCALE = WINDOW / 300  # the standard 5-minute window becomes the 15 s window
+# llm-slo's SLO signals as the rules record them.
+SLO_ATTAINED = f'{rules.SLO_ATTAINMENT}{{target="llm-slo", window=""}}'
+SLO_GOODPUT = f'{rules.SLO_WITHIN}{{target="llm-slo", window=""}}'
+SLO_BURN_5M = f'{rules.SLO_BURN_RATE}{{target="llm-slo", window="5m"}}'
 
 
 def state_at(t: float) -> VllmState:
@@ -97,60 +115,94 @@ SETTLE = {"gauge": 4.0, "rate": WINDOW + 4, "state": WINDOW + HOLD + 4}
 # (signal, the exporter's series, the rule's series, when it is comparable: "rate" needs a
 # window inside one phase, "gauge" one settling second)
 PAIRS = [
-    ("running", f"batchscope_running_requests{{{SELECT}}}", rules.RUNNING, "gauge"),
-    ("waiting", f"batchscope_waiting_requests{{{SELECT}}}", rules.WAITING, "gauge"),
+    ("running", f"batchscope_running_requests{{{SELECT}}}", rules.RUNNING + LLM, "gauge"),
+    ("waiting", f"batchscope_waiting_requests{{{SELECT}}}", rules.WAITING + LLM, "gauge"),
     (
         "running_vs_cap",
         f"batchscope_running_vs_cap_ratio{{{SELECT}}}",
-        rules.RUNNING_VS_CAP,
+        rules.RUNNING_VS_CAP + LLM,
         "gauge",
     ),
-    ("kv_cache_usage", f"batchscope_kv_cache_usage_ratio{{{SELECT}}}", rules.KV_USAGE, "gauge"),
+    (
+        "kv_cache_usage",
+        f"batchscope_kv_cache_usage_ratio{{{SELECT}}}",
+        rules.KV_USAGE + LLM,
+        "gauge",
+    ),
     (
         "preemptions_per_second",
         f"batchscope_preemptions_per_second{{{SELECT}}}",
-        rules.PREEMPTIONS,
+        rules.PREEMPTIONS + LLM,
         "rate",
     ),
-    ("requests_per_second", f"batchscope_requests_per_second{{{SELECT}}}", rules.REQUESTS, "rate"),
+    (
+        "requests_per_second",
+        f"batchscope_requests_per_second{{{SELECT}}}",
+        rules.REQUESTS + LLM,
+        "rate",
+    ),
     (
         "generation_tokens_per_second",
         f"batchscope_generation_tokens_per_second{{{SELECT}}}",
-        rules.GENERATION_TOKENS,
+        rules.GENERATION_TOKENS + LLM,
         "rate",
     ),
     (
         "latency_p99_e2e",
         f"batchscope_latency_seconds{{{SELECT}}}",
-        f'{rules.LATENCY}{{quantile="0.99", histogram="e2e"}}',
+        f'{rules.LATENCY}{{target="llm", quantile="0.99", histogram="e2e"}}',
         "rate",
     ),
     (
         "budget_utilization",
         f"batchscope_budget_utilization_ratio{{{SELECT}}}",
-        rules.BUDGET_UTILIZATION,
+        rules.BUDGET_UTILIZATION + LLM,
         "rate",
     ),
     (
         "memory_bound",
         f'batchscope_diagnosis{{{SELECT}, state="memory_bound"}}',
-        rules.MEMORY_BOUND_RULE,
+        rules.MEMORY_BOUND_RULE + LLM,
         "state",
     ),
     (
         "token_budget_ratio",
         f'batchscope_limit_ratio{{{SELECT}, limit="token_budget"}}',
-        rules.TOKEN_BUDGET_RATIO,
+        rules.TOKEN_BUDGET_RATIO + LLM,
         "rate",
     ),
     *(
         (
             f"binding_{limit}",
             f'batchscope_binding_limit{{{SELECT}, limit="{limit}"}}',
-            f'{rules.BINDING_LIMIT}{{limit="{limit}"}}',
+            f'{rules.BINDING_LIMIT}{{target="llm", limit="{limit}"}}',
             "state",
         )
         for limit in ("arrivals", "kv_cache", "token_budget", "requests", "deferred", "unexplained")
+    ),
+    (
+        "slo_attainment_exact",
+        f'batchscope_slo_attainment_ratio{{{SELECT}, bound="estimate"}}',
+        f'{rules.SLO_ATTAINMENT}{{target="llm", window=""}}',
+        "rate",
+    ),
+    (
+        "slo_attainment_between_edges",
+        f'batchscope_slo_attainment_ratio{{{SLO_SELECT}, bound="estimate"}}',
+        SLO_ATTAINED,
+        "rate",
+    ),
+    (
+        "goodput",
+        f'batchscope_goodput_requests_per_second{{{SLO_SELECT}, bound="estimate"}}',
+        SLO_GOODPUT,
+        "rate",
+    ),
+    (
+        "slo_burn_rate_5m",
+        f'batchscope_slo_burn_rate_ratio{{{SLO_SELECT}, window="5m"}}',
+        SLO_BURN_5M,
+        "rate",
     ),
 ]
 
@@ -170,53 +222,64 @@ def _comparable(t: float, kind: str, start: float, scrapes: list[float]) -> bool
     return all(b - a <= 1.5 * SCRAPE for a, b in zip(seen, seen[1:], strict=False))
 
 
+def _targets(url: str) -> list[Target]:
+    """The scripted server twice: `llm`, and `llm-slo` judged against a budget between
+    two bucket edges."""
+    common = {"engine": "vllm", "cap": CAP, "max_num_batched_tokens": TOKEN_BUDGET}
+    return [
+        Target("llm", url, budget_seconds=BUDGET, slo_objective=0.99, **common),
+        Target("llm-slo", url, budget_seconds=SLO_BUDGET, slo_objective=SLO_OBJECTIVE, **common),
+    ]
+
+
+def _fleet_file(path: Path, targets: list[Target]) -> Path:
+    """The exporter's config for these targets, 1 s scrapes, the test's window, hold and
+    SLO window scale."""
+    keys = ("name", "url", "engine", "cap", "max_num_batched_tokens", "budget_seconds")
+    fleet = {
+        "interval_seconds": 1,
+        "window_seconds": WINDOW,
+        "hold_seconds": HOLD,
+        "slo_window_scale": SLO_SCALE,
+        "targets": [
+            {**{key: getattr(t, key) for key in keys}, "slo_objective": t.slo_objective}
+            for t in targets
+        ],
+    }
+    path.write_text(yaml.safe_dump(fleet))
+    return path
+
+
 def test_recording_rules_compute_what_the_exporter_computes(tmp_path):
-    config = {**CONFIG, "window": f"{WINDOW:g}s", "saturation_hold_seconds": HOLD}
+    config = {
+        **CONFIG,
+        "window": f"{WINDOW:g}s",
+        "saturation_hold_seconds": HOLD,
+        "slo_window_scale": SLO_SCALE,
+    }
     started = time.time()
-    fleet = fleet_rule_groups(
-        [
-            Target(
-                "llm",
-                "unused",
-                engine="vllm",
-                cap=CAP,
-                budget_seconds=BUDGET,
-                max_num_batched_tokens=TOKEN_BUDGET,
-            )
-        ]
-    )
+    with payload_server(lambda: render(state_at(time.time() - started))) as url:
+        targets = _targets(url)
+        _compare(tmp_path, config, started, url.split("/")[2], targets)
+
+
+def _compare(
+    tmp_path: Path, config: dict, started: float, address: str, targets: list[Target]
+) -> None:
+    """Run the exporter and Prometheus on the scripted targets and compare each signal."""
+    fleet = fleet_rule_groups(targets)
     with (
-        payload_server(lambda: render(state_at(time.time() - started))) as url,
-        exporter(
-            tmp_path,
-            "--target",
-            url,
-            "--name",
-            "llm",
-            "--engine",
-            "vllm",
-            "--cap",
-            str(CAP),
-            "--budget-seconds",
-            str(BUDGET),
-            "--max-num-batched-tokens",
-            str(TOKEN_BUDGET),
-            "--interval",
-            "1",
-            "--window-seconds",
-            f"{WINDOW:g}",
-            "--hold-seconds",
-            f"{HOLD:g}",
-        ) as exp,
+        exporter(tmp_path, "--config", str(_fleet_file(tmp_path / "fleet.yaml", targets))) as exp,
         prometheus(
             tmp_path,
             [
-                {
-                    "job_name": "vllm",
-                    "static_configs": [
-                        {"targets": [url.split("/")[2]], "labels": {"target": "llm"}}
-                    ],
-                },
+                *(
+                    {
+                        "job_name": f"vllm-{t.name}",
+                        "static_configs": [{"targets": [address], "labels": {"target": t.name}}],
+                    }
+                    for t in targets
+                ),
                 {
                     "job_name": "batchscope-exporter",
                     "static_configs": [{"targets": [f"127.0.0.1:{exp.port}"]}],
@@ -249,7 +312,10 @@ def test_recording_rules_compute_what_the_exporter_computes(tmp_path):
                 worst = max(worst, abs(a - b) / max(abs(a), abs(b), 1e-9))
             differences[signal] = f"{worst:.2g} over {len(times)} instants"
         # Saturation: both flag it once held, neither before the saturated phase.
-        for series in (f"batchscope_budget_saturated{{{SELECT}}}", rules.BUDGET_SATURATED_RULE):
+        for series in (
+            f"batchscope_budget_saturated{{{SELECT}}}",
+            rules.BUDGET_SATURATED_RULE + LLM,
+        ):
             values = query_range(prom, series, started, end)
             assert max(v for t, v in values.items() if t < started + 2 * PHASE) == 0, series
             assert values[max(values)] == 1, series
@@ -260,12 +326,28 @@ def test_recording_rules_compute_what_the_exporter_computes(tmp_path):
             (RUN - 1, 1.99, 0, 480, "kv_cache"),
         ):
             t = round(started + at)
-            util = query_range(prom, rules.BUDGET_UTILIZATION, t, t)[t]
+            util = query_range(prom, rules.BUDGET_UTILIZATION + LLM, t, t)[t]
             assert util == pytest.approx(utilization / BUDGET, rel=TOLERANCE["rate"])
-            assert query_range(prom, rules.MEMORY_BOUND_RULE, t, t)[t] == memory_bound
-            ratio = query_range(prom, rules.TOKEN_BUDGET_RATIO, t, t)[t]
+            assert query_range(prom, rules.MEMORY_BOUND_RULE + LLM, t, t)[t] == memory_bound
+            ratio = query_range(prom, rules.TOKEN_BUDGET_RATIO + LLM, t, t)[t]
             assert ratio == pytest.approx(tokens / TOKEN_BUDGET, rel=TOLERANCE["rate"])
-            bound = query_range(prom, f'{rules.BINDING_LIMIT}{{limit="{binding}"}}', t, t)[t]
+            bound = query_range(
+                prom, f'{rules.BINDING_LIMIT}{{target="llm", limit="{binding}"}}', t, t
+            )[t]
             assert bound == 1, (at, binding)
+        # llm-slo: all 4 requests a second within 1.2 s, then none of 4 within 1.0 s and 2
+        # within 1.5 s: 20% interpolated, bounded by 0 and 50%. The ratios as the rules
+        # recorded them; goodput, a rate, as the exporter measured it over its scrapes (a
+        # late scrape changes rate()'s extrapolation: the comparison above skips those).
+        for at, attained, goodput, burn in ((PHASE - 1, 1.0, 4.0, 0.0), (RUN - 1, 0.2, 0.8, 8.0)):
+            t = round(started + at)
+            assert query_range(prom, SLO_ATTAINED, t, t)[t] == pytest.approx(attained)
+            assert query_range(prom, SLO_BURN_5M, t, t)[t] == pytest.approx(burn, abs=1e-9)
+            measured = f'batchscope_goodput_requests_per_second{{{SLO_SELECT}, bound="estimate"}}'
+            assert query_range(prom, measured, t, t)[t] == pytest.approx(goodput, rel=0.01)
+        t = round(started + RUN - 1)
+        for bound, share in (("lower", 0.0), ("upper", 0.5)):
+            exported = f'batchscope_slo_attainment_ratio{{{SLO_SELECT}, bound="{bound}"}}'
+            assert query_range(prom, exported, t, t)[t] == pytest.approx(share, rel=1e-9)
         print("\nrelative differences, rules vs exporter (max over comparable instants):")
         print(yaml.safe_dump(differences))

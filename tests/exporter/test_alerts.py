@@ -14,6 +14,8 @@ from exporter.alerts.specs import (
     ALERTS,
     BUDGET_SATURATED,
     MEMORY_BOUND,
+    SLO_BURN_FAST,
+    SLO_BURN_SLOW,
     STALLED,
     TARGET_DOWN,
     AlertWords,
@@ -21,7 +23,12 @@ from exporter.alerts.specs import (
 )
 from exporter.config.settings import Settings
 from exporter.core.diagnosis import Diagnosis
-from exporter.core.evaluate import SeriesSignals, TargetSignals
+from exporter.core.evaluate import SeriesSignals, TargetIdentity, TargetSignals, evaluate_window
+from exporter.core.signals import SignalSettings
+from exporter.core.slo import BurnRate, SloStatus
+from exporter.core.snapshot import Snapshot
+from exporter.core.window import Window
+from exporter.engines import read_series
 from tests.support.monitoring_stack import (
     alertmanager,
     exporter,
@@ -276,14 +283,99 @@ def test_the_posted_alert_states_the_configured_threshold_and_hold():
     assert "has failed for 90 s" in levels.texts(TARGET_DOWN, "llm", "0")[1]
     for spec in ALERTS:  # every placeholder of every text has a value
         levels.texts(spec, "llm", "1")
-    assert [duration_words(s) for s in (60, 120, 300, 3600, 90, 0.5)] == [
+    assert [duration_words(s) for s in (60, 120, 300, 3600, 90, 0.5, 86400, 259200)] == [
         "a minute",
         "2 minutes",
         "5 minutes",
         "an hour",
         "90 s",
         "0.5 s",
+        "a day",
+        "3 days",
     ]
+
+
+def _slo(burning: tuple[str, ...], **rates: float) -> SloStatus:
+    windows = {"5m": 300.0, "30m": 1800.0, "1h": 3600.0, "6h": 21600.0, "3d": 259200.0}
+    return SloStatus(
+        0.99,
+        tuple(BurnRate(w, s, rates.get("w" + w)) for w, s in windows.items()),
+        burning,
+        None,
+        100.0,
+        30 * 86400.0,
+    )
+
+
+def test_an_slo_burn_is_posted_at_once_with_the_configured_windows_and_period():
+    total = SeriesSignals(slo=_slo(("fast",), w5m=100.0, w1h=20.0, w6h=8.0, w3d=0.5))
+    target = TargetSignals("llm", "http://x", 0.0, True, None, (), total)
+    book = step(AlertBook(), [target], now=0.0)
+    [alert] = book.unsent.values()
+    # The fast speed's highest long-window burn rate: the hour's.
+    assert (alert.spec, alert.value) == (SLO_BURN_FAST, 20.0)
+    words = AlertWords.from_settings(
+        Settings(targets=(), slo_window_scale=0.01, slo_period_days=7.0)
+    )
+    body = payload(alert, "g", words)
+    assert body["labels"] == {
+        "alertname": "BatchingSLOBurnFast",
+        "severity": "critical",
+        "target": "llm",
+    }
+    assert body["annotations"]["description"] == (
+        "Requests on llm miss the latency budget 20 times as fast as the SLO objective "
+        "allows, over 36 s and 3 s at 14.4x, or 216 s and 18 s at 6x (both windows of a "
+        "pair). This is the promise to users breaking now, not a batcher running at its "
+        "ceiling: at the first pair's rate the error budget for 7 days is gone in 700 "
+        "minutes. Page."
+    )
+    slow = step(AlertBook(), [replace_total(target, _slo(("slow",), w3d=1.5, w6h=2.0))], 0.0)
+    assert [(a.spec, a.value) for a in slow.unsent.values()] == [(SLO_BURN_SLOW, 1.5)]
+    # The burn stops: resolved at the next evaluation (no hold).
+    resolved = step(delivered(book), [replace_total(target, _slo((), w1h=12.0))], 5.0)
+    assert names(resolved) == {(SLO_BURN_FAST.name, "llm"): 5.0}
+
+
+def replace_total(target: TargetSignals, slo: SloStatus) -> TargetSignals:
+    return TargetSignals(
+        target.target, target.url, target.t, target.up, None, (), SeriesSignals(slo=slo)
+    )
+
+
+def _over_budget_run(settings: SignalSettings) -> set[str]:
+    """Every alert the book posts over five minutes of a vLLM with all requests at 3 s
+    against a 2 s budget, 5 s apart."""
+    state, window, states, book, posted = (
+        VllmState(),
+        Window(60.0, settings),
+        {},
+        AlertBook(),
+        set(),
+    )
+    state.running, state.waiting, state.kv_usage = 4, 0, 0.3
+    for i in range(60):
+        t = 5.0 * i
+        state.finish(20, 3.0, 40)
+        window.add(Snapshot("llm", t, True, read_series(render(state), "vllm")))
+        signals_now, states = evaluate_window(TargetIdentity("llm", "x"), window, states, t)
+        book = step(book, [signals_now], t)
+        posted |= {alert.spec.name for alert in book.unsent.values()}
+        book = delivered(book)
+    return posted
+
+
+def test_a_target_without_an_objective_posts_nothing_new_however_slow():
+    # Every request misses the budget: with an objective the promise is broken at 100x
+    # at once; without one, only what was posted before: budget saturation (the median
+    # at 150% of the budget for the hold), nothing else.
+    without = _over_budget_run(SignalSettings(cap=4, budget_seconds=2.0, quantile=0.5))
+    assert without == {BUDGET_SATURATED.name}
+    held = _over_budget_run(
+        SignalSettings(cap=4, budget_seconds=2.0, quantile=0.5, slo_objective=0.99)
+    )
+    assert {SLO_BURN_FAST.name, SLO_BURN_SLOW.name} <= held
+    assert held - without == {SLO_BURN_FAST.name, SLO_BURN_SLOW.name}
 
 
 def test_the_exporter_cli_posts_the_configured_numbers_to_a_real_alertmanager(tmp_path):

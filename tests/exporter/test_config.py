@@ -130,8 +130,8 @@ def test_flags_default_to_none_so_not_given_is_visible():
     add_arguments(parser)
     args = vars(parser.parse_args([]))
     assert (
-        len(args) == 25
-    )  # 16, --alertmanager-url, --token-cap, 6 of issue 12, --max-num-batched-tokens
+        len(args) == 28
+    )  # 16, --alertmanager-url, --token-cap, 6 of issue 12, --max-num-batched-tokens, 3 SLO
     assert set(args.values()) == {None}
 
 
@@ -405,7 +405,7 @@ T = "targets:\n  - name: a\n    url: http://a:1/metrics\n"
         ),
         (
             T + "    histogram: p99\n",
-            "4: targets[0].histogram: must be one of e2e, ttft, queue, inference (got 'p99')",
+            "4: targets[0].histogram: must be one of e2e, ttft, queue, inference, tpot, itl (got 'p99')",
         ),
         (
             T + "    engine: VLLM\n",
@@ -438,7 +438,7 @@ T = "targets:\n  - name: a\n    url: http://a:1/metrics\n"
         (
             T + "    labels: {target: x}\n",
             "4: targets[0].labels.target: the exporter sets this label itself; reserved are "
-            "target, bound, histogram, kind, le, limit, quantile, reason, state, application, batcher, "
+            "target, bound, histogram, kind, le, limit, quantile, reason, speed, state, window, application, batcher, "
             "deployment, engine, "
             "function_name, model, model_name, version and names starting with __",
         ),
@@ -821,7 +821,7 @@ def test_file_sd_name_clashing_with_a_config_target_names_both_files(tmp_path):
         (
             '[\n  {"targets": ["a:1"], "labels": {"model_name": "x"}}\n]',
             "2: [0].labels.model_name: the exporter sets this label itself; reserved are "
-            "target, bound, histogram, kind, le, limit, quantile, reason, state, application, batcher, "
+            "target, bound, histogram, kind, le, limit, quantile, reason, speed, state, window, application, batcher, "
             "deployment, engine, "
             "function_name, model, model_name, version and names starting with __",
         ),
@@ -924,6 +924,7 @@ _GIVEN = {
     "budget_seconds": 1.5,
     "quantile": 0.9,
     "histogram": "ttft",
+    "slo_objective": 0.99,
 }
 
 
@@ -974,6 +975,38 @@ def test_every_setting_has_a_flag_and_a_yaml_key(tmp_path):
     )
     settings = load_config(tmp_path / "fleet.yaml")
     assert (settings.hold_seconds, settings.interval_seconds) == (120.0, 2.0)
+
+
+def test_slo_settings_are_checked_and_reach_the_signal_settings(tmp_path):
+    from exporter.scrape.loop import signal_settings
+
+    path = tmp_path / "fleet.yaml"
+    path.write_text(
+        "slo_period_days: 7\nslo_window_scale: 0.01\n"
+        "targets:\n  - url: http://127.0.0.1:8000\n    slo_objective: 0.995\n"
+    )
+    settings = load_config(path)
+    signals = signal_settings(settings.targets[0], settings)
+    assert (signals.slo_objective, signals.slo_window_scale) == (0.995, 0.01)
+    assert signals.slo_period_seconds == 7 * 86400
+    # Off by default: no objective, the standard windows, 30 days.
+    default = signal_settings(Target("a", "http://a/metrics"), Settings(targets=()))
+    assert (default.slo_objective, default.slo_window_scale) == (None, 1.0)
+    assert default.slo_period_seconds == 30 * 86400
+    for text, error in (
+        (
+            "targets:\n  - url: http://a:1\n    slo_objective: 1\n",
+            "targets[0].slo_objective: must be between 0 and 1, both excluded (got 1)",
+        ),
+        (
+            "slo_window_scale: 2\ntargets:\n  - url: http://a:1\n",
+            "slo_window_scale: must be > 0 and <= 1 (got 2)",
+        ),
+        ("slo_period_days: 0\ntargets:\n  - url: http://a:1\n", "slo_period_days: must be > 0"),
+    ):
+        path.write_text(text)
+        with pytest.raises(ConfigError, match=re.escape(error)):
+            load_config(path)
 
 
 def test_the_staleness_default_is_derived_once_from_the_hold_and_the_interval():

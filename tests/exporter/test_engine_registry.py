@@ -22,15 +22,13 @@ PAYLOAD = """\
 example:requests_running 3
 # TYPE example:requests_waiting gauge
 example:requests_waiting 2
-# TYPE example:time_per_output_token_seconds histogram
-example:time_per_output_token_seconds_bucket{le="0.05"} 40
-example:time_per_output_token_seconds_bucket{le="+Inf"} 50
-example:time_per_output_token_seconds_sum 2.0
-example:time_per_output_token_seconds_count 50
+# TYPE example:prefill_time_seconds histogram
+example:prefill_time_seconds_bucket{le="0.05"} 40
+example:prefill_time_seconds_bucket{le="+Inf"} 50
+example:prefill_time_seconds_sum 2.0
+example:prefill_time_seconds_count 50
 """
-FLEET = (
-    "targets:\n  - url: http://127.0.0.1:8080/metrics\n    engine: example\n    histogram: tpot\n"
-)
+FLEET = "targets:\n  - url: http://127.0.0.1:8080/metrics\n    engine: example\n    histogram: prefill\n"
 
 
 def example_adapter() -> ModuleType:
@@ -39,7 +37,7 @@ def example_adapter() -> ModuleType:
     adapter.NAME = "example"
     adapter.MARKER = "example:"
     adapter.KEY_LABELS = ()
-    adapter.LATENCY_FAMILIES = {"tpot": "example:time_per_output_token_seconds"}
+    adapter.LATENCY_FAMILIES = {"prefill": "example:prefill_time_seconds"}
     adapter.FAMILIES = (
         "example:requests_running",
         "example:requests_waiting",
@@ -49,14 +47,14 @@ def example_adapter() -> ModuleType:
     def to_series(by_name: SamplesByName) -> list[SeriesSnapshot]:
         running = values_by_key(by_name, "example:requests_running", ())
         waiting = values_by_key(by_name, "example:requests_waiting", ())
-        tpot = histograms_by_key(by_name, "example:time_per_output_token_seconds", ())
+        prefill = histograms_by_key(by_name, "example:prefill_time_seconds", ())
         return [
             SeriesSnapshot(
                 key=(),
                 engine="example",
                 running=running.get(()),
                 waiting=waiting.get(()),
-                latency={"tpot": tpot[()]} if () in tpot else {},
+                latency={"prefill": prefill[()]} if () in prefill else {},
             )
         ]
 
@@ -84,7 +82,7 @@ def test_the_choices_are_the_registered_adapters_and_the_kinds_they_fill() -> No
         "rayserve",
         "llamacpp",
     )
-    assert latency_kinds() == ("e2e", "ttft", "queue", "inference")
+    assert latency_kinds() == ("e2e", "ttft", "queue", "inference", "tpot", "itl")
 
 
 def test_an_unregistered_engine_is_refused_by_the_config(tmp_path) -> None:
@@ -100,24 +98,28 @@ def test_an_unregistered_engine_is_refused_by_the_config(tmp_path) -> None:
 
 def test_a_registered_engine_and_its_latency_kind_are_accepted_by_yaml(tmp_path, registered):
     assert engine_choices()[-1] == "example"
-    assert latency_kinds() == ("e2e", "ttft", "queue", "inference", "tpot")
+    assert latency_kinds() == ("e2e", "ttft", "queue", "inference", "tpot", "itl", "prefill")
     path = tmp_path / "fleet.yaml"
     path.write_text(FLEET)
     (target,) = load_config(path).targets
-    assert (target.name, target.engine, target.histogram) == ("127.0.0.1:8080", "example", "tpot")
+    assert (target.name, target.engine, target.histogram) == (
+        "127.0.0.1:8080",
+        "example",
+        "prefill",
+    )
 
 
 def test_a_registered_engine_is_accepted_by_the_flags(registered) -> None:
     parser = argparse.ArgumentParser()
     add_arguments(parser)
     args = parser.parse_args(
-        ["--target", "http://127.0.0.1:8080", "--engine", "example", "--histogram", "tpot"]
+        ["--target", "http://127.0.0.1:8080", "--engine", "example", "--histogram", "prefill"]
     )
     (target,) = settings_from_args(args).targets
     assert (target.url, target.engine, target.histogram) == (
         "http://127.0.0.1:8080/metrics",
         "example",
-        "tpot",
+        "prefill",
     )
 
 
@@ -125,8 +127,8 @@ def test_a_registered_engine_is_detected_by_auto(registered) -> None:
     assert detect(PAYLOAD) == ["example"]
     (series,) = read_series(PAYLOAD, "auto")
     assert (series.engine, series.running, series.waiting) == ("example", 3.0, 2.0)
-    assert series.latency["tpot"].count == 50.0
-    assert series.latency["tpot"].counts == (40.0, 50.0)
+    assert series.latency["prefill"].count == 50.0
+    assert series.latency["prefill"].counts == (40.0, 50.0)
 
 
 def test_the_unrecognised_payload_message_lists_every_registered_engine(registered) -> None:
@@ -145,12 +147,12 @@ def test_a_registered_engine_must_be_documented_in_metrics_md(registered) -> Non
             "a row in 'What the exporter reads'",
             "example:requests_running",
             "example:requests_waiting",
-            "example:time_per_output_token_seconds",
+            "example:prefill_time_seconds",
         ]
     }
     row = (
         "| Example (`example`) | `example:requests_running`, "
-        "`example:requests_waiting`, `example:time_per_output_token_seconds` | running |\n"
+        "`example:requests_waiting`, `example:prefill_time_seconds` | running |\n"
     )
     documented = DOC.replace("\n\nvLLM labels series", "\n" + row + "\nvLLM labels series", 1)
     assert documented != DOC
@@ -172,8 +174,8 @@ def test_every_adapter_fills_only_the_latency_kinds_it_declares() -> None:
         for name, text in payloads.items()
     }
     assert filled == {
-        "vllm": {"e2e", "ttft", "queue", "inference"},
-        "sglang": {"e2e", "ttft"},
+        "vllm": {"e2e", "ttft", "queue", "inference", "tpot", "itl"},
+        "sglang": {"e2e", "ttft", "tpot"},
         "triton": set(),
         "tgi": {"e2e", "queue", "inference"},
         "trtllm": set(),  # its latencies come from Triton's families, the triton adapter's

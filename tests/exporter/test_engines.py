@@ -21,7 +21,7 @@ def test_vllm_032_load_payload_running_8_waiting_32() -> None:
     assert s.kv_usage == pytest.approx(0.001220852154804053)
     assert s.requests_total == 20.0
     assert s.generation_tokens_total == 1014.0
-    assert set(s.latency) == {"e2e", "ttft", "queue", "inference"}
+    assert set(s.latency) == {"e2e", "ttft", "queue", "inference", "tpot", "itl"}
     assert s.latency["e2e"].count == 20.0
     assert s.latency["e2e"].sum == pytest.approx(4.350913047790527)
     assert s.output_tokens is not None and s.output_tokens.sum == 661.0

@@ -90,6 +90,14 @@ class Seen:
                 self.advice(series["advice"])
                 if series["static_utilization"] is not None:
                     self.add("static_utilization", series["static_utilization"])
+                if series["slo_attainment"] is not None:
+                    self.add("slo_attainment", series["slo_attainment"])
+                if series["goodput_per_second"] is not None:
+                    self.add("bounded", series["goodput_per_second"])
+                if series["slo"] is not None:
+                    self.add("slo", series["slo"])
+                    for burn in series["slo"]["burn_rates"]:
+                        self.add("burn_rate", burn)
                 for size_bin in series["batch_size_distribution"]:
                     self.add("batch_size_bin", size_bin)
 
@@ -134,7 +142,8 @@ async def serve(app: web.Application) -> tuple[web.AppRunner, str]:
 async def fed_exporter():
     """An Exporter after three rounds over the fixture payloads, and its app's base URL.
 
-    Targets: `llm` (vLLM, cap 8, budget 2 s, labels team=search), `mixed` (the same vLLM
+    Targets: `llm` (vLLM, cap 8, budget 2 s, 99% within it, labels team=search), `mixed`
+    (the same vLLM
     payload beside an in-house batcher: two series), `dead` (nothing listens).
     """
     served: dict[str, str] = {}
@@ -162,6 +171,7 @@ async def fed_exporter():
                 engine="vllm",
                 cap=8,
                 budget_seconds=2.0,
+                slo_objective=0.99,
                 labels=(("team", "search"),),
             ),
             Target("mixed", f"{base}/mixed/metrics", cap=8),
@@ -307,8 +317,8 @@ def test_a_target_label_the_exporter_sets_is_refused_at_start(tmp_path, label) -
     message = str(caught.value)
     assert message.startswith(f"{config}:4: targets[0].labels.{label}: the exporter sets")
     assert (
-        "reserved are target, bound, histogram, kind, le, limit, quantile, reason, state, application, "
-        "batcher, "
+        "reserved are target, bound, histogram, kind, le, limit, quantile, reason, speed, state, "
+        "window, application, batcher, "
         "deployment, engine, function_name, model, model_name, version" in message
     )
 
@@ -329,8 +339,12 @@ async def test_history_rows_are_the_signals_numbers_and_hold_nothing_the_collect
             pairs += zip(signals.series, point["series"], strict=True)
         for series, shown in pairs:
             expected = series_json(series)
-            static = expected["static_utilization"]
+            static, attained = expected["static_utilization"], expected["slo_attainment"]
             expected["static_utilization"] = static["estimate"] if static else None
+            expected["slo_attainment"] = attained["estimate"] if attained else None
+            burning = expected["slo"]["burning"] if expected["slo"] else []
+            expected["slo_burning_fast"] = "fast" in burning
+            expected["slo_burning_slow"] = "slow" in burning
             assert {n: shown[n] for n in POINT_NUMBERS} == {n: expected[n] for n in POINT_NUMBERS}
             diagnosis = series.diagnosis
             assert (shown["diagnosis"], shown["diagnosis_reason"]) == (
@@ -339,10 +353,11 @@ async def test_history_rows_are_the_signals_numbers_and_hold_nothing_the_collect
             )
         assert point["t"] == signals.t and point["up"] is signals.up
         assert type(point["budget_saturated"]) is bool
+        assert type(point["slo_burning_fast"]) is bool
         assert not gc.is_tracked(row), signals.target
         t, _, packed, _, _, series_rows = row
-        if not series_rows:  # time, flag, 16 numbers packed, shared strings: under 300 bytes
-            assert sys.getsizeof(row) + sys.getsizeof(t) + sys.getsizeof(packed) < 300
+        if not series_rows:  # time, flag, 19 numbers packed, shared strings: under 330 bytes
+            assert sys.getsizeof(row) + sys.getsizeof(t) + sys.getsizeof(packed) < 330
     assert {s.target: len(s.series) for s in exporter.current()}["mixed"] == 2
 
 

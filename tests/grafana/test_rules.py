@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 from pathlib import Path
@@ -9,13 +10,24 @@ from pathlib import Path
 import pytest
 import yaml
 
-from exporter.alerts.fleet_rules import BUDGET_RULE, CAP_RULE, UnsupportedTarget, target_rules
-from exporter.alerts.specs import ALERTS
-from exporter.config.settings import Target
+from exporter.alerts.fleet_rules import (
+    BUDGET_RULE,
+    CAP_RULE,
+    SLO_BUCKET_RULE,
+    SLO_EDGES_RULE,
+    SLO_OBJECTIVE_RULE,
+    UnsupportedTarget,
+    fleet_rule_groups,
+    target_rules,
+)
+from exporter.alerts.specs import ALERTS, SLO_BURN_FAST, SLO_BURN_SLOW
+from exporter.config.settings import Target, load_config
+from exporter.engines.vllm import TOKEN_LATENCY_KINDS
+from grafana import rules as rule_names
 from grafana.build import PROMETHEUS, generated_files
 from grafana.config import CONFIG
 from grafana.managed_alerts import managed_alert_rules
-from grafana.rules import exporter_alerts, vllm_alerts
+from grafana.rules import exporter_alerts, vllm_alerts, vllm_recording_rules
 from tests.support.paths import REPO
 from tests.support.system_tools import tool
 
@@ -186,3 +198,49 @@ def test_rules_cli_reads_file_sd_targets_and_names_a_bad_key(tmp_path):
     bad = _rules_cli("--config", str(tmp_path / "bad.yaml"))
     assert bad.returncode == 2
     assert "bad.yaml:3" in bad.stderr and "capp" in bad.stderr
+
+
+def test_a_fleet_without_objectives_records_and_alerts_on_what_it_did_before():
+    # No objective, no SLO constant; every rule added for the SLO (and the per-token
+    # quantiles) reads a constant only a target with an objective (or a per-token budget)
+    # has, so for such a fleet it records nothing and no SLO alert can fire.
+    example = load_config(PROMETHEUS / "fleet.example.yaml").targets
+    without = [dataclasses.replace(t, slo_objective=None) for t in example]
+    records = {r["record"] for g in fleet_rule_groups(without)["groups"] for r in g["rules"]}
+    assert records == {CAP_RULE, BUDGET_RULE, "target:vllm_max_num_batched_tokens:config"}
+    signals, slo = vllm_recording_rules(CONFIG)["groups"]
+    for rule in slo["rules"]:
+        reads_raw = "vllm:" in rule["expr"]
+        assert not reads_raw or SLO_BUCKET_RULE in rule["expr"] or SLO_EDGES_RULE in rule["expr"]
+        assert reads_raw or "vllm_slo_" in rule["expr"], rule["record"]
+    assert SLO_OBJECTIVE_RULE in next(r["expr"] for r in slo["rules"] if "burn" in r["record"])
+    for rule in signals["rules"]:
+        if rule.get("labels", {}).get("histogram") in TOKEN_LATENCY_KINDS:
+            histogram = rule["labels"]["histogram"]
+            assert f'{BUDGET_RULE}{{histogram="{histogram}"}}' in rule["expr"]
+    for alerts, reads in (
+        (vllm_alerts(CONFIG), rule_names.SLO_BURN_RATE),
+        (exporter_alerts(CONFIG), "batchscope_slo_burning"),
+    ):
+        by_name = {r["alert"]: r for r in alerts["groups"][0]["rules"]}
+        for spec in (SLO_BURN_FAST, SLO_BURN_SLOW):
+            assert reads in by_name[spec.name]["expr"]
+
+
+def test_the_slo_constants_name_each_edge_in_both_spellings_with_its_weight():
+    between = target_rules(
+        Target("llm", "http://h/metrics", budget_seconds=1.2, slo_objective=0.99)
+    )
+    buckets = [(r["labels"]["le"], r["expr"]) for r in between if r["record"] == SLO_BUCKET_RULE]
+    # 1.2 s is 40% of the way from 1.0 to 1.5 in vLLM's e2e buckets.
+    assert [le for le, _ in buckets] == ["1.0", "1", "1.5"]
+    assert [float(expr[7:-1]) for _, expr in buckets] == pytest.approx([0.6, 0.6, 0.4])
+    edges = next(r for r in between if r["record"] == SLO_EDGES_RULE)
+    assert edges["expr"] == "vector(2)"
+    on_edge = target_rules(Target("llm", "http://h/metrics", budget_seconds=2, slo_objective=0.9))
+    assert [(r["labels"]["le"], r["expr"]) for r in on_edge if r["record"] == SLO_BUCKET_RULE] == [
+        ("2.0", "vector(1.0)"),
+        ("2", "vector(1.0)"),
+    ]
+    with pytest.raises(UnsupportedTarget, match="slo_objective needs budget_seconds"):
+        target_rules(Target("llm", "http://h/metrics", slo_objective=0.99))

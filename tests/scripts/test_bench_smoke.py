@@ -189,3 +189,12 @@ def test_make_bench_exits_1_when_a_benchmark_misses_its_claim(
     missed["met"]["gaps"] = True
     assert bench.main(["--only", "schedule", "--output", str(report)]) == 0
     assert "## Schedule" in report.read_text(encoding="utf-8")
+
+
+def test_quick_slo_bench_reports_the_history_bound_and_equal_signals(tmp_path: Path) -> None:
+    report, numbers = quick_run("slo", tmp_path)
+    memory = numbers["memory"]
+    assert 0 < memory["most_checkpoints"] <= memory["bound"] == 192
+    assert memory["bytes"] > 0
+    assert_checked([numbers["ingest"]], 20)
+    assert "## SLO: what an objective costs" in report

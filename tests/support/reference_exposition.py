@@ -15,8 +15,9 @@ from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 
 from exporter.core.diagnosis import DIAGNOSIS_STATES
-from exporter.core.evaluate import TargetSignals
+from exporter.core.evaluate import SeriesSignals, TargetSignals
 from exporter.core.limits import BINDING_CHOICES
+from exporter.core.slo import SPEEDS
 from exporter.serve.exposition import statistic_label
 from exporter.serve.families import (
     ADVICE,
@@ -25,11 +26,18 @@ from exporter.serve.families import (
     CONTINUOUS_GAIN,
     DIAGNOSIS,
     FAMILIES,
+    GOODPUT,
     LATENCY,
     LIMIT_RATIO,
     SATURATED,
     SCRAPE_DURATION,
     SERIES_GAUGES,
+    SLO_ATTAINMENT,
+    SLO_BURN_RATE,
+    SLO_BURNING,
+    SLO_ERROR_BUDGET,
+    SLO_HISTORY,
+    SLO_OBJECTIVE,
     STATIC_UTILIZATION,
     TARGET_ERRORS,
     TARGET_UP,
@@ -40,6 +48,33 @@ from exporter.serve.families import (
 
 def _metric(family: Family) -> Metric:
     return Metric(family.name, family.documentation, family.type)
+
+
+def _add_slo(metrics: dict[str, Metric], s: SeriesSignals, labels: dict[str, str]) -> None:
+    """A series' attainment, goodput and SLO samples."""
+    attained = s.slo_attainment.share if s.slo_attainment is not None else None
+    for family, bounded in ((SLO_ATTAINMENT, attained), (GOODPUT, s.goodput_per_second)):
+        if bounded is not None:
+            for bound, value in zip(BOUNDS, bounded, strict=True):
+                metrics[family.name].add_sample(family.name, {**labels, "bound": bound}, value)
+    slo = s.slo
+    if slo is None:
+        return
+    metrics[SLO_OBJECTIVE.name].add_sample(SLO_OBJECTIVE.name, labels, slo.objective)
+    for burn in slo.burn_rates:
+        if burn.rate is not None:
+            metrics[SLO_BURN_RATE.name].add_sample(
+                SLO_BURN_RATE.name, {**labels, "window": burn.window}, burn.rate
+            )
+    for speed in SPEEDS:
+        metrics[SLO_BURNING.name].add_sample(
+            SLO_BURNING.name, {**labels, "speed": speed}, 1.0 if speed in slo.burning else 0.0
+        )
+    if slo.error_budget_remaining is not None:
+        metrics[SLO_ERROR_BUDGET.name].add_sample(
+            SLO_ERROR_BUDGET.name, labels, slo.error_budget_remaining
+        )
+    metrics[SLO_HISTORY.name].add_sample(SLO_HISTORY.name, labels, slo.history_seconds)
 
 
 class SignalsCollector(Collector):
@@ -106,6 +141,7 @@ class SignalsCollector(Collector):
                     for bound, value in zip(BOUNDS, (u.estimate, u.lower, u.upper), strict=True):
                         static.add_sample(static.name, {**labels, "bound": bound}, value)
                     gain.add_sample(gain.name, labels, u.continuous_batching_gain)
+                _add_slo(metrics, s, labels)
                 for item in s.advice.items:
                     if math.isfinite(item.value):
                         advice.add_sample(advice.name, {**labels, "kind": item.kind}, item.value)

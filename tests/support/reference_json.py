@@ -21,6 +21,29 @@ def reference_series_json(series: SeriesSignals) -> dict[str, Any]:
         {"size": size if math.isfinite(size) else "+Inf", "fraction": fraction}
         for size, fraction in series.batch_size_distribution
     ]
+    attained, goodput, slo = series.slo_attainment, series.goodput_per_second, series.slo
+    out["slo_attainment"] = (
+        None
+        if attained is None
+        else {
+            "estimate": attained.share.estimate,
+            "lower": attained.share.lower,
+            "upper": attained.share.upper,
+            "exact": attained.edges.lower == attained.edges.upper,
+            "requests": attained.requests,
+            "lower_edge": attained.edges.lower,
+            "upper_edge": attained.edges.upper,
+            "reason": attained.reason,
+        }
+    )
+    out["goodput_per_second"] = (
+        None
+        if goodput is None
+        else {"estimate": goodput.estimate, "lower": goodput.lower, "upper": goodput.upper}
+    )
+    if slo is not None:
+        out["slo"]["burning"] = list(slo.burning)
+        out["slo"]["burn_rates"] = [asdict(b) for b in slo.burn_rates]
     return out
 
 

@@ -12,6 +12,7 @@ from exporter.core.diagnosis import DIAGNOSIS_STATES, Diagnosis
 from exporter.core.evaluate import SeriesSignals, TargetSignals
 from exporter.core.limits import BINDING_CHOICES, LIMITS, LimitReading, Limits
 from exporter.core.signals import SignalSettings
+from exporter.core.slo import WINDOWS, Attainment, Bounded, BudgetEdges, BurnRate, SloStatus
 from exporter.core.snapshot import Snapshot
 from exporter.core.static_util import UtilizationEstimate
 from exporter.engines import read_series
@@ -65,6 +66,31 @@ def exposition(settings: SignalSettings, payloads: list[str], up: bool = True) -
 PAYLOADS = ["vllm-0.32.0-cpu-idle.txt", "vllm-0.32.0-cpu-load.txt", "vllm-0.32.0-cpu-after.txt"]
 
 
+bounded = st.builds(Bounded, numbers.filter(lambda v: v is not None), st.floats(), st.floats())
+
+attainments = st.builds(
+    Attainment,
+    share=bounded,
+    requests=st.just(10.0),
+    edges=st.just(BudgetEdges(2.0, 1.5, 2.5, 0.5)),
+    reason=label_values,
+)
+
+slo_statuses = st.builds(
+    SloStatus,
+    objective=st.sampled_from([0.99, 0.999]),
+    burn_rates=st.lists(
+        st.builds(BurnRate, st.sampled_from(list(WINDOWS)), st.just(300.0), numbers),
+        max_size=5,
+        unique_by=lambda b: b.window,
+    ).map(tuple),
+    burning=st.sampled_from([(), ("fast",), ("slow",), ("fast", "slow")]),
+    error_budget_remaining=numbers,
+    history_seconds=st.floats(0.0, 1e7),
+    period_seconds=st.just(2592000.0),
+)
+
+
 @st.composite
 def series_signals(draw: st.DrawFn) -> SeriesSignals:
     gauges = {attribute: draw(numbers) for _, _, attribute in SERIES_GAUGES}
@@ -88,6 +114,9 @@ def series_signals(draw: st.DrawFn) -> SeriesSignals:
         latency_quantile=draw(st.sampled_from([0.5, 0.99, 0.999])),
         budget_saturated=draw(st.booleans()),
         static_utilization=static,
+        slo_attainment=draw(st.one_of(st.none(), attainments)),
+        goodput_per_second=draw(st.one_of(st.none(), bounded)),
+        slo=draw(st.one_of(st.none(), slo_statuses)),
         diagnosis=Diagnosis(draw(st.sampled_from(DIAGNOSIS_STATES)), draw(label_values)),
         advice=Advice(
             tuple(draw(st.lists(advice_items, max_size=3))), draw(label_values), draw(st.booleans())

@@ -8,29 +8,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-E2E_BOUNDS = (
-    0.3,
-    0.5,
-    0.8,
-    1.0,
-    1.5,
-    2.0,
-    2.5,
-    5.0,
-    10.0,
-    15.0,
-    20.0,
-    30.0,
-    40.0,
-    50.0,
-    60.0,
-    120.0,
-    240.0,
-    480.0,
-    960.0,
-    1920.0,
-    7680.0,
-)
+from exporter.engines.vllm import REQUEST_LATENCY_BUCKETS
+
+# vLLM's own default e2e buckets, as the real payload has them.
+E2E_BOUNDS = REQUEST_LATENCY_BUCKETS
 TOKEN_BOUNDS = (1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0)
 STEP_BOUNDS = (1.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0, 2048.0, 4096.0)
 LABELS = 'engine="0",model_name="tiny"'
