@@ -513,7 +513,7 @@ def _queueing(r: _Reading) -> Diagnosis | None:
 def _underloaded(r: _Reading) -> Diagnosis:
     return Diagnosis(
         "underloaded",
-        "nothing waits: batches are small because there is little traffic to batch",
+        "nothing waits now: batches are small because there is little traffic to batch",
     )
 
 

@@ -18,12 +18,12 @@ def percent_text(ratio: float) -> str:
 
 
 def seconds_text(seconds: float) -> str:
-    """A duration: 0.045 -> "45 ms", 4.975 -> "4.97 s", 57.01 -> "57 s", 150 -> "2.5 min",
-    2700 -> "45 min", 9000 -> "2.5 h"."""
+    """A duration: 0.045 -> "45 ms", 4.975 -> "4.97 s", 2.0 -> "2 s", 57.01 -> "57 s",
+    150 -> "2.5 min", 2700 -> "45 min", 9000 -> "2.5 h"."""
     if seconds < 1:
         return f"{seconds * 1000:.0f} ms"
     if seconds < 10:
-        return f"{seconds:.2f} s"
+        return f"{seconds:.3g} s"
     if seconds < 120:
         return f"{seconds:.0f} s"
     minutes = seconds / 60

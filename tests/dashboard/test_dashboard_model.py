@@ -102,13 +102,19 @@ def test_series_choices_name_each_model() -> None:
             {"labels": {"model_name": "b", "engine": "0"}, "running": 3},
         ],
     }
+    # The model's name, not its raw labels (issue 22: "model_name=a, engine=0" before).
     choices = series_choices(target)
-    assert list(choices) == [
-        "all models (target total)",
-        "model_name=a, engine=0",
-        "model_name=b, engine=0",
-    ]
-    assert choices["model_name=b, engine=0"]["running"] == 3
+    assert list(choices) == ["all models (target total)", "a", "b"]
+    assert choices["b"]["running"] == 3
+    # Two engines serving one model: the name, and the label that tells them apart.
+    twins = {
+        "series": [
+            {"labels": {"model_name": "a", "engine": "0"}, "running": 2},
+            {"labels": {"model_name": "a", "engine": "1"}, "running": 4},
+            {"labels": {"batcher": "embeddings"}, "running": 1},
+        ]
+    }
+    assert list(series_choices(twins))[1:] == ["a (engine=0)", "a (engine=1)", "embeddings"]
 
 
 def _history(flags: list[bool], utilization: list[float], **extra) -> pd.DataFrame:

@@ -463,9 +463,11 @@ def test_a_signal_the_engine_lacks_says_so_instead_of_a_blank(engines_fleet) -> 
     values = metrics(at)
     assert values["running / cap"] == "4 / 4"
     assert values["KV cache"] == "74%"
-    assert values["preemptions/s"] == "not exposed by this engine"
-    assert values["p99 latency"] == "not exposed by this engine"
-    assert values["budget used"] == "not exposed by this engine"
+    # A dash, with the tooltip saying why (issue 22: the words were cut off in the tile).
+    helps = {m.label: m.proto.help for m in at.metric}
+    for label in ("preemptions/s", "p99 latency", "budget used"):
+        assert values[label] == "–"
+        assert "–: not exposed by this engine (llamacpp)." in helps[label]
     notes = [t for t in texts(at.info) if "not exposed by this engine" in t]
     assert "**Preemptions**: not exposed by this engine (llamacpp)." in notes
     assert (
@@ -482,7 +484,9 @@ def test_a_token_cap_is_shown_beside_the_request_cap(engines_fleet) -> None:
     at.selectbox(key="live_target").set_value("tgi").run()
     values = metrics(at)
     assert values["batch tokens / token cap"] == "15500 / 16000"
-    assert values["KV cache"] == "not exposed by this engine"
+    assert values["KV cache"] == "–"
+    kv_help = next(m.proto.help for m in at.metric if m.label == "KV cache")
+    assert kv_help.endswith("–: not exposed by this engine (tgi).")
     assert any("a token cap, not a request cap" in t for t in texts(at.markdown))
 
 

@@ -1,0 +1,78 @@
+"""Which time frame each number on the Live page reads, in words: pure, from the
+exporter's `evaluation` object and a series' own window.
+
+One evaluation holds numbers of three frames: the last scrape (waiting, the KV cache),
+the last few scrapes (the running batch the diagnosis judges: their peak) and the window
+(rates, latency, budget used, the advice). A box that shows numbers of one frame says
+which; where two boxes judge the same thing, they read the same number.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from exporter.core.evaluate import RECENT_SCRAPES
+from exporter.core.units import percent_text, seconds_text
+
+
+@dataclass(frozen=True, slots=True)
+class TimeFrames:
+    """The exporter's time frames (None: an exporter that does not state them)."""
+
+    interval_seconds: float | None = None
+    window_seconds: float | None = None
+    hold_seconds: float | None = None
+    saturation_threshold: float | None = None
+
+    @classmethod
+    def of(cls, doc: dict) -> TimeFrames:
+        """The frames stated by a signals (or summary) body."""
+        evaluation = doc.get("evaluation") or {}
+        return cls(
+            evaluation.get("interval_seconds"),
+            evaluation.get("window_seconds"),
+            evaluation.get("hold_seconds"),
+            evaluation.get("saturation_threshold"),
+        )
+
+    def window(self, series: dict | None = None) -> str:
+        """ "the last 20 s": the series' own measured span where known, else the configured
+        window."""
+        seconds = (series or {}).get("window_seconds") or self.window_seconds
+        return f"the last {seconds_text(seconds)}" if seconds else "the window"
+
+    def peak(self) -> str:
+        """How the judged running batch is read."""
+        span = (
+            f", {seconds_text(RECENT_SCRAPES * self.interval_seconds)}"
+            if self.interval_seconds
+            else ""
+        )
+        return f"the peak of the last {RECENT_SCRAPES} scrapes{span}"
+
+    def saturation(self) -> str:
+        """When utilisation counts as saturated: "at or above 95% for 60 s"."""
+        if self.saturation_threshold is None or self.hold_seconds is None:
+            return "at or above the threshold for the hold time"
+        return (
+            f"at or above {percent_text(self.saturation_threshold)} for "
+            f"{seconds_text(self.hold_seconds)}"
+        )
+
+    def diagnosis(self, series: dict) -> str:
+        """What one diagnosis read, frame by frame."""
+        return (
+            f"Judged from one evaluation: the running batch as {self.peak()}; the queue and "
+            f"the KV cache at the last scrape; preemptions and latency over "
+            f"{self.window(series)}; saturation once utilisation stays {self.saturation()}."
+        )
+
+    def fleet(self) -> str:
+        """What the fleet table's columns read."""
+        return (
+            f"Diagnosis and running: {self.peak()}, as the diagnosis judges it. Waiting and "
+            f"KV cache: the last scrape. Preemptions/s and budget used: over {self.window()}. "
+            f"At threshold: how long budget used has stayed at or above the threshold "
+            f"(saturated {self.saturation()}). A dash: not exposed by the engine, or not "
+            "known yet (no traffic in the window, no cap or budget configured)."
+        )
