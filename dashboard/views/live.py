@@ -175,6 +175,19 @@ def fleet_controls() -> tuple[str, str]:
     return text, sort
 
 
+def chosen_target(doc: dict) -> str | None:
+    """The target the panel shows this run, before the widgets are drawn: the selector's
+    choice while it matches the filter, else the first target in the table's order (the
+    selector's default)."""
+    name = st.session_state.get("live_target")
+    text = st.session_state.get("live_filter", "")
+    frame = fleet_frame(doc, st.session_state.get("live_sort", next(iter(SORTS))))
+    matching = fleet_page(frame, text).matching["target"].tolist()
+    if name in matching:
+        return name
+    return matching[0] if matching else None
+
+
 def page_picker(pages: int) -> int:
     """The page of the fleet table to show (0-based); none to pick on a one-page fleet."""
     if pages <= 1:
@@ -495,21 +508,19 @@ def target_panel(sources: ui.Sources, target: dict, frames: TimeFrames, now: flo
 # ---------------------------------------------------------------- the page
 
 
-def shown_target(doc: dict) -> dict | None:
-    """The full signals of the target the selector holds (the fleet's summary carries only
-    its row), merged into `doc` by the caller; None before the first choice."""
-    name = st.session_state.get("live_target")
-    if not any(t.get("target") == name for t in doc.get("targets", [])):
-        return None
-    loaded = ui.target_signals(page_sources.exporter, name)
-    return loaded.data if isinstance(loaded.data, dict) else None
-
-
-def target_selector(view: FleetPage) -> str | None:
+def target_selector(view: FleetPage, default: str | None) -> str | None:
     names = view.matching["target"].tolist()
     if not names:
         return None
-    return st.selectbox(f"Target ({len(names):,} matching)", names, key="live_target")
+    index = names.index(default) if default in names else 0
+    return st.selectbox(f"Target ({len(names):,} matching)", names, index=index, key="live_target")
+
+
+def full_signals(name: str | None) -> dict | None:
+    if name is None:
+        return None
+    loaded = ui.target_signals(page_sources.exporter, name)
+    return loaded.data if isinstance(loaded.data, dict) else None
 
 
 st.title("Is batching doing its job?")
@@ -531,17 +542,16 @@ def live() -> None:
         st.info("The exporter has no target with signals yet: it needs a scrape or two.")
         return
     frames = TimeFrames.of(doc)
-    target = shown_target(doc)
+    # The shown target's full signals first: its row then reads the panel's evaluation.
+    chosen = chosen_target(doc)
+    target = full_signals(chosen)
     if target is not None:
         doc = with_target(doc, target)
     saturation_banners(doc, frames)
     view = fleet_overview(doc, frames)
-    name = target_selector(view)
-    if name is None:
-        return
-    if target is None or target.get("target") != name:
-        loaded = ui.target_signals(page_sources.exporter, name)
-        target = loaded.data if isinstance(loaded.data, dict) else None
+    name = target_selector(view, chosen)
+    if name != chosen:
+        target = full_signals(name)
     if target is not None:
         target_panel(page_sources, target, frames, now)
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -20,6 +19,7 @@ import pytest
 
 from dashboard import ui
 from dashboard.states import STATES
+from demo_server.names import MODEL_NAME
 from tests.support.network import free_port, wait_http
 from tests.support.paths import REPO
 
@@ -155,10 +155,10 @@ def test_live_page_shows_the_target_its_diagnosis_and_charts(demo, browser) -> N
     text = page.inner_text("body")
     assert any(look.words in text for look in STATES.values()), text[:2000]
     assert "Next:" in text
-    # Pick the generation model (the demo also serves embeddings); the choice survives
-    # the page's own refresh.
-    page.get_by_test_id("stSelectbox").nth(1).click()
-    page.get_by_role("option", name=re.compile("model_name=")).click()
+    # Pick the generation model by its name (the demo also serves embeddings); the choice
+    # survives the page's own refresh.
+    page.get_by_test_id("stSelectbox").filter(has_text="Model").click()
+    page.get_by_role("option", name=MODEL_NAME, exact=True).click()
     time.sleep(ui.REFRESH_SECONDS + 2)
     running = page.get_by_test_id("stMetric").first.inner_text()
     assert running.endswith("/ 8"), running  # the generation's cap, not the target's 8 + 32

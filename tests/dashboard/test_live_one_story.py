@@ -71,6 +71,8 @@ def test_the_row_the_badge_and_the_tiles_agree_and_never_say_nothing_to_fix_over
     at = live(stories, target)
     shown = tiles(at)
     fleet = row(at, target)
+    # a missing cell is a dash, not "None"
+    assert at.dataframe[0].proto.placeholder == "–"
     # one state: the row's words are the badge's
     assert fleet["state"] == badge(at)
     # one batch: the row's running / cap is the tile's (a batcher: its mean fired batch)
