@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from dashboard.formatting import plain_markdown
 from exporter.core.evaluate import RECENT_SCRAPES
 from exporter.core.units import percent_text, seconds_text
 
@@ -76,3 +77,31 @@ class TimeFrames:
             f"(saturated {self.saturation()}). A dash: not exposed by the engine, or not "
             "known yet (no traffic in the window, no cap or budget configured)."
         )
+
+
+def banner_text(target: dict, frames: TimeFrames) -> str:
+    """Seed 001's banner for a target whose budget stays saturated: the diagnosis' own
+    words where it was read now, so the banner and the diagnosis tell one story."""
+    total = target.get("total") or {}
+    name = plain_markdown(target.get("target", ""))
+    diagnosis = total.get("diagnosis") or {}
+    if (
+        target.get("up")
+        and not target.get("error")
+        and diagnosis.get("state") == "budget_saturated"
+    ):
+        reason = diagnosis.get("reason") or ""
+        return f"**Budget saturated: {name}**. {plain_markdown(reason[:1].upper() + reason[1:])}."
+    # Held, not measured now: the last scrape read nothing, or measured no latency.
+    held = (
+        "the last scrape could not read the target"
+        if not target.get("up") or target.get("error")
+        else "the last evaluation measured no latency (a window of one scrape, or no "
+        "request finished in it)"
+    )
+    lasted = seconds_text(total.get("budget_saturated_seconds") or 0.0)
+    return (
+        f"**Budget saturated: {name}**. Utilisation has stayed {frames.saturation()} and "
+        f"the episode has lasted {lasted}; {held}, and nothing measured since has ended it: "
+        "the budget is too tight for this traffic, or the server needs more capacity."
+    )

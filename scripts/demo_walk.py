@@ -1,7 +1,7 @@
-"""Walk `make demo`'s four phases in Chromium and save the Live page near the end of each.
+"""Walk `make demo`'s four phases in Chromium and save the Live page two thirds into each.
 
 Starts `scripts/demo.py` (at `--phase-scale`, 1 by default: the demo as documented, about
-four minutes), opens the Live page at 1400 px a few seconds before each phase ends, and
+four minutes), opens the Live page at 1400 px two thirds into each phase, and
 saves a full-page screenshot per phase (docs/img/live-<phase>.png by default: the
 README's). Reports what issue 22 looked for on each view: "None", a cut-off tile,
 "nothing to fix" beside a budget used above 100%, a fleet table wider than the page; exit

@@ -39,7 +39,7 @@ from dashboard.frames import (
     with_target,
 )
 from dashboard.next_steps import advice_rows, checklist, limit_bars, next_step
-from dashboard.time_frames import TimeFrames
+from dashboard.time_frames import TimeFrames, banner_text
 from exporter.alerts.specs import SLOW_SCRAPE_SECONDS
 from exporter.config.settings import DEFAULT_TIMEOUT_SECONDS
 from exporter.core.signals import SignalSettings
@@ -123,28 +123,6 @@ def _clock(t: float | None) -> str:
 
 
 # ---------------------------------------------------------------- the fleet
-
-
-def banner_text(target: dict, frames: TimeFrames) -> str:
-    """Seed 001's banner for a target whose budget stays saturated: the diagnosis' own
-    words where it was read now, so the banner and the diagnosis tell one story."""
-    total = target.get("total") or {}
-    name = plain_markdown(target.get("target", ""))
-    diagnosis = total.get("diagnosis") or {}
-    if (
-        target.get("up")
-        and not target.get("error")
-        and diagnosis.get("state") == "budget_saturated"
-    ):
-        reason = diagnosis.get("reason") or ""
-        return f"**Budget saturated: {name}**. {plain_markdown(reason[:1].upper() + reason[1:])}."
-    # The last scrape read nothing: the episode is held, not measured now.
-    return (
-        f"**Budget saturated: {name}**. Utilisation has stayed {frames.saturation()} and "
-        f"the episode has lasted {seconds(total.get('budget_saturated_seconds'))}; the last "
-        "scrape could not read the target, and nothing read since has ended it: the budget "
-        "is too tight for this traffic, or the server needs more capacity."
-    )
 
 
 def saturation_banners(doc: dict, frames: TimeFrames) -> None:
@@ -516,10 +494,12 @@ def target_selector(view: FleetPage, default: str | None) -> str | None:
     return st.selectbox(f"Target ({len(names):,} matching)", names, index=index, key="live_target")
 
 
-def full_signals(name: str | None) -> dict | None:
+def full_signals(name: str | None, now: float) -> dict | None:
+    """The named target's full signals (the last received, with why, when a fetch fails)."""
     if name is None:
         return None
     loaded = ui.target_signals(page_sources.exporter, name)
+    ui.show_problem(loaded, now)
     return loaded.data if isinstance(loaded.data, dict) else None
 
 
@@ -544,14 +524,14 @@ def live() -> None:
     frames = TimeFrames.of(doc)
     # The shown target's full signals first: its row then reads the panel's evaluation.
     chosen = chosen_target(doc)
-    target = full_signals(chosen)
+    target = full_signals(chosen, now)
     if target is not None:
         doc = with_target(doc, target)
     saturation_banners(doc, frames)
     view = fleet_overview(doc, frames)
     name = target_selector(view, chosen)
     if name != chosen:
-        target = full_signals(name)
+        target = full_signals(name, now)
     if target is not None:
         target_panel(page_sources, target, frames, now)
 
