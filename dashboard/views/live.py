@@ -69,8 +69,8 @@ ROW_PIXELS = 35
 
 
 def fleet_table_config(frames: TimeFrames) -> dict:
-    """The fleet table's columns: widths that fit 1400 px with the sidebar open, and each
-    header's tooltip saying what it reads and why a cell may be a dash."""
+    """The fleet table's columns: widths that fit a 1400 px window, and each header's
+    tooltip saying what it reads and why a cell may be a dash."""
     window = frames.window()
     return {
         "target": st.column_config.TextColumn("target", width=150, pinned=True),
@@ -126,11 +126,12 @@ def _clock(t: float | None) -> str:
 
 
 def saturation_banners(doc: dict, frames: TimeFrames) -> None:
-    """A banner for each of the first targets whose budget stays saturated; the rest
-    counted."""
-    saturated = [
-        t for t in doc.get("targets", []) if (t.get("total") or {}).get("budget_saturated")
-    ]
+    """A banner for each of the targets longest saturated, the first BANNERS_SHOWN; the
+    rest counted."""
+    saturated = sorted(
+        (t for t in doc.get("targets", []) if (t.get("total") or {}).get("budget_saturated")),
+        key=lambda t: -(t["total"].get("budget_saturated_seconds") or 0.0),
+    )
     for target in saturated[:BANNERS_SHOWN]:
         st.error(banner_text(target, frames), icon=":material/notifications_active:")
     if len(saturated) > BANNERS_SHOWN:
