@@ -34,10 +34,10 @@ NEXT_STEP: dict[str, str] = {
     "what, and what it costs in inter-token latency), or serve long prompts separately. A "
     "higher --max-num-seqs will not help.",
     "work_too_slow": "Batching cannot help here: nothing waits and batches are small, so "
-    "the latency is the work itself. What can: a faster device, a smaller or quantized "
-    "model, shorter inputs or outputs (max_tokens), more replicas only if each request's "
-    "own time falls, or a budget that fits the work. A batcher whose batches fire on its "
-    "max wait: shorten the wait.",
+    "the latency is each request's own serving time. What can: a faster device or server "
+    "(one whose CPU is not shared), a smaller or quantized model, shorter inputs or "
+    "outputs (max_tokens), or a budget that fits the work. A batcher whose batches fire on "
+    "its max wait: shorten the wait.",
     "over_budget": "Latency is over the budget, not yet for the hold: if it stays there, "
     "the budget becomes saturated and the alert fires. Where requests queue behind a full "
     "batch, add replicas (or raise the cap where the KV cache has room); where they queue "

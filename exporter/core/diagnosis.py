@@ -282,9 +282,10 @@ def _work_is_the_latency(r: _Reading) -> str:
             "policy) cuts it"
         )
     return (
-        "nothing waits and batches are small, so the time goes to the work itself and "
-        "batching cannot help: a faster device, a smaller or quantized model, shorter inputs "
-        "or outputs, or a budget that fits the work can"
+        "nothing waits and batches are small, so the latency is each request's own serving "
+        "time (its execution and the server's handling of it), which batching cannot "
+        "shorten: a faster device or server, a smaller or quantized model, shorter inputs or "
+        "outputs, or a budget that fits the work can"
     )
 
 

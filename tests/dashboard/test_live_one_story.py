@@ -97,8 +97,8 @@ def test_over_budget_before_the_hold_is_not_underloaded(stories) -> None:
         t.startswith(
             plain_markdown(
                 "over the last 18 s, p99 latency 150 ms of a 50 ms budget (299%), while batches "
-                "average 3 of max 32: nothing waits and batches are small, so the time goes to "
-                "the work itself and batching cannot help"
+                "average 3 of max 32: nothing waits and batches are small, so the latency is "
+                "each request's own serving time"
             )
         )
         for t in markdown(at)

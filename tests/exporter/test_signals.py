@@ -412,8 +412,9 @@ def test_over_budget_with_nothing_waiting_and_small_batches_is_work_too_slow() -
     assert d.state == "work_too_slow"
     assert d.reason.startswith(
         "over the last 20 s, p99 latency 116 ms of a 50 ms budget (233%), while running 2 of "
-        "cap 8: nothing waits and batches are small, so the time goes to the work itself and "
-        "batching cannot help"
+        "cap 8: nothing waits and batches are small, so the latency is each request's own "
+        "serving time (its execution and the server's handling of it), which batching cannot "
+        "shorten"
     )
     assert d.reason.endswith(
         "(at or above 95% for 12 s so far; it becomes budget-saturated after 60 s)"

@@ -84,7 +84,7 @@ def promtool_eval(expr: str, series: dict[str, float], tmp_path) -> dict[str, fl
 
 # Each model's numbers, as the rules record them and as `diagnose` reads them.
 MODELS = {
-    # over budget, nothing waits, a small batch: the work itself is too slow
+    # over budget, nothing waits, a small batch: each request's own time is too long
     "slow": dict(utilization=2.33, waiting=0.0, running=2.0),
     # over budget while requests queue behind a full batch, before the hold
     "queued": dict(utilization=1.4, waiting=12.0, running=8.0),
