@@ -84,11 +84,6 @@ def exposed(series: dict, field: str) -> bool:
     return field not in (series.get("not_exposed") or ())
 
 
-def shown(series: dict, field: str, text: str) -> str:
-    """The signal's text, or a dash where the engine does not publish it."""
-    return text if exposed(series, field) else MISSING
-
-
 def missing_reason(series: dict, field: str) -> str | None:
     """Why the series' `field` has no value, in words; None when it has one."""
     if not exposed(series, field):

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from dashboard.formatting import number
 from dashboard.states import look
 from exporter.engines import ADAPTERS
 
@@ -114,17 +115,11 @@ def fleet_row(target: dict) -> dict:
         "budget_utilization": utilization,
         "saturated_seconds": budget.get("budget_saturated_seconds") or 0.0,
         "reason": reason,
-        "batch": f"{_count(running)} / {_count(cap)}" if running is not None else None,
+        "batch": f"{number(running, 1)} / {number(cap)}" if running is not None else None,
         "budget_percent": _share_percent(utilization),
         "kv_percent": _share_percent(total.get("kv_cache_usage")),
         "_severity": look(state).severity,
     }
-
-
-def _count(value: float | None) -> str:
-    if value is None:
-        return "–"
-    return f"{value:.0f}" if float(value).is_integer() else f"{value:.1f}"
 
 
 # How the fleet table can be ordered: worst first (state severity, then the higher budget
