@@ -8,7 +8,14 @@ import streamlit as st
 
 VIEWS = Path(__file__).resolve().parent / "views"
 
-st.set_page_config(page_title="batchscope", page_icon=":material/stacked_bar_chart:", layout="wide")
+# The pages in a top bar and the sidebar (where the data comes from) folded: the Live page's
+# fleet table gets the whole width of a 1400 px window.
+st.set_page_config(
+    page_title="batchscope",
+    page_icon=":material/stacked_bar_chart:",
+    layout="wide",
+    initial_sidebar_state="collapsed",
+)
 page = st.navigation(
     [
         st.Page(VIEWS / "live.py", title="Live", icon=":material/monitoring:", default=True),
@@ -17,6 +24,7 @@ page = st.navigation(
         ),
         st.Page(VIEWS / "load_tests.py", title="Load tests", icon=":material/speed:"),
         st.Page(VIEWS / "alerts.py", title="Alerts", icon=":material/notifications_active:"),
-    ]
+    ],
+    position="top",
 )
 page.run()

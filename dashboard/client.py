@@ -76,6 +76,17 @@ def signals(base: str) -> dict:
     return get_json(api_url(base, "/api/v1/signals"))
 
 
+def fleet_summary(base: str) -> dict:
+    """Each target's row of a fleet overview (`/api/v1/signals?view=summary`)."""
+    return get_json(api_url(base, "/api/v1/signals", view="summary"))
+
+
+def target_signals(base: str, target: str) -> dict | None:
+    """One configured target's full signals, or None before its first scrape."""
+    targets = get_json(api_url(base, "/api/v1/signals", target=target))["targets"]
+    return targets[0] if targets else None
+
+
 # More points than any history keeps: the exporter answers each target's whole history.
 ALL_POINTS = 1_000_000
 

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import pandas as pd
 
+from dashboard.formatting import number
 from dashboard.states import look
 from exporter.engines import ADAPTERS
 
@@ -14,6 +16,7 @@ TOTAL_CHOICE = "all models (target total)"
 # the registry's order.
 SERIES_NAME_LABELS = tuple(dict.fromkeys(n for a in ADAPTERS.values() for n in a.KEY_LABELS))
 
+# The fleet table's data: its numbers as the JSON gives them, and the columns shown.
 FLEET_COLUMNS = (
     "target",
     "up",
@@ -27,6 +30,9 @@ FLEET_COLUMNS = (
     "budget_utilization",
     "saturated_seconds",
     "reason",
+    "batch",
+    "budget_percent",
+    "kv_percent",
 )
 HISTORY_COLUMNS = (
     "t",
@@ -66,42 +72,140 @@ def _worst_budget(target: dict) -> dict:
     return max(judged, key=lambda s: s["budget_utilization"], default=total)
 
 
-def fleet_frame(signals_doc: dict) -> pd.DataFrame:
-    """One row per target, worst first: by state severity, then the higher budget
-    utilisation, then the fuller KV cache, then the name."""
-    rows = []
-    for target in signals_doc.get("targets", []):
-        total = target.get("total") or {}
-        diagnosis = total.get("diagnosis") or {}
-        state = diagnosis.get("state", "down" if not target.get("up") else "")
-        budget = _worst_budget(target)
-        utilization = budget.get("budget_utilization")
-        saturated = budget.get("budget_saturated_seconds") or 0.0
-        rows.append(
-            {
-                "target": target.get("target", ""),
-                "up": bool(target.get("up")),
-                "state": look(state).words,
-                "running": total.get("running"),
-                "cap": total.get("cap"),
-                "running_vs_cap": total.get("running_vs_cap"),
-                "waiting": total.get("waiting"),
-                "preemptions_per_second": total.get("preemptions_per_second"),
-                "kv_cache_usage": total.get("kv_cache_usage"),
-                "budget_utilization": utilization,
-                "saturated_seconds": saturated,
-                "reason": diagnosis.get("reason") or target.get("error") or "",
-                "_order": (
-                    look(state).severity,
-                    _sort_key_missing_last(utilization),
-                    _sort_key_missing_last(total.get("kv_cache_usage")),
-                    target.get("target", ""),
-                ),
-            }
-        )
-    rows.sort(key=lambda row: row["_order"])
-    frame = pd.DataFrame(rows, columns=[*FLEET_COLUMNS, "_order"])
-    return frame.drop(columns="_order")
+def _state_of(series: dict, up: bool) -> str:
+    return (series.get("diagnosis") or {}).get("state", "down" if not up else "")
+
+
+def _row_diagnosis(target: dict, budget: dict) -> tuple[str, str]:
+    """The state and reason a target's row shows: its total's, unless the series whose
+    budget the row shows is in a worse state (a batcher over its own budget beside an
+    LLM that is fine): then that series', named, so the row tells one story."""
+    up = bool(target.get("up"))
+    total = target.get("total") or {}
+    state = _state_of(total, up)
+    reason = (total.get("diagnosis") or {}).get("reason") or target.get("error") or ""
+    if budget is not total and look(_state_of(budget, up)).severity < look(state).severity:
+        name = series_name(budget.get("labels") or {})
+        return _state_of(budget, up), f"{name}: {(budget.get('diagnosis') or {}).get('reason')}"
+    return state, reason
+
+
+def _share_percent(value: float | None) -> float | None:
+    return None if value is None else value * 100
+
+
+def fleet_row(target: dict) -> dict:
+    """One target's row of the fleet table, from its `target` or `target_summary` object.
+
+    Running is the batch the diagnosis judged (the peak of the last scrapes), so the
+    row and its state agree; the budget is the total's, or its worst series'."""
+    total = target.get("total") or {}
+    budget = _worst_budget(target)
+    state, reason = _row_diagnosis(target, budget)
+    utilization = budget.get("budget_utilization")
+    running = total.get("running_peak", total.get("running"))
+    cap = total.get("cap")
+    return {
+        "target": target.get("target", ""),
+        "up": bool(target.get("up")),
+        "state": look(state).words,
+        "running": running,
+        "cap": cap,
+        "running_vs_cap": running / cap if running is not None and cap else None,
+        "waiting": total.get("waiting"),
+        "preemptions_per_second": total.get("preemptions_per_second"),
+        "kv_cache_usage": total.get("kv_cache_usage"),
+        "budget_utilization": utilization,
+        "saturated_seconds": budget.get("budget_saturated_seconds") or 0.0,
+        "reason": reason,
+        "batch": f"{number(running, 1)} / {number(cap)}" if running is not None else None,
+        "budget_percent": _share_percent(utilization),
+        "kv_percent": _share_percent(total.get("kv_cache_usage")),
+        "_severity": look(state).severity,
+    }
+
+
+# How the fleet table can be ordered: worst first (state severity, then the higher budget
+# utilisation, then the fuller KV cache, then the name), or by one column.
+SORTS = {
+    "worst first": None,
+    "budget used": "budget_utilization",
+    "waiting": "waiting",
+    "KV cache": "kv_cache_usage",
+    "name": "target",
+}
+
+
+def _order(row: dict, sort: str) -> tuple:
+    column = SORTS[sort]
+    if column == "target":
+        return (row["target"],)
+    if column is not None:
+        return (_sort_key_missing_last(row[column]), row["target"])
+    return (
+        row["_severity"],
+        _sort_key_missing_last(row["budget_utilization"]),
+        _sort_key_missing_last(row["kv_cache_usage"]),
+        row["target"],
+    )
+
+
+def fleet_frame(signals_doc: dict, sort: str = "worst first") -> pd.DataFrame:
+    """One row per target (`fleet_row`), worst first unless `sort` names another order."""
+    rows = [fleet_row(target) for target in signals_doc.get("targets", [])]
+    rows.sort(key=lambda row: _order(row, sort))
+    return pd.DataFrame(rows, columns=[*FLEET_COLUMNS, "_severity"]).drop(columns="_severity")
+
+
+@dataclass(frozen=True, slots=True)
+class FleetPage:
+    """What the fleet table shows: one page of the rows that match the filter, in order,
+    and how many match and how many there are in all."""
+
+    rows: pd.DataFrame
+    matching: pd.DataFrame
+    total: int
+    page: int
+    pages: int
+
+    @property
+    def first(self) -> int:
+        """The 1-based position of the page's first row among those that match."""
+        return self.page * FLEET_PAGE_ROWS + 1 if len(self.rows) else 0
+
+    def rest_by_state(self) -> dict[str, int]:
+        """The matching targets not on this page, counted by state, most first."""
+        shown = set(self.rows["target"])
+        rest = self.matching[~self.matching["target"].isin(shown)]
+        return rest["state"].value_counts().to_dict()
+
+
+FLEET_PAGE_ROWS = 20
+
+
+def fleet_page(frame: pd.DataFrame, text: str = "", page: int = 0) -> FleetPage:
+    """The rows of `frame` whose target name or state contains `text` (any case), and
+    page `page` of them (0-based, clamped to the last)."""
+    matching = frame
+    if text.strip():
+        needle = text.strip().lower()
+        hit = frame["target"].str.lower().str.contains(needle, regex=False) | frame[
+            "state"
+        ].str.lower().str.contains(needle, regex=False)
+        matching = frame[hit]
+    pages = max(1, -(-len(matching) // FLEET_PAGE_ROWS))
+    page = min(max(page, 0), pages - 1)
+    rows = matching.iloc[page * FLEET_PAGE_ROWS : (page + 1) * FLEET_PAGE_ROWS]
+    return FleetPage(rows, matching, len(frame), page, pages)
+
+
+def with_target(signals_doc: dict, target: dict) -> dict:
+    """The fleet's document with one target's entry replaced by `target` (its full signals,
+    read later than the fleet's summary): its row then shows the evaluation its panel
+    shows."""
+    name = target.get("target")
+    targets = [target if t.get("target") == name else t for t in signals_doc.get("targets", [])]
+    return {**signals_doc, "targets": targets}
 
 
 def find_target(signals_doc: dict, name: str) -> dict | None:
@@ -109,17 +213,25 @@ def find_target(signals_doc: dict, name: str) -> dict | None:
 
 
 def series_name(labels: dict[str, str]) -> str:
-    """A series as people call it: its model (or batcher) and engine labels."""
-    named = [f"{k}={labels[k]}" for k in SERIES_NAME_LABELS if k in labels]
-    rest = [f"{k}={v}" for k, v in sorted(labels.items()) if k not in SERIES_NAME_LABELS]
-    return ", ".join(named + rest) or "unlabelled series"
+    """A series as people call it: its model's (or batcher's, or deployment's) name."""
+    named = [labels[k] for k in SERIES_NAME_LABELS if k in labels]
+    if named:
+        return named[0]
+    return ", ".join(f"{k}={v}" for k, v in sorted(labels.items())) or "unlabelled series"
 
 
 def series_choices(target_doc: dict) -> dict[str, dict]:
-    """The target total and each of its series, by the name the model selector shows."""
+    """The target total and each of its series, by the name the model selector shows:
+    the model's name, with its other labels where two series share it."""
+    series = target_doc.get("series", [])
+    names = [series_name(s.get("labels") or {}) for s in series]
     choices = {TOTAL_CHOICE: target_doc.get("total") or {}}
-    for series in target_doc.get("series", []):
-        choices[series_name(series.get("labels") or {})] = series
+    for name, one in zip(names, series, strict=True):
+        labels = one.get("labels") or {}
+        if names.count(name) > 1:
+            rest = [f"{k}={v}" for k, v in labels.items() if v != name]
+            name = f"{name} ({', '.join(rest)})"
+        choices[name] = one
     return choices
 
 

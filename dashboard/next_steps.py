@@ -33,6 +33,15 @@ NEXT_STEP: dict[str, str] = {
     "wait and the KV cache has room: raise --max-num-batched-tokens (the advice says to "
     "what, and what it costs in inter-token latency), or serve long prompts separately. A "
     "higher --max-num-seqs will not help.",
+    "work_too_slow": "Batching cannot help here: nothing waits and batches are small, so "
+    "the latency is each request's own serving time. What can: a faster device or server "
+    "(one whose CPU is not shared), a smaller or quantized model, shorter inputs or "
+    "outputs (max_tokens), or a budget that fits the work. A batcher whose batches fire on "
+    "its max wait: shorten the wait.",
+    "over_budget": "Latency is over the budget, not yet for the hold: if it stays there, "
+    "the budget becomes saturated and the alert fires. Where requests queue behind a full "
+    "batch, add replicas (or raise the cap where the KV cache has room); where they queue "
+    "below the cap, see what limits the batch above.",
     "preempting": "The KV cache is short of memory at this load: watch whether "
     "preemptions climb with traffic, and give the cache more memory before raising the cap.",
     "batch_limited": "No limit the metrics show is at its bound: the reason lists what was "
@@ -41,8 +50,9 @@ NEXT_STEP: dict[str, str] = {
     "setting at a time.",
     "queueing": "Requests wait and no cap is configured: set the target's cap (vLLM's "
     "--max-num-seqs) so the exporter can tell a full batch from a limited one.",
-    "underloaded": "Batches are small because there is little traffic: nothing to fix; "
-    "judge batching again at your busiest hour.",
+    "underloaded": "Batches are small because there is little traffic now: nothing to fix at "
+    "this load; judge batching again at your busiest hour (the advice reads the whole "
+    "window, busier stretches included).",
     "idle": "Nothing runs or waits: send traffic (or wait for the busy hour) to judge batching.",
     "healthy": "Continuous batching is doing its job: the running batch sits near the cap. "
     "The next limit is elsewhere (the cap itself, the device, or the model).",
@@ -123,8 +133,10 @@ class Check:
 
 def checklist(series: dict) -> list[Check]:
     """Seed 003's checklist, answered from one series' current signals (API dict)."""
-    running, waiting, cap = series.get("running"), series.get("waiting"), series.get("cap")
-    ratio = series.get("running_vs_cap")
+    # The batch the diagnosis judged, so that the checklist and the diagnosis agree.
+    running = series.get("running_peak", series.get("running"))
+    waiting, cap = series.get("waiting"), series.get("cap")
+    ratio = running / cap if running is not None and cap else None
     preemptions = series.get("preemptions_per_second")
     static = series.get("static_utilization")
     checks = []

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import streamlit as st
 
-from dashboard.formatting import MISSING, percent, plain_markdown, seconds, shown
+from dashboard.formatting import MISSING, percent, plain_markdown, seconds, tile
+from dashboard.time_frames import TimeFrames
 
 # Which alert each burning speed raises, and what it asks of the operator.
 SPEED_ALERTS = {
@@ -29,41 +30,66 @@ def attainment_text(attainment: dict | None) -> str:
     )
 
 
-def promise_cells(series: dict) -> list[tuple[str, str]]:
-    """(label, value) of the promise's numbers: budget used (the quantile's view),
-    attainment, goodput, and with an objective the objective and the error budget left."""
-    attained = shown(series, "slo_attainment", attainment_text(series.get("slo_attainment")))
-    utilization = percent(series.get("budget_utilization"))
+def promise_cells(series: dict, frames: TimeFrames) -> list[tuple[str, str, str]]:
+    """(label, value, tooltip) of the promise's numbers over the window: budget used (the
+    quantile's view), attainment, goodput, and with an objective the objective and the
+    error budget left."""
+    over = f"Over {frames.window(series)}"
     goodput = series.get("goodput_per_second")
     cells = [
-        ("budget used", shown(series, "budget_utilization", utilization)),
-        ("requests within the budget", attained),
-        ("goodput", MISSING if goodput is None else f"{goodput['estimate']:.3g}/s"),
+        (
+            "budget used",
+            *tile(series, "budget_utilization", percent(series.get("budget_utilization")), over),
+        ),
+        (
+            "requests within the budget",
+            *tile(series, "slo_attainment", attainment_text(series.get("slo_attainment")), over),
+        ),
+        (
+            "goodput",
+            *tile(
+                series,
+                "goodput_per_second",
+                MISSING if goodput is None else f"{goodput['estimate']:.3g}/s",
+                f"{over}: requests per second within the budget",
+            ),
+        ),
     ]
     slo = series.get("slo")
     if slo is not None:
         cells += [
-            ("objective", percent(slo["objective"], 2)),
-            ("error budget left", error_budget_text(slo)),
+            ("objective", percent(slo["objective"], 2), "The target's slo_objective."),
+            ("error budget left", *error_budget_cell(slo)),
         ]
     return cells
 
 
-def error_budget_text(slo: dict) -> str:
-    """The budget left, or how much of the period the exporter's history covers so far."""
+def error_budget_cell(slo: dict) -> tuple[str, str]:
+    """The budget left over the compliance period and its tooltip; a dash, and how much
+    of the period the exporter's history covers so far, until it covers it all."""
+    period = seconds(slo["period_seconds"])
     left = slo.get("error_budget_remaining")
     if left is not None:
-        return percent(left, 1)
+        return percent(left, 1), f"Over the compliance period ({period})."
     return (
-        f"not known yet: history {seconds(slo['history_seconds'])} of "
-        f"{seconds(slo['period_seconds'])}"
+        MISSING,
+        f"{MISSING}: not known yet: the exporter's history covers "
+        f"{seconds(slo['history_seconds'])} of the {period} compliance period.",
     )
 
 
-def burn_cells(slo: dict) -> list[tuple[str, str]]:
-    """(window, burn rate) over each standard window: "100x", or "–" without requests."""
+def burn_cells(slo: dict) -> list[tuple[str, str, str]]:
+    """(window, burn rate, tooltip) over each standard window: "100x", or "–" without
+    requests in it."""
     return [
-        (f"burn {b['window']}", MISSING if b["rate"] is None else f"{b['rate']:.3g}x")
+        (
+            f"burn {b['window']}",
+            *(
+                (MISSING, f"{MISSING}: no request finished in the last {b['window']}.")
+                if b["rate"] is None
+                else (f"{b['rate']:.3g}x", f"Error budget spent over the last {b['window']}.")
+            ),
+        )
         for b in slo["burn_rates"]
     ]
 
@@ -82,12 +108,12 @@ def burning_messages(slo: dict) -> list[tuple[str, str]]:
     ]
 
 
-def metric_row(cells: list[tuple[str, str]]) -> None:
-    for column, (label, value) in zip(st.columns(len(cells)), cells, strict=True):
-        column.metric(label, value)
+def metric_row(cells: list[tuple[str, str, str]]) -> None:
+    for column, (label, value, why) in zip(st.columns(len(cells)), cells, strict=True):
+        column.metric(label, value, help=why)
 
 
-def slo_panel(series: dict) -> None:
+def slo_panel(series: dict, frames: TimeFrames) -> None:
     """The promise of one series (or the target total): its numbers, its burn, what fires."""
     with st.expander("The latency promise (SLO)", expanded=True):
         if series.get("budget_seconds") is None:
@@ -96,7 +122,7 @@ def slo_panel(series: dict) -> None:
                 "one; an slo_objective adds burn rates and the burn alerts."
             )
             return
-        metric_row(promise_cells(series))
+        metric_row(promise_cells(series, frames))
         slo = series.get("slo")
         if slo is not None:
             for speed, message in burning_messages(slo):

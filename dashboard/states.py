@@ -26,6 +26,8 @@ STATES: dict[str, StateLook] = {
     "stalled": StateLook("stalled", "violet", "#7c3aed", 2),
     "memory_bound": StateLook("memory-bound", "orange", "#ea580c", 3),
     "token_budget_bound": StateLook("token-budget-bound", "orange", "#c2410c", 3),
+    "work_too_slow": StateLook("too slow for the budget", "orange", "#b45309", 3),
+    "over_budget": StateLook("over budget", "orange", "#f97316", 3),
     "preempting": StateLook("preempting", "yellow", "#ca8a04", 4),
     "batch_limited": StateLook("batch-limited", "blue", "#2563eb", 5),
     "queueing": StateLook("queueing", "blue", "#0891b2", 6),

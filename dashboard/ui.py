@@ -41,8 +41,13 @@ def sources() -> Sources:
 
 
 @st.cache_data(ttl=FETCH_TTL_SECONDS, show_spinner=False)
-def _signals(base: str) -> dict:
-    return client.signals(base)
+def _fleet_summary(base: str) -> dict:
+    return client.fleet_summary(base)
+
+
+@st.cache_data(ttl=FETCH_TTL_SECONDS, show_spinner=False)
+def _target_signals(base: str, target: str) -> dict | None:
+    return client.target_signals(base, target)
 
 
 @st.cache_data(ttl=FETCH_TTL_SECONDS, show_spinner=False)
@@ -84,8 +89,12 @@ def load(key: str, fetch: Callable[[], object]) -> Loaded:
     return Loaded(data, time.time(), None)
 
 
-def signals(base: str) -> Loaded:
-    return load(f"signals {base}", lambda: _signals(base))
+def fleet_summary(base: str) -> Loaded:
+    return load(f"summary {base}", lambda: _fleet_summary(base))
+
+
+def target_signals(base: str, target: str) -> Loaded:
+    return load(f"target {base} {target}", lambda: _target_signals(base, target))
 
 
 def history(base: str, target: str | None = None) -> Loaded:

@@ -75,10 +75,14 @@ def _exporter_modules() -> dict[str, ModuleType]:
 # says, what this checkout says in its place), each cut where the two part. Issue 21:
 # `batch_limited` lists what it looked at instead of guessing the token budget, and an
 # unrecognised payload's error lists the families the vLLM adapter reads, which grew.
+# Issue 22: `underloaded` says "now", `budget_saturated` states the hold and the window.
 REWORDED = (
     ("something else limits the batch (e.g. the per-step token budget)", "something else"),
     ("something else limits the batch. Looked at: ", "something else"),
     ("(looked for ", "(looked for"),
+    ("nothing waits: batches are small", "nothing waits"),
+    ("nothing waits now: batches are small", "nothing waits"),
+    ("latency has stayed ", "latency has stayed"),
 )
 
 

@@ -13,7 +13,9 @@ backed off, bench_schedule.py), `shortcuts` (each speed shortcut with and withou
 at 1000 targets, about 7 minutes: bench_shortcuts.py), `fuzz` (5 minutes of atheris on
 the parser, fuzz_parser.py), `batching` (static vs continuous batching on the
 demo server's scheduler, bench_batching.py, run as a subprocess when it is there),
-`dashboard` (server-side time to build the Live page, bench_dashboard.py),
+`dashboard` (server-side time to build the Live page for 10 targets with an hour of
+history, and per refresh at 1,000 targets its time and bytes to the browser,
+bench_dashboard.py),
 `batcher` (the embedding batcher, fixed vs adaptive, seeds 000 and 001, and its
 overhead against seed 000's plain Batcher: bench_batcher.py, a subprocess; its charts
 go to `bench/` beside the report) and `advice` (the exporter's advice held against the

@@ -1,12 +1,17 @@
-"""Dashboard benchmark: server-side time to build the Live page for a fleet with history.
+"""Dashboard benchmark: server-side time to build the Live page, and what a refresh sends.
 
-A real exporter app (exporter.serve.app.create_app), in its own process, serves 10 targets, each
-with one hour
-of history at a 5 s interval (720 points), built by the exporter's own ingest from a
-real vLLM 0.32 payload. Streamlit's AppTest runs the Live page against it: fetching the
-signals and every target's history over HTTP, building the frames, the fleet table and
-every chart of the selected target. The fetch cache is cleared before each run, so each
-run pays for its fetches. The first run (imports) is not counted.
+Two fleets, each served by a real exporter app (exporter.serve.app.create_app) in its own
+process, built by the exporter's own ingest from real vLLM 0.32 payloads; Streamlit's
+AppTest runs the Live page against it, with the fetch cache cleared before each run so
+each run pays for its fetches (the first run, imports, is not counted):
+
+- 10 targets with one hour of history each (720 points at a 5 s interval): the page's
+  fleet table and the selected target's panel with every chart;
+- 1,000 targets of mixed caps, budgets and loads (issue 22): the shown target with an
+  hour of history, the others with a few points (the page never reads their history).
+  Per refresh: the server's time, and the bytes sent to the browser (every message the
+  run sends, serialized as Streamlit sends it over its websocket), against < 1 s and
+  < 2 MB; and the JSON the page read from the exporter.
 
     .venv/bin/python scripts/bench_dashboard.py [--quick]
 """
@@ -20,13 +25,17 @@ import multiprocessing
 import statistics
 import sys
 import time
+import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
 import streamlit as st
+import streamlit.testing.v1.local_script_runner as script_runner
 from aiohttp import web
+from streamlit.runtime.forward_msg_queue import ForwardMsgQueue
 from streamlit.testing.v1 import AppTest
 
+from dashboard.client import api_url
 from exporter.config.settings import Settings, Target
 from exporter.core.snapshot import Snapshot
 from exporter.engines import read_series
@@ -38,6 +47,10 @@ from tests.support.network import NotReady, free_port, wait_http  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURE = ROOT / "tests/fixtures/vllm-0.32.0-cpu-load.txt"
+# A target's scrapes in turn: an idle server, under load, after the load.
+MIXED_FIXTURES = tuple(
+    ROOT / f"tests/fixtures/vllm-0.32.0-cpu-{name}.txt" for name in ("idle", "load", "after")
+)
 LIVE_PAGE = ROOT / "dashboard/views/live.py"
 TARGETS = 10
 POINTS = 720
@@ -45,6 +58,13 @@ INTERVAL_SECONDS = 5.0
 RUNS = 9
 QUICK_RUNS = 2
 TARGET_MS = 300.0
+FLEET_TARGETS = 1000
+QUICK_FLEET_TARGETS = 100
+# The other targets' history: a few evaluations (the page reads only the shown one's).
+SHORT_POINTS = 3
+FLEET_TARGET_MS = 1000.0
+FLEET_TARGET_BYTES = 2_000_000
+SHOWN = "server-0000"
 
 
 @dataclass(frozen=True)
@@ -89,9 +109,44 @@ def fleet_with_history(targets: int, points: int) -> Exporter:
     return exporter
 
 
-def _serve_fleet(targets: int, points: int, port: int) -> None:
+def mixed_fleet(targets: int, points: int) -> Exporter:
+    """`targets` targets of mixed caps (8, 64, 256) and budgets (0.2, 2, 10 s), each read
+    over the real idle, load and after payloads in turn; SHOWN holds `points` evaluations,
+    the others SHORT_POINTS; the last one of each now."""
+    payloads = [read_series(path.read_text(), "vllm") for path in MIXED_FIXTURES]
+    settings = Settings(
+        targets=tuple(
+            Target(
+                f"server-{i:04d}",
+                f"http://127.0.0.1:9/{i}/metrics",
+                engine="vllm",
+                cap=(8, 64, 256)[i % 3],
+                budget_seconds=(0.2, 2.0, 10.0)[i // 3 % 3],
+            )
+            for i in range(targets)
+        ),
+        interval_seconds=INTERVAL_SECONDS,
+        history_points=points,
+    )
+    exporter = Exporter(settings)
+    now = time.time()
+    for i, state in enumerate(exporter.states.values()):
+        kept = points if state.target.name == SHOWN else SHORT_POINTS
+        for k in range(kept):
+            t = now - (kept - 1 - k) * INTERVAL_SECONDS
+            series = payloads[(i + k) % len(payloads)]
+            exporter.ingest(state, Snapshot(state.target.name, t, True, series), t)
+    exporter.rounds += 1
+    return exporter
+
+
+# How each benchmark's fleet is built, by name (the child process builds it).
+FLEETS = {"history": fleet_with_history, "mixed": mixed_fleet}
+
+
+def _serve_fleet(kind: str, targets: int, points: int, port: int) -> None:
     """Build the fleet and serve its exporter app on `port` until killed (a child process)."""
-    exporter = fleet_with_history(targets, points)
+    exporter = FLEETS[kind](targets, points)
 
     async def serve() -> None:
         runner = web.AppRunner(create_app(exporter), access_log=None)
@@ -102,11 +157,13 @@ def _serve_fleet(targets: int, points: int, port: int) -> None:
     asyncio.run(serve())
 
 
-def serve_fleet(targets: int, points: int) -> tuple[str, multiprocessing.Process]:
+def serve_fleet(
+    targets: int, points: int, kind: str = "history"
+) -> tuple[str, multiprocessing.Process]:
     """The fleet's exporter in its own process, as in a deployment; its URL once it answers."""
     port = free_port()
     child = multiprocessing.get_context("spawn").Process(
-        target=_serve_fleet, args=(targets, points, port), daemon=True
+        target=_serve_fleet, args=(kind, targets, points, port), daemon=True
     )
     child.start()
     url = f"http://127.0.0.1:{port}"
@@ -118,38 +175,120 @@ def serve_fleet(targets: int, points: int) -> tuple[str, multiprocessing.Process
     return url, child
 
 
-def run(quick: bool = False) -> DashboardResult:
+@dataclass(frozen=True)
+class FleetResult:
+    """The Live page at a fleet's size: per refresh, the server's seconds and the bytes
+    sent to the browser; and the bytes of JSON it read from the exporter."""
+
+    targets: int
+    points: int
+    seconds: list[float]
+    browser_bytes: list[int]
+    exporter_bytes: dict[str, int]
+
+    @property
+    def median_ms(self) -> float:
+        return statistics.median(self.seconds) * 1e3
+
+    @property
+    def median_bytes(self) -> float:
+        return statistics.median(self.browser_bytes)
+
+
+class CountingQueue(ForwardMsgQueue):
+    """Streamlit's queue of messages to the browser, adding up their serialized size."""
+
+    sent = 0
+
+    def enqueue(self, msg) -> None:
+        CountingQueue.sent += msg.ByteSize()
+        super().enqueue(msg)
+
+
+@dataclass(frozen=True)
+class DashboardRun:
+    """Both benchmarks: the 10 targets with an hour of history, and the fleet."""
+
+    history: DashboardResult
+    fleet: FleetResult
+
+
+def run(quick: bool = False) -> DashboardRun:
+    runs = QUICK_RUNS if quick else RUNS
     print(f"dashboard: building {TARGETS} targets x {POINTS} points", file=sys.stderr, flush=True)
     url, exporter = serve_fleet(TARGETS, POINTS)
     try:
-        return DashboardResult(TARGETS, POINTS, time_live_page(url, QUICK_RUNS if quick else RUNS))
+        history = DashboardResult(TARGETS, POINTS, time_live_page(url, runs, TARGETS))
     finally:
+        exporter.kill()
+    return DashboardRun(history, run_fleet(QUICK_FLEET_TARGETS if quick else FLEET_TARGETS, runs))
+
+
+def run_fleet(targets: int, runs: int) -> FleetResult:
+    print(f"dashboard: building a mixed fleet of {targets} targets", file=sys.stderr, flush=True)
+    url, exporter = serve_fleet(targets, POINTS, "mixed")
+    try:
+        script_runner.ForwardMsgQueue = CountingQueue
+        sizes: list[int] = []
+        seconds = time_live_page(url, runs, None, sizes)
+        return FleetResult(targets, POINTS, seconds, sizes, exporter_reads(url))
+    finally:
+        script_runner.ForwardMsgQueue = ForwardMsgQueue
         exporter.kill()
 
 
-def time_live_page(url: str, runs: int) -> list[float]:
-    """Seconds per Live page run against the exporter at `url`, after one warm-up run."""
-    page = AppTest.from_file(str(LIVE_PAGE), default_timeout=60)
+def exporter_reads(url: str) -> dict[str, int]:
+    """The bytes of each JSON body a refresh of the page reads (as the dashboard reads
+    them: uncompressed) and of the full signals body it no longer reads."""
+    bodies = {
+        "summary": api_url(url, "/api/v1/signals", view="summary"),
+        "target": api_url(url, "/api/v1/signals", target=SHOWN),
+        "history": api_url(url, "/api/v1/history", target=SHOWN),
+        "full signals (not read)": api_url(url, "/api/v1/signals"),
+    }
+    sizes = {}
+    for name, body_url in bodies.items():
+        with urllib.request.urlopen(body_url, timeout=60) as response:
+            sizes[name] = len(response.read())
+    return sizes
+
+
+def time_live_page(
+    url: str, runs: int, targets: int | None, sizes: list[int] | None = None
+) -> list[float]:
+    """Seconds per Live page run against the exporter at `url`, after one warm-up run;
+    the page shows SHOWN (or the worst target, without history of its own); `targets`:
+    rows the table must list. `sizes`: given, each run's bytes to the browser go there."""
+    page = AppTest.from_file(str(LIVE_PAGE), default_timeout=120)
     page.session_state["exporter_url"] = url
+    if targets is None:
+        page.session_state["live_target"] = SHOWN
     seconds = []
     for i in range(runs + 1):
         st.cache_data.clear()
+        CountingQueue.sent = 0
         started = time.perf_counter()
         page.run()
         elapsed = time.perf_counter() - started
         if page.exception:
             raise RuntimeError(f"the Live page failed: {page.exception[0].message}")
-        if len(page.dataframe[0].value) != TARGETS:
+        if targets is not None and len(page.dataframe[0].value) != targets:
             raise RuntimeError("the Live page did not list every target")
+        if targets is None and page.selectbox(key="live_target").value != SHOWN:
+            raise RuntimeError(f"the Live page did not show {SHOWN}")
         if i:
             seconds.append(elapsed)
+            if sizes is not None:
+                sizes.append(CountingQueue.sent)
         print(f"dashboard: run {i}: {elapsed * 1e3:.0f} ms", file=sys.stderr, flush=True)
     return seconds
 
 
-def results(result: DashboardResult) -> dict:
+def results(run: DashboardRun) -> dict:
     """The numbers of the report section, as `scripts/bench.py --json` writes them."""
+    result, fleet = run.history, run.fleet
     values = [s * 1e3 for s in result.seconds]
+    fleet_ms = [s * 1e3 for s in fleet.seconds]
     return {
         "targets": result.targets,
         "points": result.points,
@@ -161,11 +300,30 @@ def results(result: DashboardResult) -> dict:
         "max_ms": max(values),
         "target_ms": TARGET_MS,
         "met": result.meets_target,
+        "fleet": {
+            "targets": fleet.targets,
+            "shown_points": fleet.points,
+            "other_points": SHORT_POINTS,
+            "runs": len(fleet_ms),
+            "run_ms": fleet_ms,
+            "median_ms": fleet.median_ms,
+            "browser_bytes": fleet.browser_bytes,
+            "median_browser_bytes": fleet.median_bytes,
+            "exporter_bytes": fleet.exporter_bytes,
+            "target_ms": FLEET_TARGET_MS,
+            "target_bytes": FLEET_TARGET_BYTES,
+            "met": fleet.median_ms < FLEET_TARGET_MS and fleet.median_bytes < FLEET_TARGET_BYTES,
+        },
     }
+
+
+def _kb(n: float) -> str:
+    return f"{n / 1e3:,.0f} kB"
 
 
 def markdown(results: dict) -> str:
     """The report section of `results`."""
+    fleet = results["fleet"]
     return "\n".join(
         [
             "## Dashboard",
@@ -186,6 +344,28 @@ def markdown(results: dict) -> str:
             f"{results['max_ms']:.0f} ms) |",
             f"| target: under {results['target_ms']:.0f} ms | "
             f"{'met' if results['met'] else 'missed'} |",
+            "",
+            f"### The Live page at {fleet['targets']:,} targets",
+            "",
+            f"The same page against {fleet['targets']:,} targets of mixed caps, budgets and "
+            f"loads, the shown one with {fleet['shown_points']} history points, the others "
+            f"with {fleet['other_points']} (a refresh reads only the shown target's history). "
+            "Per refresh: the server's time (fetches included, cache cleared) and the bytes "
+            "sent to the browser: every message of the run, serialized as Streamlit sends it "
+            "over its websocket (the page's scripts, loaded once, are not counted).",
+            "",
+            "| measure | value |",
+            "|---|---|",
+            f"| runs | {fleet['runs']} (after one warm-up run) |",
+            f"| server time per refresh, median (min - max) | {fleet['median_ms']:.0f} ms "
+            f"({min(fleet['run_ms']):.0f} - {max(fleet['run_ms']):.0f} ms) |",
+            f"| bytes to the browser per refresh, median | {_kb(fleet['median_browser_bytes'])} |",
+            *(
+                f"| JSON read from the exporter: {name} | {_kb(size)} |"
+                for name, size in fleet["exporter_bytes"].items()
+            ),
+            f"| target: under {fleet['target_ms']:.0f} ms and "
+            f"{fleet['target_bytes'] / 1e6:.0f} MB | {'met' if fleet['met'] else 'missed'} |",
             "",
         ]
     )

@@ -67,6 +67,7 @@ GZIP_CODECS = {
 }
 TARGET_RATIO = 3.0
 GENERATED_AT = 1000.0
+EVALUATION = api.evaluation_json(Settings(targets=()))
 
 
 def fleet_signals(targets: int, seed: int = 0) -> list[TargetSignals]:
@@ -128,12 +129,12 @@ def reference_render(targets: list[TargetSignals]) -> bytes:
 
 def signals_json(targets: list[TargetSignals]) -> bytes:
     """The /api/v1/signals body the exporter serves."""
-    return api.encode(api.signals_response(GENERATED_AT, targets))
+    return api.encode(api.signals_response(GENERATED_AT, targets, EVALUATION))
 
 
 def reference_signals_json(targets: list[TargetSignals]) -> bytes:
     """The same body by the API's plain definition: asdict per series, the NaN walk."""
-    body = api.signals_response(GENERATED_AT, [])
+    body = api.signals_response(GENERATED_AT, [], EVALUATION)
     body["targets"] = [
         {
             **api.target_json(t),

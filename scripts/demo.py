@@ -3,9 +3,13 @@
 Prints the dashboard's URL first, then starts `batchscope-demo-server` (continuous
 batching, a small KV cache so memory pressure shows), `batchscope-exporter` pointed at
 it, the Streamlit dashboard on the exporter, and load generators that cycle through
-light, heavy and overload phases (a memory-bound stretch and a saturation episode
-within a few minutes); prints the exporter's signals every few seconds until Ctrl-C
-or --duration. Everything binds 127.0.0.1.
+light, heavy, long-answer and overload phases (a memory-bound stretch and a saturation
+episode within a few minutes); prints the exporter's signals every few seconds until
+Ctrl-C or --duration. Everything binds 127.0.0.1.
+
+`--phase-scale F` runs every phase F times as long, and the exporter's interval, window
+and hold with them, so each phase tells the same story in less time (the browser test
+walks the phases at 0.4); 1, the default, is the demo as documented.
 """
 
 from __future__ import annotations
@@ -36,6 +40,15 @@ PHASES = (
     ("long answers", 45, 3, "512,768", 50),
     ("overload", 60, 30, "64,256,400", 600),
 )
+
+
+# The exporter's interval, window and hold at a phase scale of 1.
+EXPORTER_TIMING = {"--interval": 3.0, "--window-seconds": 20.0, "--hold-seconds": 20.0}
+
+
+def exporter_timing(scale: float) -> list[str]:
+    """The exporter's timing flags at a phase scale."""
+    return [arg for flag, value in EXPORTER_TIMING.items() for arg in (flag, f"{value * scale:g}")]
 
 
 def fmt(value, spec: str = ".2f") -> str:
@@ -82,7 +95,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--duration", type=float, default=0, help="stop after N s (0: Ctrl-C)")
     parser.add_argument("--exporter-port", type=int, default=9500)
     parser.add_argument("--dashboard-port", type=int, default=8501)
+    parser.add_argument(
+        "--phase-scale",
+        type=float,
+        default=1.0,
+        help="run every phase, and the exporter's interval, window and hold, this many "
+        "times as long (default: %(default)s, the demo as documented)",
+    )
     args = parser.parse_args(argv)
+    if args.phase_scale <= 0:
+        parser.error(f"--phase-scale must be above 0 (got {args.phase_scale:g})")
 
     server_port = free_port()
     server = f"http://127.0.0.1:{server_port}"
@@ -135,12 +157,7 @@ def main(argv: list[str] | None = None) -> int:
             str(fleet),
             "--listen",
             f"127.0.0.1:{args.exporter_port}",
-            "--interval",
-            "3",
-            "--window-seconds",
-            "20",
-            "--hold-seconds",
-            "20",
+            *exporter_timing(args.phase_scale),
         )
         wait_http(f"{exporter}/health", 30, processes=procs)
         print(f"demo: starting the dashboard on {dashboard}")
@@ -161,10 +178,11 @@ def main(argv: list[str] | None = None) -> int:
         phase_index = 0
         while not args.duration or time.monotonic() - started < args.duration:
             name, seconds, rate, max_tokens, embed_rate = PHASES[phase_index % len(PHASES)]
+            seconds = seconds * args.phase_scale
             phase_index += 1
             print(
                 f"demo: phase {name}: {rate} completions/s of {max_tokens} tokens, "
-                f"{embed_rate} embeddings/s, {seconds} s"
+                f"{embed_rate} embeddings/s, {seconds:g} s"
             )
             load = [
                 start(
@@ -176,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
                     "--rates",
                     str(rate),
                     "--duration",
-                    str(seconds),
+                    f"{seconds:g}",
                     "--max-tokens",
                     max_tokens,
                     "--seed",
@@ -191,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
                     "--rates",
                     str(embed_rate),
                     "--duration",
-                    str(seconds),
+                    f"{seconds:g}",
                     "--seed",
                     str(phase_index),
                 ),

@@ -79,7 +79,11 @@ def main() -> None:
     _profiled("/metrics body", lambda: render_metrics(exporter.current()), args)
     _profiled(
         "/api/v1/signals body",
-        lambda: api.encode(api.signals_response(exporter.clock(), exporter.current())),
+        lambda: api.encode(
+            api.signals_response(
+                exporter.clock(), exporter.current(), api.evaluation_json(exporter.settings)
+            )
+        ),
         args,
     )
 

@@ -1,7 +1,13 @@
-"""Live: the fleet worst first, the saturation banner, and one target's batching panel."""
+"""Live: the saturation banners, the fleet (filtered, ordered, a page at a time) and one
+target's batching panel, one box a function, each saying which time frame it reads.
+
+Whatever the fleet's size, a refresh reads each target's summary row, and the full signals
+and history of the one target shown.
+"""
 
 from __future__ import annotations
 
+import datetime
 import time
 
 import streamlit as st
@@ -11,25 +17,30 @@ from dashboard.episodes import saturation_episodes
 from dashboard.formatting import (
     MISSING,
     NOT_EXPOSED,
+    count,
     exposed,
     number,
     percent,
     plain_markdown,
     seconds,
-    shown,
+    tile,
 )
 from dashboard.frames import (
+    SORTS,
     TOTAL_CHOICE,
+    FleetPage,
     batch_size_frame,
-    find_target,
     fleet_frame,
+    fleet_page,
     history_frame,
     last_seconds,
     series_choices,
     series_points,
+    with_target,
 )
 from dashboard.next_steps import advice_rows, checklist, limit_bars, next_step
 from dashboard.slo_panel import slo_panel
+from dashboard.time_frames import TimeFrames, banner_text
 from exporter.alerts.specs import SLOW_SCRAPE_SECONDS
 from exporter.config.settings import DEFAULT_TIMEOUT_SECONDS
 from exporter.core.signals import SignalSettings
@@ -41,139 +52,317 @@ CHECK_MARKS = {
     False: ":orange[:material/error:]",
     None: ":gray[:material/help:]",
 }
-
-FLEET_TABLE_CONFIG = {
-    "target": st.column_config.TextColumn("target"),
-    "up": st.column_config.CheckboxColumn("up"),
-    "state": st.column_config.TextColumn("diagnosis"),
-    "running": st.column_config.NumberColumn("running", format="%.0f"),
-    "cap": st.column_config.NumberColumn("cap", format="%.0f"),
-    "running_vs_cap": st.column_config.ProgressColumn(
-        "running / cap", format="percent", min_value=0.0, max_value=1.0
-    ),
-    "waiting": st.column_config.NumberColumn("waiting", format="%.0f"),
-    "preemptions_per_second": st.column_config.NumberColumn("preemptions/s", format="%.2f"),
-    "kv_cache_usage": st.column_config.ProgressColumn(
-        "KV cache", format="percent", min_value=0.0, max_value=1.0
-    ),
-    "budget_utilization": st.column_config.NumberColumn("budget used", format="percent"),
-    "saturated_seconds": st.column_config.NumberColumn("at threshold (s)", format="%.0f"),
-    "reason": st.column_config.TextColumn("reason", width="large"),
-}
+# Saturation banners shown before the rest are counted in one line.
+BANNERS_SHOWN = 3
+# The fleet table's columns, left to right: the ones to act on first.
+FLEET_SHOWN = (
+    "target",
+    "state",
+    "batch",
+    "waiting",
+    "budget_percent",
+    "kv_percent",
+    "preemptions_per_second",
+    "saturated_seconds",
+    "reason",
+)
+ROW_PIXELS = 35
 
 
-def saturation_banners(doc: dict) -> None:
-    """Seed 001's banner for every target whose budget stays saturated."""
-    for target in doc.get("targets", []):
-        total = target.get("total") or {}
-        if not total.get("budget_saturated"):
-            continue
-        if not target.get("up") or target.get("error"):
-            # The last scrape read nothing: the episode is held, not measured now.
-            level = (
-                "the last scrape could not read the target; nothing read since has "
-                "ended the episode"
-            )
-        else:
-            level = (
-                f"latency has stayed at {percent(total.get('budget_utilization'))} of the budget"
-            )
+def fleet_table_config(frames: TimeFrames) -> dict:
+    """The fleet table's columns: widths that fit a 1400 px window, and each header's
+    tooltip saying what it reads and why a cell may be a dash."""
+    window = frames.window()
+    return {
+        "target": st.column_config.TextColumn("target", width=150, pinned=True),
+        "state": st.column_config.TextColumn(
+            "diagnosis", width=150, help="The diagnosis of the target (its worst model's)."
+        ),
+        "batch": st.column_config.TextColumn(
+            "running / cap",
+            width=95,
+            help=f"Running requests against the cap: {frames.peak()}, as the diagnosis "
+            "judges it. A dash: the target is down, or the engine does not expose it.",
+        ),
+        "waiting": st.column_config.NumberColumn(
+            "waiting", width=70, format="%d", help="Requests waiting, at the last scrape."
+        ),
+        "budget_percent": st.column_config.NumberColumn(
+            "budget used",
+            width=95,
+            format="%.0f%%",
+            help=f"Latency quantile over {window} / the latency budget. A dash: no request "
+            "finished in the window, no budget configured, or no latency exposed.",
+        ),
+        "kv_percent": st.column_config.NumberColumn(
+            "KV cache",
+            width=75,
+            format="%.0f%%",
+            help="KV cache used, at the last scrape. A dash: not exposed by this engine.",
+        ),
+        "preemptions_per_second": st.column_config.NumberColumn(
+            "preempt/s",
+            width=80,
+            format="%.2f",
+            help=f"Preemptions per second over {window}. A dash: not exposed by this engine.",
+        ),
+        "saturated_seconds": st.column_config.NumberColumn(
+            "at threshold",
+            width=90,
+            format="%.0f s",
+            help=f"How long budget used has stayed at or above the threshold; saturated "
+            f"{frames.saturation()}.",
+        ),
+        "reason": st.column_config.TextColumn("reason", width=400),
+    }
+
+
+def _clock(t: float | None) -> str:
+    if t is None:
+        return MISSING
+    return datetime.datetime.fromtimestamp(t, datetime.UTC).strftime("%H:%M:%S UTC")
+
+
+# ---------------------------------------------------------------- the fleet
+
+
+def saturation_banners(doc: dict, frames: TimeFrames) -> None:
+    """A banner for each of the targets longest saturated, the first BANNERS_SHOWN; the
+    rest counted."""
+    saturated = sorted(
+        (t for t in doc.get("targets", []) if (t.get("total") or {}).get("budget_saturated")),
+        key=lambda t: -(t["total"].get("budget_saturated_seconds") or 0.0),
+    )
+    for target in saturated[:BANNERS_SHOWN]:
+        st.error(banner_text(target, frames), icon=":material/notifications_active:")
+    if len(saturated) > BANNERS_SHOWN:
         st.error(
-            f"**Budget saturated: {plain_markdown(target.get('target', ''))}**. Saturated for "
-            f"{seconds(total.get('budget_saturated_seconds'))} ({level}): the budget is too "
-            "tight for this traffic, or the server needs more capacity.",
+            f"**{len(saturated) - BANNERS_SHOWN} more targets have a saturated budget**: "
+            'filter the fleet table by "budget saturated" to list them.',
             icon=":material/notifications_active:",
         )
 
 
-def fleet_overview(doc: dict) -> None:
-    st.subheader("Fleet, worst first")
-    st.dataframe(
-        fleet_frame(doc), column_config=FLEET_TABLE_CONFIG, hide_index=True, width="stretch"
+def fleet_controls() -> tuple[str, str]:
+    """The filter and the order of the fleet table, as the user set them."""
+    text_column, sort_column = st.columns([3, 2])
+    text = text_column.text_input(
+        "Filter by target or diagnosis",
+        key="live_filter",
+        placeholder="a name, or a state such as over budget",
     )
-    st.caption("The Alerts page charts every target's budget utilisation over time.")
+    sort = sort_column.selectbox("Order", list(SORTS), key="live_sort")
+    return text, sort
 
 
-def batch_cell(series: dict) -> tuple[str, str]:
-    """The running batch against its cap, or the mean fired batch where an engine fires
-    batches (no running gauge), or NOT_EXPOSED."""
-    cap = number(series.get("cap"))
-    if exposed(series, "running"):
-        return "running / cap", f"{number(series.get('running'))} / {cap}"
-    if exposed(series, "mean_batch_size"):
-        return "mean batch / cap", f"{number(series.get('mean_batch_size'), 1)} / {cap}"
-    return "running / cap", NOT_EXPOSED
+def chosen_target(doc: dict) -> str | None:
+    """The target the panel shows this run, before the widgets are drawn: the selector's
+    choice while it matches the filter, else the first target in the table's order (the
+    selector's default)."""
+    name = st.session_state.get("live_target")
+    text = st.session_state.get("live_filter", "")
+    frame = fleet_frame(doc, st.session_state.get("live_sort", next(iter(SORTS))))
+    matching = fleet_page(frame, text).matching["target"].tolist()
+    if name in matching:
+        return name
+    return matching[0] if matching else None
 
 
-def metrics_row(series: dict) -> None:
-    static = series.get("static_utilization")
-    statistic = (
-        "mean"
-        if series.get("latency_statistic") == "mean"
-        else (f"p{series.get('latency_quantile', 0.99) * 100:g}")
+def page_picker(pages: int) -> int:
+    """The page of the fleet table to show (0-based); none to pick on a one-page fleet."""
+    if pages <= 1:
+        return 0
+    if st.session_state.get("live_page", 1) > pages:
+        st.session_state["live_page"] = pages
+    return int(st.number_input(f"Page (of {pages})", 1, pages, key="live_page")) - 1
+
+
+def fleet_caption(view: FleetPage, sort: str, frames: TimeFrames) -> None:
+    shown = len(view.rows)
+    matched = len(view.matching)
+    of = (
+        f"{matched:,} matching the filter, of {view.total:,}"
+        if matched < view.total
+        else f"{matched:,}"
     )
-    gain = series.get("throughput_gain")
-    cells = [
-        batch_cell(series),
-        ("waiting", shown(series, "waiting", number(series.get("waiting")))),
-        (
-            "preemptions/s",
-            shown(
-                series, "preemptions_per_second", number(series.get("preemptions_per_second"), 2)
-            ),
-        ),
-        ("KV cache", shown(series, "kv_cache_usage", percent(series.get("kv_cache_usage")))),
-        (
-            f"{statistic} latency",
-            shown(series, "latency_seconds", seconds(series.get("latency_seconds"))),
-        ),
-        (
-            "budget used",
-            shown(series, "budget_utilization", percent(series.get("budget_utilization"))),
-        ),
-        (
-            "throughput gain",
-            shown(series, "throughput_gain", MISSING if gain is None else f"{gain:.1f}x"),
-        ),
-        (
-            "static batching would use",
-            shown(series, "static_utilization", percent(static["estimate"]) if static else MISSING),
-        ),
-    ]
-    if series.get("token_cap") is not None:
-        cells.insert(
-            1,
-            (
-                "batch tokens / token cap",
-                shown(
-                    series,
-                    "batch_tokens",
-                    f"{number(series.get('batch_tokens'))} / {number(series.get('token_cap'))}",
-                ),
-            ),
+    text = (
+        f"Targets {view.first:,}–{view.first + shown - 1:,} of {of}, {sort}."
+        if shown
+        else "No target matches the filter."
+    )
+    rest = view.rest_by_state()
+    if rest:
+        text += (
+            " Not on this page: " + ", ".join(f"{n:,} {state}" for state, n in rest.items()) + "."
         )
-    for row in (cells[:-4], cells[-4:]):
-        for column, (label, value) in zip(st.columns(len(row)), row, strict=True):
-            column.metric(label, value)
+    st.caption(text)
+    st.caption(frames.fleet())
 
 
-def diagnosis_box(series: dict) -> None:
+def fleet_overview(doc: dict, frames: TimeFrames) -> FleetPage:
+    """The fleet table, one page of the targets matching the filter in the chosen order;
+    returns that view."""
+    text, sort = fleet_controls()
+    st.subheader("Fleet, worst first" if sort == "worst first" else f"Fleet, by {sort}")
+    frame = fleet_frame(doc, sort)
+    page = page_picker(fleet_page(frame, text).pages)
+    view = fleet_page(frame, text, page)
+    st.dataframe(
+        view.rows,
+        column_config=fleet_table_config(frames),
+        column_order=FLEET_SHOWN,
+        hide_index=True,
+        width="stretch",
+        height=ROW_PIXELS * (max(len(view.rows), 1) + 1) + 3,
+        placeholder=MISSING,
+    )
+    fleet_caption(view, sort, frames)
+    return view
+
+
+# ---------------------------------------------------------------- one target
+
+
+def target_header(target: dict, now: float) -> None:
+    name = target.get("target", "")
+    st.subheader(f"Target {plain_markdown(name)}")
+    t = target.get("t")
+    st.caption(
+        f"{plain_markdown(target.get('url') or '')}; evaluated at {_clock(t)}"
+        + (f" ({max(0.0, now - t):.0f} s ago)" if t is not None else "")
+        + ". Every box below reads this one evaluation."
+    )
+    if not target.get("up"):
+        st.error(
+            f"This target does not answer: {plain_markdown(target.get('error') or 'no reason')}."
+            " Check the URL and port in the exporter's configuration, that the server runs, "
+            "and the exporter's log. The charts show its last data."
+        )
+    elif (target.get("scrape_seconds") or 0.0) > SLOW_SCRAPE_SECONDS:
+        st.warning(
+            f"This target's /metrics is slow: the last scrape took "
+            f"{seconds(target['scrape_seconds'])} (slow above {seconds(SLOW_SCRAPE_SECONDS)}). "
+            "A model server's /metrics slows down when it is overloaded; a scrape slower than "
+            f"the exporter's timeout ({seconds(DEFAULT_TIMEOUT_SECONDS)} by default) becomes "
+            "a gap, which holds the target's states as they were until a scrape reads it again."
+        )
+
+
+def model_choice(target: dict) -> tuple[str, dict]:
+    """The model the panel shows (by name), and its series; the total for one model."""
+    choices = series_choices(target)
+    choice = TOTAL_CHOICE
+    if len(choices) > 2:
+        choice = st.selectbox("Model", list(choices), key="live_model")
+    return choice, choices.get(choice) or choices[TOTAL_CHOICE]
+
+
+def diagnosis_box(series: dict, frames: TimeFrames) -> None:
     diagnosis = series.get("diagnosis") or {}
     state = diagnosis.get("state", "")
     with st.container(border=True):
         ui.state_badge(state)
         st.markdown(plain_markdown(diagnosis.get("reason") or ""))
         st.markdown(f"**Next:** {next_step(state)}")
+        st.caption(frames.diagnosis(series))
 
 
 def limits_box(series: dict) -> None:
     headline, bars, unjudged = limit_bars(series.get("limits") or {})
-    with st.expander("What limits the batch", expanded=True):
+    with st.expander("What limits the batch (the batch the diagnosis judged)", expanded=True):
         st.markdown(headline)
         for bar in bars:
             st.progress(bar.fill, text=plain_markdown(bar.text))
         if unjudged:
             st.caption("Not judged here: " + "; ".join(plain_markdown(u) for u in unjudged))
+
+
+def now_tiles(series: dict, frames: TimeFrames) -> list[tuple[str, str, str]]:
+    """(label, value, tooltip) of the tiles read at the last scrape(s)."""
+    last = "At the last scrape"
+    tiles = []
+    if exposed(series, "running"):
+        peak = series.get("running_peak", series.get("running"))
+        frame = f"Running requests, {frames.peak()} (as the diagnosis judges it), against the cap"
+        value = f"{number(peak)} / {number(series.get('cap'))}"
+        tiles.append(("running / cap", *tile(series, "running", value, frame)))
+    tiles += [
+        ("waiting", *tile(series, "waiting", count(series.get("waiting")), last)),
+        (
+            "KV cache",
+            *tile(series, "kv_cache_usage", percent(series.get("kv_cache_usage")), last),
+        ),
+    ]
+    if series.get("token_cap") is not None:
+        tokens = f"{number(series.get('batch_tokens'))} / {number(series.get('token_cap'))}"
+        tiles.append(("batch tokens / token cap", *tile(series, "batch_tokens", tokens, last)))
+    return tiles
+
+
+def window_tiles(series: dict, frames: TimeFrames) -> list[tuple[str, str, str]]:
+    """(label, value, tooltip) of the tiles measured over the window; a batcher's mean
+    fired batch (it has no running gauge) among them."""
+    over = f"Over {frames.window(series)}"
+    statistic = (
+        "mean"
+        if series.get("latency_statistic") == "mean"
+        else f"p{series.get('latency_quantile', 0.99) * 100:g}"
+    )
+    gain = series.get("throughput_gain")
+    static = series.get("static_utilization")
+    tiles = []
+    if not exposed(series, "running"):
+        value = f"{number(series.get('mean_batch_size'), 1)} / {number(series.get('cap'))}"
+        frame = f"{over}: the mean fired batch against the max batch size"
+        tiles.append(("mean batch / cap", *tile(series, "mean_batch_size", value, frame)))
+    return tiles + [
+        (
+            "preemptions/s",
+            *tile(
+                series,
+                "preemptions_per_second",
+                number(series.get("preemptions_per_second"), 2),
+                over,
+            ),
+        ),
+        (
+            f"{statistic} latency",
+            *tile(series, "latency_seconds", seconds(series.get("latency_seconds")), over),
+        ),
+        (
+            "budget used",
+            *tile(
+                series,
+                "budget_utilization",
+                percent(series.get("budget_utilization")),
+                f"{over}: the latency against a {seconds(series.get('budget_seconds'))} budget",
+            ),
+        ),
+        (
+            "throughput gain",
+            *tile(series, "throughput_gain", MISSING if gain is None else f"{gain:.1f}x", over),
+        ),
+        (
+            "static batching would use",
+            *tile(
+                series,
+                "static_utilization",
+                percent(static["estimate"]) if static else MISSING,
+                f"{over}: the share of slot-steps a static batch at the cap would use",
+            ),
+        ),
+    ]
+
+
+def metric_tiles(series: dict, frames: TimeFrames) -> None:
+    """The numbers, in two rows by time frame: now, and over the window."""
+    for title, tiles in (
+        (f"**Now** (the last scrape; running: {frames.peak()})", now_tiles(series, frames)),
+        (f"**Over {frames.window(series)}**", window_tiles(series, frames)),
+    ):
+        st.markdown(title)
+        for column, (label, value, why) in zip(st.columns(len(tiles)), tiles, strict=True):
+            column.metric(label, value, help=why)
 
 
 def checklist_box(series: dict) -> None:
@@ -191,10 +380,15 @@ def checklist_box(series: dict) -> None:
             )
 
 
-def advice_box(series: dict) -> None:
+def advice_box(series: dict, frames: TimeFrames) -> None:
     advice = series.get("advice") or {}
-    with st.expander("What to change, with the numbers", expanded=True):
+    with st.expander(f"What to change, from {frames.window(series)}", expanded=True):
         st.markdown(f"**Advice:** {plain_markdown(advice.get('summary') or 'none yet')}")
+        st.caption(
+            f"The advice reads the whole window, {frames.window(series)}: what happened in "
+            "it (requests that waited at the cap, say) may differ from the diagnosis, which "
+            "reads the queue now."
+        )
         rows = advice_rows(advice)
         if rows:
             st.dataframe(rows, hide_index=True, width="stretch", key="advice_table")
@@ -254,46 +448,53 @@ def charts_grid(frame, series: dict, name: str, now: float) -> None:
     st.plotly_chart(charts.diagnosis_chart(frame), width="stretch", key="chart_diagnosis")
 
 
-def target_panel(sources: ui.Sources, target: dict, now: float) -> None:
-    name = target.get("target", "")
-    st.subheader(f"Target {plain_markdown(name)}")
-    st.caption(plain_markdown(target.get("url") or ""))
-    if not target.get("up"):
-        st.error(
-            f"This target does not answer: {plain_markdown(target.get('error') or 'no reason')}."
-            " Check the URL and port in the exporter's configuration, that the server runs, "
-            "and the exporter's log. The charts show its last data."
-        )
-    elif (target.get("scrape_seconds") or 0.0) > SLOW_SCRAPE_SECONDS:
-        st.warning(
-            f"This target's /metrics is slow: the last scrape took "
-            f"{seconds(target['scrape_seconds'])} (slow above {seconds(SLOW_SCRAPE_SECONDS)}). "
-            "A model server's /metrics slows down when it is overloaded; a scrape slower than "
-            f"the exporter's timeout ({seconds(DEFAULT_TIMEOUT_SECONDS)} by default) becomes "
-            "a gap, which holds the target's states as they were until a scrape reads it again."
-        )
-    choices = series_choices(target)
-    choice = TOTAL_CHOICE
-    if len(choices) > 2:
-        choice = st.selectbox("Model", list(choices), key="live_model")
-    series = choices.get(choice) or choices[TOTAL_CHOICE]
-    diagnosis_box(series)
-    limits_box(series)
-    metrics_row(series)
-    slo_panel(series)
-    checklist_box(series)
-    advice_box(series)
+def history_box(
+    sources: ui.Sources, name: str, labels: dict | None, series: dict, now: float
+) -> None:
+    """The charts of the one target shown, over the chosen range of its history."""
     range_name = (
         st.segmented_control("Time range", list(RANGES), default="15 min", key="live_range")
         or "15 min"
     )
-    labels = None if choice == TOTAL_CHOICE else series.get("labels")
     frame, origin = history_for(sources, name, labels, RANGES[range_name], now)
-    st.caption(f"History from {origin}, {len(frame)} points.")
+    st.caption(f"History from {origin}, {len(frame)} points, one per evaluation.")
     if frame.empty:
         st.info("No history for this target yet.")
         return
     charts_grid(frame, series, name, now)
+
+
+def target_panel(sources: ui.Sources, target: dict, frames: TimeFrames, now: float) -> None:
+    target_header(target, now)
+    choice, series = model_choice(target)
+    diagnosis_box(series, frames)
+    limits_box(series)
+    metric_tiles(series, frames)
+    slo_panel(series, frames)
+    checklist_box(series)
+    advice_box(series, frames)
+    labels = None if choice == TOTAL_CHOICE else series.get("labels")
+    history_box(sources, target.get("target", ""), labels, series, now)
+
+
+# ---------------------------------------------------------------- the page
+
+
+def target_selector(view: FleetPage, default: str | None) -> str | None:
+    names = view.matching["target"].tolist()
+    if not names:
+        return None
+    index = names.index(default) if default in names else 0
+    return st.selectbox(f"Target ({len(names):,} matching)", names, index=index, key="live_target")
+
+
+def full_signals(name: str | None, now: float) -> dict | None:
+    """The named target's full signals (the last received, with why, when a fetch fails)."""
+    if name is None:
+        return None
+    loaded = ui.target_signals(page_sources.exporter, name)
+    ui.show_problem(loaded, now)
+    return loaded.data if isinstance(loaded.data, dict) else None
 
 
 st.title("Is batching doing its job?")
@@ -303,7 +504,7 @@ page_sources = ui.sources()
 @st.fragment(run_every=ui.REFRESH_SECONDS)
 def live() -> None:
     now = time.time()
-    loaded = ui.signals(page_sources.exporter)
+    loaded = ui.fleet_summary(page_sources.exporter)
     ui.show_problem(loaded, now)
     doc = loaded.data
     if not isinstance(doc, dict):
@@ -314,13 +515,19 @@ def live() -> None:
     if not doc.get("targets"):
         st.info("The exporter has no target with signals yet: it needs a scrape or two.")
         return
-    saturation_banners(doc)
-    fleet_overview(doc)
-    names = fleet_frame(doc)["target"].tolist()
-    name = st.selectbox("Target", names, key="live_target")
-    target = find_target(doc, name) if name else None
+    frames = TimeFrames.of(doc)
+    # The shown target's full signals first: its row then reads the panel's evaluation.
+    chosen = chosen_target(doc)
+    target = full_signals(chosen, now)
     if target is not None:
-        target_panel(page_sources, target, now)
+        doc = with_target(doc, target)
+    saturation_banners(doc, frames)
+    view = fleet_overview(doc, frames)
+    name = target_selector(view, chosen)
+    if name != chosen:
+        target = full_signals(name, now)
+    if target is not None:
+        target_panel(page_sources, target, frames, now)
 
 
 live()

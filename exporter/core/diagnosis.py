@@ -12,8 +12,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from exporter.core.limits import at_bound, deferred_bind, kv_short, ratio_of
+from exporter.core.limits import (
+    LIMIT_NAMES,
+    Limits,
+    at_bound,
+    deferred_bind,
+    kv_short,
+    ratio_of,
+)
 from exporter.core.signals import SignalSettings, running_vs_cap
+from exporter.core.units import percent_text, seconds_text
 
 # States of the diagnosis, most specific first; docs/metrics.md explains each.
 DIAGNOSIS_STATES = (
@@ -26,11 +34,15 @@ DIAGNOSIS_STATES = (
     "memory_bound",
     "token_budget_bound",
     "preempting",
+    "work_too_slow",
+    "over_budget",
     "healthy",
     "batch_limited",
     "queueing",
     "underloaded",
 )
+# Latency over the budget: the window's quantile (or mean) exceeds the budget itself.
+OVER_BUDGET = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +64,10 @@ class DiagnosisInputs:
     nearer full is the one the reason names. `tokens_per_step`: the mean tokens an engine
     step carried over the window, judged against `SignalSettings.token_budget`;
     `waiting_deferred`: waiting requests the engine deferred rather than lacked room for.
+    `latency_seconds` of `budget_seconds`: the window's latency (`budget_utilization` is
+    their ratio); `above_threshold_seconds`: how long utilisation has been at or above the
+    saturation threshold in this episode (0 outside one). `limits`: the breakdown of the
+    same batch (`exporter.core.limits`), whose limits at their bound a reason names.
     """
 
     running: float | None
@@ -69,6 +85,10 @@ class DiagnosisInputs:
     token_cap: float | None = None
     tokens_per_step: float | None = None
     waiting_deferred: float | None = None
+    latency_seconds: float | None = None
+    budget_seconds: float | None = None
+    above_threshold_seconds: float = 0.0
+    limits: Limits = Limits()
 
 
 def down_diagnosis(error: str | None) -> Diagnosis:
@@ -101,15 +121,18 @@ def _count_text(x: float) -> str:
     return f"{x:.0f}" if float(x).is_integer() else f"{x:.2f}"
 
 
-def _batch(
-    running: float | None, cap: float | None, tokens: float | None, token_cap: float | None
-) -> str:
-    """The running batch against whichever caps are known: requests, and tokens."""
-    text = f"running {_count_text(running or 0)}" + (
-        f" of cap {_count_text(cap)}" if cap is not None else ""
+def _batch(i: DiagnosisInputs) -> str:
+    """The batch against whichever caps are known: requests, and tokens; a batcher's mean
+    fired batch against its max batch size."""
+    if i.fired_batches:
+        return f"batches average {_count_text(i.running or 0)}" + (
+            f" of max {_count_text(i.cap)}" if i.cap is not None else ""
+        )
+    text = f"running {_count_text(i.running or 0)}" + (
+        f" of cap {_count_text(i.cap)}" if i.cap is not None else ""
     )
-    if tokens is not None and token_cap is not None:
-        text += f" holding {_count_text(tokens)} of {_count_text(token_cap)} batch tokens"
+    if i.batch_tokens is not None and i.token_cap is not None:
+        text += f" holding {_count_text(i.batch_tokens)} of {_count_text(i.token_cap)} batch tokens"
     return text
 
 
@@ -198,6 +221,8 @@ class _Reading:
     kv_short: bool
     # Tokens per step against the per-step token budget.
     budget_ratio: float | None
+    # The window's latency is over the budget (not only near it).
+    over_budget: bool
 
     @classmethod
     def of(cls, i: DiagnosisInputs, settings: SignalSettings) -> _Reading:
@@ -213,11 +238,12 @@ class _Reading:
             token_ratio=token_ratio,
             fullest=fullest,
             below_cap=fullest is not None and fullest < settings.near_cap,
-            batch=_batch(i.running, i.cap, i.batch_tokens, i.token_cap),
+            batch=_batch(i),
             preempting=(i.preemptions_per_second or 0) > 0,
             kv_full=i.kv_usage is not None and i.kv_usage >= settings.kv_high,
             kv_short=kv_short(i.kv_usage, i.preemptions_per_second, settings.kv_high),
             budget_ratio=ratio_of(i.tokens_per_step, settings.token_budget),
+            over_budget=i.budget_utilization is not None and i.budget_utilization > OVER_BUDGET,
         )
 
 
@@ -227,19 +253,102 @@ def _idle(r: _Reading) -> Diagnosis | None:
     return None
 
 
-def _budget_saturated(r: _Reading) -> Diagnosis | None:
-    if not r.i.budget_saturated:
-        return None
-    level = (
-        f"at {r.i.budget_utilization:.0%}"
-        if r.i.budget_utilization is not None
-        else f"at or above {r.settings.saturation_threshold:.0%}"
+def _window_latency(r: _Reading) -> str:
+    """The window's latency against the budget, in words: "over the last 20 s, p99 latency
+    116 ms of a 50 ms budget (233%)"."""
+    i = r.i
+    share = percent_text(i.budget_utilization) if i.budget_utilization is not None else "unknown"
+    if i.latency_seconds is None or i.budget_seconds is None:
+        return f"over the last {i.window_seconds:.0f} s, latency {share} of the budget"
+    return (
+        f"over the last {i.window_seconds:.0f} s, p{r.settings.quantile * 100:g} latency "
+        f"{seconds_text(i.latency_seconds)} of a {seconds_text(i.budget_seconds)} budget "
+        f"({share})"
     )
+
+
+def _small_and_unqueued(r: _Reading) -> bool:
+    """Nothing waits and the batch is below every cap it has (or none is known): the
+    latency is not spent queueing or in a full batch."""
+    return not r.waits and (r.fullest is None or r.below_cap)
+
+
+def _work_is_the_latency(r: _Reading) -> str:
+    """Why batching cannot help a latency over budget with nothing waiting, and what can."""
+    if "max_wait" in r.i.limits.at_bound:
+        return (
+            "nothing waits and batches are small, yet most of them fire on the batcher's max "
+            "wait: that wait is part of the latency, so a shorter max wait (or an adaptive "
+            "policy) cuts it"
+        )
+    return (
+        "nothing waits and batches are small, so the latency is each request's own serving "
+        "time (its execution and the server's handling of it), which batching cannot "
+        "shorten: a faster device or server, a smaller or quantized model, shorter inputs or "
+        "outputs, or a budget that fits the work can"
+    )
+
+
+def _budget_saturated(r: _Reading) -> Diagnosis | None:
+    i = r.i
+    if not i.budget_saturated:
+        return None
+    held = (
+        f" for {seconds_text(i.above_threshold_seconds)}" if i.above_threshold_seconds > 0 else ""
+    )
+    measured = f"; {_window_latency(r)}" if i.budget_utilization is not None else ""
+    work = f"; {_work_is_the_latency(r)}" if _small_and_unqueued(r) else ""
     return Diagnosis(
         "budget_saturated",
-        f"latency has stayed {level} of the budget: the budget is too tight for this "
-        "traffic, or the server needs more capacity",
+        f"latency has stayed at or above {percent_text(r.settings.saturation_threshold)} of "
+        f"the budget{held} (saturated after {seconds_text(r.settings.hold_seconds)}){measured}: "
+        "the budget is too tight for this traffic, or the server needs more capacity" + work,
     )
+
+
+def _not_yet_saturated(r: _Reading) -> str:
+    """How far an episode over the budget is from counting as saturated."""
+    threshold = percent_text(r.settings.saturation_threshold)
+    hold = seconds_text(r.settings.hold_seconds)
+    so_far = r.i.above_threshold_seconds
+    if so_far <= 0:
+        return f"it becomes budget-saturated after {hold} at or above {threshold}"
+    return (
+        f"at or above {threshold} for {seconds_text(so_far)} so far; it becomes "
+        f"budget-saturated after {hold}"
+    )
+
+
+def _work_too_slow(r: _Reading) -> Diagnosis | None:
+    if not (r.over_budget and _small_and_unqueued(r)):
+        return None
+    return Diagnosis(
+        "work_too_slow",
+        f"{_window_latency(r)}, while {r.batch}: {_work_is_the_latency(r)} "
+        f"({_not_yet_saturated(r)})",
+    )
+
+
+def _over_budget(r: _Reading) -> Diagnosis | None:
+    if not r.over_budget:
+        return None
+    if r.waits and r.fullest is not None and not r.below_cap:
+        where = (
+            f"{r.batch} with {_count_text(r.i.waiting)} waiting: requests queue behind a full "
+            "batch, so more replicas, or a higher cap where the KV cache has room, shorten "
+            "the wait"
+        )
+    elif r.waits:
+        where = (
+            f"{r.batch} while {_count_text(r.i.waiting)} wait: requests queue while the "
+            "batch is below its cap, so what limits the batch is where the time goes"
+        )
+    else:
+        where = (
+            f"{r.batch} and nothing waits: the batch is full and the time goes to running "
+            "it; a smaller cap shortens each step, more replicas spread the load"
+        )
+    return Diagnosis("over_budget", f"{_window_latency(r)}: {where} ({_not_yet_saturated(r)})")
 
 
 def _stalled(r: _Reading) -> Diagnosis | None:
@@ -311,11 +420,24 @@ def _token_budget_bound(r: _Reading) -> Diagnosis | None:
 
 
 def _preempting(r: _Reading) -> Diagnosis | None:
+    i = r.i
     if not r.preempting:
         return None
+    bound = [limit for limit in i.limits.at_bound if limit in LIMIT_NAMES]
+    if r.waits and len(bound) > 1:
+        named = " and ".join(f"{LIMIT_NAMES[b]} ({i.limits.reading(b)})" for b in bound)
+        others = " or ".join(LIMIT_NAMES[b] for b in bound if b != "kv_cache")
+        return Diagnosis(
+            "preempting",
+            f"{r.batch} with {_count_text(i.waiting)} waiting, "
+            f"{i.preemptions_per_second:.2f} preemptions/s: {len(bound)} limits are at their "
+            f"bound at once, {named}. Running requests are pushed back to the queue for lack "
+            f"of KV cache memory, so raising {others} alone will not help until the cache "
+            "has more memory",
+        )
     return Diagnosis(
         "preempting",
-        f"{r.i.preemptions_per_second:.2f} preemptions/s: the KV cache is short of memory "
+        f"{i.preemptions_per_second:.2f} preemptions/s: the KV cache is short of memory "
         "and running requests are being pushed back to the queue",
     )
 
@@ -392,7 +514,7 @@ def _queueing(r: _Reading) -> Diagnosis | None:
 def _underloaded(r: _Reading) -> Diagnosis:
     return Diagnosis(
         "underloaded",
-        "nothing waits: batches are small because there is little traffic to batch",
+        "nothing waits now: batches are small because there is little traffic to batch",
     )
 
 
@@ -407,6 +529,8 @@ _RULES: tuple[Callable[[_Reading], Diagnosis | None], ...] = (
     _memory_bound,
     _token_budget_bound,
     _preempting,
+    _work_too_slow,
+    _over_budget,
     _healthy_at_cap,
     _healthy_at_token_cap,
     _batcher_fires_early,

@@ -73,6 +73,9 @@ class SeriesSignals:
     labels: dict[str, str] = field(default_factory=dict)
     engine: str = ""
     running: float | None = None
+    # The batch the diagnosis and the limits judge: the peak of the running gauge over the
+    # last RECENT_SCRAPES scrapes (a batcher: its mean fired batch over the window).
+    running_peak: float | None = None
     waiting: float | None = None
     cap: float | None = None
     running_vs_cap: float | None = None
@@ -84,6 +87,8 @@ class SeriesSignals:
     kv_cache_usage: float | None = None
     requests_per_second: float | None = None
     generation_tokens_per_second: float | None = None
+    # The span the rates, the latency and the advice were measured over (None: no window).
+    window_seconds: float | None = None
     latency_quantile: float = 0.99
     latency_histogram: str = "e2e"
     latency_seconds: float | None = None
@@ -345,24 +350,33 @@ def _next_saturation(
     )
 
 
+@dataclass(frozen=True, slots=True)
+class _Latency:
+    """A series' latency over its window against its budget: the reading, its statistic
+    ("quantile", or "mean" where the engine exposes only that), the budget, their ratio."""
+
+    seconds: float | None
+    statistic: str | None
+    budget_seconds: float | None
+    utilization: float | None
+
+
 def _diagnosis(
     snapshots: Sequence[SeriesSnapshot],
     rates: _Rates,
+    peak: float | None,
     cap: float | None,
     tokens_per_step: float | None,
-    saturation: SaturationState,
-    latency: tuple[float | None, str | None],
-    utilization: float | None,
+    saturation: tuple[SaturationState, float],
+    latency: _Latency,
     settings: SignalSettings,
 ) -> tuple[Diagnosis, Limits]:
-    """The series' diagnosis and its limits breakdown, both judging the same batch: the
-    peak of the recent scrapes, since a scrape can catch the batch between a finish and the
-    next admission (7 of 8); the exported ratio stays the instant's. `latency`: the
-    window's latency and its statistic (`window_latency`); a mean is said in the reason."""
+    """The series' diagnosis and its limits breakdown, both judging the same batch, `peak`
+    (`judged_batch`); the exported ratio stays the instant's.
+    `saturation`: the state after this evaluation and the seconds its episode has lasted.
+    A mean latency is said in the reason."""
     last = snapshots[-1]
     fired_batches = _fires_batches(last, rates)
-    recent = [p.running for p in snapshots[-RECENT_SCRAPES:] if p.running is not None]
-    peak = max(recent) if recent else _batch(last, rates)
     breakdown = limits(
         LimitInputs(
             running=peak,
@@ -382,6 +396,7 @@ def _diagnosis(
         )
     )
     span = rates.span
+    state, above_seconds = saturation
     diagnosis = diagnose(
         DiagnosisInputs(
             running=peak,
@@ -389,8 +404,8 @@ def _diagnosis(
             cap=cap,
             kv_usage=last.kv_usage,
             preemptions_per_second=rates.preemptions,
-            budget_saturated=saturation.saturated,
-            budget_utilization=utilization,
+            budget_saturated=state.saturated,
+            budget_utilization=latency.utilization,
             generated_per_second=rates.tokens
             if rates.tokens is not None
             else per_second(rates.items, span),
@@ -403,13 +418,24 @@ def _diagnosis(
             token_cap=settings.token_cap,
             tokens_per_step=tokens_per_step,
             waiting_deferred=last.waiting_deferred,
+            latency_seconds=latency.seconds,
+            budget_seconds=latency.budget_seconds,
+            above_threshold_seconds=above_seconds,
+            limits=breakdown,
         ),
         settings,
     )
-    seconds, statistic = latency
-    if statistic == "mean" and seconds is not None:
-        diagnosis = mean_latency_note(diagnosis, seconds)
+    if latency.statistic == "mean" and latency.seconds is not None:
+        diagnosis = mean_latency_note(diagnosis, latency.seconds)
     return rejections_note(diagnosis, rates.rejections), breakdown
+
+
+def judged_batch(snapshots: Sequence[SeriesSnapshot], rates: _Rates) -> float | None:
+    """The batch the diagnosis judges: the peak of the last RECENT_SCRAPES scrapes, since a
+    scrape can catch the batch between a finish and the next admission (7 of 8); a
+    batcher without a running gauge: its mean fired batch over the window."""
+    recent = [p.running for p in snapshots[-RECENT_SCRAPES:] if p.running is not None]
+    return max(recent) if recent else _batch(snapshots[-1], rates)
 
 
 def _fires_batches(last: SeriesSnapshot, rates: _Rates) -> bool:
@@ -497,14 +523,16 @@ def series_signals(
     step_tokens = increase("step_tokens")
     tokens_per_step = _mean(step_tokens)
 
+    above_seconds = saturated_seconds(saturation, now)
+    peak = judged_batch(snapshots, rates)
     diagnosis, breakdown = _diagnosis(
         snapshots,
         rates,
+        peak,
         cap,
         tokens_per_step,
-        saturation,
-        (latency, statistic),
-        utilization,
+        (saturation, above_seconds),
+        _Latency(latency, statistic, budget, utilization),
         settings,
     )
     fired_batches = _fires_batches(last, rates)
@@ -532,6 +560,7 @@ def series_signals(
         labels=last.labels,
         engine=last.engine,
         running=last.running,
+        running_peak=peak,
         waiting=last.waiting,
         cap=cap,
         running_vs_cap=running_vs_cap(_batch(last, rates), cap),
@@ -543,6 +572,7 @@ def series_signals(
         kv_cache_usage=last.kv_usage,
         requests_per_second=rates.requests,
         generation_tokens_per_second=rates.tokens,
+        window_seconds=span,
         latency_quantile=settings.quantile,
         latency_histogram=settings.histogram,
         latency_seconds=latency,
@@ -550,7 +580,7 @@ def series_signals(
         budget_seconds=budget,
         budget_utilization=utilization,
         budget_saturated=saturation.saturated,
-        budget_saturated_seconds=saturated_seconds(saturation, now),
+        budget_saturated_seconds=above_seconds,
         throughput_gain=throughput_gain(
             execution_increase(first.execution_by_size, last.execution_by_size),
             dict(last.execution_by_size),

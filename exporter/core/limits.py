@@ -43,6 +43,17 @@ LIMITS = (
     "arrivals",
 )
 UNEXPLAINED = "unexplained"
+# Each limit as a sentence names it (the diagnosis' reasons).
+LIMIT_NAMES = {
+    "requests": "the request cap",
+    "kv_cache": "the KV cache",
+    "token_budget": "the token budget",
+    "batch_tokens": "the batch-token cap",
+    "deferred": "deferred requests",
+    "max_wait": "the batcher's max wait",
+    "latency_budget": "the batcher's latency budget",
+    "arrivals": "arrivals",
+}
 # What `Limits.binding` may name (besides None).
 BINDING_CHOICES = (*LIMITS, UNEXPLAINED)
 # A batcher's trigger -> the limit that fired the batch.
@@ -74,6 +85,9 @@ class Limits:
 
     def ratio(self, limit: str) -> float | None:
         return next((r.ratio for r in self.readings if r.limit == limit), None)
+
+    def reading(self, limit: str) -> str | None:
+        return next((r.reading for r in self.readings if r.limit == limit), None)
 
 
 @dataclass(frozen=True, slots=True)

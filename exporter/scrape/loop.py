@@ -425,6 +425,14 @@ class Exporter:
         """Every target's latest signals (targets not yet scraped are left out)."""
         return [s.signals for s in self.states.values() if s.signals is not None]
 
+    def latest(self, name: str) -> list[TargetSignals] | None:
+        """A target's latest signals, as a list (empty before its first scrape); None for a
+        name not monitored."""
+        state = self.states.get(name)
+        if state is None:
+            return None
+        return [] if state.signals is None else [state.signals]
+
     def history(self, name: str) -> list[api.HistoryRow] | None:
         """A target's history rows (`api.history_point` reads each), oldest first; None for
         a name not monitored."""

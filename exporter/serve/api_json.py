@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import fields
 from typing import Any
 
-from exporter.config.settings import Target, config_fields, redacted_url
+from exporter.config.settings import Settings, Target, config_fields, redacted_url
 from exporter.core.advice import Advice, AdviceItem
 from exporter.core.diagnosis import Diagnosis
 from exporter.core.evaluate import SeriesSignals, TargetSignals
@@ -148,9 +148,81 @@ def target_json(signals: TargetSignals) -> dict[str, Any]:
     }
 
 
-def signals_response(generated_at: float, targets: Iterable[TargetSignals]) -> dict[str, Any]:
-    """GET /api/v1/signals."""
-    return _versioned({"generated_at": generated_at, "targets": [target_json(t) for t in targets]})
+def evaluation_json(settings: Settings) -> dict[str, Any]:
+    """How every target is evaluated: the time frames its signals are read over."""
+    return {
+        "interval_seconds": settings.interval_seconds,
+        "window_seconds": settings.window_seconds,
+        "hold_seconds": settings.hold_seconds,
+        "saturation_threshold": settings.saturation_threshold,
+    }
+
+
+def signals_response(
+    generated_at: float, targets: Iterable[TargetSignals], evaluation: Mapping[str, Any]
+) -> dict[str, Any]:
+    """GET /api/v1/signals (and `?target=NAME`: the list holds that target alone)."""
+    return _versioned(
+        {
+            "generated_at": generated_at,
+            "evaluation": dict(evaluation),
+            "targets": [target_json(t) for t in targets],
+        }
+    )
+
+
+# What a fleet's overview reads of each series: its row, its banner, its state.
+SUMMARY_FIELDS = (
+    "engine",
+    "running",
+    "running_peak",
+    "waiting",
+    "cap",
+    "kv_cache_usage",
+    "preemptions_per_second",
+    "latency_seconds",
+    "budget_seconds",
+    "budget_utilization",
+    "budget_saturated",
+    "budget_saturated_seconds",
+    "window_seconds",
+)
+
+
+def series_summary_json(series: SeriesSignals) -> dict[str, Any]:
+    """The fields of one series (or total) a fleet overview shows."""
+    out = {name: getattr(series, name) for name in SUMMARY_FIELDS}
+    out["labels"] = dict(series.labels)
+    out["diagnosis"] = _fields(series.diagnosis)
+    out["not_exposed"] = list(series.not_exposed)
+    return out
+
+
+def target_summary_json(signals: TargetSignals) -> dict[str, Any]:
+    """One target in a fleet's overview: its total, and each series where it has several."""
+    series = signals.series if len(signals.series) > 1 else ()
+    return {
+        "target": signals.target,
+        "t": signals.t,
+        "up": signals.up,
+        "error": signals.error,
+        "series": [series_summary_json(s) for s in series],
+        "total": series_summary_json(signals.total),
+    }
+
+
+def summary_response(
+    generated_at: float, targets: Iterable[TargetSignals], evaluation: Mapping[str, Any]
+) -> dict[str, Any]:
+    """GET /api/v1/signals?view=summary: every target's row of a fleet overview, a few
+    hundred bytes each where the full body carries kilobytes (limits, advice, ...)."""
+    return _versioned(
+        {
+            "generated_at": generated_at,
+            "evaluation": dict(evaluation),
+            "targets": [target_summary_json(t) for t in targets],
+        }
+    )
 
 
 # ---------------------------------------------------------------- /api/v1/advice

@@ -25,13 +25,18 @@ from exporter.serve import api_json as api
 from exporter.serve.exposition import render_metrics
 
 Render = Callable[[list[TargetSignals]], bytes]
+# A JSON body of the targets' signals, rendered at a time.
+JsonResponse = Callable[[float, list[TargetSignals]], dict[str, Any]]
+# /api/v1/signals?view=...: the body each view reads from the round cache.
+SIGNALS_VIEWS = {"full": "signals", "summary": "summary"}
 
 log = logging.getLogger("batchscope.exporter")
 
 INDEX = """<!doctype html><title>batchscope exporter</title>
 <h1>batchscope exporter</h1>
 <ul><li><a href="/metrics">/metrics</a> (Prometheus)</li>
-<li><a href="/api/v1/signals">/api/v1/signals</a> (current signals, JSON)</li>
+<li><a href="/api/v1/signals">/api/v1/signals</a> (current signals, JSON; ?view=summary,
+?target=NAME)</li>
 <li><a href="/api/v1/history">/api/v1/history</a> (?target=NAME, bounded history, JSON)</li>
 <li><a href="/api/v1/advice">/api/v1/advice</a> (what to change, with the numbers, JSON)</li>
 <li><a href="/api/v1/targets">/api/v1/targets</a> (configured targets)</li></ul>
@@ -195,19 +200,22 @@ class _Handlers:
 
     def __init__(self, exporter: Exporter) -> None:
         self.exporter = exporter
+        self.evaluation = api.evaluation_json(exporter.settings)
         self.bodies = RoundCache(
             exporter,
             {
                 "metrics": BodyKind(render_metrics, METRICS_KEPT_FRESH_SECONDS),
-                "signals": self._json_body(api.signals_response),
+                "signals": self._json_body(self._with_evaluation(api.signals_response)),
+                "summary": self._json_body(self._with_evaluation(api.summary_response)),
                 "advice": self._json_body(api.advice_response),
             },
             expected=("metrics",),
         )
 
-    def _json_body(
-        self, response: Callable[[float, list[TargetSignals]], dict[str, Any]]
-    ) -> BodyKind:
+    def _with_evaluation(self, response: Callable[..., dict[str, Any]]) -> JsonResponse:
+        return lambda generated_at, targets: response(generated_at, targets, self.evaluation)
+
+    def _json_body(self, response: JsonResponse) -> BodyKind:
         return BodyKind(
             lambda targets: api.encode(response(self.exporter.clock(), targets)),
             JSON_KEPT_FRESH_SECONDS,
@@ -224,7 +232,23 @@ class _Handlers:
         return await self._cached(request, "metrics", CONTENT_TYPE_LATEST)
 
     async def signals(self, request: web.Request) -> web.Response:
-        return await self._cached(request, "signals", "application/json")
+        """Every target's signals; `?view=summary`: each target's row of a fleet overview;
+        `?target=NAME`: that configured target's signals alone."""
+        name = request.query.get("target")
+        if name is not None:
+            return self._one_target(name)
+        view = request.query.get("view", "full")
+        if view not in SIGNALS_VIEWS:
+            message = f"view must be one of {', '.join(SIGNALS_VIEWS)} (got {view!r})"
+            return _json(api.error_response(message), status=400)
+        return await self._cached(request, SIGNALS_VIEWS[view], "application/json")
+
+    def _one_target(self, name: str) -> web.Response:
+        """One target's latest signals, rendered now: a few kilobytes whatever the fleet."""
+        latest = self.exporter.latest(name)
+        if latest is None:
+            return _json(api.error_response(f"no configured target named {name!r}"), status=404)
+        return _json(api.signals_response(self.exporter.clock(), latest, self.evaluation))
 
     async def advice(self, request: web.Request) -> web.Response:
         return await self._cached(request, "advice", "application/json")

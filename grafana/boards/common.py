@@ -10,8 +10,14 @@ from grafana_foundation_sdk.builders import common as common_builders
 from grafana_foundation_sdk.builders import dashboard as dash
 from grafana_foundation_sdk.builders import timeseries
 from grafana_foundation_sdk.models import common
-from grafana_foundation_sdk.models.dashboard import DashboardCursorSync
+from grafana_foundation_sdk.models.dashboard import (
+    DashboardCursorSync,
+    ValueMap,
+    ValueMappingResult,
+)
 
+from dashboard.states import look
+from exporter.core.diagnosis import DIAGNOSIS_STATES, OVER_BUDGET
 from exporter.engines.vllm import LATENCY_FAMILIES
 from grafana import rules
 from grafana.panels import (
@@ -175,6 +181,53 @@ def state_query(source: Source, selector: str, config: Mapping) -> Query:
         for name, state in named
     ]
     return Query("\nor ".join(parts), "{{state}}")
+
+
+def state_mappings() -> list[ValueMap]:
+    """Each diagnosis state's place in DIAGNOSIS_STATES (first match first) mapped to its
+    words and colour, as the Live page shows them (`dashboard.states`)."""
+    return [
+        ValueMap(
+            {
+                str(index): ValueMappingResult(look(state).words, look(state).hex, index=index)
+                for index, state in enumerate(DIAGNOSIS_STATES)
+            }
+        )
+    ]
+
+
+def state_index_query(source: Source, selector: str, config: Mapping) -> Query:
+    """The diagnosis as one row per engine series whose value is its state's place in
+    DIAGNOSIS_STATES (`state_mappings` names it). The exporter's: its one current state
+    (every other state reads 0). The rules': the first of the conditions they record that
+    holds, in the diagnosis' order, over budget included."""
+    by = ", ".join(config["instance_labels"])
+    if source is EXPORTER:
+        terms = [
+            f'batchscope_diagnosis{{{selector}{source.series}, state="{state}"}} * {index}'
+            for index, state in enumerate(DIAGNOSIS_STATES)
+        ]
+        return Query(f"sum by ({by}) (\n  " + "\nor ".join(terms) + "\n)", "{{model_name}}")
+
+    def worst(name: str) -> str:
+        return f"max by ({by}) ({name}{{{selector}}})"
+
+    over = f"{worst(rules.BUDGET_UTILIZATION)} > {OVER_BUDGET:g}"
+    conditions = {
+        "budget_saturated": f"{worst(rules.BUDGET_SATURATED_RULE)} == 1",
+        "stalled": f"{worst(rules.STALLED_RULE)} == 1",
+        "memory_bound": f"{worst(rules.MEMORY_BOUND_RULE)} == 1",
+        "token_budget_bound": f"{worst(rules.TOKEN_BUDGET_BOUND_RULE)} == 1",
+        "work_too_slow": f"{over} and on ({by}) {worst(rules.WAITING)} == 0 "
+        f"and on ({by}) {worst(rules.RUNNING_VS_CAP)} < {config['near_cap']:g}",
+        "over_budget": over,
+    }
+    parts = [
+        f"({conditions[state]}) * 0 + {index}"
+        for index, state in enumerate(DIAGNOSIS_STATES)
+        if state in conditions
+    ]
+    return Query("\nor ".join(parts), "{{model_name}}")
 
 
 def latency_quantiles(selector: str) -> list[Query]:

@@ -9,6 +9,7 @@ from grafana_foundation_sdk.models import common
 from grafana_foundation_sdk.models.prometheus import PromQueryFormat
 
 from exporter.alerts.fleet_rules import CAP_RULE
+from exporter.core.diagnosis import DIAGNOSIS_STATES
 from exporter.engines.vllm import OUTPUT_TOKENS
 from grafana import rules
 from grafana.boards.common import (
@@ -19,7 +20,8 @@ from grafana.boards.common import (
     build_dashboard,
     latency_quantiles,
     series_panel,
-    state_query,
+    state_index_query,
+    state_mappings,
     target_variables,
 )
 from grafana.boards.slo import engine_slo_row
@@ -181,14 +183,23 @@ def vllm_batching(source: Source, config: Mapping) -> dict:
         statetimeline.Panel()
         .title("Diagnosis")
         .description(
-            "One state at a time, first match wins: budget_saturated, memory_bound (waiting "
-            "under the cap with KV full or preemptions), token_budget_bound (waiting under "
-            "the cap, steps at the token budget, KV with room), stalled (waiting, room in the "
-            "batch and the cache, yet no tokens), healthy (running near the cap), "
-            "batch_limited, underloaded, idle, down. docs/metrics.md explains each."
-            + ("" if source is EXPORTER else " From the rules: the alerting conditions only.")
+            "One state at a time per model, first match wins, in this order: "
+            + ", ".join(DIAGNOSIS_STATES)
+            + ". budget_saturated: at the threshold for the hold; stalled: waiting, room in "
+            "the batch and the cache, yet no tokens; memory_bound: waiting under the cap with "
+            "KV full or preemptions; token_budget_bound: waiting under the cap, steps at the "
+            "token budget, KV with room; work_too_slow: over budget with nothing waiting and "
+            "small batches (batching cannot help); over_budget: over budget, not yet for the "
+            "hold; healthy: running near the cap. docs/metrics.md explains each."
+            + (
+                ""
+                if source is EXPORTER
+                else " From the rules: the conditions they record (the alerting ones, and "
+                "over budget); no row while none holds."
+            )
         )
-        .targets(targets([state_query(source, sel, config)]))
+        .targets(targets([state_index_query(source, sel, config)]))
+        .mappings(state_mappings())
         .show_value(common.VisibilityMode.NEVER)
     )
     lengths = (

@@ -1,14 +1,13 @@
 """The dashboard in a real browser: Debian's Chromium through playwright, against the demo
 server under load, scraped by the exporter running inside `batchscope-dashboard --target`.
 
-Saves the screenshots the README shows (docs/img/).
+Saves the calculator's and the load tests' screenshots the README shows (docs/img/).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -20,6 +19,8 @@ import pytest
 
 from dashboard import ui
 from dashboard.states import STATES
+from demo_server.names import MODEL_NAME
+from tests.support import chromium
 from tests.support.network import free_port, wait_http
 from tests.support.paths import REPO
 
@@ -27,15 +28,6 @@ pytestmark = pytest.mark.slow
 
 ROOT = REPO
 SCREENSHOTS = ROOT / "docs" / "img"
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--headless",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
 VIEWPORT = {"width": 1400, "height": 2200}
 
 
@@ -137,12 +129,12 @@ def browser():
     if executable is None:
         pytest.fail("Debian's chromium is not installed (make install installs it)")
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
+        browser = p.chromium.launch(executable_path=executable, args=chromium.ARGS)
         yield browser
         browser.close()
 
 
-def test_live_page_shows_the_target_its_diagnosis_and_charts(demo, browser) -> None:
+def test_live_page_shows_the_target_its_diagnosis_and_charts(demo, browser, tmp_path) -> None:
     dashboard, _, _ = demo
     time.sleep(12)  # a window's worth of traffic
     page = browser.new_page(viewport=VIEWPORT)
@@ -155,16 +147,16 @@ def test_live_page_shows_the_target_its_diagnosis_and_charts(demo, browser) -> N
     text = page.inner_text("body")
     assert any(look.words in text for look in STATES.values()), text[:2000]
     assert "Next:" in text
-    # Pick the generation model (the demo also serves embeddings); the choice survives
-    # the page's own refresh.
-    page.get_by_test_id("stSelectbox").nth(1).click()
-    page.get_by_role("option", name=re.compile("model_name=")).click()
+    # Pick the generation model by its name (the demo also serves embeddings); the choice
+    # survives the page's own refresh.
+    page.get_by_test_id("stSelectbox").filter(has_text="Model").click()
+    page.get_by_role("option", name=MODEL_NAME, exact=True).click()
     time.sleep(ui.REFRESH_SECONDS + 2)
     running = page.get_by_test_id("stMetric").first.inner_text()
     assert running.endswith("/ 8"), running  # the generation's cap, not the target's 8 + 32
     time.sleep(2)  # let plotly finish drawing before the picture
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(SCREENSHOTS / "live.png"), full_page=True)
+    # A record for the reader; the README's Live screenshots come from scripts/demo_walk.py.
+    page.screenshot(path=str(tmp_path / "live.png"), full_page=True)
     page.close()
 
 

@@ -22,6 +22,7 @@ from dashboard.load_results import ResultError, good_share, load_result, run_fro
 from dashboard.next_steps import advice_rows, advice_value, checklist, limit_bars
 from dashboard.prometheus import history_query, points_from_matrix
 from dashboard.states import look
+from dashboard.time_frames import TimeFrames, banner_text
 from exporter.core.static_util import exact_static_utilization
 
 
@@ -102,13 +103,19 @@ def test_series_choices_name_each_model() -> None:
             {"labels": {"model_name": "b", "engine": "0"}, "running": 3},
         ],
     }
+    # The model's name, not its raw labels (issue 22: "model_name=a, engine=0" before).
     choices = series_choices(target)
-    assert list(choices) == [
-        "all models (target total)",
-        "model_name=a, engine=0",
-        "model_name=b, engine=0",
-    ]
-    assert choices["model_name=b, engine=0"]["running"] == 3
+    assert list(choices) == ["all models (target total)", "a", "b"]
+    assert choices["b"]["running"] == 3
+    # Two engines serving one model: the name, and the label that tells them apart.
+    twins = {
+        "series": [
+            {"labels": {"model_name": "a", "engine": "0"}, "running": 2},
+            {"labels": {"model_name": "a", "engine": "1"}, "running": 4},
+            {"labels": {"batcher": "embeddings"}, "running": 1},
+        ]
+    }
+    assert list(series_choices(twins))[1:] == ["a (engine=0)", "a (engine=1)", "embeddings"]
 
 
 def _history(flags: list[bool], utilization: list[float], **extra) -> pd.DataFrame:
@@ -426,3 +433,29 @@ def test_limit_bars_mark_the_binding_limit_and_list_what_was_not_judged() -> Non
     assert bars[2].text.startswith("token budget (--max-num-batched-tokens): 120% of its bound")
     assert unjudged == ["deferred requests: not said"]
     assert limit_bars({})[0] == "Nothing runs or waits: no limit binds."
+
+
+def test_a_saturation_banner_is_the_diagnosis_or_says_why_it_is_held() -> None:
+    frames = TimeFrames.of({"evaluation": {"hold_seconds": 20.0, "saturation_threshold": 0.95}})
+    reason = "latency has stayed at or above 95% of the budget for 57 s (saturated after 20 s)"
+    read = {
+        "target": "llm",
+        "up": True,
+        "error": None,
+        "total": {
+            "budget_saturated_seconds": 57.01,
+            "diagnosis": {"state": "budget_saturated", "reason": reason},
+        },
+    }
+    assert banner_text(read, frames) == (
+        "**Budget saturated: llm**. Latency has stayed at or above 95% of the budget for 57 s "
+        "\\(saturated after 20 s\\)."
+    )
+    # read now, but a window of one scrape measured nothing: held, and said so
+    unmeasured = {**read, "total": {**read["total"], "diagnosis": {"state": "idle"}}}
+    assert banner_text(unmeasured, frames).startswith(
+        "**Budget saturated: llm**. Utilisation has stayed at or above 95% for 20 s and the "
+        "episode has lasted 57 s; the last evaluation measured no latency"
+    )
+    down = {**unmeasured, "up": False, "error": "timed out"}
+    assert "; the last scrape could not read the target, and nothing" in banner_text(down, frames)

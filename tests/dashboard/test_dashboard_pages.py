@@ -208,7 +208,11 @@ def test_a_target_breaking_its_promise_shows_attainment_burn_and_the_alert(fleet
     assert values["requests within the budget"] == "0.0%"
     assert values["objective"] == "99.00%"
     assert values["burn 5m"] == "100x" and values["burn 3d"] == "100x"
-    assert values["error budget left"].startswith("not known yet: history ")
+    # Not known until the exporter's history covers the period: a dash, and why.
+    assert values["error budget left"] == "–"
+    why = next(m.proto.help for m in at.metric if m.label == "error budget left")
+    assert why.startswith("–: not known yet: the exporter's history covers ")
+    assert why.endswith(" of the 30 d compliance period.")
     broken = [t for t in texts(at.error) if t.startswith("Breaking the latency promise")]
     assert len(broken) == 1 and "BatchingSLOBurnFast (a page)" in broken[0]
     assert any("BatchingSLOBurnSlow (a ticket)" in t for t in texts(at.warning))
@@ -492,9 +496,11 @@ def test_a_signal_the_engine_lacks_says_so_instead_of_a_blank(engines_fleet) -> 
     values = metrics(at)
     assert values["running / cap"] == "4 / 4"
     assert values["KV cache"] == "74%"
-    assert values["preemptions/s"] == "not exposed by this engine"
-    assert values["p99 latency"] == "not exposed by this engine"
-    assert values["budget used"] == "not exposed by this engine"
+    # A dash, with the tooltip saying why (issue 22: the words were cut off in the tile).
+    helps = {m.label: m.proto.help for m in at.metric}
+    for label in ("preemptions/s", "p99 latency", "budget used"):
+        assert values[label] == "–"
+        assert "–: not exposed by this engine (llamacpp)." in helps[label]
     notes = [t for t in texts(at.info) if "not exposed by this engine" in t]
     assert "**Preemptions**: not exposed by this engine (llamacpp)." in notes
     assert (
@@ -511,7 +517,9 @@ def test_a_token_cap_is_shown_beside_the_request_cap(engines_fleet) -> None:
     at.selectbox(key="live_target").set_value("tgi").run()
     values = metrics(at)
     assert values["batch tokens / token cap"] == "15500 / 16000"
-    assert values["KV cache"] == "not exposed by this engine"
+    assert values["KV cache"] == "–"
+    kv_help = next(m.proto.help for m in at.metric if m.label == "KV cache")
+    assert kv_help.endswith("–: not exposed by this engine (tgi).")
     assert any("a token cap, not a request cap" in t for t in texts(at.markdown))
 
 

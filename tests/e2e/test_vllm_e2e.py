@@ -38,6 +38,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import vllm_server as vs  # noqa: E402
 
+from tests.support import chromium  # noqa: E402
 from tests.support.network import free_port, wait_until  # noqa: E402
 
 pytestmark = pytest.mark.slow
@@ -689,18 +690,7 @@ def live_page_banner(port: int, screenshot: Path, seconds: float = BANNER_WAIT_S
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
-        browser = p.chromium.launch(
-            executable_path="/usr/bin/chromium",
-            args=[
-                "--no-sandbox",
-                "--headless",
-                "--disable-gpu",
-                "--disable-background-networking",
-                "--disable-component-update",
-                "--disable-sync",
-                "--no-first-run",
-            ],
-        )
+        browser = p.chromium.launch(executable_path=chromium.EXECUTABLE, args=chromium.ARGS)
         try:
             page = browser.new_page(viewport={"width": 1400, "height": 1600})
             deadline = time.monotonic() + seconds

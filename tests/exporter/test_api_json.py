@@ -10,6 +10,7 @@ from dataclasses import asdict
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from exporter.config.settings import Settings
 from exporter.core.evaluate import TargetSignals
 from exporter.serve import api_json as api
 from tests.support.reference_json import reference_encode, reference_series_json
@@ -36,7 +37,7 @@ def test_signals_and_advice_bodies_are_the_plain_definitions_byte_for_byte(
         assert api.encode({"series": api.series_json(series)}) == expected
         expected = reference_encode({"advice": asdict(series.advice)})
         assert api.encode({"advice": api.advice_json(series)}) == expected
-    body = api.signals_response(12.5, targets)
+    body = api.signals_response(12.5, targets, api.evaluation_json(Settings(targets=())))
     assert api.encode(body) == reference_encode(body)
     assert json.loads(api.encode(body))["targets"] == [
         json.loads(reference_encode(api.target_json(t))) for t in targets

@@ -79,6 +79,7 @@ class Seen:
 
     def signals(self, body: dict) -> None:
         self.add("signals", body)
+        self.add("evaluation", body["evaluation"])
         for target in body["targets"]:
             self.add("target", target)
             for series in (*target["series"], target["total"]):
@@ -100,6 +101,15 @@ class Seen:
                         self.add("burn_rate", burn)
                 for size_bin in series["batch_size_distribution"]:
                     self.add("batch_size_bin", size_bin)
+
+    def summary(self, body: dict) -> None:
+        self.add("signals_summary", body)
+        self.add("evaluation", body["evaluation"])
+        for target in body["targets"]:
+            self.add("target_summary", target)
+            for series in (*target["series"], target["total"]):
+                self.add("series_summary", series)
+                self.add("diagnosis", series["diagnosis"])
 
     def advice(self, advice: dict) -> None:
         self.add("advice", advice)
@@ -212,6 +222,12 @@ async def test_every_endpoint_returns_exactly_the_documented_fields(fed_exporter
         status, signals = await _get(session, f"{api}/api/v1/signals")
         assert status == 200
         seen.signals(signals)
+        status, summary = await _get(session, f"{api}/api/v1/signals?view=summary")
+        assert status == 200
+        seen.summary(summary)
+        status, one = await _get(session, f"{api}/api/v1/signals?target=mixed")
+        assert status == 200
+        seen.signals(one)
         status, advice = await _get(session, f"{api}/api/v1/advice")
         assert status == 200
         seen.advice_body(advice)
@@ -238,7 +254,7 @@ async def test_every_endpoint_returns_exactly_the_documented_fields(fed_exporter
             assert set(obj) == set(fields), (name, set(obj) ^ set(fields))
             for field, value in obj.items():
                 assert json_type(value) in fields[field], (name, field, value)
-    for body in (signals, advice, history, histories, targets, error):
+    for body in (signals, summary, one, advice, history, histories, targets, error):
         assert body["api_version"] == 1
 
 
@@ -279,6 +295,40 @@ async def test_history_points_carry_the_new_fields_and_each_series(fed_exporter)
     assert by_name["mixed"]["labels"] == {}
     assert by_name["dead"]["total"]["diagnosis"]["state"] == "down"
     assert exporter.rounds == 3
+
+
+async def test_the_summary_view_and_one_target_agree_with_the_full_signals(fed_exporter) -> None:
+    _, api = fed_exporter
+    async with aiohttp.ClientSession() as session:
+        _, full = await _get(session, f"{api}/api/v1/signals")
+        _, summary = await _get(session, f"{api}/api/v1/signals?view=summary")
+        _, one = await _get(session, f"{api}/api/v1/signals?target=mixed")
+        unknown, missing = await _get(session, f"{api}/api/v1/signals?target=nope")
+        bad, wrong = await _get(session, f"{api}/api/v1/signals?view=everything")
+    evaluation = {
+        "interval_seconds": 5.0,
+        "window_seconds": 30.0,
+        "hold_seconds": 60.0,
+        "saturation_threshold": 0.95,
+    }
+    assert summary["evaluation"] == full["evaluation"] == one["evaluation"] == evaluation
+    by_name = {t["target"]: t for t in full["targets"]}
+    assert [t["target"] for t in summary["targets"]] == list(by_name)
+    for row in summary["targets"]:
+        target = by_name[row["target"]]
+        assert (row["t"], row["up"], row["error"]) == (target["t"], target["up"], target["error"])
+        for field, value in row["total"].items():
+            assert value == target["total"][field], (row["target"], field)
+        # a target's series are in its row where it has several (the total is the sole one)
+        assert len(row["series"]) == (len(target["series"]) if len(target["series"]) > 1 else 0)
+    mixed = next(t for t in summary["targets"] if t["target"] == "mixed")
+    assert {s["diagnosis"]["state"] for s in mixed["series"]} == {"healthy", "batch_limited"}
+    # the vLLM series' recent peak is what its diagnosis judged: running 8 of cap 8
+    assert sorted(s["running_peak"] for s in mixed["series"]) == [pytest.approx(50 / 14), 8.0]
+    assert [t["target"] for t in one["targets"]] == ["mixed"]
+    assert one["targets"][0] == by_name["mixed"]
+    assert unknown == 404 and missing["error"] == "no configured target named 'nope'"
+    assert bad == 400 and "view must be one of full, summary" in wrong["error"]
 
 
 async def test_target_labels_are_on_every_series_of_that_target_on_metrics(fed_exporter) -> None:

@@ -292,6 +292,7 @@ NAMED = {
     "token_budget_bound": {"token_budget"},
     "healthy": {"requests", "batch_tokens"},
     "underloaded": {"arrivals"},
+    "work_too_slow": {"arrivals"},
     "preempting": {"kv_cache"},
     "batch_limited": {"unexplained", "deferred", "max_wait", "latency_budget"},
 }
@@ -312,6 +313,7 @@ maybe = st.one_of(st.none(), st.floats(0, 200, allow_nan=False))
     token_cap=st.one_of(st.none(), st.just(16_000.0)),
     fired=st.booleans(),
     shares=st.dictionaries(st.sampled_from(["full", "timeout", "budget"]), st.floats(0, 1)),
+    utilization=st.one_of(st.none(), st.floats(1.01, 5)),
 )
 def test_a_state_that_names_a_limit_agrees_with_the_binding_limit(
     running,
@@ -326,6 +328,7 @@ def test_a_state_that_names_a_limit_agrees_with_the_binding_limit(
     token_cap,
     fired,
     shares,
+    utilization,
 ) -> None:
     # A batcher (fired batches) publishes no KV cache, preemptions or token figures.
     if fired:
@@ -339,7 +342,7 @@ def test_a_state_that_names_a_limit_agrees_with_the_binding_limit(
             kv_usage=kv,
             preemptions_per_second=preemptions,
             budget_saturated=False,
-            budget_utilization=None,
+            budget_utilization=utilization,
             tokens_per_step=tokens_per_step,
             waiting_deferred=deferred,
             fired_batches=fired,

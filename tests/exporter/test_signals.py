@@ -6,10 +6,13 @@ import math
 from dataclasses import replace
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from exporter.core.diagnosis import Diagnosis, DiagnosisInputs, diagnose, down_diagnosis
 from exporter.core.evaluate import series_signals
 from exporter.core.histogram import Histogram, histogram_increase, histogram_quantile
+from exporter.core.limits import LimitInputs, limits
 from exporter.core.signals import (
     SaturationState,
     SignalSettings,
@@ -389,3 +392,141 @@ def test_a_saturated_reason_without_a_reading_states_the_configured_threshold() 
         settings=SignalSettings(saturation_threshold=0.9),
     ).reason
     assert reason.startswith("latency has stayed at or above 90% of the budget")
+
+
+# The embeddings batcher of `make demo`'s heavy phase, as issue 22 saw it: p99 116 ms of a
+# 50 ms budget, nothing queued, small batches, 12 s into the 60 s hold.
+OVER = DIAG | dict(
+    running=2,
+    waiting=0,
+    budget_utilization=2.33,
+    latency_seconds=0.1165,
+    budget_seconds=0.05,
+    window_seconds=20.0,
+    above_threshold_seconds=12.0,
+)
+
+
+def test_over_budget_with_nothing_waiting_and_small_batches_is_work_too_slow() -> None:
+    d = diagnosed(**OVER)
+    assert d.state == "work_too_slow"
+    assert d.reason.startswith(
+        "over the last 20 s, p99 latency 116 ms of a 50 ms budget (233%), while running 2 of "
+        "cap 8: nothing waits and batches are small, so the latency is each request's own "
+        "serving time (its execution and the server's handling of it), which batching cannot "
+        "shorten"
+    )
+    assert d.reason.endswith(
+        "(at or above 95% for 12 s so far; it becomes budget-saturated after 60 s)"
+    )
+    # no cap known: nothing waits, so the queue is not where the time goes either
+    assert diagnosed(**OVER | {"cap": None}).state == "work_too_slow"
+
+
+def test_a_batcher_firing_on_its_max_wait_is_told_to_shorten_it() -> None:
+    breakdown = limits(
+        LimitInputs(
+            running=3, waiting=0, cap=32, fired_batches=True, trigger_shares={"timeout": 0.8}
+        )
+    )
+    d = diagnosed(**OVER | {"running": 3, "cap": 32, "fired_batches": True, "limits": breakdown})
+    assert d.state == "work_too_slow"
+    assert "batches average 3 of max 32" in d.reason
+    assert "fire on the batcher's max wait: that wait is part of the latency" in d.reason
+
+
+@pytest.mark.parametrize(
+    ("changes", "phrase"),
+    [
+        (
+            {"running": 8, "waiting": 20},
+            "running 8 of cap 8 with 20 waiting: requests queue behind a full batch",
+        ),
+        ({"running": 3, "waiting": 5}, "running 3 of cap 8 while 5 wait: requests queue"),
+        ({"running": 8}, "running 8 of cap 8 and nothing waits: the batch is full"),
+    ],
+)
+def test_over_budget_before_the_hold_is_over_budget_not_healthy(changes, phrase) -> None:
+    d = diagnosed(**OVER | changes)
+    assert d.state == "over_budget"
+    assert d.reason.startswith("over the last 20 s, p99 latency 116 ms of a 50 ms budget (233%)")
+    assert phrase in d.reason
+    assert "it becomes budget-saturated after 60 s" in d.reason
+
+
+def test_only_latency_over_the_budget_itself_is_over_budget() -> None:
+    # at the threshold but within the budget: the batch's own state
+    assert diagnosed(**OVER | {"running": 8, "budget_utilization": 1.0}).state == "healthy"
+    assert diagnosed(**OVER | {"budget_utilization": 0.97}).state == "underloaded"
+    # a cause the metrics show comes first: memory holds the batch
+    d = diagnosed(**OVER | {"running": 3, "waiting": 5, "kv_usage": 0.95})
+    assert d.state == "memory_bound"
+
+
+def test_a_saturated_budget_says_how_long_against_the_hold_and_what_it_measures() -> None:
+    d = diagnosed(**OVER | {"budget_saturated": True, "above_threshold_seconds": 57.01})
+    assert d.state == "budget_saturated"
+    assert d.reason.startswith(
+        "latency has stayed at or above 95% of the budget for 57 s (saturated after 60 s); "
+        "over the last 20 s, p99 latency 116 ms of a 50 ms budget (233%)"
+    )
+    # nothing waits and batches are small: more capacity is not what helps
+    assert d.reason.endswith("a budget that fits the work can")
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    running=st.floats(0.5, 80),
+    waiting=st.floats(0, 50),
+    cap=st.one_of(st.none(), st.sampled_from([8.0, 64.0])),
+    kv=st.one_of(st.none(), st.floats(0, 1)),
+    preemptions=st.one_of(st.none(), st.sampled_from([0.0, 1.5])),
+    utilization=st.floats(1.01, 20),
+    fired=st.booleans(),
+)
+def test_a_latency_over_budget_is_never_called_healthy_or_underloaded(
+    running, waiting, cap, kv, preemptions, utilization, fired
+) -> None:
+    state = diagnosed(
+        running=running,
+        waiting=waiting,
+        cap=cap,
+        kv_usage=kv,
+        preemptions_per_second=preemptions,
+        budget_utilization=utilization,
+        fired_batches=fired,
+    ).state
+    assert state in {
+        "memory_bound",
+        "token_budget_bound",
+        "preempting",
+        "work_too_slow",
+        "over_budget",
+    }, state
+
+
+def test_preempting_at_the_cap_with_a_long_queue_names_both_limits() -> None:
+    # make demo's overload: 8 of 8 running, 421 waiting, KV at 67%, preemptions rising
+    def at(i):
+        return SeriesSnapshot(
+            key=(),
+            engine="vllm",
+            running=8,
+            waiting=421,
+            kv_usage=0.67,
+            preemptions_total=10.0 + 2.5 * i,
+        )
+
+    signals, _ = series_signals(_window(at), SignalSettings(cap=8), SaturationState(), 30.0)
+    d = signals.diagnosis
+    assert d.state == "preempting"
+    assert d.reason.startswith(
+        "running 8 of cap 8 with 421 waiting, 0.50 preemptions/s: 2 limits are at their bound "
+        "at once, the KV cache (67% used, 0.50 preemptions/s) and the request cap (8 of 8 "
+        "running)"
+    )
+    assert "raising the request cap alone will not help" in d.reason
+    assert signals.limits.at_bound == ("kv_cache", "requests")
+    # preempting with nothing waiting: the cache alone, as before
+    d = diagnosed(**DIAG | {"running": 8, "preemptions_per_second": 0.4})
+    assert d.reason.startswith("0.40 preemptions/s: the KV cache is short of memory")

@@ -115,6 +115,16 @@ def test_quick_dashboard_bench_reports_the_live_page_time(tmp_path: Path) -> Non
     # the markdown renders
     assert "for 10 targets with 720 history points each" in text
     assert "| runs | 2 (after one warm-up run) |" in text
+    # the fleet: its size at --quick, a refresh's time and bytes for each run
+    fleet = numbers["fleet"]
+    assert (fleet["targets"], fleet["shown_points"], fleet["runs"]) == (100, 720, 2)
+    assert len(fleet["run_ms"]) == len(fleet["browser_bytes"]) == 2
+    assert all(ms > 0 for ms in fleet["run_ms"]) and all(b > 0 for b in fleet["browser_bytes"])
+    reads = fleet["exporter_bytes"]
+    # the page reads each target's summary row, far smaller than the full signals body
+    assert 0 < reads["summary"] < reads["full signals (not read)"]
+    assert (fleet["target_ms"], fleet["target_bytes"]) == (1000.0, 2_000_000)
+    assert "### The Live page at 100 targets" in text
 
 
 def test_quick_ingest_bench_reports_identical_series_against_the_baseline(tmp_path: Path) -> None:

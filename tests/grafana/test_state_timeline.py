@@ -1,0 +1,145 @@
+"""The Grafana Diagnosis state timelines mirror the exporter's diagnosis: every state in
+first-match order, mapped to the Live page's words and colours, and both queries (the
+exporter's series, the recording rules') evaluated by promtool to the state `diagnose`
+gives for the same numbers."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+
+import pytest
+import yaml
+
+from dashboard.states import look
+from exporter.core.diagnosis import DIAGNOSIS_STATES, DiagnosisInputs, diagnose
+from grafana.build import ROOT
+from grafana.rules import (
+    BUDGET_SATURATED_RULE,
+    BUDGET_UTILIZATION,
+    MEMORY_BOUND_RULE,
+    RUNNING_VS_CAP,
+    STALLED_RULE,
+    TOKEN_BUDGET_BOUND_RULE,
+    WAITING,
+)
+from tests.support.system_tools import tool
+
+BOARDS = ("vllm-batching.json", "vllm-batching-rules.json")
+
+
+def diagnosis_panel(board: str) -> dict:
+    panels = json.loads((ROOT / "dashboards" / board).read_text())["panels"]
+    return next(p for p in panels if p["title"] == "Diagnosis")
+
+
+def timeline_expr(board: str) -> str:
+    """The panel's query as Grafana sends it for target t and every model."""
+    (query,) = diagnosis_panel(board)["targets"]
+    return query["expr"].replace("$target", "t").replace('=~"$model"', '=~".*"')
+
+
+@pytest.mark.parametrize("board", BOARDS)
+def test_every_state_is_mapped_to_its_words_and_colour_in_first_match_order(board) -> None:
+    (mapping,) = diagnosis_panel(board)["fieldConfig"]["defaults"]["mappings"]
+    assert mapping["type"] == "value"
+    assert mapping["options"] == {
+        str(i): {"text": look(state).words, "color": look(state).hex, "index": i}
+        for i, state in enumerate(DIAGNOSIS_STATES)
+    }
+    assert "over budget" in {o["text"] for o in mapping["options"].values()}
+
+
+def promtool_eval(expr: str, series: dict[str, float], tmp_path) -> dict[str, float]:
+    """`expr` at 1 m over constant input series, as promtool evaluates it: the value of
+    each result by its model_name."""
+    rules = tmp_path / "none.yml"
+    rules.write_text("groups: []\n")
+    # The expected result is read back from promtool's failure message: one eval that
+    # expects nothing, whose "got" lists what the expression gave.
+    test = {
+        "rule_files": [str(rules)],
+        "evaluation_interval": "1m",
+        "tests": [
+            {
+                "interval": "1m",
+                "input_series": [{"series": s, "values": f"{v}x5"} for s, v in series.items()],
+                "promql_expr_test": [{"expr": expr, "eval_time": "2m", "exp_samples": []}],
+            }
+        ],
+    }
+    path = tmp_path / "timeline.test.yml"
+    path.write_text(yaml.safe_dump(test))
+    done = subprocess.run(
+        [tool("promtool"), "test", "rules", str(path)], capture_output=True, text=True
+    )
+    # got: {engine="0", model_name="a", target="t"} 1.1E+01, {...} 4E+00
+    got = (done.stdout + done.stderr).split("got:")[-1].splitlines()[0]
+    return {
+        model: float(value)
+        for model, value in re.findall(r'model_name="([^"]+)"[^}]*\} ([0-9.E+-]+)', got)
+    }
+
+
+# Each model's numbers, as the rules record them and as `diagnose` reads them.
+MODELS = {
+    # over budget, nothing waits, a small batch: each request's own time is too long
+    "slow": dict(utilization=2.33, waiting=0.0, running=2.0),
+    # over budget while requests queue behind a full batch, before the hold
+    "queued": dict(utilization=1.4, waiting=12.0, running=8.0),
+    # saturated for the hold and memory-bound at once: the saturation comes first
+    "saturated": dict(utilization=1.4, waiting=5.0, running=3.0, saturated=1.0, memory=1.0),
+    # memory-bound, within the budget
+    "memory": dict(utilization=0.5, waiting=5.0, running=3.0, memory=1.0),
+}
+CAP = 8.0
+
+
+def _expected(numbers: dict) -> str:
+    return diagnose(
+        DiagnosisInputs(
+            running=numbers["running"],
+            waiting=numbers["waiting"],
+            cap=CAP,
+            kv_usage=0.95 if numbers.get("memory") else 0.2,
+            preemptions_per_second=0.0,
+            budget_saturated=bool(numbers.get("saturated")),
+            budget_utilization=numbers["utilization"],
+        )
+    ).state
+
+
+def test_the_rules_timeline_gives_the_state_the_diagnosis_gives(tmp_path) -> None:
+    series = {}
+    for model, n in MODELS.items():
+        labels = f'{{target="t", model_name="{model}", engine="0"}}'
+        series[f'{BUDGET_UTILIZATION}{labels[:-1]}, quantile="0.99"}}'] = n["utilization"]
+        series[f"{WAITING}{labels}"] = n["waiting"]
+        series[f"{RUNNING_VS_CAP}{labels}"] = n["running"] / CAP
+        series[f"{BUDGET_SATURATED_RULE}{labels}"] = n.get("saturated", 0.0)
+        series[f"{MEMORY_BOUND_RULE}{labels}"] = n.get("memory", 0.0)
+        series[f"{STALLED_RULE}{labels}"] = 0.0
+        series[f"{TOKEN_BUDGET_BOUND_RULE}{labels}"] = 0.0
+    got = promtool_eval(timeline_expr("vllm-batching-rules.json"), series, tmp_path)
+    expected = {model: _expected(n) for model, n in MODELS.items()}
+    assert expected == {
+        "slow": "work_too_slow",
+        "queued": "over_budget",
+        "saturated": "budget_saturated",
+        "memory": "memory_bound",
+    }
+    assert {model: DIAGNOSIS_STATES[int(v)] for model, v in got.items()} == expected
+
+
+def test_the_exporter_timeline_reads_each_models_one_state(tmp_path) -> None:
+    current = {"a": "over_budget", "b": "work_too_slow", "c": "healthy", "d": "down"}
+    series = {}
+    for model, now in current.items():
+        # the exporter exports every state of a series it read, 1 for the current one
+        states = (now,) if now == "down" else DIAGNOSIS_STATES
+        for state in states:
+            labels = f'target="t", model_name="{model}", engine="0", state="{state}"'
+            series[f"batchscope_diagnosis{{{labels}}}"] = 1.0 if state == now else 0.0
+    got = promtool_eval(timeline_expr("vllm-batching.json"), series, tmp_path)
+    assert {model: DIAGNOSIS_STATES[int(v)] for model, v in got.items()} == current

@@ -1,0 +1,199 @@
+"""A walk through `make demo`'s four phases in Chromium, as a user watches the Live page.
+
+`walk` starts `scripts/demo.py` (at a phase scale: 1 is the demo as documented), follows
+its "demo: phase ..." lines, and two thirds into each phase opens the Live page at
+1400 px, saves a full-page screenshot and looks for what issue 22 found:
+
+- "None" anywhere on the page (the fleet table's cells included);
+- a metric tile whose value is cut off;
+- "nothing to fix" beside a budget used above 100%: on the page, and for every target
+  and model the exporter's signals list (the same next steps the page shows);
+- a fleet table wider than the page (its key columns must show without scrolling).
+
+Used by the browser test (a short walk) and by `scripts/demo_walk.py` (the full-length
+walk whose screenshots the README shows).
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from dashboard.client import get_json
+from dashboard.next_steps import next_step
+from tests.support import chromium
+from tests.support.network import free_port
+from tests.support.paths import REPO
+
+VIEWPORT = {"width": 1400, "height": 2400}
+PHASE_LINE = re.compile(r"demo: phase (?P<name>[a-z ]+): .*, (?P<seconds>[0-9.]+) s$")
+# How far into a phase its view is taken: a whole window of the phase behind it (the
+# window is two thirds of the shortest phase), before an overload has choked the demo
+# server's own /metrics on a small machine.
+VIEW_AT_SHARE = 2 / 3
+NOTHING_TO_FIX = "nothing to fix"
+
+# The page's own numbers, read in the browser: each tile's value and whether it is cut
+# off, the budget used tile, the fleet table's width against its frame, and every cell
+# of the table as glide-data-grid lays it out for screen readers.
+READ_PAGE = """() => {
+  const tiles = [...document.querySelectorAll('[data-testid="stMetric"]')].map(m => {
+    const label = m.querySelector('[data-testid="stMetricLabel"]')?.innerText.trim() ?? '';
+    const value = m.querySelector('[data-testid="stMetricValue"]');
+    const inner = value?.querySelector('div') ?? value;
+    return {label, value: inner?.innerText ?? '',
+            cut: inner ? inner.scrollWidth > inner.clientWidth + 1 : false};
+  });
+  const grid = document.querySelector('[data-testid="stDataFrame"]');
+  const scroller = grid?.querySelector('.dvn-scroller');
+  const cells = grid ? [...grid.querySelectorAll('td, [role="gridcell"]')].map(c => c.innerText) : [];
+  return {tiles,
+          table: scroller ? {scroll: scroller.scrollWidth, frame: scroller.clientWidth} : null,
+          cells};
+}"""
+
+
+@dataclass
+class PhaseView:
+    """What the Live page showed in one phase, and what was wrong with it."""
+
+    phase: str
+    screenshot: Path
+    problems: list[str] = field(default_factory=list)
+    shown_state: str = ""
+
+
+def page_problems(text: str, read: dict) -> list[str]:
+    """What issue 22 found, on one view of the page (its text and its READ_PAGE numbers)."""
+    problems = []
+    if re.search(r"\bNone\b", text) or any(re.search(r"\bNone\b", c) for c in read["cells"]):
+        problems.append("the page shows None")
+    for tile in read["tiles"]:
+        if tile["cut"]:
+            problems.append(f"the tile {tile['label']!r} is cut off ({tile['value']!r})")
+    used = [t["value"] for t in read["tiles"] if t["label"] == "budget used"]
+    over = bool(used) and used[0].endswith("%") and float(used[0].rstrip("%")) > 100
+    next_line = next((line for line in text.splitlines() if line.startswith("Next:")), "")
+    if over and NOTHING_TO_FIX in next_line:
+        problems.append(f"'nothing to fix' beside a budget used of {used[0]}")
+    table = read["table"]
+    if table is None:
+        problems.append("no fleet table")
+    elif table["scroll"] > table["frame"] + 2:
+        problems.append(f"the fleet table is {table['scroll']} px wide in {table['frame']} px")
+    return problems
+
+
+def signals_problems(exporter: str) -> list[str]:
+    """ "Nothing to fix" beside a budget used above 100% for any target or model the
+    exporter judges now (what the page would show for it)."""
+    problems = []
+    for target in get_json(f"{exporter}/api/v1/signals")["targets"]:
+        for series in (target["total"], *target["series"]):
+            used = series.get("budget_utilization")
+            state = (series.get("diagnosis") or {}).get("state", "")
+            if used is not None and used > 1 and NOTHING_TO_FIX in next_step(state):
+                problems.append(f"{target['target']}: {state} beside a budget used of {used:.0%}")
+    return problems
+
+
+@contextmanager
+def running_demo(scale: float) -> Iterator[tuple[str, str, queue.Queue]]:
+    """`scripts/demo.py` at `scale` on free ports: the dashboard's and the exporter's
+    URLs, and a queue of its output lines; stopped (everything it started) at the end."""
+    dashboard_port, exporter_port = free_port(), free_port()
+    demo = subprocess.Popen(
+        [
+            sys.executable,
+            "-u",
+            str(REPO / "scripts" / "demo.py"),
+            "--phase-scale",
+            f"{scale:g}",
+            "--dashboard-port",
+            str(dashboard_port),
+            "--exporter-port",
+            str(exporter_port),
+        ],
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    lines: queue.Queue = queue.Queue()
+    threading.Thread(
+        target=lambda: [lines.put(x.rstrip()) for x in demo.stdout], daemon=True
+    ).start()
+    try:
+        yield f"http://127.0.0.1:{dashboard_port}", f"http://127.0.0.1:{exporter_port}", lines
+    finally:
+        demo.send_signal(signal.SIGTERM)  # the demo stops what it started
+        demo.wait(timeout=60)
+
+
+def next_phase(lines: queue.Queue, deadline: float, log: list[str]) -> tuple[str, float, float]:
+    """(name, seconds, when it started) of the demo's next phase; its lines kept in `log`."""
+    while True:
+        try:
+            line = lines.get(timeout=max(0.1, deadline - time.monotonic()))
+        except queue.Empty:
+            raise TimeoutError(
+                "the demo started no phase in time:\n" + "\n".join(log[-30:])
+            ) from None
+        log.append(line)
+        found = PHASE_LINE.search(line)
+        if found:
+            return found["name"], float(found["seconds"]), time.monotonic()
+
+
+def view(page, dashboard: str, screenshot: Path) -> tuple[str, dict, str]:
+    """The Live page loaded afresh and fully drawn: its text, its READ_PAGE numbers, and
+    the state shown for the selected target; a full-page screenshot saved."""
+    page.goto(dashboard, wait_until="domcontentloaded", timeout=120_000)
+    page.get_by_text("Fleet, worst first").wait_for(timeout=120_000)
+    page.get_by_text("Over the last").first.wait_for(timeout=120_000)
+    page.locator(".js-plotly-plot").nth(3).wait_for(timeout=120_000)
+    time.sleep(2)  # plotly's drawing settles
+    page.screenshot(path=str(screenshot), full_page=True)
+    badge = page.locator(".stMarkdownBadge")
+    state = badge.first.inner_text(timeout=10_000) if badge.count() else ""
+    return page.inner_text("body"), page.evaluate(READ_PAGE), state
+
+
+def screenshot_name(phase: str) -> str:
+    """A phase's screenshot file: "long answers" -> live-long-answers.png."""
+    return f"live-{phase.replace(' ', '-')}.png"
+
+
+def walk(scale: float, screenshots: Path, phases: int = 4) -> list[PhaseView]:
+    """The first `phases` phases of `make demo` at `scale` (its four, by default), a view
+    two thirds into each, saved to `screenshots` / `screenshot_name(phase)`."""
+    from playwright.sync_api import sync_playwright
+
+    views = []
+    log: list[str] = []
+    with running_demo(scale) as (dashboard, exporter, lines), sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium.EXECUTABLE, args=chromium.ARGS)
+        page = browser.new_page(viewport=VIEWPORT)
+        deadline = time.monotonic() + 300
+        for _ in range(phases):
+            name, seconds, started = next_phase(lines, deadline, log)
+            view_at = started + VIEW_AT_SHARE * seconds
+            time.sleep(max(0.0, view_at - time.monotonic()))
+            shot = PhaseView(name, screenshots / screenshot_name(name))
+            text, read, shot.shown_state = view(page, dashboard, shot.screenshot)
+            shot.problems = page_problems(text, read) + signals_problems(exporter)
+            views.append(shot)
+            deadline = time.monotonic() + 120
+        browser.close()
+    return views
