@@ -23,7 +23,7 @@ compared too: attainment 1, goodput 4/s and a burn of 0 until the saturated phas
 40% of the way) 20%, bounded by 0 and 50%, 0.8/s, and a burn of 8.
 
 Tolerance (plus 0.001 for values near zero): gauges and states exactly; rates and
-quantiles 4.3% (TOLERANCE below). Where both windows lie inside one phase the two
+quantiles 7.7% (TOLERANCE below). Where both windows lie inside one phase the two
 computations differ only by (1) window alignment: the exporter's window ends at its
 last scrape and spans first to last snapshot, while Prometheus' rate() extrapolates its
 samples to the window's edges (the same slope for linear counters; the few ms between a
@@ -68,10 +68,13 @@ RUN = 3 * PHASE
 CAP, BUDGET = 16, 2.0
 TOKEN_BUDGET = 512
 SCRAPE = 1.0
-# Gauges and states are the same numbers read twice. A rate can differ by one late or
-# missed scrape at the window's edge: Prometheus then extrapolates half an interval
-# instead of to the edge (SCRAPE / 2 over WINDOW), plus 1% for timestamp jitter.
-TOLERANCE = {"gauge": 1e-9, "state": 1e-9, "rate": SCRAPE / 2 / WINDOW + 0.01}
+# Gauges and states are the same numbers read twice. A rate can differ by a late scrape at
+# the window's edge: when the first sample in Prometheus' window lies more than 1.1
+# intervals past its start, rate() extrapolates half an interval instead of to the edge.
+# `_comparable` admits gaps up to MAX_GAP, so up to MAX_GAP - SCRAPE / 2 of the window is
+# lost (a clean-clone run under load read 4.8%), plus 1% for timestamp jitter.
+MAX_GAP = 1.5 * SCRAPE
+TOLERANCE = {"gauge": 1e-9, "state": 1e-9, "rate": (MAX_GAP - SCRAPE / 2) / WINDOW + 0.01}
 SELECT = 'target="llm", model_name="tiny", engine="0"'
 SLO_SELECT = 'target="llm-slo", model_name="tiny", engine="0"'
 # The rules' series of `llm` (Prometheus scrapes the server as both targets).
@@ -219,7 +222,7 @@ def _comparable(t: float, kind: str, start: float, scrapes: list[float]) -> bool
         return False
     # The rule ran up to one evaluation before t, over the WINDOW before that.
     seen = [s for s in scrapes if t - WINDOW - 2 * SCRAPE <= s <= t]
-    return all(b - a <= 1.5 * SCRAPE for a, b in zip(seen, seen[1:], strict=False))
+    return all(b - a <= MAX_GAP for a, b in zip(seen, seen[1:], strict=False))
 
 
 def _targets(url: str) -> list[Target]:
