@@ -27,7 +27,8 @@ def truth(url: str, name: str) -> float:
 
 async def test_static_estimate_brackets_the_demo_servers_true_slot_utilization() -> None:
     config = ServerConfig(batching="static", max_num_seqs=8, device="cpu", max_queue=256)
-    lengths = [random.Random(7).randint(11, 90) for _ in range(96)]
+    rng = random.Random(7)
+    lengths = [rng.randint(11, 90) for _ in range(96)]
     with serve(config) as url:
         exporter = Exporter(
             Settings(
