@@ -79,12 +79,13 @@ def fixed_decision(
     queue_len: int, oldest_wait_seconds: float, max_batch_size: int, max_wait_seconds: float
 ) -> Decision:
     """Seed 000's rule: fire `full` at `max_batch_size` items, `timeout` once the oldest
-    item has waited `max_wait_seconds`, otherwise wait for whichever comes first."""
+    item has waited `max_wait_seconds` (less MIN_WAIT_SECONDS, a wait no timer resolves),
+    otherwise wait for whichever comes first."""
     if queue_len == 0:
         return Decision(fire=False)
     if queue_len >= max_batch_size:
         return Decision(fire=True, trigger="full")
-    if oldest_wait_seconds >= max_wait_seconds:
+    if max_wait_seconds - oldest_wait_seconds < MIN_WAIT_SECONDS:
         return Decision(fire=True, trigger="timeout")
     return Decision(
         fire=False, wait_seconds=max_wait_seconds - oldest_wait_seconds, target_size=max_batch_size

@@ -72,6 +72,9 @@ def test_fixed_decision_fires_full_at_max_size_and_timeout_at_max_wait() -> None
     assert fixed_decision(8, 0.0, 8, 0.005) == fixed_decision(9, 0.0, 8, 0.005)
     assert fixed_decision(8, 0.0, 8, 0.005).trigger == "full"
     assert fixed_decision(3, 0.005, 8, 0.005).trigger == "timeout"
+    # What float rounding leaves of the wait (here 1e-12 s) is no wait: a timer that short
+    # fires without moving the event loop's clock, and would plan the same wait forever.
+    assert fixed_decision(3, 0.005 - 1e-12, 8, 0.005).trigger == "timeout"
     waiting = fixed_decision(3, 0.002, 8, 0.005)
     assert not waiting.fire
     assert waiting.wait_seconds == pytest.approx(0.003)
