@@ -141,13 +141,12 @@ def checklist(series: dict) -> list[Check]:
     static = series.get("static_utilization")
     checks = []
     if ratio is None:
-        checks.append(
-            Check(
-                "Does the running batch sit near the cap?",
-                "unknown: no cap configured for this target",
-                None,
-            )
+        why = (
+            "no cap configured for this target"
+            if not cap
+            else "the running batch is not read now (the target is down, or does not expose it)"
         )
+        checks.append(Check("Does the running batch sit near the cap?", f"unknown: {why}", None))
     else:
         near = ratio >= NEAR_CAP
         waits = (waiting or 0) > 0

@@ -340,6 +340,17 @@ def test_checklist_answers_seed_003_from_the_signals() -> None:
     assert static.ok is None
 
 
+def test_the_checklist_says_why_the_cap_cannot_be_judged() -> None:
+    down = {"running": None, "waiting": None, "cap": 8, "preemptions_per_second": None}
+    (near_cap, *_) = checklist(down)
+    assert near_cap.ok is None
+    assert near_cap.answer == (
+        "unknown: the running batch is not read now (the target is down, or does not expose it)"
+    )
+    (near_cap, *_) = checklist({**down, "running": 3, "cap": None})
+    assert near_cap.answer == "unknown: no cap configured for this target"
+
+
 def test_one_models_history_is_picked_from_the_target_points() -> None:
     a, b = {"model_name": "a"}, {"model_name": "b"}
     points = [
