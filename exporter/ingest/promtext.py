@@ -2,15 +2,30 @@
 
 The exporter reads a few families out of payloads of hundreds of samples, every few
 seconds, for up to thousands of targets, so it skips every line whose name it does
-not want before doing any work on it. It accepts what `prometheus_client.parser`
-accepts on real payloads: HELP/TYPE lines with no samples, escaped label values
-(`\\\\`, `\\"`, `\\n`), `NaN` and `+Inf`, timestamps (milliseconds, returned as
-seconds), and `_created` series. Sample names are returned as they are on the wire.
+not want before doing any work on it. It reads what Prometheus reads (the exposition
+format, https://prometheus.io/docs/instrumenting/exposition_formats/, and Prometheus's
+parser, model/textparse/promparse.go): HELP/TYPE lines with no samples, escaped label
+values (`\\\\`, `\\"`, `\\n`), `NaN` and `+Inf`, timestamps (integer milliseconds,
+returned as seconds), `_created` series, and quoted UTF-8 metric and label names, both
+`{"name.with.dots",a="v"} 1` and `metric{"my.label"="v"} 1` (a family whose name needs
+quotes is asked for by its name, unquoted). Sample names are returned unquoted.
+
+It refuses, with the line number and the reason (ParseError), what Prometheus refuses
+and what would corrupt a signal: a negative `_count` or `_bucket` of a histogram, an `le`
+(histogram) or `quantile` (summary) label that is not a number, a label name given twice,
+a `__name__` label, a second HELP or TYPE line for one name, a TYPE line after samples of
+its family, an unknown type, a label value escape other than `\\\\`, `\\"` and `\\n`,
+and a timestamp that is not a whole number of milliseconds. In a selective parse these
+rules hold for the wanted families; other lines are skipped unchecked.
+
+Deliberately more lenient than Prometheus: a payload need not end with a newline, and
+a comment that starts with `#` but is not HELP or TYPE is skipped whatever it holds.
 """
 
 from __future__ import annotations
 
 import itertools
+import operator
 import re
 from collections.abc import Callable, Iterable
 from typing import NamedTuple
@@ -19,13 +34,31 @@ from typing import NamedTuple
 FAMILY_SUFFIXES = ("", "_bucket", "_sum", "_count", "_total", "_created", "_info")
 
 _SIMPLE_LABEL_RE = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="([^"\\]*)"')
-_LABEL_RE = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*(,|$)')
-_ESCAPE_RE = re.compile(r"\\(.)")
+# A label (plain or quoted name, `=`, quoted value), or a quoted metric name alone.
+_LABEL_RE = re.compile(
+    r'\s*(?:([a-zA-Z_][a-zA-Z0-9_]*)|"((?:[^"\\]|\\.)*)")'
+    r'\s*(?:=\s*"((?:[^"\\]|\\.)*)"\s*)?(,|$)'
+)
+_ESCAPE_RE = re.compile(r"\\(.?)")
 _ESCAPES = {"\\": "\\", "n": "\n", '"': '"'}
+# `# HELP name text` or `# TYPE name type`, the name plain or quoted.
+_METADATA_RE = re.compile(
+    r'#[ \t]+(HELP|TYPE)(?:[ \t]+(?:"((?:[^"\\]|\\.)*)"|([^\s"]+)))?(?:[ \t]+(.*))?$'
+)
+# The sample names a family covers, by the type its TYPE line declares.
+TYPE_SUFFIXES = {
+    "counter": ("", "_total", "_created"),
+    "gauge": ("",),
+    "histogram": ("_bucket", "_sum", "_count", "_created"),
+    "summary": ("", "_sum", "_count", "_created"),
+    "untyped": ("",),
+}
+# Counts a histogram cannot have below zero (the format's cumulative bucket counts).
+_COUNTS = ("_bucket", "_count")
 
 # Label sets repeat across scrapes of the same server; parsing each distinct one once
 # keeps the steady-state cost of a scrape low. Bounded so a churning target cannot grow it.
-_LABEL_CACHE: dict[str, dict[str, str]] = {}
+_LABEL_CACHE: dict[str, tuple[str | None, dict[str, str]]] = {}
 _LABEL_CACHE_MAX = 200_000
 # Layouts kept per set of families (see `Selection`): one per server in a steady fleet;
 # a target whose label sets churn adds one per scrape, so the bound keeps the worst case
@@ -42,7 +75,7 @@ class Sample(NamedTuple):
     timestamp: float | None
 
 
-# (position among the found lines, name, labels) of each wanted sample of a payload.
+# (position among the found sample lines, name, labels) of each wanted sample of a payload.
 Layout = tuple[tuple[int, str, dict[str, str]], ...]
 
 # Sample(...) runs NamedTuple's __new__, a Python function: reading a known layout builds
@@ -68,7 +101,15 @@ class ParseError(ValueError):
 
 
 def _unescape(value: str) -> str:
-    return _ESCAPE_RE.sub(lambda m: _ESCAPES.get(m.group(1), "\\" + m.group(1)), value)
+    """`value` with its escapes read; ValueError on any but `\\\\`, `\\"` and `\\n`."""
+    return _ESCAPE_RE.sub(_escaped, value)
+
+
+def _escaped(match: re.Match[str]) -> str:
+    text = _ESCAPES.get(match.group(1))
+    if text is None:
+        raise ValueError(f"invalid escape {match.group(0)!r} (only \\\\, \\\" and \\n)")
+    return text
 
 
 def clear_caches() -> None:
@@ -78,34 +119,38 @@ def clear_caches() -> None:
         selection.layouts.clear()
 
 
-def parse_labels(section: str) -> dict[str, str]:
-    """Parse the text between `{` and `}`; raises ValueError when it is malformed."""
+def _braces(section: str) -> tuple[str | None, dict[str, str]]:
+    """(the quoted metric name in it or None, the labels) of the text between braces."""
     cached = _LABEL_CACHE.get(section)
     if cached is not None:
         return cached
     labels = _parse_simple_labels(section)
-    if labels is None:
-        labels = _parse_labels_strictly(section)
+    braces = (None, labels) if labels is not None else _parse_labels_strictly(section)
+    if "__name__" in braces[1]:
+        raise ValueError("a __name__ label (the metric name is not a label)")
     if len(_LABEL_CACHE) >= _LABEL_CACHE_MAX:
         _LABEL_CACHE.clear()
-    _LABEL_CACHE[section] = labels
-    return labels
+    _LABEL_CACHE[section] = braces
+    return braces
 
 
 def _parse_simple_labels(section: str) -> dict[str, str] | None:
-    """The common case, `a="x",b="y"` with no escapes or spaces, in one regex pass;
-    None when the section is anything else (the pairs found must cover it exactly)."""
+    """The common case, `a="x",b="y"` with no escapes, quoted names or spaces, in one
+    regex pass; None when the section is anything else (the pairs found must cover it
+    exactly, each name once)."""
     if "\\" in section:
         return None
     pairs = _SIMPLE_LABEL_RE.findall(section)
     covered = sum(len(k) + len(v) + 3 for k, v in pairs) + len(pairs) - 1
     end = len(section)
     if pairs and (covered == end or (covered + 1 == end and section[-1] == ",")):
-        return dict(pairs)
+        labels = dict(pairs)
+        return labels if len(labels) == len(pairs) else None
     return None
 
 
-def _parse_labels_strictly(section: str) -> dict[str, str]:
+def _parse_labels_strictly(section: str) -> tuple[str | None, dict[str, str]]:
+    name = None
     labels: dict[str, str] = {}
     pos = 0
     end = len(section)
@@ -115,18 +160,37 @@ def _parse_labels_strictly(section: str) -> dict[str, str]:
             if section[pos:].strip() == "":
                 break
             raise ValueError(f"malformed label at offset {pos}")
-        value = m.group(2)
-        labels[m.group(1)] = _unescape(value) if "\\" in value else value
+        plain, quoted, value, comma = m.groups()
+        key = plain if quoted is None else _unescape(quoted)
+        if value is None:  # a quoted string alone is the metric name (promparse.go)
+            if quoted is None:
+                raise ValueError(f"malformed label at offset {pos}")
+            if name is not None:
+                raise ValueError("a second metric name among the labels")
+            name = key
+        elif key in labels:
+            raise ValueError(f"label {key!r} given twice")
+        else:
+            labels[key] = _unescape(value) if "\\" in value else value
         pos = m.end()
-        if m.group(3) == "" and pos < end:
+        if comma == "" and pos < end:
             raise ValueError(f"missing comma at offset {pos}")
-    return labels
+    return name, labels
 
 
 def _parse_number(text: str) -> float:
     if "_" in text:  # float() accepts 1_000; the exposition format does not
         raise ValueError(f"invalid number {text!r}")
     return float(text)
+
+
+def _parse_timestamp(text: str) -> float:
+    """Seconds of a timestamp in whole milliseconds, as Prometheus reads it (an int64:
+    promparse.go's ParseInt); a fractional or exponent form is refused."""
+    digits = text[1:] if text[0] in "+-" else text
+    if not digits.isascii() or not digits.isdigit():
+        raise ValueError(f"timestamp {text!r} is not a whole number of milliseconds")
+    return int(text) / 1000
 
 
 def _parse_line(line: str) -> Sample:
@@ -139,7 +203,11 @@ def _parse_line(line: str) -> Sample:
         if close < brace:
             raise ValueError("unclosed label set")
         name = line[:brace].rstrip()
-        labels = parse_labels(line[brace + 1 : close])
+        quoted, labels = _braces(line[brace + 1 : close])
+        if quoted is not None:
+            if name:
+                raise ValueError("a metric name both before and inside the braces")
+            name = quoted
         rest = line[close + 1 :]
     if not name:
         raise ValueError("missing metric name")
@@ -150,8 +218,77 @@ def _parse_line(line: str) -> Sample:
             raise ValueError(f"invalid number {value!r}")
         return Sample(name, labels, float(value), None)
     if len(parts) == 2:
-        return Sample(name, labels, _parse_number(parts[0]), _parse_number(parts[1]) / 1000)
+        return Sample(name, labels, _parse_number(parts[0]), _parse_timestamp(parts[1]))
     raise ValueError("expected a value and an optional timestamp")
+
+
+class _Rules:
+    """What the lines read so far declare (TYPE, HELP) and hold (sample names), to hold
+    each line to the rules that depend on others. `names`: the rules are checked for
+    these sample names only (all when None)."""
+
+    def __init__(self, names: frozenset[str] | None) -> None:
+        self.names = names
+        self.types: dict[str, str] = {}
+        self.helps: set[str] = set()
+        self.seen: set[str] = set()
+
+    def metadata(self, line: str) -> None:
+        """Record a comment line; ValueError when it breaks a rule."""
+        m = _METADATA_RE.match(line)
+        if m is None:
+            return  # a comment: skipped whatever it says
+        keyword, quoted, plain, text = m.groups()
+        name = plain if quoted is None else _unescape(quoted)
+        if name is None:
+            raise ValueError(f"{keyword} without a metric name")
+        if self.names is not None and name not in self.names:
+            return
+        if keyword == "HELP":
+            if name in self.helps:
+                raise ValueError(f"a second HELP line for {name!r}")
+            self.helps.add(name)
+            return
+        kind = (text or "").strip()
+        if name in self.types:
+            raise ValueError(f"a second TYPE line for {name!r}")
+        if kind not in TYPE_SUFFIXES:
+            raise ValueError(f"unknown type {kind!r} (one of {', '.join(TYPE_SUFFIXES)})")
+        early = [name + s for s in TYPE_SUFFIXES[kind] if name + s in self.seen]
+        if early:
+            raise ValueError(f"TYPE line for {name!r} after its sample {early[0]!r}")
+        self.types[name] = kind
+
+    def sample(self, sample: Sample) -> None:
+        """Record a sample; ValueError when it breaks a rule of its family's type."""
+        name = sample.name
+        self.seen.add(name)
+        if self.types:
+            value_rule, label = _sample_rules(name, sample.labels, self.types)
+            if value_rule and sample.value < 0:
+                raise ValueError(f"a histogram's {name} cannot be negative")
+            if label is not None:
+                _label_number(label, sample.labels[label])
+
+
+def _sample_rules(
+    name: str, labels: dict[str, str], types: dict[str, str]
+) -> tuple[bool, str | None]:
+    """(whether the value cannot be negative, the label that must be a number) of a
+    sample, by its family's declared type."""
+    for suffix in _COUNTS:
+        if name.endswith(suffix) and types.get(name[: -len(suffix)]) == "histogram":
+            return True, "le" if suffix == "_bucket" and "le" in labels else None
+    if "quantile" in labels and types.get(name) == "summary":
+        return False, "quantile"
+    return False, None
+
+
+def _label_number(label: str, text: str) -> None:
+    try:
+        _parse_number(text)
+    except ValueError:
+        raise ValueError(f"{label}={text!r} is not a number") from None
 
 
 def wanted_names(families: Iterable[str]) -> frozenset[str]:
@@ -167,8 +304,9 @@ def parse(
     `limit`: raise SampleLimitExceeded as soon as more samples than this are wanted.
     A family name matches its samples with any of FAMILY_SUFFIXES, so asking for
     `vllm:e2e_request_latency_seconds` returns its `_bucket`, `_sum`, `_count` and
-    `_created` samples. Raises ParseError on a malformed line of a wanted family;
-    lines of other families are skipped without being checked.
+    `_created` samples. Raises ParseError on a malformed line of a wanted family, or
+    one that breaks a rule of the format (see the module's docstring); lines of other
+    families are skipped without being checked.
     """
     if families is None:
         return _parse_lines(((n, line) for n, line in enumerate(text.split("\n"), 1)), limit)
@@ -192,27 +330,47 @@ def parse(
     return _parse_lines(lines, limit, family_tuple, selection.names, line_number)
 
 
+class KnownLayout(NamedTuple):
+    """What the found lines of payloads with one set of heads hold besides their values.
+
+    `samples`: the wanted samples (positions among `sample_words`' result);
+    `sample_words` and `comment_words` pick the last words of the sample lines and of
+    the HELP/TYPE lines out of all the found lines' last words; `comments`: what the
+    latter were when the layout was made (a payload with other ones is parsed line by
+    line); `counts`: picks the values that cannot be negative (a histogram's counts).
+    """
+
+    samples: Layout
+    sample_words: Callable[[tuple[str, ...]], tuple[str, ...]]
+    comment_words: Callable[[tuple[str, ...]], tuple[str, ...]]
+    comments: tuple[str, ...]
+    counts: Callable[[list[float]], tuple[float, ...]] | None
+
+
 class Selection(NamedTuple):
     """What reading some families out of payloads needs, made once per set of families.
 
     `lines` finds the lines that may start (after whitespace) with one of the families'
-    names. `layouts` holds what the lines of a payload say besides their values, by
-    their heads, all before each line's last space (see `_layout`): the heads of a
-    server's lines stay the same from scrape to
+    names, with a quoted name (`{`), or HELP/TYPE lines of them. `layouts` holds what the
+    lines of a payload say besides their values, by their heads, all before each line's
+    last space (see `_layout`): the heads of a server's lines stay the same from scrape to
     scrape while their values move, so a scrape whose heads are known is read by
     turning its values into numbers, and nothing else.
     """
 
     lines: re.Pattern[str]
     names: frozenset[str]
-    layouts: dict[tuple[str, ...], Layout | None]
+    layouts: dict[tuple[str, ...], KnownLayout | None]
 
 
 def _selection(families: tuple[str, ...]) -> Selection:
     selection = _SELECTIONS.get(families)
     if selection is None:
         alternatives = "|".join(re.escape(f) for f in families)
-        lines = re.compile(rf"\n([^\S\n]*(?:{alternatives})[^\n]*)")
+        lines = re.compile(
+            rf'\n([^\S\n]*(?:{alternatives}|\{{|#[^\S\n]+(?:HELP|TYPE)[^\S\n]+"?'
+            rf"(?:{alternatives}))[^\n]*)"
+        )
         selection = _SELECTIONS[families] = Selection(lines, wanted_names(families), {})
     return selection
 
@@ -223,7 +381,7 @@ _SELECTIONS: dict[tuple[str, ...], Selection] = {}
 def read_values(
     text: str, families: Iterable[str], limit: int | None = None
 ) -> tuple[Layout, list[float]] | None:
-    """The layout of the wanted lines of `text` and every found line's value, when
+    """The layout of the wanted lines of `text` and every found sample line's value, when
     `parse(text, families, limit)` is exactly those values on that layout (sample i of
     the layout, `(position, name, labels)`, has value `values[position]`), and None when
     the text must be parsed as `parse` does. The same layout object comes back for every
@@ -250,42 +408,75 @@ def samples_of(layout: Layout, values: list[float]) -> list[Sample]:
     return [_new_sample(Sample, (name, labels, values[i], None)) for i, name, labels in layout]
 
 
+# 0.0 > value, in C: a negative count (NaN and -0.0 are not).
+_NEGATIVE = (0.0).__gt__
+
+
 def _known_values(
     selection: Selection, lines: list[str], limit: int | None
 ) -> tuple[Layout, list[float]] | None:
-    """The lines' layout and values when their heads make a layout (`_layout`) and
-    every value is a plain number (no `_`, what float() reads, blanks around it
-    allowed); None when the lines must be parsed one by one."""
+    """The lines' layout and values when their heads make a layout (`_layout`), their
+    HELP/TYPE lines are the layout's, every value is a plain number (no `_`, what float()
+    reads, blanks around it allowed) and no histogram count is negative; None when the
+    lines must be parsed one by one."""
     if not lines:
         return None
     # Each line split at its last space, by map and zip: in C, no Python loop.
-    heads, _, values = zip(*map(str.rpartition, lines, itertools.repeat(" ")), strict=True)
+    heads, _, words = zip(*map(str.rpartition, lines, itertools.repeat(" ")), strict=True)
     layouts = selection.layouts
     if heads in layouts:
-        layout = layouts[heads]
+        known = layouts[heads]
     else:
         if len(layouts) >= _LAYOUTS_MAX:
             layouts.clear()
-        layout = layouts[heads] = _layout(heads, selection.names)
-    if layout is None or (limit is not None and len(layout) > limit):
+        known = layouts[heads] = _layout(heads, words, selection)
+    if known is None or (limit is not None and len(known.samples) > limit):
         return None
+    if known.comment_words(words) != known.comments:
+        return None
+    values = known.sample_words(words)
     if "_" in "".join(values):  # float() reads 1_000; the exposition format does not
         return None
     try:
-        return layout, list(map(float, values))
+        numbers = list(map(float, values))
     except ValueError:
         return None
+    if known.counts is not None and any(map(_NEGATIVE, known.counts(numbers))):
+        return None
+    return known.samples, numbers
 
 
-def _layout(heads: tuple[str, ...], names: frozenset[str]) -> Layout | None:
-    """(position, name, labels) of each head whose sample is wanted, when every line made
-    of these heads, a space and plain values parses as its head alone does: each head
-    stands alone (no blank or `#` before it, no blank after it) and its labels end it,
-    or it has no labels and no space or tab. None otherwise (or when a head is
-    malformed): such lines are parsed one by one, as any text."""
+def _picker(positions: list[int]) -> Callable[[tuple | list], tuple]:
+    """The items at `positions` of a sequence, as a tuple (itemgetter, in C)."""
+    if not positions:
+        return lambda _: ()
+    if len(positions) == 1:
+        (only,) = positions
+        return lambda items: (items[only],)
+    return operator.itemgetter(*positions)
+
+
+def _layout(
+    heads: tuple[str, ...], words: tuple[str, ...], selection: Selection
+) -> KnownLayout | None:
+    """What every payload whose found lines have these heads holds besides its values,
+    when every line made of these heads, a space and plain values parses as its head
+    alone does: each head stands alone (no blank before it, no blank after it) and its
+    labels end it, or it has no labels and no space or tab; and its HELP/TYPE lines, as
+    they are with these `words`, and its samples with zeros for values, break no rule. None otherwise (or when a head
+    is malformed): such lines are parsed one by one, as any text."""
     layout = []
+    sample_positions: list[int] = []
+    comment_positions: list[int] = []
+    zeroed = []
     for position, head in enumerate(heads):
-        if not head or head[0] == "#" or head.strip() != head:
+        if not head:
+            return None
+        if head[0] == "#":
+            comment_positions.append(position)
+            zeroed.append(f"{head} {words[position]}")
+            continue
+        if head.strip() != head:
             return None
         if "{" in head:
             if head[-1] != "}":
@@ -296,9 +487,32 @@ def _layout(heads: tuple[str, ...], names: frozenset[str]) -> Layout | None:
             name, labels, _, _ = _parse_line(head + " 0")
         except (ValueError, IndexError):
             return None
-        if name in names:
-            layout.append((position, name, labels))
-    return tuple(layout)
+        zeroed.append(head + " 0")
+        if name in selection.names:
+            layout.append((len(sample_positions), name, labels))
+        sample_positions.append(position)
+    rules = _Rules(selection.names)
+    try:
+        for line in zeroed:
+            if line[0] == "#":
+                rules.metadata(line)
+            else:
+                rules.sample(_parse_line(line))
+    except (ValueError, IndexError):
+        return None
+    counts = [
+        i
+        for i, position in enumerate(sample_positions)
+        if _sample_rules(*_parse_line(heads[position] + " 0")[:2], rules.types)[0]
+    ]
+    comment_words = _picker(comment_positions)
+    return KnownLayout(
+        tuple(layout),
+        _picker(sample_positions),
+        comment_words,
+        comment_words(words),
+        _picker(counts) if counts else None,
+    )
 
 
 def _parse_lines(
@@ -310,19 +524,26 @@ def _parse_lines(
 ) -> list[Sample]:
     """Parse (position, line) pairs: a line number, or with `line_number` an index it
     turns into one (counted only for an error); with `prefixes`, only lines starting
-    with one of them."""
+    with one of them (or with `{`, a quoted name), the rules held for `names` only."""
     samples: list[Sample] = []
+    rules = _Rules(names)
+    if prefixes is not None:
+        prefixes = (*prefixes, "{")
     for position, line in lines:
-        if not line or line[0] == "#":
+        if not line:
             continue
         if line[0] in " \t\r" or line[-1] in " \t\r":
             line = line.strip()
-            if not line or line[0] == "#":
+            if not line:
                 continue
-        if prefixes is not None and not line.startswith(prefixes):
-            continue
         try:
+            if line[0] == "#":
+                rules.metadata(line)
+                continue
+            if prefixes is not None and not line.startswith(prefixes):
+                continue
             sample = _parse_line(line)
+            rules.sample(sample)
         except (ValueError, IndexError) as err:
             number = position if line_number is None else line_number(position)
             raise ParseError(number, line, str(err)) from None
