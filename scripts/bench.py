@@ -206,8 +206,8 @@ def fuzz_section(quick: bool) -> tuple[str, bool]:
         "## Parser fuzzing (atheris)\n\n"
         f"`scripts/fuzz_parser.py` for {seconds} s, seeded with the real payloads: "
         f"{runs[-1] if runs else 'no run count'}; {verdict}. The oracle: only ParseError, "
-        "the same samples as prometheus_client where both read, the selective parse equal "
-        "to the full one.\n"
+        "a refusal of every text that breaks a rule of the format, the same samples as "
+        "prometheus_client where both read, the selective parse equal to the full one.\n"
     ), done.returncode == 0
 
 

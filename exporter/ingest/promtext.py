@@ -108,7 +108,7 @@ def _unescape(value: str) -> str:
 def _escaped(match: re.Match[str]) -> str:
     text = _ESCAPES.get(match.group(1))
     if text is None:
-        raise ValueError(f"invalid escape {match.group(0)!r} (only \\\\, \\\" and \\n)")
+        raise ValueError(f'invalid escape {match.group(0)!r} (only \\\\, \\" and \\n)')
     return text
 
 

@@ -167,7 +167,7 @@ def test_second_type_line_is_refused() -> None:
 def test_type_line_after_its_samples_is_refused() -> None:
     # FORMAT: "The TYPE line for a metric name must appear before the first sample is
     # reported for that metric name."
-    text = "h_bucket{le=\"+Inf\"} 1\nh_count 1\n# TYPE h histogram\n"
+    text = 'h_bucket{le="+Inf"} 1\nh_count 1\n# TYPE h histogram\n'
     _refused(text, ["h"], 3, "TYPE line for 'h' after its sample 'h_bucket'")
 
 
