@@ -113,8 +113,9 @@ def _escaped(match: re.Match[str]) -> str:
 
 
 def clear_caches() -> None:
-    """Forget the label sets and layouts read so far (benchmarks time a first scrape so)."""
+    """Forget the label sets, comment lines and layouts read so far (benchmarks time a first scrape so)."""
     _LABEL_CACHE.clear()
+    _METADATA_CACHE.clear()
     for selection in _SELECTIONS.values():
         selection.layouts.clear()
 
@@ -225,23 +226,27 @@ def _parse_line(line: str) -> Sample:
 class _Rules:
     """What the lines read so far declare (TYPE, HELP) and hold (sample names), to hold
     each line to the rules that depend on others. `names`: the rules are checked for
-    these sample names only (all when None)."""
+    these sample names only (all when None). `seen`: each sample name read, with the
+    rule its values follow (`_name_rule`): a TYPE line cannot come after a name's
+    samples, so the rule found at its first sample holds for the rest."""
 
     def __init__(self, names: frozenset[str] | None) -> None:
         self.names = names
         self.types: dict[str, str] = {}
         self.helps: set[str] = set()
-        self.seen: set[str] = set()
+        self.seen: dict[str, tuple[bool, str | None]] = {}
 
     def metadata(self, line: str) -> None:
         """Record a comment line; ValueError when it breaks a rule."""
-        m = _METADATA_RE.match(line)
-        if m is None:
-            return  # a comment: skipped whatever it says
-        keyword, quoted, plain, text = m.groups()
-        name = plain if quoted is None else _unescape(quoted)
-        if name is None:
-            raise ValueError(f"{keyword} without a metric name")
+        read = _METADATA_CACHE.get(line)
+        if read is None:
+            read = _read_metadata(line)
+            if len(_METADATA_CACHE) >= _LABEL_CACHE_MAX:
+                _METADATA_CACHE.clear()
+            _METADATA_CACHE[line] = read
+        if read is _COMMENT:
+            return
+        keyword, name, kind = read
         if self.names is not None and name not in self.names:
             return
         if keyword == "HELP":
@@ -249,7 +254,6 @@ class _Rules:
                 raise ValueError(f"a second HELP line for {name!r}")
             self.helps.add(name)
             return
-        kind = (text or "").strip()
         if name in self.types:
             raise ValueError(f"a second TYPE line for {name!r}")
         if kind not in TYPE_SUFFIXES:
@@ -259,29 +263,46 @@ class _Rules:
             raise ValueError(f"TYPE line for {name!r} after its sample {early[0]!r}")
         self.types[name] = kind
 
-    def sample(self, sample: Sample) -> None:
-        """Record a sample; ValueError when it breaks a rule of its family's type."""
-        name = sample.name
-        self.seen.add(name)
-        if self.types:
-            value_rule, label = _sample_rules(name, sample.labels, self.types)
-            if value_rule and sample.value < 0:
-                raise ValueError(f"a histogram's {name} cannot be negative")
-            if label is not None:
-                _label_number(label, sample.labels[label])
+    def sample(self, sample: Sample, rule: tuple[bool, str | None] | None) -> None:
+        """Record a sample (`rule`: `seen`'s for its name); ValueError when it breaks a
+        rule of its family's type."""
+        if rule is None:
+            rule = self.seen[sample.name] = _name_rule(sample.name, self.types)
+        counted, label = rule
+        if counted and sample.value < 0:
+            raise ValueError(f"a histogram's {sample.name} cannot be negative")
+        if label is not None and label in sample.labels:
+            _label_number(label, sample.labels[label])
 
 
-def _sample_rules(
-    name: str, labels: dict[str, str], types: dict[str, str]
-) -> tuple[bool, str | None]:
-    """(whether the value cannot be negative, the label that must be a number) of a
-    sample, by its family's declared type."""
+_NO_RULE = (False, None)
+# A comment line that is not HELP or TYPE.
+_COMMENT = ("", "", "")
+# (HELP or TYPE, the name, the type) of each comment line read: they repeat every scrape.
+_METADATA_CACHE: dict[str, tuple[str, str, str]] = {}
+
+
+def _read_metadata(line: str) -> tuple[str, str, str]:
+    """(HELP or TYPE, the name, the type word) of a comment line, or _COMMENT."""
+    m = _METADATA_RE.match(line)
+    if m is None:
+        return _COMMENT  # skipped whatever it says
+    keyword, quoted, plain, text = m.groups()
+    name = plain if quoted is None else _unescape(quoted)
+    if name is None:
+        raise ValueError(f"{keyword} without a metric name")
+    return keyword, name, (text or "").strip() if keyword == "TYPE" else ""
+
+
+def _name_rule(name: str, types: dict[str, str]) -> tuple[bool, str | None]:
+    """(whether a sample's value cannot be negative, the label that must be a number) of
+    a sample name, by its family's declared type."""
     for suffix in _COUNTS:
         if name.endswith(suffix) and types.get(name[: -len(suffix)]) == "histogram":
-            return True, "le" if suffix == "_bucket" and "le" in labels else None
-    if "quantile" in labels and types.get(name) == "summary":
+            return True, "le" if suffix == "_bucket" else None
+    if types.get(name) == "summary":
         return False, "quantile"
-    return False, None
+    return _NO_RULE
 
 
 def _label_number(label: str, text: str) -> None:
@@ -309,7 +330,12 @@ def parse(
     families are skipped without being checked.
     """
     if families is None:
-        return _parse_lines(((n, line) for n, line in enumerate(text.split("\n"), 1)), limit)
+        lines = text.split("\n")
+        # Blank lines dropped in C: the rest is read as a known layout when it is one.
+        samples = _read_known_layout(_EVERYTHING, list(filter(None, lines)), limit)
+        if samples is not None:
+            return samples
+        return _parse_lines(((n, line) for n, line in enumerate(lines, 1)), limit)
     family_tuple = tuple(families)
     if not family_tuple:
         return []
@@ -358,15 +384,15 @@ class Selection(NamedTuple):
     turning its values into numbers, and nothing else.
     """
 
-    lines: re.Pattern[str]
-    names: frozenset[str]
+    lines: re.Pattern[str] | None
+    names: frozenset[str] | None
     layouts: dict[tuple[str, ...], KnownLayout | None]
 
 
 def _selection(families: tuple[str, ...]) -> Selection:
     selection = _SELECTIONS.get(families)
     if selection is None:
-        alternatives = "|".join(re.escape(f) for f in families)
+        alternatives = _prefix_tree(families)
         lines = re.compile(
             rf'\n([^\S\n]*(?:{alternatives}|\{{|#[^\S\n]+(?:HELP|TYPE)[^\S\n]+"?'
             rf"(?:{alternatives}))[^\n]*)"
@@ -376,6 +402,31 @@ def _selection(families: tuple[str, ...]) -> Selection:
 
 
 _SELECTIONS: dict[tuple[str, ...], Selection] = {}
+# A full parse: every non-blank line, every name wanted.
+_EVERYTHING = _SELECTIONS[()] = Selection(None, None, {})
+
+
+def _prefix_tree(names: Iterable[str]) -> str:
+    """A regex matching any of `names` at a position, their shared prefixes factored out
+    (`vllm:(?:a|b)`): the regex engine tries the branches one by one, so a line of
+    another family fails after one comparison instead of one a name."""
+    tree: dict = {}
+    for name in names:
+        node = tree
+        for char in name:
+            node = node.setdefault(char, {})
+        node[""] = {}
+    return _branches(tree)
+
+
+def _branches(node: dict) -> str:
+    ends = "" in node
+    branches = [re.escape(char) + _branches(rest) for char, rest in node.items() if char]
+    if not branches:
+        return ""
+    if len(branches) == 1 and not ends:
+        return branches[0]
+    return "(?:" + "|".join(branches) + ")" + ("?" if ends else "")
 
 
 def read_values(
@@ -441,7 +492,10 @@ def _known_values(
         numbers = list(map(float, values))
     except ValueError:
         return None
-    if known.counts is not None and any(map(_NEGATIVE, known.counts(numbers))):
+    counts = known.counts
+    # A count without a `-` in its text is not negative: the numbers are looked at only then.
+    negative = counts is not None and "-" in "".join(counts(values))
+    if negative and any(map(_NEGATIVE, counts(numbers))):
         return None
     return known.samples, numbers
 
@@ -488,7 +542,7 @@ def _layout(
         except (ValueError, IndexError):
             return None
         zeroed.append(head + " 0")
-        if name in selection.names:
+        if selection.names is None or name in selection.names:
             layout.append((len(sample_positions), name, labels))
         sample_positions.append(position)
     rules = _Rules(selection.names)
@@ -497,13 +551,14 @@ def _layout(
             if line[0] == "#":
                 rules.metadata(line)
             else:
-                rules.sample(_parse_line(line))
+                sample = _parse_line(line)
+                rules.sample(sample, rules.seen.get(sample.name))
     except (ValueError, IndexError):
         return None
     counts = [
         i
         for i, position in enumerate(sample_positions)
-        if _sample_rules(*_parse_line(heads[position] + " 0")[:2], rules.types)[0]
+        if _name_rule(_parse_line(heads[position] + " 0").name, rules.types)[0]
     ]
     comment_words = _picker(comment_positions)
     return KnownLayout(
@@ -527,6 +582,7 @@ def _parse_lines(
     with one of them (or with `{`, a quoted name), the rules held for `names` only."""
     samples: list[Sample] = []
     rules = _Rules(names)
+    seen = rules.seen
     if prefixes is not None:
         prefixes = (*prefixes, "{")
     for position, line in lines:
@@ -543,7 +599,9 @@ def _parse_lines(
             if prefixes is not None and not line.startswith(prefixes):
                 continue
             sample = _parse_line(line)
-            rules.sample(sample)
+            rule = seen.get(sample.name)
+            if rule is not _NO_RULE:  # inline: most names have no rule
+                rules.sample(sample, rule)
         except (ValueError, IndexError) as err:
             number = position if line_number is None else line_number(position)
             raise ParseError(number, line, str(err)) from None
