@@ -10,10 +10,8 @@ target, the same vLLM beside an in-house batcher.
 
 from __future__ import annotations
 
-import gc
 import gzip
 import re
-import sys
 
 import aiohttp
 import pytest
@@ -373,14 +371,8 @@ def test_a_target_label_the_exporter_sets_is_refused_at_start(tmp_path, label) -
     )
 
 
-async def test_history_rows_are_the_signals_numbers_and_hold_nothing_the_collector_walks(
-    fed_exporter,
-) -> None:
+async def test_history_rows_are_the_signals_numbers(fed_exporter) -> None:
     exporter, _ = fed_exporter
-    # A pass untracks each tuple whose items are untracked: nested ones (the per-series
-    # part, five levels deep) may take a pass a level.
-    for _ in range(6):
-        gc.collect()
     for signals in exporter.current():
         row = exporter.history(signals.target)[-1]
         point = history_point(row)
@@ -404,10 +396,6 @@ async def test_history_rows_are_the_signals_numbers_and_hold_nothing_the_collect
         assert point["t"] == signals.t and point["up"] is signals.up
         assert type(point["budget_saturated"]) is bool
         assert type(point["slo_burning_fast"]) is bool
-        assert not gc.is_tracked(row), signals.target
-        t, _, packed, _, _, series_rows = row
-        if not series_rows:  # time, flag, 19 numbers packed, shared strings: under 330 bytes
-            assert sys.getsizeof(row) + sys.getsizeof(t) + sys.getsizeof(packed) < 330
     assert {s.target: len(s.series) for s in exporter.current()}["mixed"] == 2
 
 
