@@ -5,13 +5,15 @@ The rows are real: four targets (DISTINCT) each ingest 720 scrapes, 5 s apart, o
 every scrape, so the numbers said in each diagnosis reason change at almost every
 point: the worst case for keeping a reason once per change of its words), and every
 evaluation's row is kept (`api.history_row`, as the exporter keeps it). An exporter of
-1,000 such targets then ingests two scrapes each (so that each has a window), and each
-target's history is filled with one distinct target's hour of rows.
+1,000 such targets then ingests a window's worth of scrapes each, and each target's
+history is filled with one distinct target's hour of rows.
 
 Measured, in this process of its own: the bytes the 1,000 histories hold (tracemalloc:
 what was allocated while they were filled and is still alive), per target and per
 point; the same for the rows kept as they were before (a deque of row tuples, each
-with its own reason string), on 100 targets; and the process's RSS at the end.
+with its own reason string), on 100 targets; the process's RSS at the end; and how long
+a full collection of the process takes then (the exporter runs one every 5 minutes,
+exporter/scrape/gc_policy.py: the pause a `/metrics` request could wait behind).
 Targets: history <= 120 MiB, RSS < 300 MiB.
 
     .venv/bin/python scripts/bench_history.py   (or scripts/bench.py --only history)
@@ -21,7 +23,9 @@ from __future__ import annotations
 
 import argparse
 import gc
+import statistics
 import sys
+import time
 import tracemalloc
 from collections import deque
 from pathlib import Path
@@ -34,6 +38,7 @@ from bench_evaluation import INTERVAL_S, TARGET_SETTINGS, fleet_scrapes  # noqa:
 
 from exporter.config.settings import Settings, Target  # noqa: E402
 from exporter.core.snapshot import Snapshot  # noqa: E402
+from exporter.scrape import gc_policy  # noqa: E402
 from exporter.scrape.loop import Exporter  # noqa: E402
 from exporter.serve.api_json import HistoryRow  # noqa: E402
 from exporter.serve.history import History  # noqa: E402
@@ -45,6 +50,7 @@ BEFORE_TARGETS = 100
 HISTORY_TARGET_MIB = 120
 RSS_TARGET_MIB = 300
 MIB = 2**20
+FULL_COLLECTIONS = 5
 
 
 def hour_of_rows(target: int, points: int) -> list[HistoryRow]:
@@ -59,7 +65,7 @@ def hour_of_rows(target: int, points: int) -> list[HistoryRow]:
 
 
 def fleet(targets: int) -> Exporter:
-    """An exporter of `targets` vLLM targets, each with a window of two scrapes."""
+    """An exporter of `targets` vLLM targets, each with a full window of scrapes."""
     settings = Settings(
         targets=tuple(
             Target(f"t{i}", f"http://h/t/{i}/metrics", **TARGET_SETTINGS) for i in range(targets)
@@ -67,7 +73,7 @@ def fleet(targets: int) -> Exporter:
         history_points=POINTS,
     )
     exporter = Exporter(settings)
-    snapshots = fleet_scrapes(list(range(8)), 2)
+    snapshots = fleet_scrapes(list(range(8)), int(settings.window_seconds / INTERVAL_S) + 1)
     for i, state in enumerate(exporter.states.values()):
         for snapshot in snapshots:
             one = snapshot.series[i % 8 : i % 8 + 1]
@@ -102,6 +108,7 @@ def as_before(rows: list[HistoryRow], targets: int) -> list[deque]:
 def run(quick: bool = False) -> dict:
     targets = 100 if quick else TARGETS
     points = 120 if quick else POINTS
+    gc_policy.configure()  # as the exporter starts: what is loaded so far frozen
     print(f"history: {DISTINCT} targets x {points} scrapes", file=sys.stderr, flush=True)
     hours = [hour_of_rows(k, points) for k in range(DISTINCT)]
     print(f"history: {targets} targets' windows and histories", file=sys.stderr, flush=True)
@@ -120,7 +127,14 @@ def run(quick: bool = False) -> dict:
     before = held_while(lambda: as_before(hours[0], before_targets))
     gc.collect()
     rss = psutil.Process().memory_info().rss
+    pauses = []
+    for _ in range(FULL_COLLECTIONS):
+        started = time.perf_counter()
+        gc.collect()
+        pauses.append(time.perf_counter() - started)
     return {
+        "full_collection_seconds": statistics.median(pauses),
+        "tracked_objects": len(gc.get_objects()),
         "targets": targets,
         "points": points,
         "held_bytes": held,
@@ -151,7 +165,10 @@ def markdown(r: dict) -> tuple[str, bool]:
         f"| per point, rows kept as a deque of tuples ({r['before_targets']} targets) | "
         f"{before_per_point:.0f} B | | |\n"
         f"| process RSS at the end | {r['rss_bytes'] / MIB:.0f} MiB | < {RSS_TARGET_MIB} MiB "
-        f"| {'yes' if met_rss else 'no'} |\n\n"
+        f"| {'yes' if met_rss else 'no'} |\n"
+        f"| a full collection (`gc.collect()`), median of {FULL_COLLECTIONS} | "
+        f"{r['full_collection_seconds'] * 1e3:.0f} ms over {r['tracked_objects']} objects "
+        "the collector walks | | |\n\n"
         f"Interval {INTERVAL_S:.0f} s. Command: `.venv/bin/python scripts/bench_history.py` "
         "(or `scripts/bench.py --only history`).\n"
     )
