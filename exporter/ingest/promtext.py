@@ -517,49 +517,38 @@ def _layout(
     when every line made of these heads, a space and plain values parses as its head
     alone does: each head stands alone (no blank before it, no blank after it) and its
     labels end it, or it has no labels and no space or tab; and its HELP/TYPE lines, as
-    they are with these `words`, and its samples with zeros for values, break no rule. None otherwise (or when a head
-    is malformed): such lines are parsed one by one, as any text."""
+    they are with these `words`, and its samples with zeros for values, break no rule.
+    None otherwise (or when a head is malformed): such lines are parsed one by one, as
+    any text."""
     layout = []
     sample_positions: list[int] = []
     comment_positions: list[int] = []
-    zeroed = []
-    for position, head in enumerate(heads):
-        if not head:
-            return None
-        if head[0] == "#":
-            comment_positions.append(position)
-            zeroed.append(f"{head} {words[position]}")
-            continue
-        if head.strip() != head:
-            return None
-        if "{" in head:
-            if head[-1] != "}":
-                return None
-        elif " " in head or "\t" in head:
-            return None
-        try:
-            name, labels, _, _ = _parse_line(head + " 0")
-        except (ValueError, IndexError):
-            return None
-        zeroed.append(head + " 0")
-        if selection.names is None or name in selection.names:
-            layout.append((len(sample_positions), name, labels))
-        sample_positions.append(position)
     rules = _Rules(selection.names)
+    counts = []
     try:
-        for line in zeroed:
-            if line[0] == "#":
-                rules.metadata(line)
-            else:
-                sample = _parse_line(line)
-                rules.sample(sample, rules.seen.get(sample.name))
+        for position, head in enumerate(heads):
+            if not head:
+                return None
+            if head[0] == "#":
+                comment_positions.append(position)
+                rules.metadata(f"{head} {words[position]}")
+                continue
+            if head.strip() != head:
+                return None
+            if "{" in head:
+                if head[-1] != "}":
+                    return None
+            elif " " in head or "\t" in head:
+                return None
+            sample = _parse_line(head + " 0")
+            rules.sample(sample, rules.seen.get(sample.name))
+            if selection.names is None or sample.name in selection.names:
+                layout.append((len(sample_positions), sample.name, sample.labels))
+            if rules.seen[sample.name][0]:  # a histogram's count: never negative
+                counts.append(len(sample_positions))
+            sample_positions.append(position)
     except (ValueError, IndexError):
         return None
-    counts = [
-        i
-        for i, position in enumerate(sample_positions)
-        if _name_rule(_parse_line(heads[position] + " 0").name, rules.types)[0]
-    ]
     comment_words = _picker(comment_positions)
     return KnownLayout(
         tuple(layout),
