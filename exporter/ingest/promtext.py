@@ -377,7 +377,8 @@ class Selection(NamedTuple):
     """What reading some families out of payloads needs, made once per set of families.
 
     `lines` finds the lines that may start (after whitespace) with one of the families'
-    names, with a quoted name (`{`), or HELP/TYPE lines of them. `layouts` holds what the
+    names, with a quoted name (`{`), or HELP/TYPE lines of them; `at_first_sight`:
+    whether a layout is made the first time its heads are seen, or the second. `layouts` holds what the
     lines of a payload say besides their values, by their heads, all before each line's
     last space (see `_layout`): the heads of a server's lines stay the same from scrape to
     scrape while their values move, so a scrape whose heads are known is read by
@@ -386,7 +387,8 @@ class Selection(NamedTuple):
 
     lines: re.Pattern[str] | None
     names: frozenset[str] | None
-    layouts: dict[tuple[str, ...], KnownLayout | None]
+    layouts: dict[tuple[str, ...], KnownLayout | str | None]
+    at_first_sight: bool = True
 
 
 def _selection(families: tuple[str, ...]) -> Selection:
@@ -402,8 +404,12 @@ def _selection(families: tuple[str, ...]) -> Selection:
 
 
 _SELECTIONS: dict[tuple[str, ...], Selection] = {}
-# A full parse: every non-blank line, every name wanted.
-_EVERYTHING = _SELECTIONS[()] = Selection(None, None, {})
+# A full parse: every non-blank line, every name wanted. Its layouts are made at the
+# second sight of their heads: a payload parsed once (a test, a tool) is read line by
+# line, which costs less than making its layout.
+_EVERYTHING = _SELECTIONS[()] = Selection(None, None, {}, at_first_sight=False)
+# In `layouts`: heads seen once, their layout not made yet.
+_SEEN_ONCE = "seen once"
 
 
 def _prefix_tree(names: Iterable[str]) -> str:
@@ -477,9 +483,14 @@ def _known_values(
     layouts = selection.layouts
     if heads in layouts:
         known = layouts[heads]
+        if known is _SEEN_ONCE:
+            known = layouts[heads] = _layout(heads, words, selection)
     else:
         if len(layouts) >= _LAYOUTS_MAX:
             layouts.clear()
+        if not selection.at_first_sight:
+            layouts[heads] = _SEEN_ONCE
+            return None
         known = layouts[heads] = _layout(heads, words, selection)
     if known is None or (limit is not None and len(known.samples) > limit):
         return None
