@@ -492,7 +492,8 @@ def _known_values(
             layouts[heads] = _SEEN_ONCE
             return None
         known = layouts[heads] = _layout(heads, words, selection)
-    if known is None or (limit is not None and len(known.samples) > limit):
+    # No wanted sample (families registered, none read yet): nothing for a plan to replay.
+    if known is None or not known.samples or (limit is not None and len(known.samples) > limit):
         return None
     if known.comment_words(words) != known.comments:
         return None
