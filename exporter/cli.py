@@ -77,7 +77,8 @@ async def serve(settings: Settings) -> int:
     for warning in exposure_warnings(settings, exporter.targets()):
         log.warning("%s", warning)
     host, port = settings.listen_host_port()
-    runner = web.AppRunner(create_app(exporter, token), access_log=None)
+    metrics_answered = asyncio.Event()
+    runner = web.AppRunner(create_app(exporter, token, metrics_answered), access_log=None)
     await runner.setup()
     try:
         await web.TCPSite(runner, host, port, ssl_context=tls).start()
@@ -99,7 +100,10 @@ async def serve(settings: Settings) -> int:
         port,
     )
     gc_policy.configure()
-    tasks = [exporter.run_forever(stop), gc_policy.full_collections(stop)]
+    tasks = [
+        exporter.run_forever(stop),
+        gc_policy.full_collections(stop, answered=metrics_answered),
+    ]
     if settings.alertmanager_url:
         delivery = AlertmanagerDelivery(
             settings.alertmanager_url,

@@ -21,7 +21,8 @@ overhead against seed 000's plain Batcher: bench_batcher.py, a subprocess; its c
 go to `bench/` beside the report) and `advice` (the exporter's advice held against the
 demo server's truth: bench_advice.py, a subprocess; it starts demo servers), `slo` (what
 an SLO objective costs: one series' history after days of scrapes, and a scrape's ingest
-with and without it, bench_slo.py); on request,
+with and without it, bench_slo.py), `history` (the history memory of 1,000 one-series
+targets after a synthesized hour, bench_history.py, a subprocess); on request,
 `overload` (the exporter beside a real vLLM held at five times its budget on the same
 cores: bench_overload.py, a subprocess).
 The report names the machine, the command and the date: numbers from a shared 2-core
@@ -77,6 +78,7 @@ PACKAGES = (
 )
 BATCHER_SCRIPT = ROOT / "scripts/bench_batcher.py"
 ADVICE_SCRIPT = ROOT / "scripts/bench_advice.py"
+HISTORY_SCRIPT = ROOT / "scripts/bench_history.py"
 BENCHMARKS = (
     "parser",
     "ingest",
@@ -92,6 +94,7 @@ BENCHMARKS = (
     "batcher",
     "advice",
     "slo",
+    "history",
 )
 # The benchmarks whose numbers --json writes (their sections are rendered from them).
 WITH_NUMBERS = (
@@ -206,8 +209,8 @@ def fuzz_section(quick: bool) -> tuple[str, bool]:
         "## Parser fuzzing (atheris)\n\n"
         f"`scripts/fuzz_parser.py` for {seconds} s, seeded with the real payloads: "
         f"{runs[-1] if runs else 'no run count'}; {verdict}. The oracle: only ParseError, "
-        "the same samples as prometheus_client where both read, the selective parse equal "
-        "to the full one.\n"
+        "a refusal of every text that breaks a rule of the format, the same samples as "
+        "prometheus_client where both read, the selective parse equal to the full one.\n"
     ), done.returncode == 0
 
 
@@ -287,6 +290,10 @@ def main(argv: list[str] | None = None) -> int:
         add("dashboard", dashboard, bench_dashboard.markdown)
     if "slo" in selected:
         add("slo", bench_slo.results(bench_slo.run(args.quick)), bench_slo.markdown)
+    if "history" in selected:
+        print("history: running scripts/bench_history.py", file=sys.stderr, flush=True)
+        quick_args = ["--quick"] if args.quick else []
+        add_section("history", script_section(HISTORY_SCRIPT, "History memory", quick_args))
     if "batcher" in selected:
         print("batcher: running scripts/bench_batcher.py", file=sys.stderr, flush=True)
         chart_args = ["--chart-dir", str(args.output.parent / "bench")]

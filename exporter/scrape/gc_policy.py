@@ -11,7 +11,9 @@ costs at 1,000 targets is measured in docs/benchmarks.md.
 So: young collections run less often (every YOUNG_THRESHOLD container allocations
 instead of 700), the automatic full collection is off, and `full_collections` runs one
 every FULL_COLLECTION_SECONDS, so that a cycle which did reach the oldest generation is
-still freed. What was allocated at start (modules, configuration) is frozen out of
+still freed. Each runs right after a `/metrics` answer (the app sets `answered`), when
+one comes within another FULL_COLLECTION_SECONDS: the pause then falls in the gap
+before the next scrape, not in front of one. What was allocated at start (modules, configuration) is frozen out of
 every collection (`gc.freeze`). On a Python whose collector works otherwise (3.14's is
 incremental) the thresholds mean something else, and nothing breaks.
 """
@@ -32,6 +34,8 @@ MIDDLE_THRESHOLD = 20
 # Middle collections before an automatic full one: never, in practice.
 NO_AUTOMATIC_FULL = 1_000_000_000
 FULL_COLLECTION_SECONDS = 300.0
+# After a /metrics answer, the time its body is given to leave before the collection.
+AFTER_ANSWER_SECONDS = 0.05
 # A full collection that pauses the exporter longer than this is logged at INFO.
 NOTABLE_PAUSE_SECONDS = 0.5
 
@@ -45,18 +49,43 @@ def configure() -> tuple[int, ...]:
     return before
 
 
-async def full_collections(stop: asyncio.Event, every: float = FULL_COLLECTION_SECONDS) -> None:
+async def full_collections(
+    stop: asyncio.Event,
+    every: float = FULL_COLLECTION_SECONDS,
+    answered: asyncio.Event | None = None,
+) -> None:
     """A full collection every `every` seconds until `stop` is set (the automatic one is
-    off, see `configure`)."""
-    while not stop.is_set():
-        try:
-            await asyncio.wait_for(stop.wait(), every)
-        except TimeoutError:
-            started = time.perf_counter()
-            found = gc.collect()
-            seconds = time.perf_counter() - started
-            # It pauses the event loop: a long pause is worth knowing (scrapes wait on it).
-            level = logging.INFO if seconds > NOTABLE_PAUSE_SECONDS else logging.DEBUG
-            log.log(
-                level, "full garbage collection: %d unreachable objects, %.3f s", found, seconds
-            )
+    off, see `configure`); with `answered`, each waits for it to be set (a `/metrics`
+    answer) after those seconds, at most `every` seconds more."""
+    while not await _stopped(stop, every):
+        if answered is not None:
+            answered.clear()
+            await _first_of(answered, stop, every)
+            if stop.is_set():
+                return
+            await asyncio.sleep(AFTER_ANSWER_SECONDS)
+        started = time.perf_counter()
+        found = gc.collect()
+        seconds = time.perf_counter() - started
+        # It pauses the event loop: a long pause is worth knowing (scrapes wait on it).
+        level = logging.INFO if seconds > NOTABLE_PAUSE_SECONDS else logging.DEBUG
+        log.log(level, "full garbage collection: %d unreachable objects, %.3f s", found, seconds)
+
+
+async def _stopped(stop: asyncio.Event, seconds: float) -> bool:
+    """Whether `stop` was set within `seconds`."""
+    try:
+        await asyncio.wait_for(stop.wait(), seconds)
+    except TimeoutError:
+        return False
+    return True
+
+
+async def _first_of(answered: asyncio.Event, stop: asyncio.Event, seconds: float) -> None:
+    """Until `answered` or `stop` is set, or `seconds` pass."""
+    waits = [asyncio.ensure_future(answered.wait()), asyncio.ensure_future(stop.wait())]
+    try:
+        await asyncio.wait(waits, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for wait in waits:
+            wait.cancel()

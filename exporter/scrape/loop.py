@@ -8,12 +8,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import itertools
 import logging
 import math
 import time
 import zlib
-from collections import Counter, deque
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
@@ -36,6 +35,7 @@ from exporter.ingest.promtext import ParseError, SampleLimitExceeded
 from exporter.scrape.fetch import ScrapeResult, scrape
 from exporter.scrape.http_client import Connections
 from exporter.serve import api_json as api
+from exporter.serve.history import History
 
 log = logging.getLogger("batchscope.exporter")
 
@@ -160,7 +160,7 @@ class ScrapeSlots:
 class TargetState:
     target: Target
     window: Window
-    history: deque
+    history: History
     saturation: dict[LabelKey, SaturationState] = field(default_factory=dict)
     signals: TargetSignals | None = None
     errors: Counter[str] = field(default_factory=Counter)
@@ -239,7 +239,7 @@ class Exporter:
             state = self.states.get(name)
             if state is None or state.target != target:
                 self.states[name] = TargetState(
-                    target, self._new_window(target), deque(maxlen=self.settings.history_points)
+                    target, self._new_window(target), History(self.settings.history_points)
                 )
 
     def _new_window(self, target: Target) -> Window:
@@ -442,11 +442,8 @@ class Exporter:
     def histories(self, page: int, page_size: int, points: int) -> dict[str, list[api.HistoryRow]]:
         """One page of targets (by name) with the last `points` history rows of each.
 
-        Copies references only: cheap enough for the event loop, whatever the fleet size.
+        Unpacks at most `points` rows a target (a compressed block per 32): bounded by the
+        page, whatever the fleet size.
         """
         names = sorted(self.states)[page * page_size : (page + 1) * page_size]
-        return {name: _last(self.states[name].history, points) for name in names}
-
-
-def _last(points: deque, n: int) -> list[api.HistoryRow]:
-    return list(itertools.islice(points, max(0, len(points) - n), None))
+        return {name: self.states[name].history.last(points) for name in names}

@@ -291,7 +291,7 @@ FIELD_NUMBERS = (
 )
 DERIVED_NUMBERS = ("static_utilization", "slo_attainment", "slo_burning_fast", "slo_burning_slow")
 POINT_NUMBERS = (*FIELD_NUMBERS, *DERIVED_NUMBERS)
-_PACKED_NUMBERS = struct.Struct(f"<{len(POINT_NUMBERS)}d")
+PACKED_NUMBERS = struct.Struct(f"<{len(POINT_NUMBERS)}d")
 # The point's flags, packed as 0 or 1.
 POINT_FLAGS = ("budget_saturated", "slo_burning_fast", "slo_burning_slow")
 
@@ -315,7 +315,7 @@ def _series_row(series: SeriesSignals) -> SeriesRow:
         "fast" in burning,
         "slow" in burning,
     ]
-    packed = _PACKED_NUMBERS.pack(*[math.nan if v is None else v for v in numbers])
+    packed = PACKED_NUMBERS.pack(*[math.nan if v is None else v for v in numbers])
     # Interned: one copy of each distinct state and reason, however many rows hold it.
     return packed, sys.intern(series.diagnosis.state), sys.intern(series.diagnosis.reason)
 
@@ -341,7 +341,7 @@ def _series_point(row: SeriesRow) -> dict[str, Any]:
     packed, state, reason = row
     point = {
         name: None if value != value else value  # NaN is None
-        for name, value in zip(POINT_NUMBERS, _PACKED_NUMBERS.unpack(packed), strict=True)
+        for name, value in zip(POINT_NUMBERS, PACKED_NUMBERS.unpack(packed), strict=True)
     }
     for flag in POINT_FLAGS:
         point[flag] = point[flag] == 1.0

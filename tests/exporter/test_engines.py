@@ -68,9 +68,9 @@ def test_vllm_v0_names_model_name_only_and_gpu_cache_usage() -> None:
 
 
 def test_one_target_with_two_engines_gives_two_series() -> None:
-    two = V0_PAYLOAD + V0_PAYLOAD.replace("facebook/opt-125m", "other/model").replace(
-        "# TYPE", "# XTYPE"
-    )
+    # The second copy's HELP/TYPE lines made comments: a second one is refused.
+    second = V0_PAYLOAD.replace("facebook/opt-125m", "other/model")
+    two = V0_PAYLOAD + second.replace("# TYPE", "# XTYPE").replace("# HELP", "# XHELP")
     series = read_series(two, "vllm")
     assert [dict(s.key)["model_name"] for s in series] == ["facebook/opt-125m", "other/model"]
 

@@ -27,7 +27,16 @@ FUZZ = settings(
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 
-metric_names = st.from_regex(r"[a-zA-Z_:][a-zA-Z0-9_:]{0,12}", fullmatch=True)
+metric_names = st.one_of(
+    st.from_regex(r"[a-zA-Z_:][a-zA-Z0-9_:]{0,12}", fullmatch=True),
+    # A few names, so that HELP/TYPE lines and samples of one family meet, with suffixes.
+    st.builds(
+        "".join,
+        st.tuples(st.sampled_from(["h", "s"]), st.sampled_from(["", "_bucket", "_count"])),
+    ),
+)
+# Names that need quotes (the Prometheus 3 text format), written escaped.
+quoted_names = st.sampled_from(["a.b", "a.b_bucket", "é x", 'q"t', "b\\s"])
 label_names = st.from_regex(r"[a-zA-Z_][a-zA-Z0-9_]{0,8}", fullmatch=True)
 label_values = st.text(alphabet=st.sampled_from('ab \\"\n{},=é'), max_size=6)
 values = st.one_of(
@@ -46,9 +55,11 @@ def _escape(value: str) -> str:
 
 @st.composite
 def exposition_lines(draw, value=values, label_name=label_names) -> str:
-    """A line of exposition text, valid by the format's grammar with the defaults."""
+    """A line of exposition text, valid by the format's grammar with the defaults (it may
+    still break a rule: a second TYPE line, a negative count of a histogram)."""
     kind = draw(st.sampled_from(["sample", "sample", "sample", "help", "type", "blank"]))
-    name = draw(metric_names)
+    quoted = draw(st.booleans()) and draw(st.booleans())
+    name = f'"{_escape(draw(quoted_names))}"' if quoted else draw(metric_names)
     if kind == "help":
         return f"# HELP {name} {draw(st.text(max_size=10))}"
     if kind == "type":
@@ -56,11 +67,15 @@ def exposition_lines(draw, value=values, label_name=label_names) -> str:
         return f"# TYPE {name} {draw(st.sampled_from(kinds))}"
     if kind == "blank":
         return draw(st.sampled_from(["", " ", "# a comment"]))
-    keys = draw(st.lists(label_name, max_size=3, unique=True))
-    labels = ",".join(f'{k}="{_escape(draw(label_values))}"' for k in keys)
-    section = f"{{{labels}}}" if keys or draw(st.booleans()) else ""
-    timestamp = f" {draw(st.integers(0, 2**41))}" if draw(st.booleans()) else ""
-    return f"{name}{section} {draw(value)}{timestamp}"
+    keys = draw(st.lists(st.one_of(label_name, st.just('"my.label"')), max_size=3, unique=True))
+    pairs = [f'{k}="{_escape(draw(label_values))}"' for k in keys]
+    if "le" in keys or draw(st.booleans()):
+        pairs.append(f'le="{draw(st.sampled_from(["1", "+Inf", "bla"]))}"')
+    labels = ",".join(([name] if quoted else []) + pairs)
+    section = f"{{{labels}}}" if labels or draw(st.booleans()) else ""
+    stamp = st.one_of(st.integers(0, 2**41).map(str), st.sampled_from(["1.5", "-3", "1e3"]))
+    timestamp = f" {draw(stamp)}" if draw(st.booleans()) else ""
+    return f"{'' if quoted else name}{section} {draw(value)}{timestamp}"
 
 
 @st.composite

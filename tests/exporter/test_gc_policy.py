@@ -3,12 +3,16 @@ it changes the whole process's collector, which the test process must keep as it
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import pytest
 
+from exporter.scrape import gc_policy
 from tests.support.paths import REPO
+from tests.support.virtual_time import loop_clock, run_virtual
 
 ROOT = REPO
 
@@ -70,3 +74,28 @@ def test_policy_defers_full_collections_to_its_own_schedule_and_still_frees_old_
         "alive after young and middle collections True",
         "freed by the periodic full collection True",
     ]
+
+
+def test_a_full_collection_waits_for_the_next_metrics_answer_at_most_one_period(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    async def scenario() -> list[float]:
+        clock = loop_clock()
+        stop, answered = asyncio.Event(), asyncio.Event()
+        times: list[float] = []
+        monkeypatch.setattr(
+            gc_policy, "gc", SimpleNamespace(collect=lambda: times.append(clock()) or 0)
+        )
+        task = asyncio.create_task(gc_policy.full_collections(stop, 300.0, answered))
+        for at in (100.0, 250.0, 320.0, 700.0):  # /metrics answers
+            await asyncio.sleep(at - clock())
+            answered.set()
+        await asyncio.sleep(1400.0 - clock())
+        stop.set()
+        await task
+        return times
+
+    after = gc_policy.AFTER_ANSWER_SECONDS
+    # due at 300: the answer at 320; due at 620: the one at 700; due at 1000: none comes,
+    # so at 1300, one period later
+    assert run_virtual(scenario()) == pytest.approx([320 + after, 700 + after, 1300 + 2 * after])

@@ -9,6 +9,8 @@ so never a speed. The markdown is only checked to render.
 from __future__ import annotations
 
 import json
+import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -208,3 +210,23 @@ def test_quick_slo_bench_reports_the_history_bound_and_equal_signals(tmp_path: P
     assert memory["bytes"] > 0
     assert_checked([numbers["ingest"]], 20)
     assert "## SLO: what an objective costs" in report
+
+
+def test_quick_history_bench_reports_bytes_per_point_within_its_bounds(tmp_path: Path) -> None:
+    report = tmp_path / "history.md"
+    done = subprocess.run(
+        [sys.executable, "scripts/bench_history.py", "--quick", "--output", str(report)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert done.returncode == 0, done.stderr
+    text = report.read_text(encoding="utf-8")
+    per_point = int(re.search(r"\| per point \| (\d+) B \|", text).group(1))
+    before = int(re.search(r"\| per point, rows kept as a deque of tuples .*? \| (\d+) B", text)[1])
+    # packed and compressed, the reason's words once per change: several times smaller
+    assert 0 < per_point < 200 and before > 3 * per_point
+    assert "| history, 100 targets |" in text and "| yes |" in text

@@ -1,16 +1,26 @@
 """The parser's fuzzing oracle: what `promtext.parse` must do on any text.
 
-It raises nothing but ParseError; where both it and `prometheus_client.parser` read a
-text, they return the same samples; and on a valid text (by the exposition format's
-grammar) it reads what prometheus_client reads. prometheus_client is more lenient than
-the format (label names with `:`, `1_000` as a number): those texts it may refuse. Shared by the
-hypothesis tests and the atheris harness
-(`scripts/fuzz_parser.py`), so both check one promise.
+It raises nothing but ParseError; it refuses every text that breaks one of the format's
+rules (`broken_rule`, written here from the exposition format's specification and
+Prometheus's parser, apart from the parser's own code); where both it and
+`prometheus_client.parser` read a text, they return the same samples; and on a valid
+text (by the format's grammar) that breaks no rule it reads what prometheus_client reads.
+
+Where the oracle follows which: the samples read (names, labels, values, timestamps)
+follow prometheus_client. The refusals follow the format and Prometheus, where
+prometheus_client is lenient: it reads a negative histogram count, an `le` or `quantile`
+that is not a number, a second HELP or TYPE line, a TYPE line after its samples, an
+invalid escape (kept literally) and a fractional timestamp (as fractional milliseconds),
+all of which `broken_rule` names. It is also more lenient than the grammar (label names
+with `:`, `1_000` as a number): those texts the parser may refuse. Shared by the
+hypothesis tests and the atheris harness (`scripts/fuzz_parser.py`), so both check one
+promise.
 """
 
 from __future__ import annotations
 
 import math
+import re
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -46,7 +56,8 @@ def reference_samples(text: str) -> list[Key] | None:
 def check_parse(text: str, valid: bool = False) -> None:
     """Raise AssertionError when `parse` breaks its promise on `text`; `valid`: the text
     follows the format's grammar, so refusing what prometheus_client reads is a failure
-    too. Any exception other than ParseError propagates as the failure it is."""
+    too, unless the text breaks a rule. Any exception other than ParseError propagates
+    as the failure it is."""
     try:
         samples = parse(text)
     except ParseError:
@@ -54,8 +65,107 @@ def check_parse(text: str, valid: bool = False) -> None:
     ours = None if samples is None else [_key(*s) for s in samples]
     _check_selective(text, samples)
     reference = reference_samples(text)
-    if reference is not None and (ours is not None or valid):
+    rule = broken_rule(text)
+    assert ours is None or rule is None, f"read {text!r}, which breaks: {rule}"
+    if reference is not None and (ours is not None or (valid and rule is None)):
         assert ours == reference, f"differs from prometheus_client on {text!r}"
+
+
+_METADATA = re.compile(r'#[ \t]+(HELP|TYPE)(?:[ \t]+("(?:[^"\\]|\\.)*"|[^\s"]+))?(?:[ \t]+(.*))?$')
+_SAMPLE_NAME = re.compile(r'\s*(?:\{\s*"((?:[^"\\]|\\.)*)"|([^\s{]+))')
+_QUOTED = re.compile(r'"((?:[^"\\]|\\.)*)"')
+_TYPES = {
+    "counter": ("", "_total", "_created"),
+    "gauge": ("",),
+    "histogram": ("_bucket", "_sum", "_count", "_created"),
+    "summary": ("", "_sum", "_count", "_created"),
+    "untyped": ("",),
+}
+
+
+def broken_rule(text: str) -> str | None:
+    """The first rule of the format that `text` breaks, or None. From the exposition
+    format's specification: one HELP and one TYPE line a name, TYPE before the name's
+    samples, the five types, three label value escapes, integer millisecond timestamps,
+    `le` and `quantile` as numbers; from Prometheus: no HELP/TYPE without a name; from
+    OpenMetrics: a histogram's `_bucket` and `_count` are never negative."""
+    helps: set[str] = set()
+    types: dict[str, str] = {}
+    seen: set[str] = set()
+    for line in (raw.strip() for raw in text.split("\n")):
+        if not line:
+            continue
+        if line.startswith("#"):
+            rule = _metadata_rule(line, helps, types, seen)
+            if rule:
+                return rule
+            continue
+        name = _SAMPLE_NAME.match(line)
+        if name is not None:
+            seen.add(_unescape(name.group(1)) if name.group(1) is not None else name.group(2))
+        for quoted in _QUOTED.findall(line):
+            if re.search(r"\\[^\\\"n]", quoted.replace("\\\\", "")):
+                return "an invalid escape"
+        words = line[line.rfind("}") + 1 :].split() if "{" in line else line.split()[1:]
+        if len(words) == 2 and not re.fullmatch(r"[+-]?[0-9]+", words[1]):
+            return "a timestamp that is not whole milliseconds"
+    return _sample_rule(text)
+
+
+def _unescape(quoted: str) -> str:
+    return re.sub(r"\\(.)", lambda m: {"n": "\n"}.get(m.group(1), m.group(1)), quoted)
+
+
+def _metadata_rule(line: str, helps: set[str], types: dict[str, str], seen: set[str]) -> str:
+    m = _METADATA.match(line)
+    if m is None:
+        return ""
+    keyword, name, rest = m.groups()
+    if name is None:
+        return f"{keyword} without a name"
+    if name.startswith('"'):
+        name = _unescape(name[1:-1])
+    if keyword == "HELP":
+        if name in helps:
+            return "a second HELP line"
+        helps.add(name)
+        return ""
+    kind = (rest or "").strip()
+    if name in types:
+        return "a second TYPE line"
+    if kind not in _TYPES:
+        return "an unknown type"
+    if any(name + suffix in seen for suffix in _TYPES[kind]):
+        return "a TYPE line after its samples"
+    types[name] = kind
+    return ""
+
+
+def _sample_rule(text: str) -> str | None:
+    """The rules on a typed family's samples, read from prometheus_client's families."""
+    try:
+        families = list(text_string_to_metric_families(text))
+    except Exception:  # noqa: BLE001 - refused by the reference: its rules cannot be read
+        return None
+    for family in families:
+        for s in family.samples:
+            counted = s.name in (family.name + "_bucket", family.name + "_count")
+            if family.type == "histogram" and counted and s.value < 0:
+                return "a negative histogram count"
+            bound = s.labels.get("le") if family.type == "histogram" else None
+            if family.type == "summary" and s.name == family.name:
+                bound = s.labels.get("quantile")
+            if bound is not None and not _number(bound):
+                return "an le or quantile that is not a number"
+    return None
+
+
+def _number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return "_" not in text
 
 
 def _check_selective(text: str, samples: list | None) -> None:
