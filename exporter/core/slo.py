@@ -21,6 +21,7 @@ burn rates need, scrape by scrape, in bounded memory (its docstring says how muc
 from __future__ import annotations
 
 import bisect
+import copy
 import math
 from array import array
 from collections.abc import Iterable
@@ -245,6 +246,9 @@ class Totals(NamedTuple):
     def minus(self, older: Totals) -> Totals:
         return Totals(*(a - b for a, b in zip(self, older, strict=True)))
 
+    def plus(self, other: Totals) -> Totals:
+        return Totals(*(a + b for a, b in zip(self, other, strict=True)))
+
 
 # A window's checkpoints are kept flat in one array of doubles, STRIDE a checkpoint:
 # (t, *Totals), 40 bytes, with no object per number.
@@ -318,14 +322,19 @@ class SloHistory:
         self.started_at: float | None = None
         self.updated_at: float | None = None
 
+    def copy(self) -> SloHistory:
+        """An independent history with everything counted so far."""
+        return copy.deepcopy(self)
+
     def checkpoints(self) -> int:
         """Checkpoints held now, over every window."""
         return sum(len(points) for points in self._tiers.values())
 
-    def observe(self, t: float, hist: Histogram | None, budget: float | None) -> None:
-        """Count one scrape's histogram at `t` against `budget`; None of either: a gap."""
+    def observe(self, t: float, hist: Histogram | None, budget: float | None) -> Totals | None:
+        """Count one scrape's histogram at `t` against `budget`; None of either: a gap.
+        Returns what it counted (nothing at the history's first scrape), None for a gap."""
         if hist is None or budget is None or budget <= 0 or not hist.bounds:
-            return
+            return None
         if budget != self._budget:
             self._start(budget)  # a new promise: a new history
         if hist.bounds != self._bounds:
@@ -338,22 +347,32 @@ class SloHistory:
         assert edges is not None
         lower, upper = counts_at(hist, edges)
         current = (lower, upper, hist.counts[-1])
-        if self._previous is None:
-            self._previous = current
-            self.started_at = t
+        previous, self._previous = self._previous, current
+        if previous is None:
+            counted = ZERO
         else:
-            if restarted or any(a < b for a, b in zip(current, self._previous, strict=True)):
+            if restarted or any(a < b for a, b in zip(current, previous, strict=True)):
                 increase = current
             else:
-                increase = tuple(a - b for a, b in zip(current, self._previous, strict=True))
-            self._previous = current
-            counted = within(increase[0], increase[1], edges)
-            self.totals = Totals(
-                self.totals.lower + increase[0],
-                self.totals.upper + increase[1],
-                self.totals.estimate + counted.estimate,
-                self.totals.requests + increase[2],
-            )
+                increase = tuple(a - b for a, b in zip(current, previous, strict=True))
+            within_budget = within(increase[0], increase[1], edges)
+            counted = Totals(increase[0], increase[1], within_budget.estimate, increase[2])
+        self._count(t, counted)
+        return counted
+
+    def add(self, t: float, counted: Totals, budget: float) -> None:
+        """Count requests another history counted since its previous scrape (a target
+        total's: the sum of its series' `observe`), at `t` against `budget`. The first
+        after a start begins the history at `t` and counts nothing: what was counted
+        happened before it."""
+        if budget != self._budget:
+            self._start(budget)
+        self._count(t, counted if self.started_at is not None else ZERO)
+
+    def _count(self, t: float, counted: Totals) -> None:
+        if self.started_at is None:
+            self.started_at = t
+        self.totals = self.totals.plus(counted)
         self.updated_at = t
         for seconds, points in self._tiers.items():
             if not points or t - points.t(len(points) - 1) >= seconds / RESOLUTION:

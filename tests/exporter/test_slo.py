@@ -237,9 +237,12 @@ def test_edges_of_a_budget_read_as_text_match_the_bound() -> None:
 # ---------------------------------------------------------------- through the window
 
 
+SERIES_KEY = (("engine", "0"), ("model_name", "m"))
+
+
 def _series(t: float, traffic: Traffic, seconds: float, bad: float) -> SeriesSnapshot:
     return SeriesSnapshot(
-        key=(("engine", "0"), ("model_name", "m")),
+        key=SERIES_KEY,
         engine="vllm",
         latency={"e2e": traffic.advance(seconds, 10, bad)},
     )
@@ -272,6 +275,8 @@ def test_the_window_keeps_the_history_through_an_outage_longer_than_itself() -> 
     assert series.slo.rate("1h") == pytest.approx(100 * 5950 / (5950 + 1300), rel=1e-9)
     assert series.slo.history_seconds == pytest.approx(t)
     assert signals.total.slo == series.slo
+    # One series all along: its history is the total's, not a second copy of it.
+    assert window.total_slo_history() is window.slo_history(SERIES_KEY)
 
 
 def test_without_an_objective_nothing_is_kept_and_no_burn_is_reported() -> None:
@@ -314,3 +319,51 @@ def test_a_target_of_several_series_keeps_the_total_s_history_apart() -> None:
     # The total's history began at the first scrape: the whole run is within 30 minutes.
     assert signals.total.slo.rate("30m") == pytest.approx(total_bad / 0.01, rel=0.02)
     assert by_model["b"].slo.rate("30m") > signals.total.slo.rate("30m")
+
+
+def _model(name: str, hist: Histogram) -> SeriesSnapshot:
+    return SeriesSnapshot(key=(("model_name", name),), engine="vllm", latency={"e2e": hist})
+
+
+def test_a_series_missing_from_one_scrape_adds_only_what_it_served_meanwhile() -> None:
+    settings = SignalSettings(budget_seconds=2.0, slo_objective=0.99)
+    window = Window(60.0, settings)
+    old, fresh = Traffic(), Traffic()
+    # Model a served 10,000 requests over the budget before the exporter started.
+    old.advance(1000, 10, 1.0)
+    states: dict = {}
+    target = TargetIdentity("llm", "x")
+    t = 0.0
+    for i in range(1, 41):
+        t = 5.0 * i
+        a = _model("a", old.advance(5, 10, 0.0))
+        b = _model("b", fresh.advance(5, 10, 0.0))
+        # Model a is missing from the 20th scrape (its engine was slow to answer).
+        window.add(Snapshot("llm", t, True, (b,) if i == 20 else (a, b)))
+        signals, states = evaluate_window(target, window, states, t)
+    history = window.total_slo_history()
+    # 39 scrapes' worth of both models since the first: 2 x 39 x 50 requests, all good.
+    assert history.totals.requests == 2 * 39 * 50
+    assert signals.total.slo.rate("5m") == 0.0
+    assert signals.total.slo.burning == ()
+
+
+def test_a_second_series_keeps_the_total_s_history_from_the_first_scrape() -> None:
+    settings = SignalSettings(budget_seconds=2.0, slo_objective=0.99)
+    window = Window(60.0, settings)
+    a_traffic, b_traffic = Traffic(), Traffic()
+    states: dict = {}
+    target = TargetIdentity("llm", "x")
+    t = 0.0
+    # Ten bad minutes of one model, then 20 good ones, then a second model joins.
+    for i in range(1, 361):
+        t = 5.0 * i
+        series = [_model("a", a_traffic.advance(5, 10, 1.0 if i <= 120 else 0.0))]
+        if i > 360 - 12:
+            series.append(_model("b", b_traffic.advance(5, 10, 0.0)))
+        window.add(Snapshot("llm", t, True, tuple(series)))
+        signals, states = evaluate_window(target, window, states, t)
+    assert signals.total.slo.history_seconds == t - 5.0
+    # The hour still holds the ten bad minutes: 119 bad scrapes of 50 requests, among
+    # 359 scrapes of model a and 11 of model b.
+    assert signals.total.slo.rate("1h") == pytest.approx(100 * 119 / (359 + 11), rel=1e-9)
