@@ -643,8 +643,27 @@ def held_saturation(
     return held
 
 
-def _with_episode(total: SeriesSignals, state: SaturationState | None, now: float) -> SeriesSignals:
-    """A total that read nothing, carrying the saturation episode still open (if any)."""
+def held_slo(window: Window, held: SaturationState | None) -> SloStatus | None:
+    """The total's SLO status through a scrape that read nothing: its history's, which
+    that scrape left as the last read did; None without an objective, and once the target
+    has gone unread past the staleness (`held`, the total's saturation state from
+    `held_saturation`, is then None), as a saturation episode ends."""
+    settings = window.settings
+    history = window.total_slo_history()
+    if held is None or history is None or settings.slo_objective is None:
+        return None
+    return slo_status(
+        history, settings.slo_objective, settings.slo_window_scale, settings.slo_period_seconds
+    )
+
+
+def _with_episode(
+    total: SeriesSignals, state: SaturationState | None, slo: SloStatus | None, now: float
+) -> SeriesSignals:
+    """A total that read nothing, carrying the saturation episode still open (if any) and
+    the SLO status held through it (`held_slo`), so neither episode splits."""
+    if slo is not None:
+        total = replace(total, slo=slo)
     if state is None or state.above_since is None:
         return total
     return replace(
@@ -683,11 +702,14 @@ def unreadable_signals(
     settings: SignalSettings,
     scrape_seconds: float | None,
     episode: SaturationState | None = None,
+    slo: SloStatus | None = None,
 ) -> TargetSignals:
     """A target that answered (up, as Prometheus would say) whose payload could not be
     evaluated: the error is its state and its diagnosis, and it has no series. `episode`:
-    the total's saturation state held through it (`held_saturation`)."""
-    total = _with_episode(signals_without_series(unreadable_diagnosis(error), settings), episode, t)
+    the total's saturation state held through it (`held_saturation`); `slo`: its SLO
+    status held through it (`held_slo`)."""
+    unreadable = signals_without_series(unreadable_diagnosis(error), settings)
+    total = _with_episode(unreadable, episode, slo, t)
     return target.signals(t, True, error, (), total, scrape_seconds)
 
 
@@ -718,7 +740,10 @@ def evaluate_window(
         raise ValueError(f"target {target.name}: evaluating an empty window")
     saturation = held_saturation(saturation, now, settings, readable=latest.up)
     if not latest.up:
-        down = _with_episode(down_signals(latest.error, settings), saturation.get(TOTAL), now)
+        held = saturation.get(TOTAL)
+        down = _with_episode(
+            down_signals(latest.error, settings), held, held_slo(window, held), now
+        )
         return target.signals(
             latest.t, False, latest.error, (), down, latest.scrape_seconds
         ), saturation

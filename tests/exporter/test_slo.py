@@ -30,6 +30,7 @@ from exporter.core.slo import SloHistory as History
 from exporter.core.snapshot import SeriesSnapshot, Snapshot
 from exporter.core.window import Window
 from exporter.engines.vllm import REQUEST_LATENCY_BUCKETS
+from exporter.serve.api_json import history_point, history_row
 
 BOUNDS = (*REQUEST_LATENCY_BUCKETS, math.inf)
 DAY = 86400.0
@@ -367,3 +368,32 @@ def test_a_second_series_keeps_the_total_s_history_from_the_first_scrape() -> No
     # The hour still holds the ten bad minutes: 119 bad scrapes of 50 requests, among
     # 359 scrapes of model a and 11 of model b.
     assert signals.total.slo.rate("1h") == pytest.approx(100 * 119 / (359 + 11), rel=1e-9)
+
+
+def test_a_scrape_that_reads_nothing_carries_the_burn_until_the_target_is_stale() -> None:
+    settings = SignalSettings(budget_seconds=2.0, slo_objective=0.99, stale_seconds=30.0)
+    window = Window(60.0, settings)
+    traffic = Traffic()
+    states: dict = {}
+    target = TargetIdentity("llm", "x")
+    t = 0.0
+    for _ in range(120):  # 10 minutes, all of it bad
+        t += 5
+        window.add(Snapshot("llm", t, True, (_series(t, traffic, 5, 1.0),)))
+        read, states = evaluate_window(target, window, states, t)
+    assert "fast" in read.total.slo.burning
+    t += 5
+    window.add(Snapshot("llm", t, False, error="timed out"))
+    down, states = evaluate_window(target, window, states, t)
+    # Nothing read: the burn stands as last read, and the history row still flags it.
+    assert not down.up and down.total.slo == read.total.slo
+    assert history_point(history_row(down))["slo_burning_fast"] is True
+    t += 5
+    window.add(Snapshot("llm", t, True, (_series(t, traffic, 10, 1.0),)))
+    again, states = evaluate_window(target, window, states, t)
+    assert again.total.slo.rate("5m") == pytest.approx(100.0)
+    for _ in range(8):  # unread for 35 s since the first, past the 30 s staleness
+        t += 5
+        window.add(Snapshot("llm", t, False, error="timed out"))
+        down, states = evaluate_window(target, window, states, t)
+    assert down.total.slo is None
