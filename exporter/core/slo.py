@@ -420,7 +420,7 @@ class BurnRate:
 class SloStatus:
     """A series held to an objective, at one evaluation: the burn rate over each
     standard window, which speeds of alert burn (both windows of a pair over its
-    factor), and the error budget left over the compliance period, known once the history
+    factor, once the history covers the short window), and the error budget left over the compliance period, known once the history
     covers the period (None before: `history_seconds` says how far it reaches)."""
 
     objective: float
@@ -441,9 +441,13 @@ class SloStatus:
         return max(known) if known else None
 
 
-def pair_burning(pair: WindowPair, rates: dict[str, float | None]) -> bool:
-    """Both windows of the pair burn faster than its factor."""
-    return all(
+def pair_burning(
+    pair: WindowPair, rates: dict[str, float | None], covered: Iterable[str] = WINDOWS
+) -> bool:
+    """Both windows of the pair burn faster than its factor, and the history reaches
+    back over its short window (`covered`: the windows it reaches back over), so that a
+    young history's first bad scrapes do not page for a burn it never watched."""
+    return pair.short in covered and all(
         (rate := rates.get(name)) is not None and rate > pair.factor
         for name in (pair.long, pair.short)
     )
@@ -456,8 +460,11 @@ def slo_status(
     its windows scaled by `scale`."""
     rates: dict[str, float | None] = {}
     burn_rates = []
+    covered = set()
     for name in WINDOWS:
         seconds = window_seconds(name, scale)
+        if history.covers(seconds):
+            covered.add(name)
         counted = history.increase(seconds)
         rate = None
         if counted is not None and counted[0].requests > 0:
@@ -468,7 +475,7 @@ def slo_status(
     burning = tuple(
         speed
         for speed in SPEEDS
-        if any(pair_burning(p, rates) for p in WINDOW_PAIRS if p.speed == speed)
+        if any(pair_burning(p, rates, covered) for p in WINDOW_PAIRS if p.speed == speed)
     )
     remaining = None
     if history.covers(period_seconds):

@@ -367,12 +367,15 @@ def _over_budget_run(settings: SignalSettings) -> set[str]:
 
 def test_a_target_without_an_objective_posts_nothing_new_however_slow():
     # Every request misses the budget: with an objective the promise is broken at 100x
-    # at once; without one, only what was posted before: budget saturation (the median
-    # at 150% of the budget for the hold), nothing else.
+    # (both burn alerts, once the history covers their short windows: 3 s and 216 s at
+    # the 0.01 scale); without one, only what was posted before: budget saturation (the
+    # median at 150% of the budget for the hold), nothing else.
     without = _over_budget_run(SignalSettings(cap=4, budget_seconds=2.0, quantile=0.5))
     assert without == {BUDGET_SATURATED.name}
     held = _over_budget_run(
-        SignalSettings(cap=4, budget_seconds=2.0, quantile=0.5, slo_objective=0.99)
+        SignalSettings(
+            cap=4, budget_seconds=2.0, quantile=0.5, slo_objective=0.99, slo_window_scale=0.01
+        )
     )
     assert {SLO_BURN_FAST.name, SLO_BURN_SLOW.name} <= held
     assert held - without == {SLO_BURN_FAST.name, SLO_BURN_SLOW.name}
