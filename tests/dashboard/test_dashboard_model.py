@@ -470,3 +470,20 @@ def test_a_saturation_banner_is_the_diagnosis_or_says_why_it_is_held() -> None:
     )
     down = {**unmeasured, "up": False, "error": "timed out"}
     assert "; the last scrape could not read the target, and nothing" in banner_text(down, frames)
+
+    # read now, nothing running, but the window measured latency: not "no latency"
+    idle = {
+        **read,
+        "total": {
+            **read["total"],
+            "latency_seconds": 0.116,
+            "budget_utilization": 2.32,
+            "window_seconds": 20.0,
+            "diagnosis": {"state": "idle", "reason": "no request is running or waiting"},
+        },
+    }
+    assert "measured no latency" not in banner_text(idle, frames)
+    assert (
+        "lasted 57 s; the diagnosis now reads idle (no request is running or waiting), while "
+        "latency over the last 20 s stands at 232% of the budget, and nothing measured since"
+    ) in banner_text(idle, frames)
