@@ -419,24 +419,30 @@ class BurnRate:
 @dataclass(frozen=True, slots=True)
 class SloStatus:
     """A series held to an objective, at one evaluation: the burn rate over each
-    standard window, which speeds of alert burn (both windows of a pair over its
-    factor, once the history covers the short window), and the error budget left over the compliance period, known once the history
-    covers the period (None before: `history_seconds` says how far it reaches)."""
+    standard window, which window pairs burn (`burning_pairs`: both windows over the
+    pair's factor, once the history covers the short window) and so which speeds of alert
+    (`burning`), and the error budget left over the compliance period, known once the
+    history covers the period (None before: `history_seconds` says how far it reaches)."""
 
     objective: float
     burn_rates: tuple[BurnRate, ...]
-    burning: tuple[str, ...]
+    burning_pairs: tuple[WindowPair, ...]
     error_budget_remaining: float | None
     history_seconds: float
     period_seconds: float
+
+    @property
+    def burning(self) -> tuple[str, ...]:
+        """The speeds with a burning pair, fast first."""
+        return tuple(s for s in SPEEDS if any(p.speed == s for p in self.burning_pairs))
 
     def rate(self, window: str) -> float | None:
         return next((b.rate for b in self.burn_rates if b.window == window), None)
 
     def speed_burn_rate(self, speed: str) -> float | None:
-        """The highest burn rate over the long windows of `speed`'s pairs (an alert's
-        value)."""
-        rates = [self.rate(p.long) for p in WINDOW_PAIRS if p.speed == speed]
+        """The highest burn rate over the long windows of `speed`'s burning pairs (an
+        alert's value: the pair that fires it); None when none of them burns."""
+        rates = [self.rate(p.long) for p in self.burning_pairs if p.speed == speed]
         known = [r for r in rates if r is not None]
         return max(known) if known else None
 
@@ -472,11 +478,7 @@ def slo_status(
             rate = burn_rate(totals.estimate / totals.requests, objective)
         rates[name] = rate
         burn_rates.append(BurnRate(name, seconds, rate))
-    burning = tuple(
-        speed
-        for speed in SPEEDS
-        if any(pair_burning(p, rates, covered) for p in WINDOW_PAIRS if p.speed == speed)
-    )
+    burning = tuple(p for p in WINDOW_PAIRS if pair_burning(p, rates, covered))
     remaining = None
     if history.covers(period_seconds):
         counted = history.increase(period_seconds)

@@ -25,7 +25,7 @@ from exporter.config.settings import Settings
 from exporter.core.diagnosis import Diagnosis
 from exporter.core.evaluate import SeriesSignals, TargetIdentity, TargetSignals, evaluate_window
 from exporter.core.signals import SignalSettings
-from exporter.core.slo import BurnRate, SloStatus
+from exporter.core.slo import WINDOW_PAIRS, BurnRate, SloStatus, pair_burning
 from exporter.core.snapshot import Snapshot
 from exporter.core.window import Window
 from exporter.engines import read_series
@@ -296,11 +296,14 @@ def test_the_posted_alert_states_the_configured_threshold_and_hold():
 
 
 def _slo(burning: tuple[str, ...], **rates: float) -> SloStatus:
+    """A status whose pairs of the `burning` speeds burn where both their rates are over
+    the pair's factor."""
     windows = {"5m": 300.0, "30m": 1800.0, "1h": 3600.0, "6h": 21600.0, "3d": 259200.0}
+    by_window = {w: rates.get("w" + w) for w in windows}
     return SloStatus(
         0.99,
-        tuple(BurnRate(w, s, rates.get("w" + w)) for w, s in windows.items()),
-        burning,
+        tuple(BurnRate(w, s, by_window[w]) for w, s in windows.items()),
+        tuple(p for p in WINDOW_PAIRS if p.speed in burning and pair_burning(p, by_window)),
         None,
         100.0,
         30 * 86400.0,

@@ -191,6 +191,25 @@ def test_a_young_history_pages_only_once_it_covers_the_short_window() -> None:
     assert slo_status(history, 0.99, SCALE, PERIOD).burning == ("fast",)
 
 
+def test_a_speed_s_burn_rate_is_its_burning_pair_s_not_a_quiet_pair_s() -> None:
+    history = History(history_windows(SCALE, PERIOD))
+    traffic = Traffic()
+    history.observe(0.0, traffic.advance(0, 10, 0.0), 2.0)
+    t = 0.0
+    # Five hours at 5x, half an hour at 30x, half an hour at 10x.
+    for seconds, bad in ((5 * 3600, 0.05), (1800, 0.3), (1800, 0.1)):
+        for _ in range(int(seconds / 5)):
+            t += 5
+            history.observe(t, traffic.advance(5, 10, bad), 2.0)
+    status = slo_status(history, 0.99, SCALE, PERIOD)
+    # 1h (20x) and 5m (10x) are not both over 14.4x; 6h (7.5x) and 30m (10x) are over 6x:
+    # the fast alert is the 6h/30m pair's, at its long window's 7.5x, not the hour's 20x.
+    assert status.rate("1h") == pytest.approx(20.0, rel=1 / RESOLUTION)
+    assert status.rate("5m") == pytest.approx(10.0) and status.rate("30m") == pytest.approx(10.0)
+    assert status.speed_burn_rate("fast") == status.rate("6h") == pytest.approx(7.5, rel=1e-3)
+    assert [(p.long, p.short) for p in status.burning_pairs if p.speed == "fast"] == [("6h", "30m")]
+
+
 def test_a_short_spike_burns_the_short_window_only() -> None:
     history = History(history_windows(SCALE, PERIOD))
     traffic = Traffic()
