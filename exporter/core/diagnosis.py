@@ -341,6 +341,12 @@ def _over_budget(r: _Reading) -> Diagnosis | None:
             "batch, so more replicas, or a higher cap where the KV cache has room, shorten "
             "the wait"
         )
+    elif r.waits and r.fullest is None:
+        where = (
+            f"{r.batch} while {_count_text(r.i.waiting)} wait: requests queue, and with no "
+            "cap known a full batch cannot be told from one something else holds back; "
+            "configure the cap to tell them apart"
+        )
     elif r.waits:
         where = (
             f"{r.batch} while {_count_text(r.i.waiting)} wait: requests queue while the "

@@ -455,6 +455,10 @@ def test_a_batcher_firing_on_its_max_wait_is_told_to_shorten_it() -> None:
             "running 8 of cap 8 with 20 waiting: requests queue behind a full batch",
         ),
         ({"running": 3, "waiting": 5}, "running 3 of cap 8 while 5 wait: requests queue"),
+        (
+            {"running": 3, "waiting": 5, "cap": None},
+            "running 3 while 5 wait: requests queue, and with no cap known a full batch",
+        ),
         ({"running": 8}, "running 8 of cap 8 and nothing waits: the batch is full"),
     ],
 )
