@@ -208,10 +208,6 @@ def with_target(signals_doc: dict, target: dict) -> dict:
     return {**signals_doc, "targets": targets}
 
 
-def find_target(signals_doc: dict, name: str) -> dict | None:
-    return next((t for t in signals_doc.get("targets", []) if t.get("target") == name), None)
-
-
 def series_name(labels: dict[str, str]) -> str:
     """A series as people call it: its model's (or batcher's, or deployment's) name."""
     named = [labels[k] for k in SERIES_NAME_LABELS if k in labels]
