@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from typing import NamedTuple
 
 from exporter.core.advice import Advice, AdviceInputs, advise
 from exporter.core.capacity import KvScrape, cost_per_batch
@@ -361,20 +362,26 @@ class _Latency:
     utilization: float | None
 
 
+class _Saturation(NamedTuple):
+    """The saturation state after an evaluation, and the seconds its episode has lasted."""
+
+    state: SaturationState
+    seconds: float
+
+
 def _diagnosis(
     snapshots: Sequence[SeriesSnapshot],
     rates: _Rates,
     peak: float | None,
     cap: float | None,
     tokens_per_step: float | None,
-    saturation: tuple[SaturationState, float],
+    saturation: _Saturation,
     latency: _Latency,
     settings: SignalSettings,
 ) -> tuple[Diagnosis, Limits]:
     """The series' diagnosis and its limits breakdown, both judging the same batch, `peak`
-    (`judged_batch`); the exported ratio stays the instant's.
-    `saturation`: the state after this evaluation and the seconds its episode has lasted.
-    A mean latency is said in the reason."""
+    (`judged_batch`); the exported ratio stays the instant's. A mean latency is said in
+    the reason."""
     last = snapshots[-1]
     fired_batches = _fires_batches(last, rates)
     breakdown = limits(
@@ -396,7 +403,6 @@ def _diagnosis(
         )
     )
     span = rates.span
-    state, above_seconds = saturation
     diagnosis = diagnose(
         DiagnosisInputs(
             running=peak,
@@ -404,7 +410,7 @@ def _diagnosis(
             cap=cap,
             kv_usage=last.kv_usage,
             preemptions_per_second=rates.preemptions,
-            budget_saturated=state.saturated,
+            budget_saturated=saturation.state.saturated,
             budget_utilization=latency.utilization,
             generated_per_second=rates.tokens
             if rates.tokens is not None
@@ -420,7 +426,7 @@ def _diagnosis(
             waiting_deferred=last.waiting_deferred,
             latency_seconds=latency.seconds,
             budget_seconds=latency.budget_seconds,
-            above_threshold_seconds=above_seconds,
+            above_threshold_seconds=saturation.seconds,
             limits=breakdown,
         ),
         settings,
@@ -531,7 +537,7 @@ def series_signals(
         peak,
         cap,
         tokens_per_step,
-        (saturation, above_seconds),
+        _Saturation(saturation, above_seconds),
         _Latency(latency, statistic, budget, utilization),
         settings,
     )
