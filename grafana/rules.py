@@ -141,8 +141,8 @@ def vllm_recording_rules(config: Mapping) -> dict:
         ),
     ]
     for histogram, family in LATENCY_FAMILIES.items():
-        # Per-token latencies only for the targets that judge them: every other target's
-        # recorded series stay as they were before the kinds were read.
+        # Per-token latencies only for the targets that judge them (a budget for the
+        # kind): the others record no per-token series.
         judged = (
             f'\nand on (target) {BUDGET_RULE}{{histogram="{histogram}"}}'
             if histogram in TOKEN_LATENCY_KINDS
