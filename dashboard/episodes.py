@@ -9,6 +9,14 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from exporter.alerts.specs import SLO_BURN_FAST, SLO_BURN_SLOW
+
+# Which alert each burning speed raises, and what it asks of the operator.
+SPEED_ALERTS = {
+    "fast": (SLO_BURN_FAST.name, "page"),
+    "slow": (SLO_BURN_SLOW.name, "ticket"),
+}
+
 
 @dataclass(frozen=True, slots=True)
 class Stretch:
@@ -180,9 +188,7 @@ def burn_episodes_frame(episodes: list[BurnEpisode], now: float) -> pd.DataFrame
         [
             {
                 "target": e.target,
-                "alert": "BatchingSLOBurnFast (page)"
-                if e.speed == "fast"
-                else "BatchingSLOBurnSlow (ticket)",
+                "alert": "{} ({})".format(*SPEED_ALERTS[e.speed]),
                 "start": pd.Timestamp(e.start, unit="s", tz="UTC"),
                 "end": pd.NaT if e.end is None else pd.Timestamp(e.end, unit="s", tz="UTC"),
                 "ongoing": e.end is None,

@@ -150,11 +150,40 @@ def _order(row: dict, sort: str) -> tuple:
     )
 
 
+def fleet_rows(signals_doc: dict) -> list[dict]:
+    """One `fleet_row` per target, in the document's order."""
+    return [fleet_row(target) for target in signals_doc.get("targets", [])]
+
+
+def with_row(rows: list[dict], target: dict) -> list[dict]:
+    """The rows with `target`'s replaced by one read from it (its full signals)."""
+    row = fleet_row(target)
+    return [row if r["target"] == row["target"] else r for r in rows]
+
+
+def fleet_table(rows: list[dict], sort: str = "worst first") -> pd.DataFrame:
+    """The fleet table of these rows, worst first unless `sort` names another order."""
+    ordered = sorted(rows, key=lambda row: _order(row, sort))
+    return pd.DataFrame(ordered, columns=[*FLEET_COLUMNS, "_severity"]).drop(columns="_severity")
+
+
 def fleet_frame(signals_doc: dict, sort: str = "worst first") -> pd.DataFrame:
     """One row per target (`fleet_row`), worst first unless `sort` names another order."""
-    rows = [fleet_row(target) for target in signals_doc.get("targets", [])]
-    rows.sort(key=lambda row: _order(row, sort))
-    return pd.DataFrame(rows, columns=[*FLEET_COLUMNS, "_severity"]).drop(columns="_severity")
+    return fleet_table(fleet_rows(signals_doc), sort)
+
+
+def _matches(row: dict, needle: str) -> bool:
+    return needle in row["target"].lower() or needle in row["state"].lower()
+
+
+def first_matching(rows: list[dict], text: str, sort: str, preferred: str | None) -> str | None:
+    """The target among `rows` whose name or state contains `text` (any case), as the
+    fleet table filters: `preferred` when it matches, else the first in `sort`'s order."""
+    needle = text.strip().lower()
+    matching = [r for r in rows if _matches(r, needle)] if needle else rows
+    if any(r["target"] == preferred for r in matching):
+        return preferred
+    return min(matching, key=lambda row: _order(row, sort))["target"] if matching else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,6 +196,12 @@ class FleetPage:
     total: int
     page: int
     pages: int
+
+    def at_page(self, page: int) -> FleetPage:
+        """The same matching rows, page `page` of them (0-based, clamped to the last)."""
+        page = min(max(page, 0), self.pages - 1)
+        rows = self.matching.iloc[page * FLEET_PAGE_ROWS : (page + 1) * FLEET_PAGE_ROWS]
+        return FleetPage(rows, self.matching, self.total, page, self.pages)
 
     @property
     def first(self) -> int:
@@ -194,9 +229,7 @@ def fleet_page(frame: pd.DataFrame, text: str = "", page: int = 0) -> FleetPage:
         ].str.lower().str.contains(needle, regex=False)
         matching = frame[hit]
     pages = max(1, -(-len(matching) // FLEET_PAGE_ROWS))
-    page = min(max(page, 0), pages - 1)
-    rows = matching.iloc[page * FLEET_PAGE_ROWS : (page + 1) * FLEET_PAGE_ROWS]
-    return FleetPage(rows, matching, len(frame), page, pages)
+    return FleetPage(matching.iloc[:0], matching, len(frame), 0, pages).at_page(page)
 
 
 def with_target(signals_doc: dict, target: dict) -> dict:
@@ -206,10 +239,6 @@ def with_target(signals_doc: dict, target: dict) -> dict:
     name = target.get("target")
     targets = [target if t.get("target") == name else t for t in signals_doc.get("targets", [])]
     return {**signals_doc, "targets": targets}
-
-
-def find_target(signals_doc: dict, name: str) -> dict | None:
-    return next((t for t in signals_doc.get("targets", []) if t.get("target") == name), None)
 
 
 def series_name(labels: dict[str, str]) -> str:

@@ -8,14 +8,9 @@ from __future__ import annotations
 
 import streamlit as st
 
+from dashboard.episodes import SPEED_ALERTS
 from dashboard.formatting import MISSING, percent, plain_markdown, seconds, tile
 from dashboard.time_frames import TimeFrames
-
-# Which alert each burning speed raises, and what it asks of the operator.
-SPEED_ALERTS = {
-    "fast": ("BatchingSLOBurnFast", "page"),
-    "slow": ("BatchingSLOBurnSlow", "ticket"),
-}
 
 
 def attainment_text(attainment: dict | None) -> str:

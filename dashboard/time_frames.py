@@ -92,13 +92,24 @@ def banner_text(target: dict, frames: TimeFrames) -> str:
     ):
         reason = diagnosis.get("reason") or ""
         return f"**Budget saturated: {name}**. {plain_markdown(reason[:1].upper() + reason[1:])}."
-    # Held, not measured now: the last scrape read nothing, or measured no latency.
-    held = (
-        "the last scrape could not read the target"
-        if not target.get("up") or target.get("error")
-        else "the last evaluation measured no latency (a window of one scrape, or no "
-        "request finished in it)"
-    )
+    # Held, not judged now: the last scrape read nothing, measured no latency, or the
+    # diagnosis found nothing running (idle) while the window still has latency.
+    if not target.get("up") or target.get("error"):
+        held = "the last scrape could not read the target"
+    elif total.get("latency_seconds") is None:
+        held = (
+            "the last evaluation measured no latency (a window of one scrape, or no "
+            "request finished in it)"
+        )
+    else:
+        utilisation = total.get("budget_utilization")
+        used = f" at {percent_text(utilisation)} of the budget" if utilisation is not None else ""
+        reason = diagnosis.get("reason")
+        held = (
+            f"the diagnosis now reads {diagnosis.get('state') or 'unknown'}"
+            + (f" ({plain_markdown(reason)})" if reason else "")
+            + f", while latency over {frames.window(total)} stands{used}"
+        )
     lasted = seconds_text(total.get("budget_saturated_seconds") or 0.0)
     return (
         f"**Budget saturated: {name}**. Utilisation has stayed {frames.saturation()} and "

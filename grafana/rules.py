@@ -141,8 +141,8 @@ def vllm_recording_rules(config: Mapping) -> dict:
         ),
     ]
     for histogram, family in LATENCY_FAMILIES.items():
-        # Per-token latencies only for the targets that judge them: every other target's
-        # recorded series stay as they were before the kinds were read.
+        # Per-token latencies only for the targets that judge them (a budget for the
+        # kind): the others record no per-token series.
         judged = (
             f'\nand on (target) {BUDGET_RULE}{{histogram="{histogram}"}}'
             if histogram in TOKEN_LATENCY_KINDS
@@ -525,16 +525,25 @@ def exporter_alerts(config: Mapping, holds: Mapping[str, float] | None = None) -
     return {"groups": [{"name": "batchscope-exporter-alerts", "rules": rules}]}
 
 
-def _long_windows(speed: str) -> str:
-    return "|".join(p.long for p in WINDOW_PAIRS if p.speed == speed)
-
-
 def _exporter_burning(speed: str, config: Mapping) -> str:
     """A target any of whose series (or its total) the exporter found burning at `speed`
-    (`batchscope_slo_burning`), at the highest burn rate over that speed's long windows."""
-    burn = latest(f'batchscope_slo_burn_rate_ratio{{window=~"{_long_windows(speed)}"}}', config)
+    (`batchscope_slo_burning`), at the highest long-window burn rate of that speed's pairs
+    whose two windows are over the pair's factor (as the exporter's own alert reads it)."""
+
+    def burn(window: str) -> str:
+        return latest(f'batchscope_slo_burn_rate_ratio{{window="{window}"}}', config)
+
+    pairs = [
+        f"({burn(p.long)} > {p.factor:g}\n and ignoring (window) {burn(p.short)} > {p.factor:g})"
+        for p in WINDOW_PAIRS
+        if p.speed == speed
+    ]
     burning = latest(f'batchscope_slo_burning{{speed="{speed}"}}', config)
-    return f"max by (target) (\n{burn}\nand ignoring (window, speed) {burning} == 1\n)"
+    return (
+        "max by (target) (\n(\n"
+        + "\nor ".join(pairs)
+        + f"\n)\nand ignoring (window, speed) {burning} == 1\n)"
+    )
 
 
 def vllm_burning(speed: str, config: Mapping) -> str:

@@ -10,6 +10,7 @@ import streamlit as st
 
 from dashboard import charts, ui
 from dashboard.episodes import (
+    SPEED_ALERTS,
     burn_episodes_frame,
     episodes_frame,
     fleet_burn_episodes,
@@ -128,9 +129,10 @@ def burn_section(history: pd.DataFrame, now: float) -> None:
     objective allows)."""
     st.subheader("SLO burn episodes")
     st.caption(
-        "Stretches where the error budget burned fast enough for BatchingSLOBurnFast (a "
-        "page) or BatchingSLOBurnSlow (a ticket): more requests missed the latency budget "
-        "than the target's slo_objective allows. Targets without an objective have none."
+        "Stretches where the error budget burned fast enough for "
+        + " or ".join(f"{name} (a {ask})" for name, ask in SPEED_ALERTS.values())
+        + ": more requests missed the latency budget than the target's slo_objective "
+        "allows. Targets without an objective have none."
     )
     episodes = fleet_burn_episodes(history)
     for e in episodes:

@@ -30,12 +30,15 @@ from dashboard.frames import (
     TOTAL_CHOICE,
     FleetPage,
     batch_size_frame,
-    fleet_frame,
+    first_matching,
     fleet_page,
+    fleet_rows,
+    fleet_table,
     history_frame,
     last_seconds,
     series_choices,
     series_points,
+    with_row,
     with_target,
 )
 from dashboard.next_steps import advice_rows, checklist, limit_bars, next_step
@@ -155,17 +158,16 @@ def fleet_controls() -> tuple[str, str]:
     return text, sort
 
 
-def chosen_target(doc: dict) -> str | None:
+def chosen_target(rows: list[dict]) -> str | None:
     """The target the panel shows this run, before the widgets are drawn: the selector's
     choice while it matches the filter, else the first target in the table's order (the
     selector's default)."""
-    name = st.session_state.get("live_target")
-    text = st.session_state.get("live_filter", "")
-    frame = fleet_frame(doc, st.session_state.get("live_sort", next(iter(SORTS))))
-    matching = fleet_page(frame, text).matching["target"].tolist()
-    if name in matching:
-        return name
-    return matching[0] if matching else None
+    return first_matching(
+        rows,
+        st.session_state.get("live_filter", ""),
+        st.session_state.get("live_sort", next(iter(SORTS))),
+        st.session_state.get("live_target"),
+    )
 
 
 def page_picker(pages: int) -> int:
@@ -199,14 +201,13 @@ def fleet_caption(view: FleetPage, sort: str, frames: TimeFrames) -> None:
     st.caption(frames.fleet())
 
 
-def fleet_overview(doc: dict, frames: TimeFrames) -> FleetPage:
-    """The fleet table, one page of the targets matching the filter in the chosen order;
-    returns that view."""
+def fleet_overview(rows: list[dict], frames: TimeFrames) -> FleetPage:
+    """The fleet table of these rows, one page of the targets matching the filter in the
+    chosen order; returns that view."""
     text, sort = fleet_controls()
     st.subheader("Fleet, worst first" if sort == "worst first" else f"Fleet, by {sort}")
-    frame = fleet_frame(doc, sort)
-    page = page_picker(fleet_page(frame, text).pages)
-    view = fleet_page(frame, text, page)
+    matching = fleet_page(fleet_table(rows, sort), text)
+    view = matching.at_page(page_picker(matching.pages))
     st.dataframe(
         view.rows,
         column_config=fleet_table_config(frames),
@@ -517,12 +518,14 @@ def live() -> None:
         return
     frames = TimeFrames.of(doc)
     # The shown target's full signals first: its row then reads the panel's evaluation.
-    chosen = chosen_target(doc)
+    rows = fleet_rows(doc)
+    chosen = chosen_target(rows)
     target = full_signals(chosen, now)
     if target is not None:
         doc = with_target(doc, target)
+        rows = with_row(rows, target)
     saturation_banners(doc, frames)
-    view = fleet_overview(doc, frames)
+    view = fleet_overview(rows, frames)
     name = target_selector(view, chosen)
     if name != chosen:
         target = full_signals(name, now)

@@ -268,9 +268,12 @@ def _window_latency(r: _Reading) -> str:
 
 
 def _small_and_unqueued(r: _Reading) -> bool:
-    """Nothing waits and the batch is below every cap it has (or none is known): the
-    latency is not spent queueing or in a full batch."""
-    return not r.waits and (r.fullest is None or r.below_cap)
+    """Nothing waits and the batch has room: it is below every cap it has, or, with no cap
+    known, a batcher's batches fire on its max wait before they fill. The latency is then
+    not spent queueing or in a full batch; with no cap known and no such trigger, nothing
+    says the batch has room."""
+    no_cap_but_fires_early = r.fullest is None and "max_wait" in r.i.limits.at_bound
+    return not r.waits and (r.below_cap or no_cap_but_fires_early)
 
 
 def _work_is_the_latency(r: _Reading) -> str:
@@ -338,10 +341,21 @@ def _over_budget(r: _Reading) -> Diagnosis | None:
             "batch, so more replicas, or a higher cap where the KV cache has room, shorten "
             "the wait"
         )
+    elif r.waits and r.fullest is None:
+        where = (
+            f"{r.batch} while {_count_text(r.i.waiting)} wait: requests queue, and with no "
+            "cap known a full batch cannot be told from one something else holds back; "
+            "configure the cap to tell them apart"
+        )
     elif r.waits:
         where = (
             f"{r.batch} while {_count_text(r.i.waiting)} wait: requests queue while the "
             "batch is below its cap, so what limits the batch is where the time goes"
+        )
+    elif r.fullest is None:
+        where = (
+            f"{r.batch} and nothing waits: with no cap known, a full batch cannot be told "
+            "from work too slow for the budget; configure the cap to tell them apart"
         )
     else:
         where = (

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from typing import NamedTuple
 
 from exporter.core.advice import Advice, AdviceInputs, advise
 from exporter.core.capacity import KvScrape, cost_per_batch
@@ -361,20 +362,26 @@ class _Latency:
     utilization: float | None
 
 
+class _Saturation(NamedTuple):
+    """The saturation state after an evaluation, and the seconds its episode has lasted."""
+
+    state: SaturationState
+    seconds: float
+
+
 def _diagnosis(
     snapshots: Sequence[SeriesSnapshot],
     rates: _Rates,
     peak: float | None,
     cap: float | None,
     tokens_per_step: float | None,
-    saturation: tuple[SaturationState, float],
+    saturation: _Saturation,
     latency: _Latency,
     settings: SignalSettings,
 ) -> tuple[Diagnosis, Limits]:
     """The series' diagnosis and its limits breakdown, both judging the same batch, `peak`
-    (`judged_batch`); the exported ratio stays the instant's.
-    `saturation`: the state after this evaluation and the seconds its episode has lasted.
-    A mean latency is said in the reason."""
+    (`judged_batch`); the exported ratio stays the instant's. A mean latency is said in
+    the reason."""
     last = snapshots[-1]
     fired_batches = _fires_batches(last, rates)
     breakdown = limits(
@@ -396,7 +403,6 @@ def _diagnosis(
         )
     )
     span = rates.span
-    state, above_seconds = saturation
     diagnosis = diagnose(
         DiagnosisInputs(
             running=peak,
@@ -404,7 +410,7 @@ def _diagnosis(
             cap=cap,
             kv_usage=last.kv_usage,
             preemptions_per_second=rates.preemptions,
-            budget_saturated=state.saturated,
+            budget_saturated=saturation.state.saturated,
             budget_utilization=latency.utilization,
             generated_per_second=rates.tokens
             if rates.tokens is not None
@@ -420,7 +426,7 @@ def _diagnosis(
             waiting_deferred=last.waiting_deferred,
             latency_seconds=latency.seconds,
             budget_seconds=latency.budget_seconds,
-            above_threshold_seconds=above_seconds,
+            above_threshold_seconds=saturation.seconds,
             limits=breakdown,
         ),
         settings,
@@ -531,7 +537,7 @@ def series_signals(
         peak,
         cap,
         tokens_per_step,
-        (saturation, above_seconds),
+        _Saturation(saturation, above_seconds),
         _Latency(latency, statistic, budget, utilization),
         settings,
     )
@@ -643,8 +649,27 @@ def held_saturation(
     return held
 
 
-def _with_episode(total: SeriesSignals, state: SaturationState | None, now: float) -> SeriesSignals:
-    """A total that read nothing, carrying the saturation episode still open (if any)."""
+def held_slo(window: Window, held: SaturationState | None) -> SloStatus | None:
+    """The total's SLO status through a scrape that read nothing: its history's, which
+    that scrape left as the last read did; None without an objective, and once the target
+    has gone unread past the staleness (`held`, the total's saturation state from
+    `held_saturation`, is then None), as a saturation episode ends."""
+    settings = window.settings
+    history = window.total_slo_history()
+    if held is None or history is None or settings.slo_objective is None:
+        return None
+    return slo_status(
+        history, settings.slo_objective, settings.slo_window_scale, settings.slo_period_seconds
+    )
+
+
+def _with_episode(
+    total: SeriesSignals, state: SaturationState | None, slo: SloStatus | None, now: float
+) -> SeriesSignals:
+    """A total that read nothing, carrying the saturation episode still open (if any) and
+    the SLO status held through it (`held_slo`), so neither episode splits."""
+    if slo is not None:
+        total = replace(total, slo=slo)
     if state is None or state.above_since is None:
         return total
     return replace(
@@ -683,11 +708,14 @@ def unreadable_signals(
     settings: SignalSettings,
     scrape_seconds: float | None,
     episode: SaturationState | None = None,
+    slo: SloStatus | None = None,
 ) -> TargetSignals:
     """A target that answered (up, as Prometheus would say) whose payload could not be
     evaluated: the error is its state and its diagnosis, and it has no series. `episode`:
-    the total's saturation state held through it (`held_saturation`)."""
-    total = _with_episode(signals_without_series(unreadable_diagnosis(error), settings), episode, t)
+    the total's saturation state held through it (`held_saturation`); `slo`: its SLO
+    status held through it (`held_slo`)."""
+    unreadable = signals_without_series(unreadable_diagnosis(error), settings)
+    total = _with_episode(unreadable, episode, slo, t)
     return target.signals(t, True, error, (), total, scrape_seconds)
 
 
@@ -718,7 +746,10 @@ def evaluate_window(
         raise ValueError(f"target {target.name}: evaluating an empty window")
     saturation = held_saturation(saturation, now, settings, readable=latest.up)
     if not latest.up:
-        down = _with_episode(down_signals(latest.error, settings), saturation.get(TOTAL), now)
+        held = saturation.get(TOTAL)
+        down = _with_episode(
+            down_signals(latest.error, settings), held, held_slo(window, held), now
+        )
         return target.signals(
             latest.t, False, latest.error, (), down, latest.scrape_seconds
         ), saturation

@@ -21,6 +21,7 @@ burn rates need, scrape by scrape, in bounded memory (its docstring says how muc
 from __future__ import annotations
 
 import bisect
+import copy
 import math
 from array import array
 from collections.abc import Iterable
@@ -245,6 +246,9 @@ class Totals(NamedTuple):
     def minus(self, older: Totals) -> Totals:
         return Totals(*(a - b for a, b in zip(self, older, strict=True)))
 
+    def plus(self, other: Totals) -> Totals:
+        return Totals(*(a + b for a, b in zip(self, other, strict=True)))
+
 
 # A window's checkpoints are kept flat in one array of doubles, STRIDE a checkpoint:
 # (t, *Totals), 40 bytes, with no object per number.
@@ -318,14 +322,19 @@ class SloHistory:
         self.started_at: float | None = None
         self.updated_at: float | None = None
 
+    def copy(self) -> SloHistory:
+        """An independent history with everything counted so far."""
+        return copy.deepcopy(self)
+
     def checkpoints(self) -> int:
         """Checkpoints held now, over every window."""
         return sum(len(points) for points in self._tiers.values())
 
-    def observe(self, t: float, hist: Histogram | None, budget: float | None) -> None:
-        """Count one scrape's histogram at `t` against `budget`; None of either: a gap."""
+    def observe(self, t: float, hist: Histogram | None, budget: float | None) -> Totals | None:
+        """Count one scrape's histogram at `t` against `budget`; None of either: a gap.
+        Returns what it counted (nothing at the history's first scrape), None for a gap."""
         if hist is None or budget is None or budget <= 0 or not hist.bounds:
-            return
+            return None
         if budget != self._budget:
             self._start(budget)  # a new promise: a new history
         if hist.bounds != self._bounds:
@@ -338,22 +347,32 @@ class SloHistory:
         assert edges is not None
         lower, upper = counts_at(hist, edges)
         current = (lower, upper, hist.counts[-1])
-        if self._previous is None:
-            self._previous = current
-            self.started_at = t
+        previous, self._previous = self._previous, current
+        if previous is None:
+            counted = ZERO
         else:
-            if restarted or any(a < b for a, b in zip(current, self._previous, strict=True)):
+            if restarted or any(a < b for a, b in zip(current, previous, strict=True)):
                 increase = current
             else:
-                increase = tuple(a - b for a, b in zip(current, self._previous, strict=True))
-            self._previous = current
-            counted = within(increase[0], increase[1], edges)
-            self.totals = Totals(
-                self.totals.lower + increase[0],
-                self.totals.upper + increase[1],
-                self.totals.estimate + counted.estimate,
-                self.totals.requests + increase[2],
-            )
+                increase = tuple(a - b for a, b in zip(current, previous, strict=True))
+            within_budget = within(increase[0], increase[1], edges)
+            counted = Totals(increase[0], increase[1], within_budget.estimate, increase[2])
+        self._count(t, counted)
+        return counted
+
+    def add(self, t: float, counted: Totals, budget: float) -> None:
+        """Count requests another history counted since its previous scrape (a target
+        total's: the sum of its series' `observe`), at `t` against `budget`. The first
+        after a start begins the history at `t` and counts nothing: what was counted
+        happened before it."""
+        if budget != self._budget:
+            self._start(budget)
+        self._count(t, counted if self.started_at is not None else ZERO)
+
+    def _count(self, t: float, counted: Totals) -> None:
+        if self.started_at is None:
+            self.started_at = t
+        self.totals = self.totals.plus(counted)
         self.updated_at = t
         for seconds, points in self._tiers.items():
             if not points or t - points.t(len(points) - 1) >= seconds / RESOLUTION:
@@ -400,31 +419,41 @@ class BurnRate:
 @dataclass(frozen=True, slots=True)
 class SloStatus:
     """A series held to an objective, at one evaluation: the burn rate over each
-    standard window, which speeds of alert burn (both windows of a pair over its
-    factor), and the error budget left over the compliance period, known once the history
-    covers the period (None before: `history_seconds` says how far it reaches)."""
+    standard window, which window pairs burn (`burning_pairs`: both windows over the
+    pair's factor, once the history covers the short window) and so which speeds of alert
+    (`burning`), and the error budget left over the compliance period, known once the
+    history covers the period (None before: `history_seconds` says how far it reaches)."""
 
     objective: float
     burn_rates: tuple[BurnRate, ...]
-    burning: tuple[str, ...]
+    burning_pairs: tuple[WindowPair, ...]
     error_budget_remaining: float | None
     history_seconds: float
     period_seconds: float
+
+    @property
+    def burning(self) -> tuple[str, ...]:
+        """The speeds with a burning pair, fast first."""
+        return tuple(s for s in SPEEDS if any(p.speed == s for p in self.burning_pairs))
 
     def rate(self, window: str) -> float | None:
         return next((b.rate for b in self.burn_rates if b.window == window), None)
 
     def speed_burn_rate(self, speed: str) -> float | None:
-        """The highest burn rate over the long windows of `speed`'s pairs (an alert's
-        value)."""
-        rates = [self.rate(p.long) for p in WINDOW_PAIRS if p.speed == speed]
+        """The highest burn rate over the long windows of `speed`'s burning pairs (an
+        alert's value: the pair that fires it); None when none of them burns."""
+        rates = [self.rate(p.long) for p in self.burning_pairs if p.speed == speed]
         known = [r for r in rates if r is not None]
         return max(known) if known else None
 
 
-def pair_burning(pair: WindowPair, rates: dict[str, float | None]) -> bool:
-    """Both windows of the pair burn faster than its factor."""
-    return all(
+def pair_burning(
+    pair: WindowPair, rates: dict[str, float | None], covered: Iterable[str] = WINDOWS
+) -> bool:
+    """Both windows of the pair burn faster than its factor, and the history reaches
+    back over its short window (`covered`: the windows it reaches back over), so that a
+    young history's first bad scrapes do not page for a burn it never watched."""
+    return pair.short in covered and all(
         (rate := rates.get(name)) is not None and rate > pair.factor
         for name in (pair.long, pair.short)
     )
@@ -437,8 +466,11 @@ def slo_status(
     its windows scaled by `scale`."""
     rates: dict[str, float | None] = {}
     burn_rates = []
+    covered = set()
     for name in WINDOWS:
         seconds = window_seconds(name, scale)
+        if history.covers(seconds):
+            covered.add(name)
         counted = history.increase(seconds)
         rate = None
         if counted is not None and counted[0].requests > 0:
@@ -446,11 +478,7 @@ def slo_status(
             rate = burn_rate(totals.estimate / totals.requests, objective)
         rates[name] = rate
         burn_rates.append(BurnRate(name, seconds, rate))
-    burning = tuple(
-        speed
-        for speed in SPEEDS
-        if any(pair_burning(p, rates) for p in WINDOW_PAIRS if p.speed == speed)
-    )
+    burning = tuple(p for p in WINDOW_PAIRS if pair_burning(p, rates, covered))
     remaining = None
     if history.covers(period_seconds):
         counted = history.increase(period_seconds)

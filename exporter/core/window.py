@@ -13,7 +13,9 @@ each other.
 
 A target held to an SLO objective keeps, beside the window, an `SloHistory` per series
 and for the total: what its burn rates need over windows of hours and days, counted as
-each scrape arrives (exporter/core/slo.py). It outlives a series' absence from the
+each scrape arrives (exporter/core/slo.py). The total's counts are the sum of its
+series' own increases, never an increase of their sum: a series missing from one scrape
+does not come back as new requests. It outlives a series' absence from the
 window (a gap is not a reset) until it is older than the longest window it serves.
 """
 
@@ -24,7 +26,7 @@ from collections.abc import Iterable
 
 from exporter.core.histogram import Histogram, histogram_restarted
 from exporter.core.signals import SignalSettings
-from exporter.core.slo import SloHistory, history_windows
+from exporter.core.slo import ZERO, SloHistory, Totals, history_windows
 from exporter.core.snapshot import (
     LabelKey,
     SeriesSnapshot,
@@ -93,10 +95,13 @@ class Window:
         # Per answered scrape: the key of its one series when its total is that series but
         # its labels (`total_equals_sole_series`), else None.
         self._sole_keys: deque[LabelKey | None] = deque()
-        # With an SLO objective: each series' history, and the total's (from its first
-        # merged point on).
+        # With an SLO objective: each series' history, and the total's (from the first
+        # scrape on). While every scrape held one series, that series' own history is the
+        # total's (`_total_slo_of`, its key): the total gets one of its own, a copy to go
+        # on from, only once a scrape holds another.
         self._slo: dict[LabelKey, SloHistory] = {}
         self._total_slo: SloHistory | None = None
+        self._total_slo_of: LabelKey | None = None
 
     @classmethod
     def of(cls, snapshots: Iterable[Snapshot], settings: SignalSettings) -> Window:
@@ -118,12 +123,13 @@ class Window:
             if self._total is not None:
                 # Merged before any point is added: a scrape it cannot read leaves the
                 # window as it was.
-                merged = merge_series(snapshot.series, cap, budget)
-                self._total.add(snapshot.t, merged)
-                self._count_total_slo(snapshot.t, merged)
+                self._total.add(snapshot.t, merge_series(snapshot.series, cap, budget))
+            self._part_total_slo(snapshot.series)
+            counted = []
             for series in snapshot.series:
                 self.series.setdefault(series.key, SeriesTrack()).add(snapshot.t, series)
-                self._count_slo(snapshot.t, series)
+                counted.append(self._count_slo(snapshot.t, series))
+            self._count_total_slo(snapshot.t, snapshot.series, counted)
             self._sole_keys.append(sole.key if itself else None)
             self._forget_slo(snapshot)
         self._snapshots.append(snapshot)
@@ -149,36 +155,67 @@ class Window:
         cap, budget = self.settings.cap, self.settings.budget_seconds
         for snapshot in snapshots:
             if snapshot.up:
-                merged = merge_series(snapshot.series, cap, budget)
-                track.add(snapshot.t, merged)
-                self._count_total_slo(snapshot.t, merged)
+                track.add(snapshot.t, merge_series(snapshot.series, cap, budget))
         return track
 
     def _new_slo_history(self) -> SloHistory:
         settings = self.settings
         return SloHistory(history_windows(settings.slo_window_scale, settings.slo_period_seconds))
 
-    def _observe_slo(self, history: SloHistory, t: float, series: SeriesSnapshot) -> None:
-        """Count a point in an SLO history against the series' budget: its own (an in-house
-        batcher's), else the configured one."""
+    def _budget_of(self, series: SeriesSnapshot) -> float | None:
+        """The budget a series is held to: its own (an in-house batcher's), else the
+        configured one."""
         own = series.budget_seconds
-        budget = own if own is not None else self.settings.budget_seconds
-        history.observe(t, series.latency.get(self.settings.histogram), budget)
+        return own if own is not None else self.settings.budget_seconds
 
-    def _count_slo(self, t: float, series: SeriesSnapshot) -> None:
+    def _count_slo(self, t: float, series: SeriesSnapshot) -> Totals | None:
+        """Count a point in its series' SLO history; what it counted, None for a gap."""
         if self.settings.slo_objective is None:
-            return
+            return None
         history = self._slo.get(series.key)
         if history is None:
             history = self._slo[series.key] = self._new_slo_history()
-        self._observe_slo(history, t, series)
+        return history.observe(
+            t, series.latency.get(self.settings.histogram), self._budget_of(series)
+        )
 
-    def _count_total_slo(self, t: float, merged: SeriesSnapshot) -> None:
+    def _part_total_slo(self, series: tuple[SeriesSnapshot, ...]) -> None:
+        """Before a scrape is counted: give the total a history of its own, a copy of the
+        sole series' so far, at the first scrape that holds another series."""
+        if self.settings.slo_objective is None or self._total_slo is not None or not series:
+            return
+        if len(series) == 1 and self._total_slo_of in (None, series[0].key):
+            self._total_slo_of = series[0].key
+            return
+        sole = self._slo.get(self._total_slo_of) if self._total_slo_of is not None else None
+        self._total_slo = sole.copy() if sole is not None else self._new_slo_history()
+
+    def _count_total_slo(
+        self, t: float, series: Iterable[SeriesSnapshot], counted: Iterable[Totals | None]
+    ) -> None:
+        """Count a scrape in the total's SLO history: the sum of what each series' own
+        history counted, so that a series absent for a while and back adds only what it
+        served meanwhile, and each restart is its series' own. A gap for the total when
+        its series have no common budget or bucket layout (`merge_series` then keeps no
+        latency either)."""
         if self.settings.slo_objective is None:
             return
+        series = list(series)
+        kind = self.settings.histogram
+        budgets = {self._budget_of(s) for s in series}
+        layouts = {s.latency[kind].bounds for s in series if kind in s.latency}
+        if len(budgets) != 1 or len(layouts) != 1:
+            return
+        budget = budgets.pop()
+        if budget is None or budget <= 0:
+            return
         if self._total_slo is None:
-            self._total_slo = self._new_slo_history()
-        self._observe_slo(self._total_slo, t, merged)
+            return  # the sole series' own history counted it
+        summed = ZERO
+        for one in counted:
+            if one is not None:
+                summed = summed.plus(one)
+        self._total_slo.add(t, summed, budget)
 
     def _forget_slo(self, snapshot: Snapshot) -> None:
         """Drop the histories of series absent for longer than the compliance period:
@@ -197,11 +234,10 @@ class Window:
         return self._slo.get(key)
 
     def total_slo_history(self) -> SloHistory | None:
-        """The SLO history of the target total: the one series' own while every scrape's
-        total is that series (`sole_series_key`), else the merged points'."""
-        sole = self.sole_series_key()
-        if sole is not None and self._total is None:
-            return self._slo.get(sole)
+        """The SLO history of the target total, counted from its first scrape on (the
+        sum of its series' counts); None without an objective."""
+        if self._total_slo is None and self._total_slo_of is not None:
+            return self._slo.get(self._total_slo_of)
         return self._total_slo
 
     def total(self) -> SeriesTrack:

@@ -24,6 +24,7 @@ from exporter.core.evaluate import (
     TargetSignals,
     evaluate_window,
     held_saturation,
+    held_slo,
     unreadable_signals,
 )
 from exporter.core.signals import SaturationState, SignalSettings, staleness
@@ -322,13 +323,15 @@ class Exporter:
             reason = "evaluation"
             error = f"evaluation failed: {type(err).__name__}: {err}"
             state.saturation = held_saturation(state.saturation, now, state.window.settings)
+            held = state.saturation.get(TOTAL)
             signals = unreadable_signals(
                 identity(target),
                 now,
                 error,
                 state.window.settings,
                 result.seconds,
-                state.saturation.get(TOTAL),
+                held,
+                held_slo(state.window, held),
             )
             state.history.append(api.history_row(signals))
         if reason is not None:

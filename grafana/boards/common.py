@@ -218,6 +218,7 @@ def state_index_query(source: Source, selector: str, config: Mapping) -> Query:
         "stalled": f"{worst(rules.STALLED_RULE)} == 1",
         "memory_bound": f"{worst(rules.MEMORY_BOUND_RULE)} == 1",
         "token_budget_bound": f"{worst(rules.TOKEN_BUDGET_BOUND_RULE)} == 1",
+        "preempting": f"{worst(rules.PREEMPTIONS)} > 0",
         "work_too_slow": f"{over} and on ({by}) {worst(rules.WAITING)} == 0 "
         f"and on ({by}) {worst(rules.RUNNING_VS_CAP)} < {config['near_cap']:g}",
         "over_budget": over,

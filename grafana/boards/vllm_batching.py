@@ -188,7 +188,7 @@ def vllm_batching(source: Source, config: Mapping) -> dict:
             + ". budget_saturated: at the threshold for the hold; stalled: waiting, room in "
             "the batch and the cache, yet no tokens; memory_bound: waiting under the cap with "
             "KV full or preemptions; token_budget_bound: waiting under the cap, steps at the "
-            "token budget, KV with room; work_too_slow: over budget with nothing waiting and "
+            "token budget, KV with room; preempting: preemptions in the window; work_too_slow: over budget with nothing waiting and "
             "small batches (batching cannot help); over_budget: over budget, not yet for the "
             "hold; healthy: running near the cap. docs/metrics.md explains each."
             + (

@@ -17,7 +17,16 @@ from dashboard.calculator import (
 from dashboard.client import SourceError, check_api_version
 from dashboard.episodes import burn_episodes, burn_episodes_frame, saturation_episodes
 from dashboard.formatting import percent, plain_markdown, seconds
-from dashboard.frames import fleet_frame, history_frame, series_choices, series_points
+from dashboard.frames import (
+    SORTS,
+    first_matching,
+    fleet_frame,
+    fleet_page,
+    fleet_rows,
+    history_frame,
+    series_choices,
+    series_points,
+)
 from dashboard.load_results import ResultError, good_share, load_result, run_from_record
 from dashboard.next_steps import advice_rows, advice_value, checklist, limit_bars
 from dashboard.prometheus import history_query, points_from_matrix
@@ -80,6 +89,30 @@ def test_fleet_table_is_worst_first() -> None:
     assert list(frame["target"]) == ["gone", "hot", "stuck", "fuller", "full", "new", "ok"]
     assert list(frame["state"])[-2:] == ["some new state", "healthy"]
     assert look("memory_bound").hex == look("memory_bound").hex != look("healthy").hex
+
+
+def test_the_chosen_target_is_the_table_s_own_choice_without_building_the_table() -> None:
+    doc = {
+        "targets": [
+            _target(f"t{i:02d}", state, 0.1 * i)
+            for i, state in enumerate(["healthy", "memory_bound", "down", "idle"] * 12)
+        ]
+    }
+    rows = fleet_rows(doc)
+    for sort in SORTS:
+        frame = fleet_frame(doc, sort)
+        for text in ("", "memory", "t1", "T0", "nothing matches"):
+            table = fleet_page(frame, text)
+            names = table.matching["target"].tolist()
+            for preferred in (None, "t05", "t13", "gone"):
+                expected = preferred if preferred in names else (names[0] if names else None)
+                assert first_matching(rows, text, sort, preferred) == expected
+            # a page of the filtered rows is the page fleet_page gives
+            for page in (0, 1, 2, 9):
+                paged = table.at_page(page)
+                again = fleet_page(frame, text, page)
+                assert paged.rows.equals(again.rows) and paged.page == again.page
+    assert fleet_page(fleet_frame(doc), "").pages == 3
 
 
 def test_fleet_table_reads_the_worst_series_when_the_total_has_no_budget() -> None:
@@ -470,3 +503,20 @@ def test_a_saturation_banner_is_the_diagnosis_or_says_why_it_is_held() -> None:
     )
     down = {**unmeasured, "up": False, "error": "timed out"}
     assert "; the last scrape could not read the target, and nothing" in banner_text(down, frames)
+
+    # read now, nothing running, but the window measured latency: not "no latency"
+    idle = {
+        **read,
+        "total": {
+            **read["total"],
+            "latency_seconds": 0.116,
+            "budget_utilization": 2.32,
+            "window_seconds": 20.0,
+            "diagnosis": {"state": "idle", "reason": "no request is running or waiting"},
+        },
+    }
+    assert "measured no latency" not in banner_text(idle, frames)
+    assert (
+        "lasted 57 s; the diagnosis now reads idle (no request is running or waiting), while "
+        "latency over the last 20 s stands at 232% of the budget, and nothing measured since"
+    ) in banner_text(idle, frames)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import dataclasses
 import json
 import time
 
@@ -15,10 +16,11 @@ import streamlit as st
 from aiohttp import web
 from streamlit.testing.v1 import AppTest
 
+from dashboard.client import signals
 from dashboard.formatting import plain_markdown
 from exporter.alerts.specs import SLOW_SCRAPE_SECONDS
 from exporter.config.settings import Settings, Target
-from tests.support.network import free_port
+from tests.support.network import free_port, wait_until
 from tests.support.paths import REPO, fixture_text
 from tests.support.scripted_fleet import (
     BackgroundServer,
@@ -31,6 +33,7 @@ from tests.support.vllm_payload import VllmState, render
 
 VIEWS = REPO / "dashboard" / "views"
 ODD_NAME = "**fast** <b>x</b>"
+SLO_SCALE = 1e-4
 SEED_001 = "the budget is too tight for this traffic, or the server needs more capacity"
 
 
@@ -59,6 +62,8 @@ def fleet():
         }
     )
     targets.start()
+    # The SLO windows scaled down (the 6 h window is 2.2 s) so that sat's history covers
+    # the short window of every pair within seconds: a burn pair fires only then.
     settings = fast_settings(
         tuple(
             Target(name, url, engine="vllm", cap=8, budget_seconds=2, slo_objective=objective)
@@ -71,7 +76,7 @@ def fleet():
         )
         + (Target("tok", targets.metrics_url("tok"), cap=8, max_num_batched_tokens=512),)
     )
-    exporter = start_exporter(settings)
+    exporter = start_exporter(dataclasses.replace(settings, slo_window_scale=SLO_SCALE))
     wait_for_states(
         exporter.url,
         {
@@ -81,6 +86,14 @@ def fleet():
             "dead": "down",
             "tok": "token_budget_bound",
         },
+    )
+    wait_until(
+        lambda: any(
+            t["target"] == "sat" and t["total"]["slo"]["burning"] == ["fast", "slow"]
+            for t in signals(exporter.url)["targets"]
+        ),
+        20.0,
+        "sat burning at both speeds",
     )
     yield exporter.url
     exporter.stop()

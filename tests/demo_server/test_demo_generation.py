@@ -533,9 +533,6 @@ def test_a_failing_token_consumer_ends_only_its_own_request() -> None:
 class BrokenListener:
     """A listener whose every call raises, beside one that counts what it was told."""
 
-    def __init__(self) -> None:
-        self.finished = 0
-
     def on_step(self, step: StepRecord) -> None:
         raise RuntimeError("broken listener: on_step")
 

@@ -25,7 +25,7 @@ from exporter.config.settings import Settings
 from exporter.core.diagnosis import Diagnosis
 from exporter.core.evaluate import SeriesSignals, TargetIdentity, TargetSignals, evaluate_window
 from exporter.core.signals import SignalSettings
-from exporter.core.slo import BurnRate, SloStatus
+from exporter.core.slo import WINDOW_PAIRS, BurnRate, SloStatus, pair_burning
 from exporter.core.snapshot import Snapshot
 from exporter.core.window import Window
 from exporter.engines import read_series
@@ -296,11 +296,14 @@ def test_the_posted_alert_states_the_configured_threshold_and_hold():
 
 
 def _slo(burning: tuple[str, ...], **rates: float) -> SloStatus:
+    """A status whose pairs of the `burning` speeds burn where both their rates are over
+    the pair's factor."""
     windows = {"5m": 300.0, "30m": 1800.0, "1h": 3600.0, "6h": 21600.0, "3d": 259200.0}
+    by_window = {w: rates.get("w" + w) for w in windows}
     return SloStatus(
         0.99,
-        tuple(BurnRate(w, s, rates.get("w" + w)) for w, s in windows.items()),
-        burning,
+        tuple(BurnRate(w, s, by_window[w]) for w, s in windows.items()),
+        tuple(p for p in WINDOW_PAIRS if p.speed in burning and pair_burning(p, by_window)),
         None,
         100.0,
         30 * 86400.0,
@@ -367,12 +370,15 @@ def _over_budget_run(settings: SignalSettings) -> set[str]:
 
 def test_a_target_without_an_objective_posts_nothing_new_however_slow():
     # Every request misses the budget: with an objective the promise is broken at 100x
-    # at once; without one, only what was posted before: budget saturation (the median
-    # at 150% of the budget for the hold), nothing else.
+    # (both burn alerts, once the history covers their short windows: 3 s and 216 s at
+    # the 0.01 scale); without one, only what was posted before: budget saturation (the
+    # median at 150% of the budget for the hold), nothing else.
     without = _over_budget_run(SignalSettings(cap=4, budget_seconds=2.0, quantile=0.5))
     assert without == {BUDGET_SATURATED.name}
     held = _over_budget_run(
-        SignalSettings(cap=4, budget_seconds=2.0, quantile=0.5, slo_objective=0.99)
+        SignalSettings(
+            cap=4, budget_seconds=2.0, quantile=0.5, slo_objective=0.99, slo_window_scale=0.01
+        )
     )
     assert {SLO_BURN_FAST.name, SLO_BURN_SLOW.name} <= held
     assert held - without == {SLO_BURN_FAST.name, SLO_BURN_SLOW.name}

@@ -18,7 +18,7 @@ from aiohttp import web
 
 from exporter.alerts.book import AlertBook, delivered, step
 from exporter.alerts.specs import BUDGET_SATURATED, MEMORY_BOUND, TARGET_DOWN
-from exporter.config.settings import Target
+from exporter.config.settings import Settings, Target
 from exporter.core.diagnosis import Diagnosis
 from exporter.core.evaluate import (
     TOTAL,
@@ -35,7 +35,7 @@ from exporter.core.signals import (
 )
 from exporter.core.window import Window
 from exporter.scrape.fetch import ScrapeResult
-from exporter.scrape.loop import read_payload
+from exporter.scrape.loop import Exporter, read_payload
 from exporter.serve.exposition import render_metrics
 from tests.support.live import Targets, running_exporter, wait_for
 from tests.support.vllm_payload import VllmState, render
@@ -346,3 +346,24 @@ async def test_the_real_exporter_reports_saturation_at_the_hold_with_scrapes_tim
     due = next(p for p in points if p["up"] and p["t"] - onset >= hold)
     assert first["t"] == due["t"], points
     assert first["budget_saturated_seconds"] == pytest.approx(first["t"] - onset)
+
+
+def test_an_evaluation_that_fails_carries_the_slo_burn_as_last_read(monkeypatch):
+    # Every request (1.2 s) over a 1 s budget: the fast burn. Then one payload whose
+    # evaluation fails: the total keeps the burn it had, as it keeps a saturation episode.
+    target = replace(TARGET, budget_seconds=1.0, slo_objective=0.99)
+    exporter = Exporter(Settings(targets=(target,), slo_window_scale=0.01))
+    exporter._sync_targets()
+    state = exporter.states["llm"]
+    server = VllmState(running=8, waiting=20, kv_usage=0.5)
+    for i in range(60):
+        server.finish(10, 1.2, 100)
+        read = exporter.evaluate(state, ScrapeResult(render(server), None, 0.01), 1000.0 + i)
+    assert "fast" in read.total.slo.burning
+
+    def fails(*_args):
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(exporter, "ingest", fails)
+    unread = exporter.evaluate(state, ScrapeResult(render(server), None, 0.01), 1060.0)
+    assert unread.error.startswith("evaluation failed") and unread.total.slo == read.total.slo

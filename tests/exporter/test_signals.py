@@ -419,8 +419,12 @@ def test_over_budget_with_nothing_waiting_and_small_batches_is_work_too_slow() -
     assert d.reason.endswith(
         "(at or above 95% for 12 s so far; it becomes budget-saturated after 60 s)"
     )
-    # no cap known: nothing waits, so the queue is not where the time goes either
-    assert diagnosed(**OVER | {"cap": None}).state == "work_too_slow"
+    # no cap known: nothing says the batch has room, so not "batching cannot help"
+    uncapped = diagnosed(**OVER | {"cap": None})
+    assert uncapped.state == "over_budget"
+    assert "running 2 and nothing waits: with no cap known, a full batch cannot be told" in (
+        uncapped.reason
+    )
 
 
 def test_a_batcher_firing_on_its_max_wait_is_told_to_shorten_it() -> None:
@@ -433,6 +437,14 @@ def test_a_batcher_firing_on_its_max_wait_is_told_to_shorten_it() -> None:
     assert d.state == "work_too_slow"
     assert "batches average 3 of max 32" in d.reason
     assert "fire on the batcher's max wait: that wait is part of the latency" in d.reason
+    # batches that fire on the max wait had room, whether or not a max is known
+    uncapped = limits(
+        LimitInputs(
+            running=3, waiting=0, cap=None, fired_batches=True, trigger_shares={"timeout": 0.8}
+        )
+    )
+    d = diagnosed(**OVER | {"running": 3, "cap": None, "fired_batches": True, "limits": uncapped})
+    assert d.state == "work_too_slow"
 
 
 @pytest.mark.parametrize(
@@ -443,6 +455,10 @@ def test_a_batcher_firing_on_its_max_wait_is_told_to_shorten_it() -> None:
             "running 8 of cap 8 with 20 waiting: requests queue behind a full batch",
         ),
         ({"running": 3, "waiting": 5}, "running 3 of cap 8 while 5 wait: requests queue"),
+        (
+            {"running": 3, "waiting": 5, "cap": None},
+            "running 3 while 5 wait: requests queue, and with no cap known a full batch",
+        ),
         ({"running": 8}, "running 8 of cap 8 and nothing waits: the batch is full"),
     ],
 )

@@ -19,6 +19,7 @@ from grafana.rules import (
     BUDGET_SATURATED_RULE,
     BUDGET_UTILIZATION,
     MEMORY_BOUND_RULE,
+    PREEMPTIONS,
     RUNNING_VS_CAP,
     STALLED_RULE,
     TOKEN_BUDGET_BOUND_RULE,
@@ -92,6 +93,8 @@ MODELS = {
     "saturated": dict(utilization=1.4, waiting=5.0, running=3.0, saturated=1.0, memory=1.0),
     # memory-bound, within the budget
     "memory": dict(utilization=0.5, waiting=5.0, running=3.0, memory=1.0),
+    # over budget with a small batch and nothing waiting, but preempting: that first
+    "preempting": dict(utilization=2.33, waiting=0.0, running=2.0, preemptions=1.5),
 }
 CAP = 8.0
 
@@ -103,7 +106,7 @@ def _expected(numbers: dict) -> str:
             waiting=numbers["waiting"],
             cap=CAP,
             kv_usage=0.95 if numbers.get("memory") else 0.2,
-            preemptions_per_second=0.0,
+            preemptions_per_second=numbers.get("preemptions", 0.0),
             budget_saturated=bool(numbers.get("saturated")),
             budget_utilization=numbers["utilization"],
         )
@@ -121,6 +124,7 @@ def test_the_rules_timeline_gives_the_state_the_diagnosis_gives(tmp_path) -> Non
         series[f"{MEMORY_BOUND_RULE}{labels}"] = n.get("memory", 0.0)
         series[f"{STALLED_RULE}{labels}"] = 0.0
         series[f"{TOKEN_BUDGET_BOUND_RULE}{labels}"] = 0.0
+        series[f"{PREEMPTIONS}{labels}"] = n.get("preemptions", 0.0)
     got = promtool_eval(timeline_expr("vllm-batching-rules.json"), series, tmp_path)
     expected = {model: _expected(n) for model, n in MODELS.items()}
     assert expected == {
@@ -128,6 +132,7 @@ def test_the_rules_timeline_gives_the_state_the_diagnosis_gives(tmp_path) -> Non
         "queued": "over_budget",
         "saturated": "budget_saturated",
         "memory": "memory_bound",
+        "preempting": "preempting",
     }
     assert {model: DIAGNOSIS_STATES[int(v)] for model, v in got.items()} == expected
 

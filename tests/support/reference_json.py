@@ -42,6 +42,11 @@ def reference_series_json(series: SeriesSignals) -> dict[str, Any]:
         else {"estimate": goodput.estimate, "lower": goodput.lower, "upper": goodput.upper}
     )
     if slo is not None:
+        # The API says which speeds burn, in the place of the pairs that make them burn.
+        out["slo"] = {
+            ("burning" if key == "burning_pairs" else key): value
+            for key, value in out["slo"].items()
+        }
         out["slo"]["burning"] = list(slo.burning)
         out["slo"]["burn_rates"] = [asdict(b) for b in slo.burn_rates]
     return out

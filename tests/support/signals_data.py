@@ -12,7 +12,15 @@ from exporter.core.diagnosis import DIAGNOSIS_STATES, Diagnosis
 from exporter.core.evaluate import SeriesSignals, TargetSignals
 from exporter.core.limits import BINDING_CHOICES, LIMITS, LimitReading, Limits
 from exporter.core.signals import SignalSettings
-from exporter.core.slo import WINDOWS, Attainment, Bounded, BudgetEdges, BurnRate, SloStatus
+from exporter.core.slo import (
+    WINDOW_PAIRS,
+    WINDOWS,
+    Attainment,
+    Bounded,
+    BudgetEdges,
+    BurnRate,
+    SloStatus,
+)
 from exporter.core.snapshot import Snapshot
 from exporter.core.static_util import UtilizationEstimate
 from exporter.engines import read_series
@@ -84,7 +92,7 @@ slo_statuses = st.builds(
         max_size=5,
         unique_by=lambda b: b.window,
     ).map(tuple),
-    burning=st.sampled_from([(), ("fast",), ("slow",), ("fast", "slow")]),
+    burning_pairs=st.lists(st.sampled_from(WINDOW_PAIRS), max_size=3, unique=True).map(tuple),
     error_budget_remaining=numbers,
     history_seconds=st.floats(0.0, 1e7),
     period_seconds=st.just(2592000.0),
