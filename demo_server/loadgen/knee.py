@@ -108,9 +108,21 @@ def find_knee(
     return None
 
 
-def knee_sentence(
-    knee: Knee, slo_ms: float | None, batching: Mapping[str, Any] | None
-) -> str:
+def sweep_knees(records: Sequence[Mapping[str, Any]], slo_ms: float | None) -> list[Knee]:
+    """The knee of each setting's steps (result records), in the order settings first
+    appear; settings whose steps never break have none."""
+    by_setting: dict[str, list[Mapping[str, Any]]] = {}
+    for record in records:
+        by_setting.setdefault(setting_label(record.get("setting") or {}), []).append(record)
+    found = (find_knee(steps, slo_ms, label) for label, steps in by_setting.items())
+    return [knee for knee in found if knee is not None]
+
+
+def setting_label(setting: Mapping[str, float | int]) -> str:
+    return " ".join(f"{name}={value:g}" for name, value in setting.items())
+
+
+def knee_sentence(knee: Knee, slo_ms: float | None, batching: Mapping[str, Any] | None) -> str:
     """The knee in words: where, what broke, and with `batching` what bound the batch."""
     if knee.reason == "slo":
         broke = f"p99 {knee.p99_ms:,.0f} ms crossed the {slo_ms:,.0f} ms SLO"

@@ -1,0 +1,135 @@
+"""batchscope-loadgen reading the server as it loads it: --watch, over-saturation, the
+knee and the capacity search, against the demo server and a scripted one."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from aiohttp import web
+
+from demo_server.http.app import ServerConfig
+from demo_server.loadgen import report as loadgen_report
+from demo_server.loadgen import run as loadgen
+from demo_server.loadgen.oversaturation import MIN_SAMPLES
+from demo_server.loadgen.workload import LoadSpec
+from tests.support.demo_http import serve
+from tests.support.threaded_app import serve_in_thread
+
+pytestmark = pytest.mark.timeout(180)
+
+
+@pytest.fixture(scope="module")
+def demo() -> Iterator[str]:
+    # 4 sequences at a time on the simulated H200: 40 req/s of 32 tokens queues behind the
+    # cap, 5 req/s does not.
+    with serve(ServerConfig(batching="continuous", max_num_seqs=4, device="sim:h200")) as url:
+        yield url
+
+
+def test_watch_records_each_steps_batching_and_names_the_knees_cause(
+    demo: str, tmp_path: Path
+) -> None:
+    output = tmp_path / "watched.json"
+    code = loadgen.main(
+        [
+            *("--url", demo, "--endpoint", "completions", "--rates", "5,40"),
+            *("--duration", "4", "--max-tokens", "32", "--slo-ms", "300"),
+            *("--watch", f"{demo}/metrics", "--engine", "vllm", "--cap", "4"),
+            *("--output", str(output)),
+        ]
+    )
+    assert code == 0
+    body = json.loads(output.read_text())
+    low, high = body["runs"]
+    for run in body["runs"]:
+        # vllm bench serve's fields stay, in order; `batching` is an addition.
+        assert list(run) == [*loadgen_report.RECORD_FIELDS, "batching"]
+        batching = run["batching"]
+        assert batching["cap"] == 4.0 and batching["engine"] == "vllm"
+        # A scrape a second over the 3.2 s after the 0.8 s warm-up.
+        assert 2 <= batching["evaluations"] <= 6 and batching["unread"] == 0
+        assert sum(batching["diagnosis_shares"].values()) == pytest.approx(1.0)
+        assert sum(batching["binding_shares"].values()) == pytest.approx(1.0)
+        assert 0 <= batching["running_mean"] <= batching["running_max"] <= 4
+    assert low["batching"]["binding_limit"] == "arrivals"
+    assert low["batching"]["waiting_max"] == 0
+    assert high["batching"]["binding_limit"] == "requests"
+    assert high["batching"]["running_max"] == 4 and high["batching"]["waiting_mean"] > 1
+    [knee] = body["knees"]
+    assert (knee["rate"], knee["reason"], knee["binding_limit"]) == (40.0, "slo", "requests")
+    assert "the batch stopped at 4 of 4 running" in knee["sentence"]
+    assert knee["sentence"].endswith(
+        "bound by the request cap; a higher --max-num-seqs can help while the KV cache has room"
+    )
+    csv_header = output.with_suffix(".csv").read_text().splitlines()[0]
+    assert csv_header.endswith(
+        "binding_limit,diagnosis,running_mean,running_max,cap,"
+        "waiting_mean,kv_usage_max,preemptions_per_s,tokens_per_step"
+    )
+
+
+def test_find_capacity_brackets_the_demo_servers_rate_at_the_slo(demo: str, tmp_path: Path) -> None:
+    output = tmp_path / "capacity.json"
+    code = loadgen.main(
+        [
+            *("--url", demo, "--endpoint", "completions", "--rates", "5"),
+            *("--duration", "3", "--max-tokens", "32", "--slo-ms", "300"),
+            *("--find-capacity", "--max-steps", "6", "--precision", "0.25"),
+            *("--output", str(output)),
+        ]
+    )
+    assert code == 0
+    body = json.loads(output.read_text())
+    capacity = body["capacity"]
+    runs = body["runs"]
+    assert capacity["steps"] == len(runs) <= 6
+    assert runs[0]["rate"] == 5.0
+    by_rate = {run["rate"]: run for run in runs}
+    # The rate found passed (99% within 300 ms), the bracket's top failed.
+    assert capacity["rate"] == capacity["low"]
+    assert by_rate[capacity["low"]]["slo_attainment"] >= 0.99
+    assert capacity["high"] is not None and capacity["high"] > capacity["low"]
+    assert by_rate[capacity["high"]]["slo_attainment"] < 0.99
+    assert capacity["converged"] == (capacity["high"] <= capacity["low"] * 1.25)
+
+
+class Hanging:
+    """A server that takes every request and never answers: its queue only grows."""
+
+    def __init__(self) -> None:
+        self.received = 0
+
+    async def embeddings(self, request: web.Request) -> web.Response:
+        await request.read()
+        self.received += 1
+        await asyncio.sleep(3600)
+        return web.json_response({})
+
+
+def test_an_over_saturated_step_ends_early_and_says_so() -> None:
+    server = Hanging()
+    app = web.Application()
+    app.router.add_post("/v1/embeddings", server.embeddings)
+    spec = LoadSpec(rates=(20.0,), duration_s=30.0, seed=2, timeout_s=120.0, warmup_share=0.02)
+    with serve_in_thread(app, shutdown_timeout=0.1) as url:
+        [result] = asyncio.run(loadgen.sweep(url, spec))
+    record = result.record(None)
+    assert record["over_saturated"]
+    # The rule needs MIN_SAMPLES samples a second apart after the 0.6 s warm-up: the step
+    # stops after about 6 s of its 30, not at its end.
+    assert result.stopped_at_s is not None
+    assert MIN_SAMPLES < result.stopped_at_s < 20.0
+    assert result.sent < 20.0 * 20.0
+    # Nothing answered: every request sent was in flight at the stop and cancelled.
+    assert record["errors_by_status"] == {"cancelled": result.sent}
+    assert result.saturation_reason is not None and "in flight +" in result.saturation_reason
+
+
+def test_a_bad_watch_setting_is_refused_naming_the_flag(capsys: pytest.CaptureFixture) -> None:
+    code = loadgen.main(["--watch", "http://127.0.0.1:1/metrics", "--cap", "-3"])
+    assert code == 2
+    assert "--cap" in capsys.readouterr().err
