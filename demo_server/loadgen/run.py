@@ -499,6 +499,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--plot", action="store_true", help="with --output: plotly charts as .html (and .png)"
     )
+    parser.add_argument(
+        "--report",
+        type=Path,
+        metavar="FILE.html",
+        help="one self-contained HTML report (charts, knee, capacity, table; no network)",
+    )
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     return parser
 
@@ -605,23 +611,27 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{knee.setting + ': ' if knee.setting else ''}{knee.sentence}", file=said)
     capacity = capacity_record(search, records) if search is not None else None
     if capacity is not None:
-        print(search.result().words(), file=said)  # type: ignore[union-attr]
+        print(capacity["words"], file=said)
+    meta = {
+        "base_url": args.url,
+        "endpoint": args.endpoint,
+        "arrivals": args.arrivals,
+        "burstiness": args.burstiness,
+        "slo_ms": args.slo_ms,
+        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "knees": [knee.as_record() for knee in knees],
+        **({"capacity": capacity} if capacity is not None else {}),
+    }
     if args.output is not None:
-        meta = {
-            "base_url": args.url,
-            "endpoint": args.endpoint,
-            "arrivals": args.arrivals,
-            "burstiness": args.burstiness,
-            "slo_ms": args.slo_ms,
-            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "knees": [knee.as_record() for knee in knees],
-            **({"capacity": capacity} if capacity is not None else {}),
-        }
         for written in write_results(args.output, records, meta):
             print(f"wrote {written}", file=sys.stderr)
         if args.plot:
             for note in write_plots(args.output.with_suffix(".html"), records):
                 print(note, file=sys.stderr)
+    if args.report is not None:
+        from dashboard.load_report import write_report
+
+        print(f"wrote {write_report(args.report, records, meta)}", file=sys.stderr)
     return 0
 
 
