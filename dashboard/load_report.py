@@ -31,6 +31,9 @@ def report_html(records: Sequence[Mapping[str, Any]], meta: Mapping[str, Any], t
         frame, slo_ms, {k.setting: k.rate for k in found}, capacity_rates
     )
     throughput = charts.throughput_vs_rate_chart(frame)
+    for figure in (latency, throughput):
+        # The page's tight margins rely on Streamlit's frame; a bare page needs room for ticks.
+        figure.update_layout(margin={"l": 70, "r": 20, "t": 60, "b": 50}, height=420)
     sentences = [f"{k.setting + ': ' if k.setting else ''}{k.sentence}" for k in found]
     if capacity.get("words"):
         sentences.append(capacity["words"])

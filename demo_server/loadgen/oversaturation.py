@@ -7,8 +7,10 @@ A server that keeps up holds both level; one that cannot grows both, the queue b
 arrivals it does not serve. The rule, over the step's samples after its warm-up:
 - at least MIN_SAMPLES samples spanning at least MIN_SECONDS;
 - in flight grows (least-squares slope) by at least IN_FLIGHT_GROWTH_SHARE of the
-  offered rate per second: at least 1 arrival in 20 is not being served;
-- the oldest wait grows by at least WAIT_GROWTH seconds per second;
+  offered rate per second: at least 1 arrival in 10 is not being served;
+- the oldest wait grows by at least WAIT_GROWTH seconds per second, and by at least
+  MIN_WAIT_RISE_S over the samples (the fit's rise): a few slow requests at a low rate
+  lengthen the wait by a fraction of a second, a queue that is not served by seconds;
 - both fits explain at least MIN_R_SQUARED of their samples' variance: growth, not noise.
 """
 
@@ -17,11 +19,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-MIN_SAMPLES = 5
-MIN_SECONDS = 4.0
-IN_FLIGHT_GROWTH_SHARE = 0.05
-WAIT_GROWTH = 0.05
-MIN_R_SQUARED = 0.5
+MIN_SAMPLES = 6
+MIN_SECONDS = 5.0
+IN_FLIGHT_GROWTH_SHARE = 0.10
+WAIT_GROWTH = 0.10
+MIN_WAIT_RISE_S = 1.0
+MIN_R_SQUARED = 0.7
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,10 +83,14 @@ def over_saturation(samples: Sequence[QueueSample], offered_rate: float) -> Satu
     wait = linear_fit(ts, [s.oldest_wait_s for s in samples])
     needed = IN_FLIGHT_GROWTH_SHARE * offered_rate
     queue_grows = in_flight.slope >= needed and in_flight.r_squared >= MIN_R_SQUARED
-    wait_grows = wait.slope >= WAIT_GROWTH and wait.r_squared >= MIN_R_SQUARED
+    wait_grows = (
+        wait.slope >= WAIT_GROWTH
+        and wait.slope * span >= MIN_WAIT_RISE_S
+        and wait.r_squared >= MIN_R_SQUARED
+    )
     reason = (
         f"in flight {in_flight.slope:+.2f}/s (R² {in_flight.r_squared:.2f}; over-saturated from "
         f"{needed:.2f}/s), oldest wait {wait.slope:+.3f} s/s (R² {wait.r_squared:.2f}; from "
-        f"{WAIT_GROWTH:g} s/s) over {span:.0f} s"
+        f"{WAIT_GROWTH:g} s/s and a {MIN_WAIT_RISE_S:g} s rise) over {span:.0f} s"
     )
     return Saturation(queue_grows and wait_grows, in_flight, wait, reason)

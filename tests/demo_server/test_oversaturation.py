@@ -51,11 +51,26 @@ def test_a_server_that_keeps_up_with_noise_is_not() -> None:
 
 
 def test_a_shortfall_under_the_threshold_or_one_signal_alone_is_not() -> None:
-    # 97% served: the queue grows by 1.2/s, under 5% of 40/s.
-    assert not over_saturation(scripted_server(40.0, 38.8, 10), 40.0).over
+    # 95% served: the queue grows by 2/s, under 10% of 40/s.
+    assert not over_saturation(scripted_server(40.0, 38.0, 10), 40.0).over
     # In flight grows but the oldest wait does not (a server batching more as load grows).
     growing_batch = [QueueSample(float(t), 10.0 + 5 * t, 0.5) for t in range(1, 8)]
     assert not over_saturation(growing_batch, 40.0).over
+
+
+def test_a_few_slow_requests_at_a_low_rate_are_not_a_queue() -> None:
+    # 4 req/s on a busy machine: in flight 0 -> 3 and the oldest wait 0.1 -> 0.9 s over
+    # 5 s, both steady. The wait rose by 0.8 s: slow answers, not a queue left unserved.
+    samples = [
+        QueueSample(float(t), n, wait)
+        for t, n, wait in zip(
+            range(1, 7), (0, 1, 1, 2, 3, 3), (0.1, 0.3, 0.4, 0.6, 0.8, 0.9), strict=True
+        )
+    ]
+    verdict = over_saturation(samples, 4.0)
+    assert verdict.in_flight is not None and verdict.in_flight.slope >= 0.10 * 4.0
+    assert verdict.oldest_wait is not None and 0.10 <= verdict.oldest_wait.slope < 1.0 / 5
+    assert not verdict.over
 
 
 def test_too_few_samples_decide_nothing() -> None:
