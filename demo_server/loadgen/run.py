@@ -13,6 +13,14 @@ The result file holds `runs`, one per rate and setting, with the field names of
 `p99_ttft_ms`, `completed`, `failed`), plus `rate`, `setting`, `errors_by_status` and
 `goodput`; a CSV of the same rows lies beside it. `--plot` draws them with plotly.
 
+`--watch METRICS_URL` records the server's batching signals over each step (the
+exporter's evaluator, in-process: `watch`), and the knee of each setting is named with
+its cause (`knee`), printed at the end and written (`knees`). `--find-capacity` runs the
+steps a capacity search plans (`capacity_search`) instead of `--rates`. A step the
+over-saturation rule flags (`oversaturation`) ends early. `--report FILE.html` writes
+one self-contained HTML report (`dashboard.load_report`). docs/reading-a-load-test.md
+says how to read it all.
+
 Open loop: a request is sent at its scheduled time whether or not earlier ones have
 answered, and its latency is measured from that scheduled time, so a slow server
 shows up as latency instead of silently lowering the offered load. When the generator
