@@ -570,6 +570,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("--plot needs --output")
     if args.find_capacity and args.slo_ms is None:
         parser.error("--find-capacity needs --slo-ms")
+    if args.find_capacity and (args.settings or args.sweep_max_wait):
+        parser.error("--find-capacity searches one setting: apply it first, without --set")
     if not 0 < args.slo_attainment <= 1:
         parser.error("--slo-attainment is a share within (0, 1]")
     settings = list(args.settings)

@@ -145,3 +145,20 @@ def test_a_bad_watch_setting_is_refused_naming_the_flag(capsys: pytest.CaptureFi
     code = loadgen.main(["--watch", "http://127.0.0.1:1/metrics", "--cap", "-3"])
     assert code == 2
     assert "--cap" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (["--find-capacity"], "--find-capacity needs --slo-ms"),
+        (["--find-capacity", "--slo-ms", "100", "--set", "max_wait_ms=5,10"], "one setting"),
+        (["--slo-attainment", "1.5"], "--slo-attainment is a share"),
+    ],
+)
+def test_capacity_flags_that_mean_nothing_are_refused(
+    argv: list[str], said: str, capsys: pytest.CaptureFixture
+) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        loadgen.main(argv)
+    assert exit_.value.code == 2
+    assert said in capsys.readouterr().err
