@@ -349,15 +349,108 @@ def _by_setting(
     )
 
 
-def latency_vs_rate_chart(runs: pd.DataFrame, slo_ms: float | None) -> go.Figure:
+# Height (share of the plot) of one setting's band of binding limits along the x axis.
+BAND_HEIGHT = 0.06
+
+
+def _vline(x: float, color: str, text: str, dash: str, y: float = 1.0) -> tuple[dict, dict]:
+    """A vertical line across the plot at `x`, and its label at height `y` (paper)."""
+    shape = {
+        "type": "line",
+        "xref": "x",
+        "x0": x,
+        "x1": x,
+        "yref": "paper",
+        "y0": 0,
+        "y1": 1,
+        "line": {"color": color, "dash": dash},
+    }
+    label = {
+        "xref": "x",
+        "x": x,
+        "yref": "paper",
+        "y": y,
+        "text": text,
+        "showarrow": False,
+        "xanchor": "left",
+        "yanchor": "top",
+    }
+    return shape, label
+
+
+def binding_bands(runs: pd.DataFrame) -> tuple[list[dict], list[dict]]:
+    """Per setting with `batching`, a band along the bottom of the plot: one segment per
+    step (from midway to the rate before to midway to the next), coloured by the step's
+    dominant diagnosis and labelled with its binding limit. Returns (shapes, labels)."""
+    shapes: list[dict] = []
+    labels: list[dict] = []
+    if "diagnosis" not in runs:
+        return shapes, labels
+    watched = runs[runs["diagnosis"].notna() & runs["rate_per_s"].notna()]
+    for row, (_, frame) in enumerate(watched.groupby("setting", sort=True)):
+        rates = list(frame["rate_per_s"])
+        edges = [
+            *(rates[:1]),
+            *((a + b) / 2 for a, b in zip(rates, rates[1:], strict=False)),
+            *(rates[-1:]),
+        ]
+        y0, y1 = row * BAND_HEIGHT, (row + 1) * BAND_HEIGHT
+        for i, step in enumerate(frame.itertuples()):
+            shapes.append(
+                {
+                    "type": "rect",
+                    "xref": "x",
+                    "x0": edges[i],
+                    "x1": edges[i + 1] if edges[i + 1] > edges[i] else edges[i] * 1.02,
+                    "yref": "paper",
+                    "y0": y0,
+                    "y1": y1,
+                    "fillcolor": look(str(step.diagnosis)).hex,
+                    "opacity": 0.35,
+                    "line": {"width": 0},
+                    "layer": "below",
+                }
+            )
+            labels.append(
+                {
+                    "xref": "x",
+                    "x": step.rate_per_s,
+                    "yref": "paper",
+                    "y": (y0 + y1) / 2,
+                    "text": str(step.binding_limit or look(str(step.diagnosis)).words),
+                    "showarrow": False,
+                    "font": {"size": 9},
+                }
+            )
+    return shapes, labels
+
+
+def latency_vs_rate_chart(
+    runs: pd.DataFrame,
+    slo_ms: float | None,
+    knee_rates: dict[str, float] | None = None,
+    capacity_rates: dict[str, float] | None = None,
+) -> go.Figure:
+    """p99 and p50 against the offered rate per setting, the SLO line, each knee
+    (`knee_rates`: setting -> rate) and capacity (label -> rate) marked, and a band per
+    watched setting coloured by each step's diagnosis, labelled with its binding limit."""
     lines = () if slo_ms is None else _hline(slo_ms, THRESHOLD_HEX, f"SLO {slo_ms:g} ms")
+    shapes, annotations = binding_bands(runs)
+    for setting, rate in (knee_rates or {}).items():
+        shape, label = _vline(rate, THRESHOLD_HEX, f"knee {setting}".strip(), "dash")
+        shapes.append(shape)
+        annotations.append(label)
+    for name, rate in (capacity_rates or {}).items():
+        shape, label = _vline(rate, CAP_HEX, f"capacity {name}".strip(), "dot", y=0.9)
+        shapes.append(shape)
+        annotations.append(label)
     return _by_setting(
         runs,
         "End-to-end latency vs rate (solid p99, dotted p50)",
         "latency (ms)",
         {"p99_ms": None, "p50_ms": "dot"},
-        shapes=lines[:1],
-        annotations=lines[1:],
+        shapes=(*lines[:1], *shapes),
+        annotations=(*lines[1:], *annotations),
     )
 
 

@@ -3,7 +3,11 @@
 Both tools' field names are read: loadgen's (`--json`: `rate_per_s`, `throughput_per_s`,
 `p50_ms`, `p99_ms`; `--output` files: `rate`, then vLLM's names) and vLLM's
 (`request_rate`, `request_throughput`, `median_e2el_ms`, `p99_e2el_ms`, per-request
-`latencies` in seconds).
+`latencies` in seconds). A loadgen step run with `--watch` carries a `batching` object
+(the server's signals over the step); a file without it opens the same, with those
+columns empty. The knee of each setting is found here with the page's SLO
+(`demo_server.loadgen.knee`, the loadgen's own rule); a `--find-capacity` file's capacity
+is read from the file.
 """
 
 from __future__ import annotations
@@ -14,6 +18,8 @@ import re
 from dataclasses import dataclass
 
 import pandas as pd
+
+from demo_server.loadgen.knee import Knee, find_knee
 
 _PERCENTILE_FIELD = re.compile(r"^p(\d+(?:\.\d+)?)_(?:e2el_)?ms$")
 
@@ -32,6 +38,8 @@ class Run:
     throughput_per_s: float | None
     percentiles_ms: dict[float, float]
     latencies_ms: tuple[float, ...] | None = None
+    # The server's batching signals over the step (`batchscope-loadgen --watch`).
+    batching: dict | None = None
 
     @property
     def p50_ms(self) -> float | None:
@@ -110,6 +118,7 @@ def run_from_record(record: dict, source: str) -> Run:
         throughput_per_s=_first(record, "throughput_per_s", "request_throughput"),
         percentiles_ms=dict(sorted(percentiles.items())),
         latencies_ms=latencies or None,
+        batching=record["batching"] if isinstance(record.get("batching"), dict) else None,
     )
 
 
@@ -158,6 +167,62 @@ def good_share(run: Run, slo_ms: float) -> tuple[float, float]:
     return lower, upper
 
 
+# The `batching` fields shown as columns, in order.
+BATCHING_COLUMNS = (
+    "binding_limit",
+    "diagnosis",
+    "running_mean",
+    "running_max",
+    "cap",
+    "waiting_mean",
+    "kv_usage_max",
+    "preemptions_per_s",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class CapacityMark:
+    """A `--find-capacity` result: the rate found and its bracket (high None: never failed)."""
+
+    source: str
+    rate: float
+    low: float
+    high: float | None
+
+
+def load_capacity(text: str, source: str) -> CapacityMark | None:
+    """The capacity a `--find-capacity` result file holds, or None (any other file)."""
+    try:
+        doc = json.loads(text)
+    except ValueError:
+        return None
+    found = doc.get("capacity") if isinstance(doc, dict) else None
+    if not isinstance(found, dict):
+        return None
+    rate, low = _cell_number(found.get("rate")), _cell_number(found.get("low"))
+    if rate is None or low is None:
+        return None
+    return CapacityMark(source, rate, low, _cell_number(found.get("high")))
+
+
+def knees(runs: list[Run], slo_ms: float | None) -> list[Knee]:
+    """Each setting's knee by the loadgen's rule (`find_knee`), at `slo_ms`."""
+    by_setting: dict[str, list[dict]] = {}
+    for run in runs:
+        if run.rate_per_s is None or run.throughput_per_s is None:
+            continue
+        by_setting.setdefault(run.setting, []).append(
+            {
+                "rate": run.rate_per_s,
+                "request_throughput": run.throughput_per_s,
+                "p99_e2el_ms": run.p99_ms,
+                "batching": run.batching,
+            }
+        )
+    found = (find_knee(steps, slo_ms, setting) for setting, steps in sorted(by_setting.items()))
+    return [knee for knee in found if knee is not None]
+
+
 def runs_frame(runs: list[Run], slo_ms: float) -> pd.DataFrame:
     """One row per run with goodput bounds at the SLO (requests/s answered in time)."""
     rows = []
@@ -175,6 +240,7 @@ def runs_frame(runs: list[Run], slo_ms: float) -> pd.DataFrame:
                 "goodput_per_s": None if throughput is None else throughput * lower,
                 "goodput_upper_per_s": None if throughput is None else throughput * upper,
                 "goodput_exact": lower == upper,
+                **{name: (run.batching or {}).get(name) for name in BATCHING_COLUMNS},
             }
         )
     frame = pd.DataFrame(rows)

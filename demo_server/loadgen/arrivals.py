@@ -24,10 +24,15 @@ T = TypeVar("T")
 class OpenLoopRun(Generic[T]):
     """What `open_loop` offered: each sent arrival's result in arrival order, the arrivals
     dropped for finding `max_in_flight` sends in flight, how late each send started
-    (seconds after its scheduled time), and the seconds from the start to the last return."""
+    (seconds after its scheduled time), and the seconds from the start to the last return.
+    A send cancelled at a stop has its CancelledError as its result."""
 
-    results: list[T] = field(default_factory=list)
+    results: list[T | BaseException] = field(default_factory=list)
     dropped: int = 0
+    # Set when `stop` ended the arrivals early: the offset it did (s), and the sends
+    # cancelled then, in flight.
+    stopped_at_s: float | None = None
+    cancelled: int = 0
     send_lags_s: list[float] = field(default_factory=list)
     elapsed_s: float = 0.0
 
@@ -46,20 +51,26 @@ async def open_loop(
     burstiness: float = 1.0,
     clock: Callable[[], float] = time.perf_counter,
     max_in_flight: int | None = None,
+    stop: asyncio.Event | None = None,
 ) -> OpenLoopRun[T]:
     """Arrivals at `rate_per_s` for `duration_s` (times drawn from `rng` first, by
     `process` and `burstiness`), each one starting `send(index, scheduled_at)` as a task;
     `scheduled_at` is on `clock`, and `index` counts every arrival, dropped ones too.
-    Returns when every send has returned; an exception a send raises is raised here."""
+    Returns when every send has returned; an exception a send raises is raised here.
+    `stop` set (an over-saturated step) ends the arrivals and cancels the sends in flight."""
     schedule = arrival_times(rate_per_s, duration_s, rng, process, burstiness)
     run: OpenLoopRun[T] = OpenLoopRun()
     tasks: list[asyncio.Task[T]] = []
     in_flight: set[asyncio.Task[T]] = set()
     start = clock()
+    stopped = stop or asyncio.Event()
     for index, offset in enumerate(schedule):
         delay = start + offset - clock()
         if delay > 0:
             await asyncio.sleep(delay)
+        if stopped.is_set():  # seen at the next arrival: within one gap of the stop
+            run.stopped_at_s = clock() - start
+            break
         if max_in_flight is not None and len(in_flight) >= max_in_flight:
             run.dropped += 1
             continue
@@ -69,6 +80,15 @@ async def open_loop(
         if max_in_flight is not None:
             in_flight.add(task)
             task.add_done_callback(in_flight.discard)
-    run.results = list(await asyncio.gather(*tasks))
+    if run.stopped_at_s is not None:
+        cancelling = [task for task in tasks if task.cancel()]
+        run.cancelled = len(cancelling)
+        done = await asyncio.gather(*tasks, return_exceptions=True)
+        for outcome in done:
+            if isinstance(outcome, Exception):
+                raise outcome
+        run.results = list(done)
+    else:
+        run.results = list(await asyncio.gather(*tasks))
     run.elapsed_s = clock() - start
     return run

@@ -18,6 +18,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
+from demo_server.loadgen.knee import setting_label
+
 # A run whose sends left this much later than scheduled (p99) fell behind its schedule.
 BEHIND_SCHEDULE_MS = 10.0
 CHROMIUM = "/usr/bin/chromium"
@@ -44,9 +46,24 @@ RECORD_FIELDS = (
     "p99_ttft_ms",
     "slo_ms",
     "goodput",
+    "slo_attainment",
     "p99_send_lag_ms",
     "max_send_lag_ms",
     "behind_schedule",
+    "over_saturated",
+    "stopped_at_s",
+)
+# The `batching` object's fields the CSV carries (empty for a step without one).
+BATCHING_COLUMNS = (
+    "binding_limit",
+    "diagnosis",
+    "running_mean",
+    "running_max",
+    "cap",
+    "waiting_mean",
+    "kv_usage_max",
+    "preemptions_per_s",
+    "tokens_per_step",
 )
 
 
@@ -93,6 +110,12 @@ class RunResult:
     endpoint: str = "embeddings"
     output_tokens: int = 0
     errors_by_status: dict[str, int] = field(default_factory=dict)
+    # The over-saturation rule's verdict (`oversaturation`) and, when it ended the step,
+    # when (s after the start); the server's `batching` object under --watch.
+    over_saturated: bool = False
+    saturation_reason: str | None = None
+    stopped_at_s: float | None = None
+    batching: dict[str, Any] | None = None
     latencies_ms: list[float] = field(default_factory=list, repr=False)
     ttfts_ms: list[float] = field(default_factory=list, repr=False)
     send_lags_ms: list[float] = field(default_factory=list, repr=False)
@@ -113,12 +136,16 @@ class RunResult:
 
     def record(self, slo_ms: float | None) -> dict[str, Any]:
         """The run as the result file holds it: `vllm bench serve`'s names where the
-        meaning is the same (throughputs per second of the run, latencies in ms)."""
-        seconds = max(self.elapsed_s, self.duration_s)
+        meaning is the same (throughputs per second of the run, latencies in ms), and
+        `batching` where the server was watched. `slo_attainment`: the share of arrivals
+        (sent or dropped) answered within the SLO. A step ended early is measured over the
+        time it ran."""
+        seconds = max(self.elapsed_s, self.duration_s if self.stopped_at_s is None else 0.0)
         within_slo = (
             sum(1 for ms in self.latencies_ms if ms <= slo_ms) if slo_ms is not None else None
         )
         p99_lag = percentile(self.send_lags_ms, 99)
+        arrivals = self.sent + self.dropped
         return {
             "setting": dict(self.setting),
             "rate": self.rate_per_s,
@@ -142,10 +169,16 @@ class RunResult:
             "p50_ttft_ms": percentile(self.ttfts_ms, 50),
             "p99_ttft_ms": percentile(self.ttfts_ms, 99),
             "slo_ms": slo_ms,
-            "goodput": within_slo / seconds if within_slo is not None else None,
+            "goodput": within_slo / seconds if within_slo is not None and seconds else None,
+            "slo_attainment": within_slo / arrivals
+            if within_slo is not None and arrivals
+            else None,
             "p99_send_lag_ms": p99_lag,
             "max_send_lag_ms": max(self.send_lags_ms, default=None),
             "behind_schedule": p99_lag is not None and p99_lag > BEHIND_SCHEDULE_MS,
+            "over_saturated": self.over_saturated,
+            "stopped_at_s": self.stopped_at_s,
+            **({"batching": self.batching} if self.batching is not None else {}),
         }
 
 
@@ -217,10 +250,6 @@ class RichProgress(PlainProgress):
         self._bar.stop()
 
 
-def setting_label(setting: dict[str, float | int]) -> str:
-    return " ".join(f"{name}={value:g}" for name, value in setting.items())
-
-
 def format_table(results: Sequence[RunResult]) -> str:
     """The results as a fixed-width text table, one row per run."""
     header = (
@@ -270,14 +299,16 @@ def write_results(
     path.write_text(json.dumps({**meta, "runs": list(records)}, indent=2) + "\n", encoding="utf-8")
     csv_path = path.with_suffix(".csv")
     with csv_path.open("w", newline="", encoding="utf-8") as f:
-        writer = csv.DictWriter(f, fieldnames=RECORD_FIELDS)
+        writer = csv.DictWriter(f, fieldnames=(*RECORD_FIELDS, *BATCHING_COLUMNS))
         writer.writeheader()
         for record in records:
+            batching = record.get("batching") or {}
             writer.writerow(
                 {
-                    **record,
+                    **{name: record[name] for name in RECORD_FIELDS},
                     "setting": setting_label(record["setting"]),
                     "errors_by_status": json.dumps(record["errors_by_status"]),
+                    **{name: batching.get(name) for name in BATCHING_COLUMNS},
                 }
             )
     return path, csv_path

@@ -13,6 +13,14 @@ The result file holds `runs`, one per rate and setting, with the field names of
 `p99_ttft_ms`, `completed`, `failed`), plus `rate`, `setting`, `errors_by_status` and
 `goodput`; a CSV of the same rows lies beside it. `--plot` draws them with plotly.
 
+`--watch METRICS_URL` records the server's batching signals over each step (the
+exporter's evaluator, in-process: `watch`), and the knee of each setting is named with
+its cause (`knee`), printed at the end and written (`knees`). `--find-capacity` runs the
+steps a capacity search plans (`capacity_search`) instead of `--rates`. A step the
+over-saturation rule flags (`oversaturation`) ends early. `--report FILE.html` writes
+one self-contained HTML report (`dashboard.load_report`). docs/reading-a-load-test.md
+says how to read it all.
+
 Open loop: a request is sent at its scheduled time whether or not earlier ones have
 answered, and its latency is measured from that scheduled time, so a slow server
 shows up as latency instead of silently lowering the offered load. When the generator
@@ -26,18 +34,23 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import itertools
 import json
 import random
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
 import aiohttp
 
 from demo_server.loadgen.arrivals import open_loop
+from demo_server.loadgen.batching import step_batching
+from demo_server.loadgen.capacity_search import CapacitySearch, meets_slo
+from demo_server.loadgen.knee import setting_label, sweep_knees
+from demo_server.loadgen.oversaturation import QueueSample, over_saturation
 from demo_server.loadgen.report import (
     PlainProgress,
     RichProgress,
@@ -45,10 +58,10 @@ from demo_server.loadgen.report import (
     behind_schedule_note,
     format_table,
     percentile,
-    setting_label,
     write_plots,
     write_results,
 )
+from demo_server.loadgen.watch import StepWatch, add_watch_arguments, watch_target
 from demo_server.loadgen.workload import (
     ARRIVAL_PROCESSES,
     MAX_REQUESTS_PER_RUN,
@@ -58,10 +71,13 @@ from demo_server.loadgen.workload import (
     make_payload,
 )
 from demo_server.names import MODEL_NAME
+from exporter.config.settings import ConfigError, Target
 from exporter.length_log import InputError
 
 ENDPOINTS = {"embeddings": "/v1/embeddings", "completions": "/v1/completions"}
 ADMIN_PATH = "/admin/config"
+# Seconds between samples of the requests in flight (the over-saturation rule's).
+QUEUE_SAMPLE_S = 1.0
 
 
 def parse_setting(text: str) -> tuple[str, list[float | int]]:
@@ -86,6 +102,7 @@ async def run_rate(
     run_index: int = 0,
     setting: dict[str, float | int] | None = None,
     progress: PlainProgress | None = None,
+    watch: Target | None = None,
 ) -> RunResult:
     """Offer `spec`'s load at `rate_per_s` for `spec.duration_s`, seeded
     `spec.seed + run_index`, and measure what came back.
@@ -93,7 +110,11 @@ async def run_rate(
     Completions stream, so the first chunk gives the time to first token and the usage
     chunk the output tokens. An arrival that finds `spec.concurrency_limit` requests in
     flight is not sent and is counted `dropped`; the run ends when every sent request has
-    answered or timed out.
+    answered or timed out. Every QUEUE_SAMPLE_S after the warm-up the requests in flight
+    and the oldest one's wait are sampled; a step the over-saturation rule flags ends
+    early (with `spec.stop_over_saturated`), its requests in flight cancelled. `watch`:
+    the exporter's evaluator reads the server over the step after its warm-up, and gives
+    the step's `batching` object.
     """
     rng = random.Random(spec.seed + run_index)
     lengths = itertools.cycle(spec.output_lengths or [None])
@@ -119,9 +140,12 @@ async def run_rate(
         setting or {}, rate_per_s, spec.duration_s, arrivals=spec.arrivals, endpoint=spec.endpoint
     )
     target = url.rstrip("/") + ENDPOINTS[spec.endpoint]
+    # Sent and not yet answered: index -> scheduled time.
+    in_flight: dict[int, float] = {}
 
     async def one(index: int, scheduled_at: float) -> None:
         payload = payload_of(index)
+        in_flight[index] = scheduled_at
         try:
             async with session.post(target, json=payload) as response:
                 status = response.status
@@ -136,6 +160,7 @@ async def run_rate(
             result.fail("connection")
             return
         finally:
+            del in_flight[index]
             if progress is not None:
                 progress.request_done()
         if 200 <= status < 300:
@@ -144,23 +169,74 @@ async def run_rate(
         else:
             result.fail(str(status))
 
-    offered = await open_loop(
-        rate_per_s,
-        spec.duration_s,
-        rng,
-        one,
-        process=spec.arrivals,
-        burstiness=spec.burstiness,
-        max_in_flight=spec.concurrency_limit,
-    )
+    stop = asyncio.Event()
+    ended = asyncio.Event()
+    sampler = asyncio.create_task(_sample_queue(in_flight, spec, rate_per_s, result, stop))
+    watcher = asyncio.create_task(_watch_step(watch, spec, ended)) if watch else None
+    try:
+        offered = await open_loop(
+            rate_per_s,
+            spec.duration_s,
+            rng,
+            one,
+            process=spec.arrivals,
+            burstiness=spec.burstiness,
+            max_in_flight=spec.concurrency_limit,
+            stop=stop,
+        )
+    finally:
+        sampler.cancel()
+        ended.set()
+    if watcher is not None:
+        result.batching = step_batching(await watcher)
+    for _ in range(offered.cancelled):
+        result.fail("cancelled")
+    result.stopped_at_s = offered.stopped_at_s
     result.sent = offered.sent
     result.dropped = offered.dropped
     result.send_lags_ms = [lag * 1000.0 for lag in offered.send_lags_s]
     result.elapsed_s = offered.elapsed_s
-    result.throughput_per_s = result.ok / max(result.elapsed_s, spec.duration_s)
+    seconds = result.elapsed_s if result.stopped_at_s is not None else spec.duration_s
+    result.throughput_per_s = result.ok / max(result.elapsed_s, seconds)
     result.p50_ms = percentile(result.latencies_ms, 50)
     result.p99_ms = percentile(result.latencies_ms, 99)
     return result
+
+
+async def _sample_queue(
+    in_flight: dict[int, float],
+    spec: LoadSpec,
+    rate_per_s: float,
+    result: RunResult,
+    stop: asyncio.Event,
+) -> None:
+    """Sample the requests in flight every QUEUE_SAMPLE_S after the warm-up; mark the
+    step over-saturated (and set `stop`, with `spec.stop_over_saturated`) when the rule
+    says so. Runs until cancelled."""
+    started = time.perf_counter()
+    samples: list[QueueSample] = []
+    await asyncio.sleep(spec.warmup_s)
+    while True:
+        await asyncio.sleep(QUEUE_SAMPLE_S)
+        now = time.perf_counter()
+        oldest = now - min(in_flight.values()) if in_flight else 0.0
+        samples.append(QueueSample(now - started, len(in_flight), oldest))
+        verdict = over_saturation(samples, rate_per_s)
+        if verdict.over:
+            result.over_saturated = True
+            result.saturation_reason = verdict.reason
+            if spec.stop_over_saturated:
+                stop.set()
+            return
+
+
+async def _watch_step(target: Target, spec: LoadSpec, ended: asyncio.Event) -> list:
+    """The exporter's evaluations of `target` from the end of the warm-up to `ended`."""
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(ended.wait(), spec.warmup_s)
+    if ended.is_set():
+        return []
+    return await StepWatch(target, spec.duration_s - spec.warmup_s).run(ended)
 
 
 async def _read_stream(
@@ -194,18 +270,78 @@ async def apply_setting(
             raise RuntimeError(f"{ADMIN_PATH} answered {response.status}: {body[:200]}")
 
 
+class Steps:
+    """Runs steps one after another on one HTTP session, with progress and numbering."""
+
+    def __init__(
+        self,
+        session: aiohttp.ClientSession,
+        url: str,
+        spec: LoadSpec,
+        reporter: PlainProgress | None,
+        watch: Target | None,
+    ) -> None:
+        self.session = session
+        self.url = url
+        self.spec = spec
+        self.reporter = reporter
+        self.watch = watch
+        self.results: list[RunResult] = []
+
+    async def run(self, rate: float, setting: dict[str, float | int], of: str) -> RunResult:
+        """One step at `rate` under `setting`; `of` says where it stands ("3/8")."""
+        if self.reporter is not None:
+            label = setting_label(setting) or "-"
+            self.reporter.start_run(
+                f"[{of}] {label} rate={rate:g}/s for {self.spec.duration_s:g} s",
+                round(rate * self.spec.duration_s),
+            )
+        result = await run_rate(
+            self.session,
+            self.url,
+            self.spec,
+            rate,
+            run_index=len(self.results),
+            setting=setting,
+            progress=self.reporter,
+            watch=self.watch,
+        )
+        self.results.append(result)
+        if self.reporter is not None:
+            self.reporter.end_run(result)
+        return result
+
+
+@contextlib.asynccontextmanager
+async def _steps(
+    url: str, spec: LoadSpec, progress: TextIO | None, watch: Target | None
+) -> AsyncIterator[Steps]:
+    reporter: PlainProgress | None = None
+    if progress is not None:
+        reporter = RichProgress(progress) if progress.isatty() else PlainProgress(progress)
+    timeout = aiohttp.ClientTimeout(total=spec.timeout_s)
+    connector = aiohttp.TCPConnector(limit=spec.concurrency_limit or 0)
+    try:
+        async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
+            yield Steps(session, url, spec, reporter, watch)
+    finally:
+        if reporter is not None:
+            reporter.close()
+
+
 async def sweep(
     url: str,
     spec: LoadSpec,
     *,
     settings: Sequence[tuple[str, list[float | int]]] = (),
     progress: TextIO | None = None,
+    watch: Target | None = None,
 ) -> list[RunResult]:
     """Every combination of the settings' values, each followed by every rate of `spec`
     in turn.
 
     Progress goes to `progress` (a text stream) when given: a bar on a terminal, plain
-    lines otherwise.
+    lines otherwise. `watch`: the server whose batching signals each step records.
     """
     names = [name for name, _ in settings]
     combinations = [
@@ -213,41 +349,34 @@ async def sweep(
         for values in itertools.product(*(values for _, values in settings))
     ]
     total = len(combinations) * len(spec.rates)
-    reporter: PlainProgress | None = None
-    if progress is not None:
-        reporter = RichProgress(progress) if progress.isatty() else PlainProgress(progress)
-    results: list[RunResult] = []
-    timeout = aiohttp.ClientTimeout(total=spec.timeout_s)
-    connector = aiohttp.TCPConnector(limit=spec.concurrency_limit or 0)
-    try:
-        async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
-            for setting in combinations:
-                if setting:
-                    await apply_setting(session, url, setting)
-                for rate in spec.rates:
-                    if reporter is not None:
-                        label = setting_label(setting) or "-"
-                        reporter.start_run(
-                            f"[{len(results) + 1}/{total}] {label} rate={rate:g}/s "
-                            f"for {spec.duration_s:g} s",
-                            round(rate * spec.duration_s),
-                        )
-                    result = await run_rate(
-                        session,
-                        url,
-                        spec,
-                        rate,
-                        run_index=len(results),
-                        setting=setting,
-                        progress=reporter,
-                    )
-                    results.append(result)
-                    if reporter is not None:
-                        reporter.end_run(result)
-    finally:
-        if reporter is not None:
-            reporter.close()
-    return results
+    async with _steps(url, spec, progress, watch) as steps:
+        for setting in combinations:
+            if setting:
+                await apply_setting(steps.session, url, setting)
+            for rate in spec.rates:
+                await steps.run(rate, setting, f"{len(steps.results) + 1}/{total}")
+    return steps.results
+
+
+async def find_capacity(
+    url: str,
+    spec: LoadSpec,
+    search: CapacitySearch,
+    *,
+    slo_ms: float,
+    attainment: float,
+    progress: TextIO | None = None,
+    watch: Target | None = None,
+) -> list[RunResult]:
+    """Run the steps `search` plans, each passing when `meets_slo`, until it stops;
+    returns the steps in the order run (the search holds the bracket)."""
+    async with _steps(url, spec, progress, watch) as steps:
+        while (rate := search.next_rate()) is not None:
+            result = await steps.run(
+                rate, {}, f"search {len(steps.results) + 1}/{search.max_steps}"
+            )
+            search.record(rate, meets_slo(result.record(slo_ms), attainment))
+    return steps.results
 
 
 def _ints(text: str) -> list[int]:
@@ -335,11 +464,54 @@ def build_parser() -> argparse.ArgumentParser:
         help="shorthand for --set max_wait_ms=MS1,MS2",
     )
     parser.add_argument("--slo-ms", type=float, default=None, help="goodput: answers within this")
+    capacity = parser.add_argument_group("capacity at the SLO")
+    capacity.add_argument(
+        "--find-capacity",
+        action="store_true",
+        help="search for the highest rate meeting the SLO (--slo-ms, --slo-attainment): "
+        "a geometric ramp from the first of --rates, then bisection; each step lasts "
+        "--duration",
+    )
+    capacity.add_argument(
+        "--slo-attainment",
+        type=float,
+        default=0.99,
+        help="share of arrivals a passing step answers within --slo-ms (default: 0.99)",
+    )
+    capacity.add_argument(
+        "--max-steps", type=int, default=10, help="the search's step bound (default: 10)"
+    )
+    capacity.add_argument(
+        "--precision",
+        type=float,
+        default=0.10,
+        help="the search stops when its failing rate is within this share of its passing "
+        "one (default: 0.10)",
+    )
+    parser.add_argument(
+        "--warmup-share",
+        type=float,
+        default=0.2,
+        help="share of each step before the server signals and the over-saturation rule "
+        "read it (default: 0.2)",
+    )
+    parser.add_argument(
+        "--keep-over-saturated",
+        action="store_true",
+        help="run an over-saturated step to its end instead of stopping it",
+    )
+    add_watch_arguments(parser)
     parser.add_argument("--timeout", type=float, default=30.0, help="seconds per request")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--output", type=Path, help="result file (JSON); a CSV lands beside it")
     parser.add_argument(
         "--plot", action="store_true", help="with --output: plotly charts as .html (and .png)"
+    )
+    parser.add_argument(
+        "--report",
+        type=Path,
+        metavar="FILE.html",
+        help="one self-contained HTML report (charts, knee, capacity, table; no network)",
     )
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     return parser
@@ -370,7 +542,21 @@ def load_spec(args: argparse.Namespace) -> LoadSpec:
         concurrency_limit=args.concurrency_limit,
         timeout_s=args.timeout,
         seed=args.seed,
+        warmup_share=args.warmup_share,
+        stop_over_saturated=not args.keep_over_saturated,
     )
+
+
+def capacity_record(search: CapacitySearch, records: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """The search's result for the result file, with the batching signals at the rate
+    found (the last step run at it)."""
+    found = search.result()
+    at_rate = [r for r in records if r["rate"] == found.rate]
+    return {
+        **found.as_record(),
+        "batching": at_rate[-1].get("batching") if at_rate else None,
+        "words": found.words(),
+    }
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -382,6 +568,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     if args.plot and args.output is None:
         parser.error("--plot needs --output")
+    if args.find_capacity and args.slo_ms is None:
+        parser.error("--find-capacity needs --slo-ms")
+    if args.find_capacity and (args.settings or args.sweep_max_wait):
+        parser.error("--find-capacity searches one setting: apply it first, without --set")
+    if not 0 < args.slo_attainment <= 1:
+        parser.error("--slo-attainment is a share within (0, 1]")
     settings = list(args.settings)
     if args.sweep_max_wait:
         settings.append(("max_wait_ms", [_typed_number(f"{v:g}") for v in args.sweep_max_wait]))
@@ -390,7 +582,30 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (OSError, InputError) as error:
         print(f"--output-len-file: {error}", file=sys.stderr)
         return 2
-    results = asyncio.run(sweep(args.url, spec, settings=settings, progress=sys.stderr))
+    try:
+        watch = watch_target(args)
+    except ConfigError as error:
+        print(str(error), file=sys.stderr)
+        return 2
+    search = None
+    if args.find_capacity:
+        search = CapacitySearch(args.rates[0], args.max_steps, args.precision)
+        results = asyncio.run(
+            find_capacity(
+                args.url,
+                spec,
+                search,
+                slo_ms=args.slo_ms,
+                attainment=args.slo_attainment,
+                progress=sys.stderr,
+                watch=watch,
+            )
+        )
+    else:
+        results = asyncio.run(
+            sweep(args.url, spec, settings=settings, progress=sys.stderr, watch=watch)
+        )
+    said = sys.stderr if args.json else sys.stdout
     if args.json:
         print(json.dumps([r.summary() for r in results], indent=2))
     else:
@@ -399,20 +614,34 @@ def main(argv: Sequence[str] | None = None) -> int:
     for record in records:
         if record["behind_schedule"]:
             print(f"rate {record['rate']:g}/s: {behind_schedule_note(record)}", file=sys.stderr)
+        if record["over_saturated"]:
+            print(f"rate {record['rate']:g}/s: over-saturated", file=said)
+    knees = sweep_knees(records, args.slo_ms)
+    for knee in knees:
+        print(f"{knee.setting + ': ' if knee.setting else ''}{knee.sentence}", file=said)
+    capacity = capacity_record(search, records) if search is not None else None
+    if capacity is not None:
+        print(capacity["words"], file=said)
+    meta = {
+        "base_url": args.url,
+        "endpoint": args.endpoint,
+        "arrivals": args.arrivals,
+        "burstiness": args.burstiness,
+        "slo_ms": args.slo_ms,
+        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "knees": [knee.as_record() for knee in knees],
+        **({"capacity": capacity} if capacity is not None else {}),
+    }
     if args.output is not None:
-        meta = {
-            "base_url": args.url,
-            "endpoint": args.endpoint,
-            "arrivals": args.arrivals,
-            "burstiness": args.burstiness,
-            "slo_ms": args.slo_ms,
-            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        }
         for written in write_results(args.output, records, meta):
             print(f"wrote {written}", file=sys.stderr)
         if args.plot:
             for note in write_plots(args.output.with_suffix(".html"), records):
                 print(note, file=sys.stderr)
+    if args.report is not None:
+        from dashboard.load_report import write_report
+
+        print(f"wrote {write_report(args.report, records, meta)}", file=sys.stderr)
     return 0
 
 

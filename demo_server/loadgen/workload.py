@@ -105,6 +105,9 @@ class LoadSpec:
     Completions ask for `max_tokens` drawn from its choices, or for `output_lengths` in
     order (cycled) when given. At most `concurrency_limit` requests are in flight (None:
     no limit); each request is given `timeout_s`. Run i of a sweep is seeded `seed + i`.
+    The first `warmup_share` of each step is its warm-up: the server signals and the
+    over-saturation rule read what follows. `stop_over_saturated`: a step the rule finds
+    over-saturated ends early (`oversaturation`).
     """
 
     endpoint: str = "embeddings"
@@ -118,6 +121,12 @@ class LoadSpec:
     concurrency_limit: int | None = None
     timeout_s: float = 30.0
     seed: int = 0
+    warmup_share: float = 0.2
+    stop_over_saturated: bool = True
+
+    @property
+    def warmup_s(self) -> float:
+        return self.warmup_share * self.duration_s
 
 
 def completion_body(

@@ -8,7 +8,9 @@ is refused with the same words whether it came from a flag or a file.
 from __future__ import annotations
 
 import argparse
+from collections.abc import Iterable, Sequence
 
+from exporter.config.line_numbered import Sourced
 from exporter.config.settings import (
     ENDPOINTS_GROUP,
     FLEET_GROUP,
@@ -54,9 +56,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         for name in (TARGET_GROUP, FLEET_GROUP, ENDPOINTS_GROUP, HISTORY_GROUP)
     }
     # --target first: it is the one a single-server run needs.
-    targets = config_fields(Target)
-    for key in ("url", *(k for k in targets if k != "url")):
-        _add(groups[TARGET_GROUP], targets[key], field_defaults(Target)[key])
+    add_target_arguments(groups[TARGET_GROUP], ("url", *(k for k in TARGET_FLAGS if k != "url")))
     groups[FLEET_GROUP].add_argument(
         "--config",
         metavar="FILE",
@@ -70,17 +70,34 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                 _add(groups[name], spec, field_defaults(Settings)[key])
 
 
+def add_target_arguments(group: argparse._ArgumentGroup, keys: Sequence[str]) -> None:
+    """The flags of the `Target` fields `keys`, as the exporter takes them (another tool
+    judging a server the same way, batchscope-loadgen --watch, adds them too)."""
+    targets = config_fields(Target)
+    defaults = field_defaults(Target)
+    for key in keys:
+        _add(group, targets[key], defaults[key])
+
+
+def target_flag_values(args: argparse.Namespace, keys: Iterable[str]) -> dict[str, Sourced]:
+    """The `Target` fields among `keys` given on the command line, each with its flag as
+    its origin (for `target_from_values`)."""
+    given = {}
+    for key in keys:
+        flag = TARGET_FLAGS[key]
+        value = getattr(args, _dest(flag), None)
+        if value is not None:
+            given[key] = (value, flag)
+    return given
+
+
 def settings_from_args(args: argparse.Namespace) -> Settings:
     """Settings from parsed flags: `--config FILE` plus overriding flags, or one --target.
 
     Target flags (--target, --name, --engine, --cap, ...) cannot be combined with
     --config, where targets are set in the file. Raises ConfigError, naming the flag.
     """
-    target_given = {
-        key: (getattr(args, _dest(flag), None), flag)
-        for key, flag in TARGET_FLAGS.items()
-        if getattr(args, _dest(flag), None) is not None
-    }
+    target_given = target_flag_values(args, TARGET_FLAGS)
     settings_given = {
         key: (getattr(args, _dest(flag), None), flag)
         for key, flag in SETTINGS_FLAGS.items()

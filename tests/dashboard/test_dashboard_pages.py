@@ -377,6 +377,71 @@ def test_load_tests_page_compares_loadgen_and_vllm_results() -> None:
     assert len(at.get("plotly_chart")) == 2
 
 
+def watched_step(rate: float, throughput: float, p99: float, binding: str, state: str) -> dict:
+    return {
+        "setting": {},
+        "rate": rate,
+        "request_throughput": throughput,
+        "p50_e2el_ms": p99 / 2,
+        "p99_e2el_ms": p99,
+        "batching": {
+            "binding_limit": binding,
+            "diagnosis": state,
+            "running_mean": 3.0,
+            "running_max": 8.0 if binding == "kv_cache" else 4.0,
+            "cap": 8.0,
+            "waiting_mean": 2.0,
+            "kv_usage_max": 0.99 if binding == "kv_cache" else 0.3,
+            "preemptions_per_s": 3.0 if binding == "kv_cache" else 0.0,
+        },
+    }
+
+
+WATCHED = {
+    "slo_ms": 500.0,
+    "runs": [
+        watched_step(10.0, 10.0, 100.0, "arrivals", "underloaded"),
+        watched_step(20.0, 19.5, 200.0, "arrivals", "healthy"),
+        watched_step(40.0, 20.5, 3000.0, "kv_cache", "memory_bound"),
+    ],
+    "capacity": {"rate": 22.0, "low": 22.0, "high": 24.0, "steps": 6, "converged": True},
+}
+
+
+def test_load_tests_page_marks_knee_capacity_and_binding_limits_of_a_watched_run() -> None:
+    at = page("load_tests.py")
+    at.number_input(key="load_slo").set_value(500.0)
+    at.file_uploader(key="load_files").set_value(
+        [
+            ("watched.json", json.dumps(WATCHED).encode(), "application/json"),
+            ("old.json", json.dumps(LOADGEN).encode(), "application/json"),
+        ]
+    ).run()
+    assert not at.exception
+    runs = at.dataframe[0].value
+    watched = runs[runs["source"] == "watched.json"]
+    assert list(watched["binding_limit"]) == ["arrivals", "arrivals", "kv_cache"]
+    assert list(watched["preemptions_per_s"]) == [0.0, 0.0, 3.0]
+    # The file without `batching` opens as before, its batching columns empty.
+    assert runs[runs["source"] == "old.json"]["binding_limit"].isna().all()
+    said = " ".join(m.value for m in at.markdown).replace("\\", "")  # markdown escapes
+    assert (
+        "knee at 40 req/s: p99 3,000 ms crossed the 500 ms SLO, the batch stopped at 8 of 8 "
+        "running with the KV cache full and 3 preemptions/s and 2 waiting: memory-bound; a "
+        "higher --max-num-seqs will not help" in said
+    )
+    assert "watched.json**: capacity at the SLO 22 req/s (bracket 22..24)" in said
+    latency = plotly.io.from_json(at.get("plotly_chart")[0].proto.spec)
+    shapes = latency.layout.shapes
+    bands = [s for s in shapes if s.type == "rect"]
+    assert len(bands) == 3  # one per watched step; the old file has none
+    assert [s.fillcolor for s in bands][2] == "#ea580c"  # memory-bound's colour
+    lines = sorted(s.x0 for s in shapes if s.type == "line" and s.xref == "x")
+    assert lines == [22.0, 40.0]  # the capacity and the knee
+    labels = {a.text for a in latency.layout.annotations}
+    assert {"kv_cache", "arrivals"} <= labels
+
+
 def test_load_tests_page_says_what_is_wrong_with_a_file() -> None:
     at = page("load_tests.py")
     at.file_uploader(key="load_files").set_value([("bad.json", b"{oops", "application/json")])

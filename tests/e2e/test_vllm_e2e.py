@@ -389,6 +389,49 @@ def test_memory_bound_preemptions(vllm: VllmManager, exporter: Exporter):
     )
 
 
+def test_loadgen_watch_names_the_kv_bound_knee_memory_bound(vllm: VllmManager, workdir: Path):
+    """A sweep of the KV-bound vLLM over three rates with --watch (the exporter's evaluator
+    in-process): the knee is named memory-bound, from the step's own batching signals.
+    Runs right after test_memory_bound_preemptions, on the same vLLM (no restart).
+
+    Measured on the loaded 2-core machine: 1, 4, 16 req/s gave 1.0, 4.2, 7.4 req/s, p99
+    1.2, 2.2, 13.2 s; 16 req/s bound by the KV cache (5 of 8 running, 12 preemptions/s),
+    the lower rates by arrivals. Throughput still grew 33% a doubling at 16 req/s, so
+    the knee there is the SLO's: 6 s sits between 2.2 and 13.2 s."""
+    from demo_server.loadgen import run as loadgen
+
+    srv = vllm.ensure(MEMORY_ARGS)
+    output = workdir / "loadgen-kv-bound.json"
+    code = loadgen.main(
+        [
+            *("--url", srv.base_url, "--endpoint", "completions", "--model", srv.model),
+            *("--rates", "1,4,16", "--duration", "10", "--max-tokens", "100,200,300,400"),
+            *("--timeout", "120", "--slo-ms", "6000"),
+            *("--watch", vllm.metrics_url, "--engine", "vllm", "--cap", str(CAP)),
+            *("--output", str(output), "--report", str(workdir / "loadgen-kv-bound.html")),
+        ]
+    )
+    assert code == 0
+    body = json.loads(output.read_text())
+    for run in body["runs"]:
+        b = run["batching"]
+        print(
+            f"rate {run['rate']:g}: {run['request_throughput']:.2f} req/s, p50 "
+            f"{run['p50_e2el_ms']}, p99 {run['p99_e2el_ms']}, goodput {run['goodput']}, "
+            f"binding {b and b['binding_limit']}, over-saturated {run['over_saturated']}; "
+            f"{b and {k: b[k] for k in ('running_max', 'kv_usage_max', 'preemptions_per_s')}}"
+        )
+    assert [run["rate"] for run in body["runs"]] == [1.0, 4.0, 16.0]
+    assert all(run["batching"] is not None for run in body["runs"])
+    [knee] = body["knees"]
+    print(knee["sentence"])
+    assert knee["binding_limit"] == "kv_cache", knee
+    assert ": memory-bound; a higher --max-num-seqs will not help" in knee["sentence"]
+    at_knee = next(run for run in body["runs"] if run["rate"] == knee["rate"])
+    assert at_knee["batching"]["preemptions_per_s"] > 0
+    assert at_knee["batching"]["running_max"] < CAP
+
+
 # ------------------------------------------------------------ the per-step token budget
 
 # The issue's run: a cap of 64 that KV memory can hold, a 64-token step budget, two dozen
