@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from demo_server.loadgen.knee import Knee, find_knee
+from demo_server.loadgen.report import BATCHING_COLUMNS  # the columns, as the CSV has them
 
 _PERCENTILE_FIELD = re.compile(r"^p(\d+(?:\.\d+)?)_(?:e2el_)?ms$")
 
@@ -165,19 +166,6 @@ def good_share(run: Run, slo_ms: float) -> tuple[float, float]:
         else:
             upper = min(upper, q / 100)
     return lower, upper
-
-
-# The `batching` fields shown as columns, in order.
-BATCHING_COLUMNS = (
-    "binding_limit",
-    "diagnosis",
-    "running_mean",
-    "running_max",
-    "cap",
-    "waiting_mean",
-    "kv_usage_max",
-    "preemptions_per_s",
-)
 
 
 @dataclass(frozen=True, slots=True)
