@@ -127,7 +127,7 @@ def markdown(result: Result) -> str:
     flags += [f"--targets {plan.targets}"] if plan.targets != 1000 else []
     command = " ".join(["scripts/bench_metrics_latency.py", *flags])
     lines = [
-        f"## /metrics latency ({plan.targets} targets, {plan.minutes:g} minutes)",
+        f"## /metrics latency ({plan.targets} targets, {plan.minutes:g} min)",
         "",
         f"`{command}`: `scripts/fleet_sim.py` serves {plan.targets} simulated vLLM 0.32 "
         "targets; the exporter runs as `python -m exporter.cli --config fleet.yaml` with "
