@@ -24,12 +24,15 @@ an SLO objective costs: one series' history after days of scrapes, and a scrape'
 with and without it, bench_slo.py), `history` (the history memory of 1,000 one-series
 targets after a synthesized hour, bench_history.py, a subprocess); on request,
 `overload` (the exporter beside a real vLLM held at five times its budget on the same
-cores: bench_overload.py, a subprocess).
+cores: bench_overload.py, a subprocess) and `metrics-latency` (/metrics fetched every
+second for 10 minutes from the exporter scraping 1000 simulated targets, its p99 against
+100 ms: bench_metrics_latency.py).
 The report names the machine, the command and the date: numbers from a shared 2-core
 machine only mean something next to those.
 
     .venv/bin/python scripts/bench.py                  # everything, about 22 minutes
     .venv/bin/python scripts/bench.py --only soak       # 30 minutes at 80% of peak
+    .venv/bin/python scripts/bench.py --only metrics-latency   # 10 minutes at 1000 targets
     .venv/bin/python scripts/bench.py --quick --only parser --output /tmp/b.md
     .venv/bin/python scripts/bench.py --only render --json /tmp/render.json   # + the numbers
 """
@@ -53,6 +56,7 @@ import bench_dashboard
 import bench_evaluation
 import bench_fleet
 import bench_ingest
+import bench_metrics_latency
 import bench_parser
 import bench_prometheus
 import bench_render
@@ -108,8 +112,9 @@ WITH_NUMBERS = (
     "slo",
 )
 # Run only when named with --only: the soak takes 30 minutes (--soak-minutes); the
-# overload needs the real vLLM of the end-to-end suite (`make vllm-env`), about 5 minutes.
-ON_REQUEST = ("soak", "overload")
+# overload needs the real vLLM of the end-to-end suite (`make vllm-env`), about 5 minutes;
+# metrics-latency fetches /metrics for 10 minutes (--metrics-latency-minutes).
+ON_REQUEST = ("soak", "overload", "metrics-latency")
 OVERLOAD_SCRIPT = ROOT / "scripts/bench_overload.py"
 FUZZ_SCRIPT = ROOT / "scripts/fuzz_parser.py"
 FUZZ_SECONDS = 300
@@ -221,6 +226,12 @@ def main(argv: list[str] | None = None) -> int:
         "--soak-minutes", type=float, default=30.0, help="length of the soak (--only soak)"
     )
     parser.add_argument(
+        "--metrics-latency-minutes",
+        type=float,
+        default=10.0,
+        help="how long /metrics is fetched (--only metrics-latency)",
+    )
+    parser.add_argument(
         "--quick", action="store_true", help="small counts: a smoke run, not a measurement"
     )
     parser.add_argument(
@@ -281,6 +292,15 @@ def main(argv: list[str] | None = None) -> int:
     if "soak" in selected:
         minutes = 1.0 if args.quick else args.soak_minutes
         sections.append(bench_soak.markdown(bench_soak.run(minutes), minutes))
+    if "metrics-latency" in selected:
+        plan = bench_metrics_latency.Plan(
+            targets=100 if args.quick else 1000,
+            minutes=1.0 if args.quick else args.metrics_latency_minutes,
+        )
+        latency = bench_metrics_latency.run(plan)
+        sections.append(bench_metrics_latency.markdown(latency))
+        if not latency.meets_target:
+            missed.append("metrics-latency")
     if "batching" in selected:
         print("batching: running scripts/bench_batching.py", file=sys.stderr, flush=True)
         quick_args = list(BATCHING_QUICK_ARGS) if args.quick else []
