@@ -212,6 +212,8 @@ def _parse_line(line: str) -> Sample:
         rest = line[close + 1 :]
     if not name:
         raise ValueError("missing metric name")
+    if name[0] == '"':  # the format quotes a name only inside the braces
+        raise ValueError(f"a quoted metric name outside the braces: {name!r}")
     parts = rest.split()
     if len(parts) == 1:
         value = parts[0]

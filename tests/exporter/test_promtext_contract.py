@@ -149,6 +149,16 @@ def test_duplicate_label_name_is_refused() -> None:
     _refused('m{a="1",b="2",a="3"} 1\n', ["m"], 1, "label 'a' given twice")
 
 
+def test_quoted_metric_name_outside_the_braces_is_refused() -> None:
+    # FORMAT (Prometheus 3 text format): a name that needs quotes is written inside the
+    # braces, `{"name.with.dots"}`; a line that starts with a quote is no sample. (Found by
+    # the fuzzer: `"\\vllm:x_bucket{...} 1` was read as a sample named `"\\vllm:x_bucket`.)
+    for text in ('"m" 1\n', '"\\m"{a="1"} 1\n'):
+        with pytest.raises(promtext.ParseError, match="a quoted metric name outside the braces"):
+            promtext.parse("m 2\n" + text)
+    assert [tuple(s) for s in promtext.parse('{"m"} 1\n')] == [("m", {}, 1.0, None)]
+
+
 def test_name_label_is_refused() -> None:
     # DATA_MODEL: names starting with `__` are reserved; the metric name is not a label.
     _refused('m{__name__="other"} 1\n', ["m"], 1, "a __name__ label")

@@ -109,7 +109,7 @@ def broken_rule(text: str) -> str | None:
         words = line[line.rfind("}") + 1 :].split() if "{" in line else line.split()[1:]
         if len(words) == 2 and not re.fullmatch(r"[+-]?[0-9]+", words[1]):
             return "a timestamp that is not whole milliseconds"
-    return _sample_rule(text)
+    return _sample_rule(text, types)
 
 
 def _unescape(quoted: str) -> str:
@@ -141,22 +141,24 @@ def _metadata_rule(line: str, helps: set[str], types: dict[str, str], seen: set[
     return ""
 
 
-def _sample_rule(text: str) -> str | None:
-    """The rules on a typed family's samples, read from prometheus_client's families."""
+def _sample_rule(text: str, types: dict[str, str]) -> str | None:
+    """The rules on a typed family's samples. The type is the TYPE line's for the sample's
+    name, as Prometheus reads it; prometheus_client only gives the samples (it starts a
+    new family at any HELP line, so a HELP between a TYPE and its samples would hide them)."""
     try:
         families = list(text_string_to_metric_families(text))
     except Exception:  # noqa: BLE001 - refused by the reference: its rules cannot be read
         return None
-    for family in families:
-        for s in family.samples:
-            counted = s.name in (family.name + "_bucket", family.name + "_count")
-            if family.type == "histogram" and counted and s.value < 0:
-                return "a negative histogram count"
-            bound = s.labels.get("le") if family.type == "histogram" else None
-            if family.type == "summary" and s.name == family.name:
-                bound = s.labels.get("quantile")
-            if bound is not None and not _number(bound):
-                return "an le or quantile that is not a number"
+    for s in (s for family in families for s in family.samples):
+        base = {s.name[: -len(x)]: x for x in ("_bucket", "_count") if s.name.endswith(x)}
+        histogram = next((x for b, x in base.items() if types.get(b) == "histogram"), None)
+        if histogram is not None and s.value < 0:
+            return "a negative histogram count"
+        bound = s.labels.get("le") if histogram == "_bucket" else None
+        if types.get(s.name) == "summary":
+            bound = s.labels.get("quantile")
+        if bound is not None and not _number(bound):
+            return "an le or quantile that is not a number"
     return None
 
 
