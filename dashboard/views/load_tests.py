@@ -26,6 +26,7 @@ RUN_COLUMNS = {
     "waiting_mean": st.column_config.NumberColumn("waiting (mean)", format="%.1f"),
     "kv_usage_max": st.column_config.NumberColumn("KV usage (max)", format="percent"),
     "preemptions_per_s": st.column_config.NumberColumn("preemptions/s", format="%.2f"),
+    "tokens_per_step": st.column_config.NumberColumn("tokens per step", format="%.1f"),
 }
 
 st.title("Load tests")
