@@ -50,8 +50,14 @@ def test_kv_advice_predicts_the_running_count_and_the_memory_for_the_cap() -> No
     sustainable = small.advice["sustainable_concurrency"]
     assert sustainable < args.cap
     assert len(small.running) >= 10  # requests waited throughout
-    # The running batch it settles at: tokens per step (every running request makes one).
-    assert abs(sustainable - small.tokens_per_step) <= 0.10 * small.tokens_per_step
+    # The running batch it settles at, as the server measures it two ways: tokens per
+    # step (every running request makes one) and its running gauge sampled every 0.5 s.
+    # On a quiet machine the two agree within 2%; on a starved CPU a sample falls between
+    # a finish and the next admission more often and the gauge reads up to 10% low. The
+    # advice (read from scrapes of the same gauges) is within 10% of the batch measured
+    # either way: of the interval between the two.
+    low, high = sorted((small.sampled_running, small.tokens_per_step))
+    assert 0.9 * low <= sustainable <= 1.1 * high, (sustainable, low, high)
 
     # Twice the cap: the batch, and so the tokens each step makes, stays where memory
     # holds it, far below the new cap (counters, not timings; 25% for a phase that a
