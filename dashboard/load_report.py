@@ -1,11 +1,19 @@
 """A load test as one self-contained HTML file (`batchscope-loadgen --report`): the Load
 tests page's charts and table, the knee sentences and the capacity, with plotly's
-JavaScript inlined, so it opens anywhere without the app or a network."""
+JavaScript inlined, so it opens anywhere without the app or a network.
+
+The report of a result file written earlier (`--output`, or `vllm bench serve`'s own):
+
+    python -m dashboard.load_report RESULT.json --report REPORT.html
+"""
 
 from __future__ import annotations
 
+import argparse
 import html
+import json
 import math
+import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -13,7 +21,15 @@ from typing import Any
 import plotly.io
 
 from dashboard import charts
-from dashboard.load_results import BATCHING_COLUMNS, knees, run_from_record, runs_frame
+from dashboard.load_results import (
+    BATCHING_COLUMNS,
+    ResultError,
+    knees,
+    load_result,
+    result_records,
+    run_from_record,
+    runs_frame,
+)
 
 TABLE_COLUMNS = ("setting", "rate_per_s", "throughput_per_s", "p50_ms", "p99_ms", "goodput_per_s")
 
@@ -58,3 +74,36 @@ def write_report(path: Path, records: Sequence[Mapping[str, Any]], meta: Mapping
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(report_html(records, meta, path.stem), encoding="utf-8")
     return path
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Write the report of a result file; 0 on success, 2 (with the reason on stderr) for a
+    file that cannot be read or holds no run."""
+    parser = argparse.ArgumentParser(
+        prog="python -m dashboard.load_report",
+        description="The self-contained HTML report of a load-test result file "
+        "(batchscope-loadgen --output, or vllm bench serve --save-result).",
+    )
+    parser.add_argument("result", type=Path, help="the result file (JSON)")
+    parser.add_argument(
+        "--report",
+        type=Path,
+        metavar="FILE.html",
+        help="where to write the report (default: the result file's name with .html)",
+    )
+    args = parser.parse_args(argv)
+    out = args.report or args.result.with_suffix(".html")
+    try:
+        text = args.result.read_text(encoding="utf-8")
+        load_result(text, str(args.result))  # a clear error for a file with no run
+    except (OSError, ResultError) as error:
+        print(f"load_report: {error}", file=sys.stderr)
+        return 2
+    doc = json.loads(text)
+    meta = doc if isinstance(doc, dict) else {}
+    print(f"wrote {write_report(out, result_records(doc), meta)}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -123,13 +123,15 @@ def run_from_record(record: dict, source: str) -> Run:
     )
 
 
-def _records(doc: object) -> list[dict]:
+def result_records(doc: object) -> list[dict]:
+    """The run records of a parsed result file: its `runs` (or `results`) list, the list
+    itself, or the one record it is."""
     if isinstance(doc, list):
         return [r for r in doc if isinstance(r, dict)]
     if isinstance(doc, dict):
         for key in ("runs", "results"):
             if isinstance(doc.get(key), list):
-                return _records(doc[key])
+                return result_records(doc[key])
         return [doc]
     return []
 
@@ -140,7 +142,7 @@ def load_result(text: str, source: str) -> list[Run]:
         doc = json.loads(text)
     except ValueError as err:
         raise ResultError(f"{source}: not JSON ({err})") from None
-    runs = [run_from_record(r, source) for r in _records(doc)]
+    runs = [run_from_record(r, source) for r in result_records(doc)]
     runs = [r for r in runs if r.throughput_per_s is not None or r.percentiles_ms]
     if not runs:
         raise ResultError(
