@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -21,6 +22,7 @@ ROOT = REPO
 PAYLOADS = sorted(p.read_text() for p in FIXTURES.glob("*.txt"))
 # Characters that matter to the format: most mutations land on them.
 SPECIAL = '{}"=\\,# \t\n_:.+-eE0123456789aINf'
+ATHERIS_SEED = 1  # fixed, as the property tests' examples are (tests/conftest.py)
 FUZZ = settings(
     max_examples=300,
     deadline=None,
@@ -136,14 +138,27 @@ def test_every_real_payload_is_read_as_prometheus_client_reads_it() -> None:
         check_parse(payload, valid=True)
 
 
-def test_atheris_harness_runs_bounded() -> None:
+def _atheris_failure(stderr: str, artifacts: Path) -> str:
+    """What a failed atheris run found: the Python exception and the input that raised it
+    (the log's tail alone is libFuzzer's progress lines)."""
+    start = stderr.find("Uncaught Python exception")
+    found = stderr[start : start + 3000] if start >= 0 else stderr[-3000:]
+    inputs = [f"{p.name}: {p.read_bytes()!r}" for p in sorted(artifacts.glob("*"))]
+    return "\n".join([found, *inputs])
+
+
+def test_atheris_harness_runs_bounded(tmp_path: Path) -> None:
+    # A fixed seed: the run is the same on every machine, so a failure here is
+    # reproducible with the same flags. `make bench` fuzzes with fresh seeds for longer.
     done = subprocess.run(
         [
             sys.executable,
             "scripts/fuzz_parser.py",
+            f"-seed={ATHERIS_SEED}",
             "-runs=3000",
             "-max_total_time=20",
             "-rss_limit_mb=1024",
+            f"-artifact_prefix={tmp_path}/",
         ],
         cwd=ROOT,
         capture_output=True,
@@ -151,5 +166,5 @@ def test_atheris_harness_runs_bounded() -> None:
         timeout=120,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
-    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.returncode == 0, _atheris_failure(done.stderr, tmp_path)
     assert "Done 3000 runs" in done.stderr or "DONE" in done.stderr, done.stderr[-2000:]
