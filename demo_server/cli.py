@@ -81,6 +81,15 @@ def build_parser() -> argparse.ArgumentParser:
         default=defaults.device,
         help="auto: CUDA when available, else CPU; sim:h200: simulated H200 (default %(default)s)",
     )
+    server.add_argument(
+        "--sim-slowdown",
+        type=float,
+        default=defaults.sim_slowdown,
+        metavar="N",
+        help="with --device sim:h200: simulate a device N times slower than the H200, for a "
+        "CPU that cannot keep the H200's pace (its overruns count in /metrics) "
+        "(default %(default)g)",
+    )
     server.add_argument("--model-name", default=defaults.model_name, help="default %(default)s")
     server.add_argument("--seed", type=int, default=defaults.seed, help="weights and sampling")
     server.add_argument(
@@ -201,6 +210,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         max_num_batched_tokens=args.max_num_batched_tokens,
         max_queue=args.max_queue,
         device=args.device,
+        sim_slowdown=args.sim_slowdown,
         embedding=BatcherSettings(mode=args.embed_batching).with_ms(
             max_batch_size=args.max_batch_size,
             max_wait_ms=args.max_wait_ms,

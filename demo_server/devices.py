@@ -6,6 +6,11 @@ in `anchors/h200-batch-cost.json` (numbers copied below so an installed package 
 need the anchor file). It is a laptop's way to show GPU batching economics, and it says
 it is simulated wherever it is on: `describe()`, the startup log, `/health` and
 `/metrics` all carry `simulated`.
+
+A CPU too slow or too loaded to finish a forward within the H200's time shows its own
+costs instead (each such forward counts an overrun). `slowdown` N simulates a device N
+times slower than the H200, every simulated cost times N, so that the pace, and with it
+the batching economics and the server's capacity, stay the simulated device's.
 """
 
 from __future__ import annotations
@@ -97,9 +102,10 @@ SIMULATED_PREFILL_MS_PER_TOKEN: dict[str, float] = {"h200": h200_prefill_ms_per_
 class Device:
     """A place to run forwards. `pace` makes a simulated device cost what the real one would.
 
-    `torch_device` is where tensors live (CPU for a simulated device). `overruns` counts, by
-    kind, forwards whose real CPU compute already exceeded the simulated cost, so the
-    simulation was slower than the device it imitates.
+    `torch_device` is where tensors live (CPU for a simulated device). `slowdown`: each
+    simulated cost is the measured one times this. `overruns` counts, by kind, forwards
+    whose real CPU compute already exceeded the simulated cost, so the simulation was
+    slower than the device it imitates.
     """
 
     name: str
@@ -107,17 +113,19 @@ class Device:
     simulated: bool = False
     curves: dict[Kind, tuple[tuple[int, float], ...]] = field(default_factory=dict)
     prefill_ms_per_token: float = 0.0
+    slowdown: float = 1.0
     overruns: dict[Kind, int] = field(default_factory=lambda: {"decode": 0, "encoder": 0})
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def simulated_ms(self, kind: Kind, batch_size: float) -> float:
         """The simulated cost of one forward of `batch_size` rows (tokens for decode)."""
-        return interpolate_ms(self.curves[kind], batch_size)
+        return interpolate_ms(self.curves[kind], batch_size) * self.slowdown
 
     def decode_step_ms(self, rows: int, prefill_tokens: int) -> float:
         """The simulated cost of one generation step: `rows` decode rows on the decode curve,
         plus `prefill_tokens` prompt tokens riding along at the compute-bound prefill rate."""
-        return self.simulated_ms("decode", rows) + prefill_tokens * self.prefill_ms_per_token
+        prefill_ms = prefill_tokens * self.prefill_ms_per_token * self.slowdown
+        return self.simulated_ms("decode", rows) + prefill_ms
 
     def pace(self, kind: Kind, batch_size: float, started_at: float) -> None:
         """On a simulated device, sleep until `started_at` (a `time.perf_counter()` reading)
@@ -152,14 +160,21 @@ class Device:
         return {
             "device": self.name,
             "simulated": self.simulated,
+            **({"simulated_slowdown": self.slowdown} if self.simulated else {}),
             "torch_device": str(self.torch_device),
             "simulated_overruns": dict(self.overruns),
         }
 
 
-def select_device(spec: str) -> Device:
+def select_device(spec: str, slowdown: float = 1.0) -> Device:
     """The device named by `--device`: auto (CUDA when available, else CPU), cpu, cuda, or
-    sim:h200. Raises ValueError for an unknown name or for cuda without a GPU."""
+    sim:h200, a simulated device `slowdown` times slower than the one measured. Raises
+    ValueError for an unknown name, for cuda without a GPU, and for a slowdown below 1 or
+    on a device that is not simulated."""
+    if not slowdown >= 1:
+        raise ValueError(f"--sim-slowdown must be at least 1, got {slowdown:g}")
+    if slowdown != 1 and not spec.startswith("sim:"):
+        raise ValueError(f"--sim-slowdown slows a simulated device; --device is {spec}")
     if spec == "auto":
         spec = "cuda" if torch.cuda.is_available() else "cpu"
     if spec == "cpu":
@@ -177,14 +192,16 @@ def select_device(spec: str) -> Device:
             simulated=True,
             curves=SIMULATED_CURVES[spec[4:]],
             prefill_ms_per_token=SIMULATED_PREFILL_MS_PER_TOKEN[spec[4:]],
+            slowdown=slowdown,
         )
     else:
         raise ValueError(f"--device must be one of {', '.join(DEVICE_CHOICES)}, got {spec!r}")
     if device.simulated:
         log.warning(
-            "device %s is SIMULATED: models run on the CPU, each forward is padded to the "
+            "device %s is SIMULATED: models run on the CPU, each forward is padded to %s the "
             "measured H200 cost for its batch size (prefill tokens at the H200's compute rate)",
             device.name,
+            "the" if device.slowdown == 1 else f"{device.slowdown:g} times",
         )
     else:
         log.info("device %s", device.name)

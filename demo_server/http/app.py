@@ -96,6 +96,8 @@ class ServerConfig:
     # Tokens one step may carry, chunking prefills (vLLM's --max-num-batched-tokens).
     max_num_batched_tokens: int | None = None
     device: str = "auto"
+    # A simulated device this many times slower than the one measured (devices.py).
+    sim_slowdown: float = 1.0
     embedding: BatcherSettings = BatcherSettings()
     request_log: str | None = None
     model_name: str = MODEL_NAME
@@ -260,7 +262,7 @@ class _Server:
         self.admin_authorization = (
             f"Bearer {config.admin_token}".encode() if config.admin_token is not None else None
         )
-        self.device = select_device(config.device)
+        self.device = select_device(config.device, config.sim_slowdown)
         self.registry = CollectorRegistry()
         # The process series a vLLM payload carries too; per registry, so per app.
         ProcessCollector(registry=self.registry)
@@ -304,9 +306,9 @@ class _Server:
         # collector's sight, a full collection walks only what requests leave behind
         # (without this, its pauses reach 100 ms and more and set the p99).
         gc.freeze()
-        simulated = (
-            " (SIMULATED: CPU paced to the measured H200 curve)" if self.device.simulated else ""
-        )
+        slower = self.device.slowdown
+        pace = "the measured H200 curve" + (f" x {slower:g}" if slower != 1 else "")
+        simulated = f" (SIMULATED: CPU paced to {pace})" if self.device.simulated else ""
         log.info(
             "serving %s: generation %s (%s attention), max_num_seqs=%d, kv_cache_tokens=%d; "
             "embeddings %s; device %s%s",

@@ -458,6 +458,33 @@ def test_simulated_h200_paces_each_step_to_the_measured_curve() -> None:
     assert not select_device("cpu").simulated
 
 
+def test_a_slowed_simulated_device_costs_n_times_the_h200_in_decode_and_prefill() -> None:
+    h200, slowed = select_device("sim:h200"), select_device("sim:h200", slowdown=10)
+    assert slowed.decode_step_ms(1, 0) == pytest.approx(10 * h200.decode_step_ms(1, 0))
+    assert slowed.decode_step_ms(32, 1000) == pytest.approx(10 * (1.4530 + 6.43), abs=0.5)
+    assert slowed.simulated_ms("encoder", 8) == pytest.approx(10 * 2.0805, abs=1e-3)
+    assert slowed.describe()["simulated_slowdown"] == 10
+    assert "simulated_slowdown" not in select_device("cpu").describe()
+    started = time.perf_counter()
+    slowed.pace("decode", 1, started)
+    assert time.perf_counter() - started >= 9.35e-3
+
+
+@pytest.mark.parametrize(
+    ("spec", "slowdown", "said"),
+    [
+        ("sim:h200", 0.5, "at least 1"),
+        ("sim:h200", float("nan"), "at least 1"),
+        ("cpu", 3, "simulated"),
+    ],
+)
+def test_a_slowdown_below_one_or_off_a_simulated_device_is_refused(
+    spec: str, slowdown: float, said: str
+) -> None:
+    with pytest.raises(ValueError, match=said):
+        select_device(spec, slowdown)
+
+
 def test_longest_request_never_feeds_the_last_cache_position(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
