@@ -14,7 +14,8 @@ The result file holds `runs`, one per rate and setting, with the field names of
 `goodput`; a CSV of the same rows lies beside it. `--plot` draws them with plotly.
 
 `--watch METRICS_URL` records the server's batching signals over each step (the
-exporter's evaluator, in-process: `watch`), and the knee of each setting is named with
+exporter's evaluator, in-process: `watch`), or `--exporter URL --target NAME` reads them
+from a running exporter (`exporter_api`), and the knee of each setting is named with
 its cause (`knee`), printed at the end and written (`knees`). `--find-capacity` runs the
 steps a capacity search plans (`capacity_search`) instead of `--rates`. A step the
 over-saturation rule flags (`oversaturation`) ends early. `--report FILE.html` writes
@@ -49,6 +50,11 @@ import aiohttp
 from demo_server.loadgen.arrivals import open_loop
 from demo_server.loadgen.batching import BatchingReading, step_batching
 from demo_server.loadgen.capacity_search import CapacitySearch, meets_slo
+from demo_server.loadgen.exporter_api import (
+    UsageError,
+    add_exporter_arguments,
+    exporter_signals,
+)
 from demo_server.loadgen.knee import setting_label, sweep_knees
 from demo_server.loadgen.oversaturation import QueueSample, over_saturation
 from demo_server.loadgen.report import (
@@ -395,6 +401,17 @@ async def find_capacity(
     return steps.results
 
 
+EPILOG = """examples:
+  # each step's batching signals, from the exporter's evaluator run in-process
+  batchscope-loadgen --base-url http://127.0.0.1:8000 --endpoint completions \\
+      --rates 2,4,8,16 --slo-ms 1500 --watch http://127.0.0.1:8000/metrics --cap 16
+  # the same, read from a running exporter that monitors the server as `llm`
+  batchscope-loadgen --base-url http://127.0.0.1:8000 --endpoint completions \\
+      --rates 2,4,8,16 --slo-ms 1500 --exporter http://127.0.0.1:9500 --target llm
+
+docs/reading-a-load-test.md says how to read the result."""
+
+
 def _ints(text: str) -> list[int]:
     return [int(v) for v in text.split(",")]
 
@@ -417,8 +434,10 @@ def _lognormal_spec(text: str) -> tuple[float, float, int]:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="batchscope-loadgen",
-        description="Open-loop load against an OpenAI-style server (the demo server, vLLM): "
+        description="Open-loop load against an OpenAI-style server (the demo server, vLLM):\n"
         "latency percentiles, TTFT, errors and goodput per rate.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument(
         "--base-url", "--url", dest="url", default="http://127.0.0.1:8000", help="server base URL"
@@ -517,6 +536,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="run an over-saturated step to its end instead of stopping it",
     )
     add_watch_arguments(parser)
+    add_exporter_arguments(parser)
     parser.add_argument("--timeout", type=float, default=30.0, help="seconds per request")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--output", type=Path, help="result file (JSON); a CSV lands beside it")
@@ -599,11 +619,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"--output-len-file: {error}", file=sys.stderr)
         return 2
     try:
+        signals: StepSignals | None = exporter_signals(args)
         watched = watch_target(args)
+    except UsageError as error:
+        parser.error(str(error))
     except ConfigError as error:
         print(str(error), file=sys.stderr)
         return 2
-    signals: StepSignals | None = WatchedServer(watched) if watched is not None else None
+    if watched is not None:
+        signals = WatchedServer(watched)
     search = None
     if args.find_capacity:
         search = CapacitySearch(args.rates[0], args.max_steps, args.precision)
