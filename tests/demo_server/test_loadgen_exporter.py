@@ -8,7 +8,7 @@ import asyncio
 import dataclasses
 import json
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +16,7 @@ import pytest
 from aiohttp import web
 from hypothesis import HealthCheck, given, settings
 
+from demo_server.http.app import ServerConfig
 from demo_server.loadgen import run as loadgen
 from demo_server.loadgen.batching import (
     BatchingReading,
@@ -40,8 +41,11 @@ from exporter.core.snapshot import Snapshot
 from exporter.engines import read_series
 from exporter.serve import api_json as api
 from exporter.serve.app import guard
+from tests.support.demo_http import serve
 from tests.support.evaluation import evaluate_target
-from tests.support.network import free_port
+from tests.support.monitoring_stack import exporter as exporter_process
+from tests.support.monitoring_stack import http_get
+from tests.support.network import free_port, wait_until
 from tests.support.paths import fixture_text
 from tests.support.signals_data import PAYLOADS, target_signals
 from tests.support.threaded_app import serve_in_thread
@@ -410,3 +414,89 @@ def test_the_token_is_sent_from_its_file_and_never_written_out(
     [run] = json.loads(output.read_text())["runs"]
     assert run["batching"]["running_max"] == 8.0
     assert "s3cret" not in said.out + said.err + output.read_text()
+
+
+# ---------------------------------------------------------------- a real exporter
+
+
+@pytest.fixture(scope="module")
+def demo() -> Iterator[str]:
+    # Sixteen sequences at a time on the simulated H200 (each forward paced to at least the
+    # H200's time), 128 tokens a request: under 20 req/s on this kind of machine. 5 req/s
+    # runs about two at a time (up to ten on a starved CPU), far below the cap, nothing
+    # waiting; 30 req/s holds the batch at the cap with tens waiting until the queue drains.
+    config = ServerConfig(batching="continuous", max_num_seqs=16, device="sim:h200")
+    with serve(config) as url:
+        yield url
+
+
+def dominant(shares: dict[str, float]) -> tuple[str, float]:
+    """The state that held the largest share of a step's evaluations, and that share."""
+    return max(shares.items(), key=lambda item: item[1])
+
+
+@pytest.mark.slow
+def test_exporter_and_watch_record_the_same_batching_of_the_same_load(
+    demo: str, tmp_path: Path
+) -> None:
+    # The exporter evaluates every second over a 3 s window, near --watch's (the 3.2 s of
+    # each step after its warm-up), so the two judge over similar spans.
+    flags = ["--target", f"{demo}/metrics", "--name", "demo", "--engine", "vllm"]
+    flags += ["--cap", "16", "--interval", "1", "--window-seconds", "3"]
+    load = ["--url", demo, "--endpoint", "completions", "--rates", "5,30", "--duration", "4"]
+    load += ["--max-tokens", "128", "--keep-over-saturated"]
+    outputs = {"--exporter": tmp_path / "exporter.json", "--watch": tmp_path / "watch.json"}
+    with exporter_process(tmp_path, *flags) as exporter:
+
+        def idle() -> bool:
+            body = json.loads(http_get(f"{exporter.url}/api/v1/signals?target=demo"))
+            read = [t["total"] for t in body["targets"] if t["up"]]
+            return bool(read) and read[0]["running"] == read[0]["waiting"] == 0
+
+        for source, output in outputs.items():
+            # Each run starts on an idle server: no queue left by the one before.
+            wait_until(idle, 30, "the demo server to be idle", exporter.log)
+            reader = (
+                ["--exporter", exporter.url, "--target", "demo"]
+                if source == "--exporter"
+                else ["--watch", f"{demo}/metrics", "--engine", "vllm", "--cap", "16"]
+            )
+            assert loadgen.main([*load, *reader, "--output", str(output)]) == 0
+    steps = {
+        source: {run["rate"]: run["batching"] for run in json.loads(output.read_text())["runs"]}
+        for source, output in outputs.items()
+    }
+    for source, by_rate in steps.items():
+        for batching in by_rate.values():
+            assert batching["source"] == source and batching["unread"] == 0
+            # An evaluation a second from the end of the 0.8 s warm-up on (3.2 s at least).
+            assert batching["evaluations"] >= 2 and batching["cap"] == 16.0
+    # The exporter's rates are over its own window (3 s), whatever the step's length.
+    assert all(0 < b["window_seconds"] <= 3.0 for b in steps["--exporter"].values())
+    for source, by_rate in steps.items():
+        low, high = by_rate[5.0], by_rate[30.0]
+        # 5 req/s: nothing queues (a scrape may catch a request before its first step)
+        # and the batch stays far below the cap, which binds at no more than a blip.
+        assert low["waiting_mean"] < 1 and low["running_mean"] < 8, source
+        assert low["binding_shares"].get("requests", 0.0) < 0.5, source
+        # 30 req/s: the cap binds at nearly every evaluation, with tens waiting.
+        assert high["running_mean"] >= 12 and high["waiting_mean"] > 8, source
+        assert high["binding_limit"] == "requests", source
+        assert dominant(high["binding_shares"])[1] >= 0.7, source
+        assert dominant(high["diagnosis_shares"])[1] >= 0.7, source
+    exported, watched = steps["--exporter"][30.0], steps["--watch"][30.0]
+    # At the cap the running batch agrees within 25% of the cap (4 of 16). The two runs
+    # are seconds apart, each read at its own seconds, and --watch's last evaluation is a
+    # scrape as the step's last answer comes in, of an emptying batch, where the
+    # exporter's is up to a second before it: --watch reads up to 16/n lower over its
+    # n >= 7 evaluations (measured: 1 to 2.6 lower). Below the cap the mean of 2 to 5
+    # readings of a few requests is chance (a spread of one to three requests on a busy
+    # machine), so the low step is compared by its states.
+    assert abs(exported["running_mean"] - watched["running_mean"]) <= 0.25 * 16
+    for rate in (5.0, 30.0):
+        exported, watched = steps["--exporter"][rate], steps["--watch"][rate]
+        for shares in ("binding_shares", "diagnosis_shares"):
+            # Where one state held at least 70% of the step on both sides, the same one.
+            held = [dominant(side[shares]) for side in (exported, watched)]
+            if all(share >= 0.7 for _, share in held):
+                assert held[0][0] == held[1][0], (rate, shares, held)
