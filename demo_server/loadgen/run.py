@@ -14,7 +14,8 @@ The result file holds `runs`, one per rate and setting, with the field names of
 `goodput`; a CSV of the same rows lies beside it. `--plot` draws them with plotly.
 
 `--watch METRICS_URL` records the server's batching signals over each step (the
-exporter's evaluator, in-process: `watch`), and the knee of each setting is named with
+exporter's evaluator, in-process: `watch`), or `--exporter URL --target NAME` reads them
+from a running exporter (`exporter_api`), and the knee of each setting is named with
 its cause (`knee`), printed at the end and written (`knees`). `--find-capacity` runs the
 steps a capacity search plans (`capacity_search`) instead of `--rates`. A step the
 over-saturation rule flags (`oversaturation`) ends early. `--report FILE.html` writes
@@ -42,13 +43,18 @@ import sys
 import time
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, Protocol, TextIO
 
 import aiohttp
 
 from demo_server.loadgen.arrivals import open_loop
-from demo_server.loadgen.batching import step_batching
+from demo_server.loadgen.batching import BatchingReading, step_batching
 from demo_server.loadgen.capacity_search import CapacitySearch, meets_slo
+from demo_server.loadgen.exporter_api import (
+    UsageError,
+    add_exporter_arguments,
+    exporter_signals,
+)
 from demo_server.loadgen.knee import setting_label, sweep_knees
 from demo_server.loadgen.oversaturation import QueueSample, over_saturation
 from demo_server.loadgen.report import (
@@ -61,7 +67,7 @@ from demo_server.loadgen.report import (
     write_plots,
     write_results,
 )
-from demo_server.loadgen.watch import StepWatch, add_watch_arguments, watch_target
+from demo_server.loadgen.watch import WatchedServer, add_watch_arguments, watch_target
 from demo_server.loadgen.workload import (
     ARRIVAL_PROCESSES,
     MAX_REQUESTS_PER_RUN,
@@ -71,13 +77,28 @@ from demo_server.loadgen.workload import (
     make_payload,
 )
 from demo_server.names import MODEL_NAME
-from exporter.config.settings import ConfigError, Target
+from exporter.config.settings import ConfigError
 from exporter.length_log import InputError
 
 ENDPOINTS = {"embeddings": "/v1/embeddings", "completions": "/v1/completions"}
 ADMIN_PATH = "/admin/config"
 # Seconds between samples of the requests in flight (the over-saturation rule's).
 QUEUE_SAMPLE_S = 1.0
+
+
+class StepSignals(Protocol):
+    """Where a step's batching signals come from: --watch (`watch.WatchedServer`) or
+    --exporter (`exporter_api.ExporterSignals`)."""
+
+    # The flag that chose it, recorded in the `batching` object.
+    source: str
+
+    async def read_step(
+        self, window_seconds: float, stop: asyncio.Event
+    ) -> list[BatchingReading | None]:
+        """The server's readings from now until `stop` is set, oldest first (None: one
+        that read nothing); `window_seconds`: how long the step measures."""
+        ...
 
 
 def parse_setting(text: str) -> tuple[str, list[float | int]]:
@@ -102,7 +123,7 @@ async def run_rate(
     run_index: int = 0,
     setting: dict[str, float | int] | None = None,
     progress: PlainProgress | None = None,
-    watch: Target | None = None,
+    signals: StepSignals | None = None,
 ) -> RunResult:
     """Offer `spec`'s load at `rate_per_s` for `spec.duration_s`, seeded
     `spec.seed + run_index`, and measure what came back.
@@ -112,9 +133,8 @@ async def run_rate(
     flight is not sent and is counted `dropped`; the run ends when every sent request has
     answered or timed out. Every QUEUE_SAMPLE_S after the warm-up the requests in flight
     and the oldest one's wait are sampled; a step the over-saturation rule flags ends
-    early (with `spec.stop_over_saturated`), its requests in flight cancelled. `watch`:
-    the exporter's evaluator reads the server over the step after its warm-up, and gives
-    the step's `batching` object.
+    early (with `spec.stop_over_saturated`), its requests in flight cancelled. `signals`:
+    read over the step after its warm-up, they give the step's `batching` object.
     """
     rng = random.Random(spec.seed + run_index)
     lengths = itertools.cycle(spec.output_lengths or [None])
@@ -172,7 +192,7 @@ async def run_rate(
     stop = asyncio.Event()
     ended = asyncio.Event()
     sampler = asyncio.create_task(_sample_queue(in_flight, spec, rate_per_s, result, stop))
-    watcher = asyncio.create_task(_watch_step(watch, spec, ended)) if watch else None
+    watcher = asyncio.create_task(_read_step(signals, spec, ended)) if signals else None
     try:
         offered = await open_loop(
             rate_per_s,
@@ -187,8 +207,8 @@ async def run_rate(
     finally:
         sampler.cancel()
         ended.set()
-    if watcher is not None:
-        result.batching = step_batching(await watcher)
+    if signals is not None and watcher is not None:
+        result.batching = step_batching(await watcher, signals.source)
     for _ in range(offered.cancelled):
         result.fail("cancelled")
     result.stopped_at_s = offered.stopped_at_s
@@ -230,13 +250,15 @@ async def _sample_queue(
             return
 
 
-async def _watch_step(target: Target, spec: LoadSpec, ended: asyncio.Event) -> list:
-    """The exporter's evaluations of `target` from the end of the warm-up to `ended`."""
+async def _read_step(
+    signals: StepSignals, spec: LoadSpec, ended: asyncio.Event
+) -> list[BatchingReading | None]:
+    """The server's readings from the end of the warm-up to `ended`."""
     with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(ended.wait(), spec.warmup_s)
     if ended.is_set():
         return []
-    return await StepWatch(target, spec.duration_s - spec.warmup_s).run(ended)
+    return await signals.read_step(spec.duration_s - spec.warmup_s, ended)
 
 
 async def _read_stream(
@@ -279,13 +301,13 @@ class Steps:
         url: str,
         spec: LoadSpec,
         reporter: PlainProgress | None,
-        watch: Target | None,
+        signals: StepSignals | None,
     ) -> None:
         self.session = session
         self.url = url
         self.spec = spec
         self.reporter = reporter
-        self.watch = watch
+        self.signals = signals
         self.results: list[RunResult] = []
 
     async def run(self, rate: float, setting: dict[str, float | int], of: str) -> RunResult:
@@ -304,7 +326,7 @@ class Steps:
             run_index=len(self.results),
             setting=setting,
             progress=self.reporter,
-            watch=self.watch,
+            signals=self.signals,
         )
         self.results.append(result)
         if self.reporter is not None:
@@ -314,7 +336,7 @@ class Steps:
 
 @contextlib.asynccontextmanager
 async def _steps(
-    url: str, spec: LoadSpec, progress: TextIO | None, watch: Target | None
+    url: str, spec: LoadSpec, progress: TextIO | None, signals: StepSignals | None
 ) -> AsyncIterator[Steps]:
     reporter: PlainProgress | None = None
     if progress is not None:
@@ -323,7 +345,7 @@ async def _steps(
     connector = aiohttp.TCPConnector(limit=spec.concurrency_limit or 0)
     try:
         async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
-            yield Steps(session, url, spec, reporter, watch)
+            yield Steps(session, url, spec, reporter, signals)
     finally:
         if reporter is not None:
             reporter.close()
@@ -335,13 +357,13 @@ async def sweep(
     *,
     settings: Sequence[tuple[str, list[float | int]]] = (),
     progress: TextIO | None = None,
-    watch: Target | None = None,
+    signals: StepSignals | None = None,
 ) -> list[RunResult]:
     """Every combination of the settings' values, each followed by every rate of `spec`
     in turn.
 
     Progress goes to `progress` (a text stream) when given: a bar on a terminal, plain
-    lines otherwise. `watch`: the server whose batching signals each step records.
+    lines otherwise. `signals`: where each step's batching signals are read.
     """
     names = [name for name, _ in settings]
     combinations = [
@@ -349,7 +371,7 @@ async def sweep(
         for values in itertools.product(*(values for _, values in settings))
     ]
     total = len(combinations) * len(spec.rates)
-    async with _steps(url, spec, progress, watch) as steps:
+    async with _steps(url, spec, progress, signals) as steps:
         for setting in combinations:
             if setting:
                 await apply_setting(steps.session, url, setting)
@@ -366,17 +388,28 @@ async def find_capacity(
     slo_ms: float,
     attainment: float,
     progress: TextIO | None = None,
-    watch: Target | None = None,
+    signals: StepSignals | None = None,
 ) -> list[RunResult]:
     """Run the steps `search` plans, each passing when `meets_slo`, until it stops;
     returns the steps in the order run (the search holds the bracket)."""
-    async with _steps(url, spec, progress, watch) as steps:
+    async with _steps(url, spec, progress, signals) as steps:
         while (rate := search.next_rate()) is not None:
             result = await steps.run(
                 rate, {}, f"search {len(steps.results) + 1}/{search.max_steps}"
             )
             search.record(rate, meets_slo(result.record(slo_ms), attainment))
     return steps.results
+
+
+EPILOG = """examples:
+  # each step's batching signals, from the exporter's evaluator run in-process
+  batchscope-loadgen --base-url http://127.0.0.1:8000 --endpoint completions \\
+      --rates 2,4,8,16 --slo-ms 1500 --watch http://127.0.0.1:8000/metrics --cap 16
+  # the same, read from a running exporter that monitors the server as `llm`
+  batchscope-loadgen --base-url http://127.0.0.1:8000 --endpoint completions \\
+      --rates 2,4,8,16 --slo-ms 1500 --exporter http://127.0.0.1:9500 --target llm
+
+docs/reading-a-load-test.md says how to read the result."""
 
 
 def _ints(text: str) -> list[int]:
@@ -401,8 +434,10 @@ def _lognormal_spec(text: str) -> tuple[float, float, int]:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="batchscope-loadgen",
-        description="Open-loop load against an OpenAI-style server (the demo server, vLLM): "
+        description="Open-loop load against an OpenAI-style server (the demo server, vLLM):\n"
         "latency percentiles, TTFT, errors and goodput per rate.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument(
         "--base-url", "--url", dest="url", default="http://127.0.0.1:8000", help="server base URL"
@@ -501,6 +536,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="run an over-saturated step to its end instead of stopping it",
     )
     add_watch_arguments(parser)
+    add_exporter_arguments(parser)
     parser.add_argument("--timeout", type=float, default=30.0, help="seconds per request")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--output", type=Path, help="result file (JSON); a CSV lands beside it")
@@ -583,10 +619,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"--output-len-file: {error}", file=sys.stderr)
         return 2
     try:
-        watch = watch_target(args)
+        signals: StepSignals | None = exporter_signals(args)
+        watched = watch_target(args)
+    except UsageError as error:
+        parser.error(str(error))
     except ConfigError as error:
         print(str(error), file=sys.stderr)
         return 2
+    if watched is not None:
+        signals = WatchedServer(watched)
     search = None
     if args.find_capacity:
         search = CapacitySearch(args.rates[0], args.max_steps, args.precision)
@@ -598,12 +639,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                 slo_ms=args.slo_ms,
                 attainment=args.slo_attainment,
                 progress=sys.stderr,
-                watch=watch,
+                signals=signals,
             )
         )
     else:
         results = asyncio.run(
-            sweep(args.url, spec, settings=settings, progress=sys.stderr, watch=watch)
+            sweep(args.url, spec, settings=settings, progress=sys.stderr, signals=signals)
         )
     said = sys.stderr if args.json else sys.stdout
     if args.json:

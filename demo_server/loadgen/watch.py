@@ -3,8 +3,8 @@ each step of a sweep.
 
 Each step gets an `Exporter` (exporter/scrape/loop.py) of one target whose window is the
 step's (warm-up excluded), and `run_round` is called every WATCH_INTERVAL_S: the same
-scrape, payload reading and evaluation the exporter runs, not a copy. The evaluations it
-returns become the step's `batching` object (`batching.step_batching`).
+scrape, payload reading and evaluation the exporter runs, not a copy. `WatchedServer`
+turns the evaluations into the step's readings (`batching.readings_of_evaluations`).
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import argparse
 import asyncio
 import contextlib
 
+from demo_server.loadgen.batching import BatchingReading, readings_of_evaluations
 from exporter.config.flags import add_target_arguments, target_flag_values
 from exporter.config.settings import Target, settings_from_values, target_from_values
 from exporter.core.evaluate import TargetSignals
@@ -80,3 +81,19 @@ class StepWatch:
                 due += WATCH_INTERVAL_S
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), max(0.0, due - loop.time()))
+
+
+class WatchedServer:
+    """--watch as a step's source of readings: a `StepWatch` over each step."""
+
+    source = WATCH_ORIGIN
+
+    def __init__(self, target: Target) -> None:
+        self.target = target
+
+    async def read_step(
+        self, window_seconds: float, stop: asyncio.Event
+    ) -> list[BatchingReading | None]:
+        """The readings of the step's evaluations, from now until `stop` is set."""
+        evaluations = await StepWatch(self.target, window_seconds).run(stop)
+        return readings_of_evaluations(evaluations)
