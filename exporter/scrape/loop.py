@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import logging
 import math
 import time
@@ -342,9 +341,7 @@ class Exporter:
             else:
                 log.warning("target %s: %s", target.name, signals.error)
             state.logged_error = signals.error
-        state.signals = dataclasses.replace(
-            signals, errors_total=dict(state.errors), window_resets_total=dict(state.window_resets)
-        )
+        state.signals = signals.with_counts(dict(state.errors), dict(state.window_resets))
         return state.signals
 
     async def run_round(self, connections: Connections) -> None:

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from exporter.core.diagnosis import Diagnosis, DiagnosisInputs, diagnose, down_diagnosis
-from exporter.core.evaluate import series_signals
+from exporter.core.evaluate import SeriesSignals, TargetSignals, series_signals
 from exporter.core.histogram import Histogram, histogram_increase, histogram_quantile
 from exporter.core.limits import LimitInputs, limits
 from exporter.core.signals import (
@@ -26,6 +26,7 @@ from exporter.core.signals import (
     throughput_gain,
 )
 from exporter.core.snapshot import SeriesSnapshot, merge_series
+from tests.support.signals_data import label_values, target_signals
 
 INF = math.inf
 
@@ -546,3 +547,20 @@ def test_preempting_at_the_cap_with_a_long_queue_names_both_limits() -> None:
     # preempting with nothing waiting: the cache alone, as before
     d = diagnosed(**DIAG | {"running": 8, "preemptions_per_second": 0.4})
     assert d.reason.startswith("0.40 preemptions/s: the KV cache is short of memory")
+
+
+@settings(max_examples=50, deadline=None)
+@given(target_signals(), st.dictionaries(st.sampled_from(["team", "zone"]), label_values))
+def test_relabelled_and_with_counts_give_what_replace_gives(
+    target: TargetSignals, labels: dict[str, str]
+) -> None:
+    series: SeriesSignals = target.total
+    assert series.relabelled(labels) == replace(series, labels=labels)
+    assert series.relabelled(labels).labels is labels
+    errors, resets = {"parse": 3}, {"engine_changed": 1}
+    counted = target.with_counts(errors, resets)
+    assert counted == replace(target, errors_total=errors, window_resets_total=resets)
+    assert (counted.errors_total, counted.window_resets_total) == (
+        {"parse": 3},
+        {"engine_changed": 1},
+    )
