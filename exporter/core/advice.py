@@ -76,7 +76,9 @@ class Advice:
         return next((i for i in self.items if i.kind == kind), None)
 
 
-@dataclass(frozen=True, slots=True)
+# Not frozen: built at every evaluation and read once, and a frozen dataclass's __init__
+# costs several times a plain one's (an object.__setattr__ a field).
+@dataclass(slots=True)
 class AdviceInputs:
     """What the advice reads from one series' window. Unknown stays None (or empty)."""
 

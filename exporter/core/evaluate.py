@@ -330,7 +330,9 @@ def _restarts_of(restarts: Mapping[str, Sequence[bool]] | None, name: str) -> Se
     return restarts.get(name) if restarts is not None else None
 
 
-@dataclass(frozen=True, slots=True)
+# Not frozen: built at every evaluation and read once, and a frozen dataclass's __init__
+# costs several times a plain one's (an object.__setattr__ a field).
+@dataclass(slots=True)
 class _Rates:
     """A series' counters over its window: increases, and rates per second of the span."""
 
@@ -385,7 +387,9 @@ def _next_saturation(
     )
 
 
-@dataclass(frozen=True, slots=True)
+# Not frozen: built at every evaluation and read once, and a frozen dataclass's __init__
+# costs several times a plain one's (an object.__setattr__ a field).
+@dataclass(slots=True)
 class _Latency:
     """A series' latency over its window against its budget: the reading, its statistic
     ("quantile", or "mean" where the engine exposes only that), the budget, their ratio."""

@@ -90,7 +90,9 @@ class Limits:
         return next((r.reading for r in self.readings if r.limit == limit), None)
 
 
-@dataclass(frozen=True, slots=True)
+# Not frozen: built at every evaluation and read once, and a frozen dataclass's __init__
+# costs several times a plain one's (an object.__setattr__ a field).
+@dataclass(slots=True)
 class LimitInputs:
     """What the breakdown reads. `running`: the recent peak (as the diagnosis reads it), or
     a batcher's mean fired batch. `trigger_shares`: a batcher's batches fired by trigger

@@ -161,6 +161,8 @@ class TargetState:
     target: Target
     window: Window
     history: History
+    # The target as its signals name it, made once rather than at every evaluation.
+    identity: TargetIdentity = field(init=False)
     saturation: dict[LabelKey, SaturationState] = field(default_factory=dict)
     signals: TargetSignals | None = None
     errors: Counter[str] = field(default_factory=Counter)
@@ -172,6 +174,9 @@ class TargetState:
     failures: int = 0
     # The last problem logged, so that each one is logged once, when it changes.
     logged_error: str | None = None
+
+    def __post_init__(self) -> None:
+        self.identity = identity(self.target)
 
 
 class Exporter:
@@ -268,7 +273,7 @@ class Exporter:
             state.engines = engines
         state.window.add(snapshot)
         signals, state.saturation = evaluate_window(
-            identity(state.target), state.window, state.saturation, now
+            state.identity, state.window, state.saturation, now
         )
         row = api.history_row(signals)
         state.signals = signals
@@ -324,7 +329,7 @@ class Exporter:
             state.saturation = held_saturation(state.saturation, now, state.window.settings)
             held = state.saturation.get(TOTAL)
             signals = unreadable_signals(
-                identity(target),
+                state.identity,
                 now,
                 error,
                 state.window.settings,
