@@ -17,7 +17,7 @@ Two families, after the seeds:
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from exporter.core.capacity import (
@@ -51,15 +51,27 @@ PADDING_WORTH_FIXING = 0.2
 @dataclass(frozen=True, slots=True)
 class AdviceItem:
     """One number of advice: what it is (`kind`), its value and unit, a sentence saying
-    what to do with it, the inputs it came from, and how far to trust it."""
+    what to do with it (`text`), the inputs it came from, and how far to trust it.
+
+    The sentence is written when it is read, by `words`: every evaluation advises, and
+    most evaluations' advice is only ever read as numbers (/metrics), while writing its
+    sentences with their figures cost more than working the figures out. So `words` reads
+    only values that stay as they were when the item was made, and never raises: what
+    could (a division, a floor) is worked out when the item is made, so that a bad value
+    fails its target's evaluation, not every target's JSON body.
+    """
 
     kind: str
     value: float
     unit: str
-    text: str
+    words: Callable[[], str]
     inputs: Mapping[str, float] = field(default_factory=dict)
     confidence: str = "high"
     caveats: tuple[str, ...] = ()
+
+    @property
+    def text(self) -> str:
+        return self.words()
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,12 +159,12 @@ def _item(
     kind: str,
     value: float,
     unit: str,
-    text: str,
+    words: Callable[[], str],
     inputs: Mapping[str, float | None],
     caveats: Sequence[str] = (),
 ) -> AdviceItem:
     return AdviceItem(
-        kind, float(value), unit, text, dict(inputs), _confidence(caveats), tuple(caveats)
+        kind, float(value), unit, words, dict(inputs), _confidence(caveats), tuple(caveats)
     )
 
 
@@ -167,7 +179,7 @@ def kv_advice(inputs: AdviceInputs) -> list[AdviceItem]:
             "kv_capacity_tokens",
             capacity,
             "tokens",
-            f"the KV cache holds {_figure_text(capacity)} tokens",
+            lambda: f"the KV cache holds {_figure_text(capacity)} tokens",
             {
                 "kv_capacity_tokens": capacity,
                 **({"block_size": inputs.block_size} if inputs.block_size else {}),
@@ -181,7 +193,7 @@ def kv_advice(inputs: AdviceInputs) -> list[AdviceItem]:
                 "kv_tokens_per_request",
                 now,
                 "tokens",
-                f"each running request holds {_figure_text(now)} KV tokens now",
+                lambda: f"each running request holds {_figure_text(now)} KV tokens now",
                 {
                     "kv_usage": inputs.kv_usage,
                     "kv_capacity_tokens": capacity,
@@ -199,8 +211,10 @@ def kv_advice(inputs: AdviceInputs) -> list[AdviceItem]:
                 "kv_tokens_per_request_window",
                 measured,
                 "tokens",
-                f"over the window a running request held {_figure_text(measured)} KV tokens on "
-                "average",
+                lambda: (
+                    f"over the window a running request held {_figure_text(measured)} KV tokens on "
+                    "average"
+                ),
                 {
                     "kv_capacity_tokens": capacity,
                     "busy_scrapes": len(busy),
@@ -226,7 +240,10 @@ def kv_advice(inputs: AdviceInputs) -> list[AdviceItem]:
                 "kv_cache_fill",
                 fill,
                 "ratio",
-                f"while requests waited for memory the scheduler kept the KV cache {fill:.0%} full",
+                lambda: (
+                    "while requests waited for memory the scheduler kept the KV cache "
+                    f"{fill:.0%} full"
+                ),
                 {"memory_limited_scrapes": len(limited)},
                 window,
             )
@@ -241,10 +258,12 @@ def kv_advice(inputs: AdviceInputs) -> list[AdviceItem]:
                 "kv_tokens_per_request_lengths",
                 from_lengths,
                 "tokens",
-                f"today's length mix (prompt {_figure_text(inputs.mean_prompt_tokens)}, output "
-                f"{_figure_text(inputs.mean_output_tokens)} tokens on average) holds "
-                f"{_figure_text(from_lengths)} "
-                "KV tokens per running request",
+                lambda: (
+                    f"today's length mix (prompt {_figure_text(inputs.mean_prompt_tokens)}, output "
+                    f"{_figure_text(inputs.mean_output_tokens)} tokens on average) holds "
+                    f"{_figure_text(from_lengths)} "
+                    "KV tokens per running request"
+                ),
                 {
                     "mean_prompt_tokens": inputs.mean_prompt_tokens,
                     "mean_output_tokens": inputs.mean_output_tokens,
@@ -267,11 +286,6 @@ def kv_advice(inputs: AdviceInputs) -> list[AdviceItem]:
         return items
     if per_request <= 0:
         return items
-    filled = (
-        f", filled to {fill:.0%} as measured while requests waited"
-        if fill is not None
-        else ", if the scheduler fills it (no memory-limited scrapes to measure the fill)"
-    )
     sustainable = sustainable_concurrency(capacity, per_request, fill or 1.0)
     basis = {
         "kv_capacity_tokens": capacity,
@@ -283,15 +297,41 @@ def kv_advice(inputs: AdviceInputs) -> list[AdviceItem]:
             "sustainable_concurrency",
             sustainable,
             "requests",
-            f"the KV cache holds {_figure_text(sustainable)} requests of today's mix "
-            f"({_figure_text(capacity)} tokens / {_figure_text(per_request)} per request, "
-            f"{source}{filled})",
+            lambda: (
+                f"the KV cache holds {_figure_text(sustainable)} requests of today's mix "
+                f"({_figure_text(capacity)} tokens / {_figure_text(per_request)} per request, "
+                f"{source}{_filled_text(fill)})"
+            ),
             basis,
             source_caveats,
         )
     )
     items += cap_advice(inputs, sustainable, per_request, fill or 1.0, basis, source_caveats)
     return items
+
+
+def _filled_text(fill: float | None) -> str:
+    """How full the sustainable concurrency takes the KV cache to be, in words."""
+    if fill is None:
+        return ", if the scheduler fills it (no memory-limited scrapes to measure the fill)"
+    return f", filled to {fill:.0%} as measured while requests waited"
+
+
+def _memory_text(inputs: AdviceInputs, extra_bytes: float | None) -> str:
+    """The KV memory a cap needs, in words ("" when the engine does not state its own)."""
+    if extra_bytes is None or inputs.kv_cache_memory_bytes is None:
+        return ""
+    gib = 1024**3
+    return (
+        f" ({extra_bytes / gib:.2f} GiB of KV memory, "
+        f"+{(extra_bytes - inputs.kv_cache_memory_bytes) / gib:.2f} GiB"
+        + (
+            f": raise gpu_memory_utilization from {inputs.gpu_memory_utilization:g}"
+            if inputs.gpu_memory_utilization is not None
+            else ""
+        )
+        + ")"
+    )
 
 
 def cap_advice(
@@ -315,22 +355,27 @@ def cap_advice(
                 "raise_cap_helps",
                 0,
                 "bool",
-                f"memory-bound: raising max-num-seqs will not help: the KV cache holds "
-                f"{_figure_text(sustainable)} requests of today's mix, below the cap of "
-                f"{_figure_text(cap)}",
+                lambda: (
+                    f"memory-bound: raising max-num-seqs will not help: the KV cache holds "
+                    f"{_figure_text(sustainable)} requests of today's mix, below the cap of "
+                    f"{_figure_text(cap)}"
+                ),
                 inputs_used,
                 caveats,
             )
         )
     elif inputs.waited_at_cap:
+        up_to = math.floor(sustainable)
         items.append(
             _item(
                 "raise_cap_helps",
                 1,
                 "bool",
-                f"requests waited at the cap of {_figure_text(cap)} and the KV cache holds "
-                f"{_figure_text(sustainable)} of today's mix: raising max-num-seqs can help, up to "
-                f"{math.floor(sustainable)}",
+                lambda: (
+                    f"requests waited at the cap of {_figure_text(cap)} and the KV cache holds "
+                    f"{_figure_text(sustainable)} of today's mix: raising max-num-seqs can help, "
+                    f"up to {up_to}"
+                ),
                 inputs_used,
                 caveats,
             )
@@ -338,29 +383,19 @@ def cap_advice(
     needed = kv_tokens_for(cap, per_request, fill)
     if needed > capacity:
         extra_bytes = kv_bytes_for(needed, capacity, inputs.kv_cache_memory_bytes)
-        memory = ""
-        if extra_bytes is not None and inputs.kv_cache_memory_bytes is not None:
-            gib = 1024**3
-            memory = (
-                f" ({extra_bytes / gib:.2f} GiB of KV memory, "
-                f"+{(extra_bytes - inputs.kv_cache_memory_bytes) / gib:.2f} GiB"
-                + (
-                    f": raise gpu_memory_utilization from {inputs.gpu_memory_utilization:g}"
-                    if inputs.gpu_memory_utilization is not None
-                    else ""
-                )
-                + ")"
-            )
         fit = fill * capacity / cap
+        times = needed / capacity
         items.append(
             _item(
                 "kv_tokens_for_cap",
                 needed,
                 "tokens",
-                f"the cap of {_figure_text(cap)} needs {_figure_text(needed)} KV tokens at today's "
-                "lengths, "
-                f"{needed / capacity:.1f}x the {_figure_text(capacity)} there{memory}; or requests "
-                f"holding at most {_figure_text(fit)} tokens each (max_model_len, shorter prompts)",
+                lambda: (
+                    f"the cap of {_figure_text(cap)} needs {_figure_text(needed)} KV tokens at "
+                    f"today's lengths, {times:.1f}x the {_figure_text(capacity)} there"
+                    f"{_memory_text(inputs, extra_bytes)}; or requests holding at most "
+                    f"{_figure_text(fit)} tokens each (max_model_len, shorter prompts)"
+                ),
                 {
                     **inputs_used,
                     "kv_tokens_needed": needed,
@@ -410,11 +445,13 @@ def token_budget_advice(inputs: AdviceInputs) -> list[AdviceItem]:
             "tokens_per_step_for_cap",
             needed,
             "tokens",
-            f"running the cap of {_figure_text(cap)} at today's mix (prompt "
-            f"{_figure_text(prompt)}, output {_figure_text(output)} tokens on average) needs "
-            f"{_figure_text(needed)} tokens a step: {_figure_text(cap)} decode tokens and "
-            f"{_figure_text(needed - cap)} prefill tokens; steps carry {_figure_text(now)} "
-            f"of a {_figure_text(budget)}-token budget",
+            lambda: (
+                f"running the cap of {_figure_text(cap)} at today's mix (prompt "
+                f"{_figure_text(prompt)}, output {_figure_text(output)} tokens on average) needs "
+                f"{_figure_text(needed)} tokens a step: {_figure_text(cap)} decode tokens and "
+                f"{_figure_text(needed - cap)} prefill tokens; steps carry {_figure_text(now)} "
+                f"of a {_figure_text(budget)}-token budget"
+            ),
             basis,
             caveats,
         )
@@ -432,12 +469,14 @@ def token_budget_advice(inputs: AdviceInputs) -> list[AdviceItem]:
             "token_budget_for_cap",
             advised,
             "tokens",
-            f"{verdict}--max-num-batched-tokens "
-            f"{advised} ({_figure_text(needed)} rounded up to a multiple of "
-            f"{TOKEN_BUDGET_STEP}) would carry the cap, at up to {growth:.1f}x the step time"
-            f"{today}, and so the inter-token latency of running decodes"
-            + (f", about {step * growth * 1000:.0f} ms" if step else "")
-            + "; or serve the long-prompt traffic separately",
+            lambda: (
+                f"{verdict}--max-num-batched-tokens "
+                f"{advised} ({_figure_text(needed)} rounded up to a multiple of "
+                f"{TOKEN_BUDGET_STEP}) would carry the cap, at up to {growth:.1f}x the step time"
+                f"{today}, and so the inter-token latency of running decodes"
+                + (f", about {step * growth * 1000:.0f} ms" if step else "")
+                + "; or serve the long-prompt traffic separately"
+            ),
             {**basis, "tokens_needed": needed, **({"step_seconds": step} if step else {})},
             (*caveats, "step time taken to grow with the tokens a step carries (an upper bound)"),
         )
@@ -450,19 +489,26 @@ def stated_concurrency_advice(inputs: AdviceInputs, sustainable: float | None) -
     stated = inputs.kv_max_concurrency
     if stated is None:
         return []
-    beside = (
-        f"; at today's mix it holds {_figure_text(sustainable)}: vLLM's figure assumes every "
-        "request at max_model_len, and today's requests are shorter or longer than that"
-        if sustainable is not None
-        else ""
-    )
+
+    def text() -> str:
+        beside = (
+            f"; at today's mix it holds {_figure_text(sustainable)}: vLLM's figure assumes "
+            "every request at max_model_len, and today's requests are shorter or longer than "
+            "that"
+            if sustainable is not None
+            else ""
+        )
+        return (
+            f"vLLM states its KV cache holds {_figure_text(stated)} requests of max_model_len"
+            + beside
+        )
+
     return [
         _item(
             "kv_max_concurrency_stated",
             stated,
             "requests",
-            f"vLLM states its KV cache holds {_figure_text(stated)} requests of max_model_len"
-            + beside,
+            text,
             {"kv_max_concurrency": stated},
         )
     ]
@@ -474,16 +520,21 @@ def static_advice(inputs: AdviceInputs) -> list[AdviceItem]:
     if static is None:
         return []
     gain = static.continuous_batching_gain
+    lower, upper = static.gain_lower, static.gain_upper
     continuous = inputs.engine in {"vllm", "tgi", "sglang"}
-    text = (
-        f"continuous batching does {gain:.2f}x the useful work a static loop of "
-        f"{static.batch_size} would on this traffic (bounds {static.gain_lower:.2f}-"
-        f"{static.gain_upper:.2f}x)"
-        if continuous
-        else f"switching from static to continuous batching would gain {gain:.2f}x "
-        f"(bounds {static.gain_lower:.2f}-{static.gain_upper:.2f}x): a static batch of "
-        f"{static.batch_size} wastes {1 - static.estimate:.0%} of its slot-steps"
-    )
+
+    def text() -> str:
+        if continuous:
+            return (
+                f"continuous batching does {gain:.2f}x the useful work a static loop of "
+                f"{static.batch_size} would on this traffic (bounds {lower:.2f}-{upper:.2f}x)"
+            )
+        return (
+            f"switching from static to continuous batching would gain {gain:.2f}x "
+            f"(bounds {lower:.2f}-{upper:.2f}x): a static batch of "
+            f"{static.batch_size} wastes {1 - static.estimate:.0%} of its slot-steps"
+        )
+
     return [
         _item(
             "continuous_batching_gain",
@@ -517,7 +568,7 @@ def batcher_advice(inputs: AdviceInputs) -> list[AdviceItem]:
             "arrival_per_second",
             rate,
             "items/s",
-            f"{_figure_text(rate)} items/s arrive",
+            lambda: f"{_figure_text(rate)} items/s arrive",
             {"arrival_per_second": rate},
             caveats,
         )
@@ -533,8 +584,10 @@ def batcher_advice(inputs: AdviceInputs) -> list[AdviceItem]:
                 "budget_headroom",
                 headroom,
                 "ratio",
-                f"{statistic} {inputs.latency_seconds * 1000:.1f} ms of a "
-                f"{budget * 1000:.0f} ms budget: {headroom:.0%} headroom",
+                lambda: (
+                    f"{statistic} {inputs.latency_seconds * 1000:.1f} ms of a "
+                    f"{budget * 1000:.0f} ms budget: {headroom:.0%} headroom"
+                ),
                 {"latency_seconds": inputs.latency_seconds, "budget_seconds": budget},
                 (*caveats, *mean),
             )
@@ -547,9 +600,12 @@ def batcher_advice(inputs: AdviceInputs) -> list[AdviceItem]:
                 "rate_limit_per_second",
                 limit,
                 "items/s",
-                f"at its max batch of {cap} ({cost * 1000:.2f} ms) this batcher keeps the device "
-                f"{MAX_DEVICE_LOAD:.0%} busy at {_figure_text(limit)} items/s: today's rate is "
-                f"{rate / limit:.0%} of it",
+                lambda: (
+                    f"at its max batch of {cap} ({cost * 1000:.2f} ms) this batcher keeps the "
+                    "device "
+                    f"{MAX_DEVICE_LOAD:.0%} busy at {_figure_text(limit)} items/s: today's rate is "
+                    f"{rate / limit:.0%} of it"
+                ),
                 {"max_batch_size": cap, "arrival_per_second": rate, **measured},
                 caveats,
             )
@@ -558,21 +614,30 @@ def batcher_advice(inputs: AdviceInputs) -> list[AdviceItem]:
     if pair is None:
         return items
     pair_inputs = {"arrival_per_second": rate, "budget_seconds": budget, **measured}
-    today = (
-        f" (today: max_wait {inputs.max_wait_seconds * 1000:.1f} ms, max_batch_size {cap})"
-        if inputs.max_wait_seconds is not None and cap is not None
-        else ""
-    )
     sizes = f"cost measured for batches of {min(costs)}-{max(costs)}"
     pair_caveats = (*caveats, sizes)
-    if pair.feasible:
+
+    def text() -> str:
+        if not pair.feasible:
+            return (
+                f"no fixed pair keeps {_figure_text(rate)} items/s in the {budget * 1000:.0f} ms "
+                "budget "
+                f"({sizes}): the best, batches of {pair.batch_size}, leaves the device "
+                f"{pair.load:.0%} busy with a worst latency of "
+                f"{pair.worst_latency_seconds * 1000:.1f} ms; add capacity or raise the budget"
+            )
+        today = (
+            f" (today: max_wait {inputs.max_wait_seconds * 1000:.1f} ms, max_batch_size {cap})"
+            if inputs.max_wait_seconds is not None and cap is not None
+            else ""
+        )
         low = (
             f"; at a tenth of this rate the same pair makes each request wait up to "
             f"{pair.max_wait_seconds * 1000:.1f} ms for a batch that does not fill"
             if pair.max_wait_seconds > 0
             else ""
         )
-        text = (
+        return (
             f"a fixed batcher needs max_wait {pair.max_wait_seconds * 1000:.1f} ms and "
             f"max_batch_size {pair.max_batch_size} at {_figure_text(rate)} items/s{today}: batches "
             "of "
@@ -580,14 +645,7 @@ def batcher_advice(inputs: AdviceInputs) -> list[AdviceItem]:
             f"{pair.worst_latency_seconds * 1000:.1f} ms of {budget * 1000:.0f} ms; it runs "
             f"out at {_figure_text(pair.rate_limit_per_second)} items/s{low}"
         )
-    else:
-        text = (
-            f"no fixed pair keeps {_figure_text(rate)} items/s in the {budget * 1000:.0f} ms "
-            "budget "
-            f"({sizes}): the best, batches of {pair.batch_size}, leaves the device "
-            f"{pair.load:.0%} busy with a worst latency of "
-            f"{pair.worst_latency_seconds * 1000:.1f} ms; add capacity or raise the budget"
-        )
+
     items += [
         _item("fixed_pair_feasible", int(pair.feasible), "bool", text, pair_inputs, pair_caveats),
         _item(
@@ -606,13 +664,18 @@ def padding_advice(inputs: AdviceInputs) -> list[AdviceItem]:
     waste = inputs.padding_waste
     if waste is None:
         return []
-    text = (
-        f"{waste:.0%} of the token positions batched were padding: bucket requests by length "
-        "before batching, or split very different shapes into their own batches"
-        if waste >= PADDING_WORTH_FIXING
-        else f"{waste:.0%} of the token positions batched were padding: little to gain "
-        "from bucketing by length"
-    )
+
+    def text() -> str:
+        if waste >= PADDING_WORTH_FIXING:
+            return (
+                f"{waste:.0%} of the token positions batched were padding: bucket requests by "
+                "length before batching, or split very different shapes into their own batches"
+            )
+        return (
+            f"{waste:.0%} of the token positions batched were padding: little to gain "
+            "from bucketing by length"
+        )
+
     return [
         _item("padding_waste", waste, "ratio", text, {"padding_waste": waste}, _caveats(inputs))
     ]

@@ -63,8 +63,12 @@ def _fields(instance: Any) -> dict[str, Any]:
 
 _FIELD_NAMES = {
     cls: tuple(f.name for f in fields(cls))
-    for cls in (SeriesSignals, Diagnosis, Advice, AdviceItem, LimitReading)
+    for cls in (SeriesSignals, Diagnosis, Advice, LimitReading)
 }
+# An advice item's sentence is its `text`, written from its `words` when read.
+_FIELD_NAMES[AdviceItem] = tuple(
+    "text" if f.name == "words" else f.name for f in fields(AdviceItem)
+)
 
 
 def series_json(series: SeriesSignals) -> dict[str, Any]:

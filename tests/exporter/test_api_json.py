@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -13,7 +12,11 @@ from hypothesis import strategies as st
 from exporter.config.settings import Settings
 from exporter.core.evaluate import TargetSignals
 from exporter.serve import api_json as api
-from tests.support.reference_json import reference_encode, reference_series_json
+from tests.support.reference_json import (
+    reference_advice_json,
+    reference_encode,
+    reference_series_json,
+)
 from tests.support.signals_data import target_signals
 
 
@@ -35,7 +38,7 @@ def test_signals_and_advice_bodies_are_the_plain_definitions_byte_for_byte(
     for series in (s for t in targets for s in (*t.series, t.total)):
         expected = reference_encode({"series": reference_series_json(series)})
         assert api.encode({"series": api.series_json(series)}) == expected
-        expected = reference_encode({"advice": asdict(series.advice)})
+        expected = reference_encode({"advice": reference_advice_json(series.advice)})
         assert api.encode({"advice": api.advice_json(series)}) == expected
     body = api.signals_response(12.5, targets, api.evaluation_json(Settings(targets=())))
     assert api.encode(body) == reference_encode(body)

@@ -7,6 +7,7 @@ import math
 from dataclasses import asdict
 from typing import Any
 
+from exporter.core.advice import Advice
 from exporter.core.evaluate import SeriesSignals
 from exporter.serve import api_json as api
 
@@ -16,7 +17,7 @@ def reference_series_json(series: SeriesSignals) -> dict[str, Any]:
     out = asdict(series)
     static = series.static_utilization
     out["static_utilization"] = static.to_dict() if static is not None else None
-    out["advice"] = asdict(series.advice)
+    out["advice"] = reference_advice_json(series.advice)
     out["batch_size_distribution"] = [
         {"size": size if math.isfinite(size) else "+Inf", "fraction": fraction}
         for size, fraction in series.batch_size_distribution
@@ -49,6 +50,20 @@ def reference_series_json(series: SeriesSignals) -> dict[str, Any]:
         }
         out["slo"]["burning"] = list(slo.burning)
         out["slo"]["burn_rates"] = [asdict(b) for b in slo.burn_rates]
+    return out
+
+
+def reference_advice_json(advice: Advice) -> dict[str, Any]:
+    """An advice's JSON as the API first defined it (asdict), each item's sentence under
+    `text` in the place of the `words` that write it."""
+    out = asdict(advice)
+    out["items"] = [
+        {
+            ("text" if key == "words" else key): (item.text if key == "words" else value)
+            for key, value in fields.items()
+        }
+        for item, fields in zip(advice.items, out["items"], strict=True)
+    ]
     return out
 
 

@@ -44,7 +44,7 @@ advice_items = st.builds(
     kind=st.sampled_from(["raise_cap_helps", 'we"ird\\kind']),
     value=st.floats(allow_nan=True, allow_infinity=True),
     unit=st.just("tokens"),
-    text=label_values,
+    words=label_values.map(lambda text: lambda: text),
     inputs=st.dictionaries(st.sampled_from(["cap", "kv"]), numbers),
     confidence=st.sampled_from(["high", "low"]),
     caveats=st.lists(label_values).map(tuple),
