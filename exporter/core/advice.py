@@ -48,7 +48,10 @@ MIN_BUSY_SCRAPES = 3
 PADDING_WORTH_FIXING = 0.2
 
 
-@dataclass(frozen=True, slots=True)
+# Not frozen: about ten built a series at every evaluation, and a frozen dataclass's __init__ costs
+# several times a plain one's (an object.__setattr__ a field). Nothing changes one once
+# built: the renders read it from other threads.
+@dataclass(slots=True)
 class AdviceItem:
     """One number of advice: what it is (`kind`), its value and unit, a sentence saying
     what to do with it (`text`), the inputs it came from, and how far to trust it.

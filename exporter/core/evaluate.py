@@ -64,7 +64,10 @@ TOTAL: LabelKey = ()
 RECENT_SCRAPES = 3
 
 
-@dataclass(frozen=True, slots=True)
+# Not frozen: one or two built at every evaluation, and a frozen dataclass's __init__ costs
+# several times a plain one's (an object.__setattr__ a field). Nothing changes one once
+# built: the renders read it from other threads.
+@dataclass(slots=True)
 class SeriesSignals:
     """Every signal of one series (or a target total) at one evaluation.
 
@@ -127,7 +130,10 @@ class SeriesSignals:
         return _relabelled(self, labels)
 
 
-@dataclass(frozen=True, slots=True)
+# Not frozen: one or two built at every evaluation, and a frozen dataclass's __init__ costs
+# several times a plain one's (an object.__setattr__ a field). Nothing changes one once
+# built: the renders read it from other threads.
+@dataclass(slots=True)
 class TargetSignals:
     """What the exporter knows about one target at one evaluation.
 

@@ -62,7 +62,10 @@ TRIGGER_LIMITS = {"full": "requests", "timeout": "max_wait", "budget": "latency_
 DEFERRED_SHARE = 0.5
 
 
-@dataclass(frozen=True, slots=True)
+# Not frozen: eight built a series at every evaluation, and a frozen dataclass's __init__ costs
+# several times a plain one's (an object.__setattr__ a field). Nothing changes one once
+# built: the renders read it from other threads.
+@dataclass(slots=True)
 class LimitReading:
     """One limit at one evaluation: `ratio` (its reading over its bound; None when it cannot
     be judged), `exposed` (the engine publishes what it needs; a token budget also needs
