@@ -240,9 +240,10 @@ def _sum_range(buckets: list[_Bucket]) -> tuple[float, float]:
     return sum(b.count * b.low for b in buckets), sum(b.count * b.high for b in buckets)
 
 
-def _sum_fits(buckets: list[_Bucket], total: float) -> bool:
-    """Whether `total` is a sum the buckets allow, up to rounding of a float `_sum`."""
-    least, greatest = _sum_range(buckets)
+def _sum_fits(sums: tuple[float, float], total: float) -> bool:
+    """Whether `total` is a sum the buckets allow (`sums`, their `_sum_range`), up to
+    rounding of a float `_sum`."""
+    least, greatest = sums
     return least - 0.5 <= total <= greatest + 0.5
 
 
@@ -272,12 +273,14 @@ def estimate_from_histogram(hist: Histogram, batch_size: int) -> UtilizationEsti
     if batch_size < 1:
         raise ValueError(f"batch size must be >= 1, got {batch_size}")
     buckets = _buckets(hist, integer=True)
-    if buckets is None or not _sum_fits(buckets, hist.sum):
+    sums = _sum_range(buckets) if buckets is not None else None
+    if sums is None or not _sum_fits(sums, hist.sum):
         buckets = _buckets(hist, integer=False) or []
+        sums = _sum_range(buckets)
     if not buckets:
         return None
     n = buckets[-1].rank_below + buckets[-1].count
-    floor_sum, ceiling_sum = _sum_range(buckets)
+    floor_sum, ceiling_sum = sums
     total = min(max(hist.sum, floor_sum), ceiling_sum)
     if total <= 0:
         return None
