@@ -17,28 +17,51 @@ payload's one model series, and two model series in one target (the total then m
 them on every scrape).
 
     .venv/bin/python scripts/bench_evaluation.py [--quick] [--output report.md]
+
+`--fleet COMMIT ...` times instead what a scrape round costs a fleet, per target: each
+of `--targets` targets' scrape read and evaluated as the scrape loop does it
+(`Exporter.evaluate`: the payload read, the window evaluated, the history row kept),
+then the round's /metrics body rendered and gzipped, on this checkout and on each
+commit's code (since the exporter's packages: `Exporter.evaluate` of a ScrapeResult),
+all in one process, every round run by each in turn (the order rotates every round),
+CPU time (process_time): ratios of each to the first and to the one before, as
+medians of the rounds' ratios, which a loaded machine leaves standing where it moves
+the absolute times. The /metrics bodies must be the same bytes every round. With
+`--profile`, cProfile of this checkout's rounds instead.
+
+    .venv/bin/python scripts/bench_evaluation.py --fleet main [HEAD~1 ...] [--rounds 60]
+    .venv/bin/python scripts/bench_evaluation.py --fleet --profile [--sort cumulative]
 """
 
 from __future__ import annotations
 
 import argparse
+import cProfile
+import importlib
+import pstats
 import random
+import statistics
+import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from types import ModuleType
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+# This checkout's `exporter`, wherever the environment's install points.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from baseline import import_at, same_as_baseline  # noqa: E402
+from baseline import ROOT, import_at, same_as_baseline  # noqa: E402
 from bench_parser import Comparison  # noqa: E402
 from fleet_sim import FIXTURE, Template  # noqa: E402
 
 from exporter.config import settings as config
 from exporter.core.snapshot import Snapshot  # noqa: E402
 from exporter.engines import read_series  # noqa: E402
+from exporter.scrape import gc_policy  # noqa: E402
 from exporter.scrape import loop as runtime  # noqa: E402
+from exporter.serve import app  # noqa: E402
 
 BASELINE = "2137ba4"
 TARGET_RATIO = 3.0
@@ -160,11 +183,125 @@ def markdown(results: dict) -> str:
     return "\n".join(lines)
 
 
+# ---------------------------------------------------------------- --fleet: a round's cost
+
+# The modules a fleet round runs, from a commit's code or this checkout's.
+ROUND_MODULES = (
+    "exporter.scrape.loop",
+    "exporter.config.settings",
+    "exporter.scrape.fetch",
+    "exporter.serve.exposition",
+)
+THIS_CHECKOUT = "this checkout"
+# Rounds that fill the window (13 scrapes of the default 60 s) before any is timed.
+FLEET_WARMUP_ROUNDS = 14
+
+
+def fleet_round(modules: Sequence[ModuleType], targets: int) -> Callable:
+    """A function of (payloads, round) that reads and evaluates every target's payload as
+    the scrape loop does, then renders and gzips /metrics; it returns the CPU seconds of
+    the two and the body."""
+    loop, settings, fetch_module, exposition_module = modules
+    fleet = tuple(
+        settings.Target(f"t{i}", f"http://127.0.0.1:9/t/{i}/metrics", **TARGET_SETTINGS)
+        for i in range(targets)
+    )
+    exporter = loop.Exporter(settings.Settings(targets=fleet, interval_seconds=INTERVAL_S))
+    states = [exporter.states[f"t{i}"] for i in range(targets)]
+    result = fetch_module.ScrapeResult
+
+    def one_round(payloads: list[str], n: int) -> tuple[float, float, bytes]:
+        started = time.process_time()
+        for state, payload in zip(states, payloads, strict=True):
+            exporter.evaluate(state, result(payload, None, 0.01), 1000.0 + INTERVAL_S * n)
+        evaluated = time.process_time()
+        body = exposition_module.render_metrics(exporter.current())
+        app.gzip_body(body)
+        return evaluated - started, time.process_time() - evaluated, body
+
+    return one_round
+
+
+def fleet_payloads(targets: int, rounds: int) -> Iterator[list[str]]:
+    """Each round's payloads: fleet_sim's target i at its n-th scrape."""
+    template = Template(FIXTURE.read_text(encoding="utf-8"))
+    rng = random.Random(0)
+    for n in range(rounds):
+        yield [template.render(i, n, rng) for i in range(targets)]
+
+
+def compare_rounds(commits: list[str], targets: int, rounds: int) -> list[str]:
+    """The report of this checkout and each commit run round by round in turn."""
+    versions: dict[str, Sequence[ModuleType]] = {}
+    for commit in commits:
+        short = subprocess.run(
+            ["git", "rev-parse", "--short", commit], cwd=ROOT, capture_output=True, text=True
+        ).stdout.strip()
+        versions[f"{commit} ({short})"] = import_at(short, *ROUND_MODULES)
+    versions[THIS_CHECKOUT] = [importlib.import_module(name) for name in ROUND_MODULES]
+    names = list(versions)
+    sides = {name: fleet_round(modules, targets) for name, modules in versions.items()}
+    gc_policy.configure()  # as the exporter runs
+    times: dict[str, list[tuple[float, float]]] = {name: [] for name in names}
+    same = True
+    for n, payloads in enumerate(fleet_payloads(targets, FLEET_WARMUP_ROUNDS + rounds)):
+        turn = n % len(names)
+        bodies = set()
+        for name in names[turn:] + names[:turn]:
+            evaluate, render, body = sides[name](payloads, n)
+            bodies.add(body)
+            if n >= FLEET_WARMUP_ROUNDS:
+                times[name].append((evaluate, render))
+        same = same and len(bodies) == 1
+    lines = [
+        f"{targets} targets, {rounds} rounds; CPU per target, medians; ratios: medians of "
+        f"the rounds' (read + evaluate + /metrics); identical /metrics bodies: {same}"
+    ]
+    for index, name in enumerate(names):
+        mine = times[name]
+        line = (
+            f"{name}: evaluate {statistics.median(t[0] for t in mine) / targets * 1e6:.0f} us, "
+            f"/metrics {statistics.median(t[1] for t in mine) / targets * 1e6:.0f} us"
+        )
+        for against in dict.fromkeys((names[0], names[max(0, index - 1)])):
+            if against != name:
+                ratios = [sum(a) / sum(b) for a, b in zip(mine, times[against], strict=True)]
+                line += f"; {statistics.median(ratios):.3f}x {against}"
+        lines.append(line)
+    return lines
+
+
+def profile_rounds(targets: int, rounds: int, sort: str) -> None:
+    """cProfile of this checkout's rounds, after the window is full."""
+    one_round = fleet_round([importlib.import_module(name) for name in ROUND_MODULES], targets)
+    gc_policy.configure()
+    profile = cProfile.Profile()
+    for n, payloads in enumerate(fleet_payloads(targets, FLEET_WARMUP_ROUNDS + rounds)):
+        if n >= FLEET_WARMUP_ROUNDS:
+            profile.enable()
+        one_round(payloads, n)
+        profile.disable()
+    pstats.Stats(profile).sort_stats(sort).print_stats(40)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="a few repetitions: a smoke run")
     parser.add_argument("--output", type=Path, help="write the report section here")
+    parser.add_argument(
+        "--fleet", nargs="*", metavar="COMMIT", help="a round's cost against these commits'"
+    )
+    parser.add_argument("--targets", type=int, default=100, help="--fleet: targets a round")
+    parser.add_argument("--rounds", type=int, default=60, help="--fleet: rounds timed")
+    parser.add_argument("--profile", action="store_true", help="--fleet: cProfile this checkout")
+    parser.add_argument("--sort", choices=("tottime", "cumulative"), default="tottime")
     args = parser.parse_args(argv)
+    if args.fleet is not None:
+        if args.profile:
+            profile_rounds(args.targets, args.rounds, args.sort)
+        else:
+            print("\n".join(compare_rounds(args.fleet, args.targets, args.rounds)))
+        return 0
     numbers = results(run(args.quick))
     report = markdown(numbers)
     print(report)
