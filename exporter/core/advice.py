@@ -48,10 +48,10 @@ MIN_BUSY_SCRAPES = 3
 PADDING_WORTH_FIXING = 0.2
 
 
-# Not frozen: about ten built a series at every evaluation, and a frozen dataclass's __init__ costs
-# several times a plain one's (an object.__setattr__ a field). Nothing changes one once
-# built: the renders read it from other threads.
-@dataclass(slots=True)
+# Not frozen: about ten built a series at every evaluation, and a frozen dataclass's
+# __init__ costs several times a plain one's (an object.__setattr__ a field). Nothing
+# changes one once built: the renders read it from other threads.
+@dataclass(slots=True, eq=False)
 class AdviceItem:
     """One number of advice: what it is (`kind`), its value and unit, a sentence saying
     what to do with it (`text`), the inputs it came from, and how far to trust it.
@@ -61,7 +61,8 @@ class AdviceItem:
     sentences with their figures cost more than working the figures out. So `words` reads
     only values that stay as they were when the item was made, and never raises: what
     could (a division, a floor) is worked out when the item is made, so that a bad value
-    fails its target's evaluation, not every target's JSON body.
+    fails its target's evaluation, not every target's JSON body. Two items are equal when
+    they say the same: their `text`, not their `words`, is compared.
     """
 
     kind: str
@@ -75,6 +76,22 @@ class AdviceItem:
     @property
     def text(self) -> str:
         return self.words()
+
+    def _said(self) -> tuple:
+        return (
+            self.kind,
+            self.value,
+            self.unit,
+            self.text,
+            self.inputs,
+            self.confidence,
+            self.caveats,
+        )
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, AdviceItem):
+            return NotImplemented
+        return self._said() == other._said()
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,6 +4,8 @@ through the evaluator."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from exporter.core.advice import AdviceInputs, advise
@@ -23,6 +25,16 @@ def test_too_little_data_advises_nothing_and_says_why():
     assert advice.items == ()
     assert not advice.enough_data
     assert "too little data" in advice.summary and "2 scrapes over 4 s" in advice.summary
+
+
+def test_items_are_equal_when_they_say_the_same_though_written_when_read():
+    inputs = _window(cap=8, kv_capacity_tokens=1024, kv_usage=0.5, running=4)
+    first, second = advise(inputs), advise(inputs)
+    assert first == second and len(first.items) == 2
+    item = first.items[0]
+    assert item.text == "the KV cache holds 1,024 tokens"
+    assert replace(item, words=lambda: "the KV cache holds 1,024 tokens") == item
+    assert replace(item, words=lambda: "the KV cache holds 1,025 tokens") != item
 
 
 def test_memory_bound_advice_says_raising_the_cap_will_not_help_with_both_numbers():

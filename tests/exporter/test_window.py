@@ -51,7 +51,10 @@ WINDOW_SECONDS = 20.0
 
 
 def same(a: object, b: object) -> bool:
-    """Equal values, field by field; NaN equals NaN (two evaluations make two NaNs)."""
+    """Equal values, field by field; NaN equals NaN (two evaluations make two NaNs); a
+    function (an advice item's `words`) by what it returns."""
+    if callable(a) and not isinstance(a, type):
+        return callable(b) and same(a(), b())
     if dataclasses.is_dataclass(a):
         return type(a) is type(b) and all(
             same(getattr(a, f.name), getattr(b, f.name)) for f in dataclasses.fields(a)
