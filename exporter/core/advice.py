@@ -50,32 +50,36 @@ PADDING_WORTH_FIXING = 0.2
 
 # Not frozen: about ten built a series at every evaluation, and a frozen dataclass's
 # __init__ costs several times a plain one's (an object.__setattr__ a field). Nothing
-# changes one once built: the renders read it from other threads.
+# changes one once built but `words`, once written (`text`): the renders read it from
+# other threads, and any of them writes the same sentence.
 @dataclass(slots=True, eq=False)
 class AdviceItem:
     """One number of advice: what it is (`kind`), its value and unit, a sentence saying
     what to do with it (`text`), the inputs it came from, and how far to trust it.
 
-    The sentence is written when it is read, by `words`: every evaluation advises, and
-    most evaluations' advice is only ever read as numbers (/metrics), while writing its
-    sentences with their figures cost more than working the figures out. So `words` reads
-    only values that stay as they were when the item was made, and never raises: what
-    could (a division, a floor) is worked out when the item is made, so that a bad value
-    fails its target's evaluation, not every target's JSON body. Two items are equal when
-    they say the same: their `text`, not their `words`, is compared.
+    The sentence is written when it is first read, by `words`, which then holds it: every
+    evaluation advises, and most evaluations' advice is only ever read as numbers
+    (/metrics), while writing its sentences with their figures cost more than working the
+    figures out. So `words` reads only values that stay as they were when the item was
+    made, and never raises: what could (a division, a floor) is worked out when the item
+    is made, so that a bad value fails its target's evaluation, not every target's JSON
+    body. Two items are equal when they say the same: their `text`, not their `words`, is
+    compared.
     """
 
     kind: str
     value: float
     unit: str
-    words: Callable[[], str]
+    words: Callable[[], str] | str
     inputs: Mapping[str, float] = field(default_factory=dict)
     confidence: str = "high"
     caveats: tuple[str, ...] = ()
 
     @property
     def text(self) -> str:
-        return self.words()
+        if not isinstance(self.words, str):
+            self.words = self.words()
+        return self.words
 
     def _said(self) -> tuple:
         return (

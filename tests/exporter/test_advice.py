@@ -37,6 +37,15 @@ def test_items_are_equal_when_they_say_the_same_though_written_when_read():
     assert replace(item, words=lambda: "the KV cache holds 1,025 tokens") != item
 
 
+def test_an_items_sentence_is_written_at_its_first_reading_only():
+    written = []
+    item = advise(_window(kv_capacity_tokens=1024)).items[0]
+    item = replace(item, words=lambda: written.append(1) or "the sentence")
+    assert written == []
+    assert (item.text, item.text, item.text) == ("the sentence",) * 3
+    assert written == [1]
+
+
 def test_memory_bound_advice_says_raising_the_cap_will_not_help_with_both_numbers():
     # The e2e shape: 1024 KV tokens, cap 8, about 3 requests of ~300 tokens fill it.
     advice = advise(
