@@ -29,6 +29,8 @@ BEFORE_PACKAGES = {
     "exporter.scrape.loop": "exporter.runtime",
     "exporter.config.settings": "exporter.config",
     "exporter.ingest.promtext": "exporter.promtext",
+    "exporter.scrape.fetch": "exporter.scrape",
+    "exporter.serve.exposition": "exporter.collector",
 }
 
 
@@ -50,7 +52,8 @@ def import_at(commit: str, *modules: str) -> list[ModuleType]:
         del sys.modules[name]
     sys.path.insert(0, folder)
     try:
-        return [_import_either(name) for name in modules]
+        packaged = Path(folder, "exporter", "scrape").is_dir()
+        return [_import_either(name, packaged) for name in modules]
     finally:
         sys.path.remove(folder)
         for name in _exporter_modules():
@@ -58,13 +61,11 @@ def import_at(commit: str, *modules: str) -> list[ModuleType]:
         sys.modules.update(current)
 
 
-def _import_either(name: str) -> ModuleType:
-    try:
-        return importlib.import_module(name)
-    except ModuleNotFoundError:
-        if name not in BEFORE_PACKAGES:
-            raise
-        return importlib.import_module(BEFORE_PACKAGES[name])
+def _import_either(name: str, packaged: bool) -> ModuleType:
+    """The module under its name, or under its earlier name for a commit before the
+    packages (not tried as the new name first: an editable install's finder would find
+    this checkout's module under it)."""
+    return importlib.import_module(name if packaged else BEFORE_PACKAGES.get(name, name))
 
 
 def _exporter_modules() -> dict[str, ModuleType]:

@@ -61,10 +61,10 @@ class AdviceItem:
     evaluation advises, and most evaluations' advice is only ever read as numbers
     (/metrics), while writing its sentences with their figures cost more than working the
     figures out. So `words` reads only values that stay as they were when the item was
-    made, and never raises: what could (a division, a floor) is worked out when the item
-    is made, so that a bad value fails its target's evaluation, not every target's JSON
-    body. Two items are equal when they say the same: their `text`, not their `words`, is
-    compared.
+    made, holds no more than those (not the whole AdviceInputs), and never raises: what
+    could (a division, a floor) is worked out when the item is made, so that a bad value
+    fails its target's evaluation, not every target's JSON body. Two items are equal when
+    they say the same: their `text`, not their `words`, is compared.
     """
 
     kind: str
@@ -273,18 +273,17 @@ def kv_advice(inputs: AdviceInputs) -> list[AdviceItem]:
             )
         )
     from_lengths = None
-    if inputs.mean_prompt_tokens is not None and inputs.mean_output_tokens is not None:
-        from_lengths = tokens_per_request_from_lengths(
-            inputs.mean_prompt_tokens, inputs.mean_output_tokens, inputs.block_size
-        )
+    prompt, output = inputs.mean_prompt_tokens, inputs.mean_output_tokens
+    if prompt is not None and output is not None:
+        from_lengths = tokens_per_request_from_lengths(prompt, output, inputs.block_size)
         items.append(
             _item(
                 "kv_tokens_per_request_lengths",
                 from_lengths,
                 "tokens",
                 lambda: (
-                    f"today's length mix (prompt {_figure_text(inputs.mean_prompt_tokens)}, output "
-                    f"{_figure_text(inputs.mean_output_tokens)} tokens on average) holds "
+                    f"today's length mix (prompt {_figure_text(prompt)}, output "
+                    f"{_figure_text(output)} tokens on average) holds "
                     f"{_figure_text(from_lengths)} "
                     "KV tokens per running request"
                 ),
@@ -341,17 +340,20 @@ def _filled_text(fill: float | None) -> str:
     return f", filled to {fill:.0%} as measured while requests waited"
 
 
-def _memory_text(inputs: AdviceInputs, extra_bytes: float | None) -> str:
-    """The KV memory a cap needs, in words ("" when the engine does not state its own)."""
-    if extra_bytes is None or inputs.kv_cache_memory_bytes is None:
+def _memory_text(
+    extra_bytes: float | None, memory_bytes: float | None, gpu_memory_utilization: float | None
+) -> str:
+    """The KV memory a cap needs, in words ("" when the engine does not state its own,
+    `memory_bytes`)."""
+    if extra_bytes is None or memory_bytes is None:
         return ""
     gib = 1024**3
     return (
         f" ({extra_bytes / gib:.2f} GiB of KV memory, "
-        f"+{(extra_bytes - inputs.kv_cache_memory_bytes) / gib:.2f} GiB"
+        f"+{(extra_bytes - memory_bytes) / gib:.2f} GiB"
         + (
-            f": raise gpu_memory_utilization from {inputs.gpu_memory_utilization:g}"
-            if inputs.gpu_memory_utilization is not None
+            f": raise gpu_memory_utilization from {gpu_memory_utilization:g}"
+            if gpu_memory_utilization is not None
             else ""
         )
         + ")"
@@ -406,7 +408,8 @@ def cap_advice(
         )
     needed = kv_tokens_for(cap, per_request, fill)
     if needed > capacity:
-        extra_bytes = kv_bytes_for(needed, capacity, inputs.kv_cache_memory_bytes)
+        memory_bytes, utilization = inputs.kv_cache_memory_bytes, inputs.gpu_memory_utilization
+        extra_bytes = kv_bytes_for(needed, capacity, memory_bytes)
         fit = fill * capacity / cap
         times = needed / capacity
         items.append(
@@ -417,7 +420,8 @@ def cap_advice(
                 lambda: (
                     f"the cap of {_figure_text(cap)} needs {_figure_text(needed)} KV tokens at "
                     f"today's lengths, {times:.1f}x the {_figure_text(capacity)} there"
-                    f"{_memory_text(inputs, extra_bytes)}; or requests holding at most "
+                    f"{_memory_text(extra_bytes, memory_bytes, utilization)}; or requests holding "
+                    "at most "
                     f"{_figure_text(fit)} tokens each (max_model_len, shorter prompts)"
                 ),
                 {
@@ -597,8 +601,9 @@ def batcher_advice(inputs: AdviceInputs) -> list[AdviceItem]:
             caveats,
         )
     ]
-    if inputs.latency_seconds is not None:
-        headroom = budget_headroom(inputs.latency_seconds, budget)
+    latency = inputs.latency_seconds
+    if latency is not None:
+        headroom = budget_headroom(latency, budget)
         statistic = "mean" if inputs.latency_is_mean else f"p{inputs.latency_quantile * 100:g}"
         mean = (
             ("a mean latency (no histogram): the tail is longer",) if inputs.latency_is_mean else ()
@@ -609,10 +614,10 @@ def batcher_advice(inputs: AdviceInputs) -> list[AdviceItem]:
                 headroom,
                 "ratio",
                 lambda: (
-                    f"{statistic} {inputs.latency_seconds * 1000:.1f} ms of a "
+                    f"{statistic} {latency * 1000:.1f} ms of a "
                     f"{budget * 1000:.0f} ms budget: {headroom:.0%} headroom"
                 ),
-                {"latency_seconds": inputs.latency_seconds, "budget_seconds": budget},
+                {"latency_seconds": latency, "budget_seconds": budget},
                 (*caveats, *mean),
             )
         )
@@ -640,6 +645,7 @@ def batcher_advice(inputs: AdviceInputs) -> list[AdviceItem]:
     pair_inputs = {"arrival_per_second": rate, "budget_seconds": budget, **measured}
     sizes = f"cost measured for batches of {min(costs)}-{max(costs)}"
     pair_caveats = (*caveats, sizes)
+    max_wait = inputs.max_wait_seconds
 
     def text() -> str:
         if not pair.feasible:
@@ -651,8 +657,8 @@ def batcher_advice(inputs: AdviceInputs) -> list[AdviceItem]:
                 f"{pair.worst_latency_seconds * 1000:.1f} ms; add capacity or raise the budget"
             )
         today = (
-            f" (today: max_wait {inputs.max_wait_seconds * 1000:.1f} ms, max_batch_size {cap})"
-            if inputs.max_wait_seconds is not None and cap is not None
+            f" (today: max_wait {max_wait * 1000:.1f} ms, max_batch_size {cap})"
+            if max_wait is not None and cap is not None
             else ""
         )
         low = (

@@ -353,8 +353,8 @@ class _Rates:
 
     @classmethod
     def of(cls, snapshots: Sequence[SeriesSnapshot], span: float) -> _Rates:
-        def rate(counter: Callable[[SeriesSnapshot], float | None]) -> float | None:
-            return per_second(counter_increase([counter(p) for p in snapshots]), span)
+        def rate(counts: list[float | None]) -> float | None:
+            return per_second(counter_increase(counts), span)
 
         items = counter_increase([p.items_total for p in snapshots])
         batches = counter_increase([p.batches_total for p in snapshots])
@@ -363,10 +363,10 @@ class _Rates:
             items=items,
             batches=batches,
             mean_batch=items / batches if items is not None and batches else None,
-            preemptions=rate(lambda p: p.preemptions_total),
-            requests=rate(lambda p: p.requests_total),
-            tokens=rate(lambda p: p.generation_tokens_total),
-            rejections=rate(lambda p: p.rejections_total),
+            preemptions=rate([p.preemptions_total for p in snapshots]),
+            requests=rate([p.requests_total for p in snapshots]),
+            tokens=rate([p.generation_tokens_total for p in snapshots]),
+            rejections=rate([p.rejections_total for p in snapshots]),
         )
 
 

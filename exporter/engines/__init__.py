@@ -18,6 +18,7 @@ UNPLANNED with the reason, and a test holds every other adapter planned on its f
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from dataclasses import fields, replace
@@ -72,7 +73,7 @@ def detect(text: str) -> list[str]:
     return [name for name, adapter in ADAPTERS.items() if adapter.MARKER in text]
 
 
-def _registered(text: str, families: list[str]) -> bool:
+def _registered(text: str, families: Sequence[str]) -> bool:
     """Whether the payload declares (# TYPE) any of these families."""
     return any(f"# TYPE {family}" in text for family in families)
 
@@ -109,7 +110,7 @@ def read_series(
             + ", ".join(f"{name} {a.MARKER}*" for name, a in ADAPTERS.items())
             + ")"
         )
-    families = [f for name in names for f in families_read(ADAPTERS[name], latency_kind)]
+    families = _families(tuple(names), latency_kind)
     known = promtext.read_values(text, families, sample_limit)
     if known is None:
         samples = promtext.parse(text, families, sample_limit)
@@ -131,6 +132,13 @@ def read_series(
             raise NoSamplesYet(f"{missing}, only their registered families")
         raise UnrecognisedPayload(missing)
     return series
+
+
+@functools.cache
+def _families(names: tuple[str, ...], latency_kind: str | None) -> tuple[str, ...]:
+    """The families `read_series` parses for these engines: `families_read` of each, worked
+    out once per engines and kind rather than at every scrape."""
+    return tuple(f for name in names for f in families_read(ADAPTERS[name], latency_kind))
 
 
 def series_of(names: Sequence[str], samples: list[Sample]) -> tuple[SeriesSnapshot, ...]:
