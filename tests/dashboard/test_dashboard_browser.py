@@ -21,6 +21,7 @@ from dashboard import ui
 from dashboard.states import STATES
 from demo_server.names import MODEL_NAME
 from tests.support import chromium
+from tests.support.demo_process import running_demo_server
 from tests.support.network import free_port, wait_http
 from tests.support.paths import REPO
 
@@ -42,28 +43,12 @@ def start(args: list[str], log: Path) -> subprocess.Popen:
 def demo(tmp_path_factory) -> Iterator[tuple[str, subprocess.Popen, Path]]:
     """The demo server under a short load sweep, and the dashboard with its own exporter."""
     logs = tmp_path_factory.mktemp("browser")
-    server_port, dashboard_port = free_port(), free_port()
-    server = f"http://127.0.0.1:{server_port}"
-    procs = [
-        start(
-            [
-                "-m",
-                "demo_server.cli",
-                "--port",
-                str(server_port),
-                "--batching",
-                "continuous",
-                "--max-num-seqs",
-                "8",
-                "--kv-cache-tokens",
-                "2048",
-            ],
-            logs / "server.log",
-        )
-    ]
-    try:
-        wait_http(f"{server}/health", 120, logs / "server.log", processes=procs)
-        procs.append(
+    dashboard_port = free_port()
+    with running_demo_server(
+        *("--batching", "continuous", "--max-num-seqs", "8", "--kv-cache-tokens", "2048"),
+        log=logs / "server.log",
+    ) as (server, server_process):
+        procs = [
             start(
                 [
                     "-m",
@@ -85,40 +70,46 @@ def demo(tmp_path_factory) -> Iterator[tuple[str, subprocess.Popen, Path]]:
                 ],
                 logs / "dashboard.log",
             )
-        )
-        dashboard = f"http://127.0.0.1:{dashboard_port}"
-        wait_http(f"{dashboard}/_stcore/health", 60, logs / "dashboard.log", processes=procs)
-        result = logs / "sweep.json"
-        # The sweep runs while the pages are looked at: the Live page has traffic to show.
-        procs.append(
-            subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "demo_server.loadgen.run",
-                    "--url",
-                    server,
-                    "--endpoint",
-                    "completions",
-                    "--rates",
-                    "2,4,8",
-                    "--duration",
-                    "12",
-                    "--max-tokens",
-                    "32,128,256",
-                    "--json",
-                ],
-                cwd=ROOT,
-                env={**os.environ, "PYTHONPATH": str(ROOT)},
-                stdout=result.open("w"),
+        ]
+        try:
+            dashboard = f"http://127.0.0.1:{dashboard_port}"
+            wait_http(
+                f"{dashboard}/_stcore/health",
+                60,
+                logs / "dashboard.log",
+                processes=[server_process, *procs],
             )
-        )
-        yield dashboard, procs[-1], result
-    finally:
-        for proc in procs:
-            proc.terminate()
-        for proc in procs:
-            proc.wait(timeout=20)
+            result = logs / "sweep.json"
+            # The sweep runs while the pages are looked at: the Live page has traffic to show.
+            procs.append(
+                subprocess.Popen(
+                    [
+                        sys.executable,
+                        "-m",
+                        "demo_server.loadgen.run",
+                        "--url",
+                        server,
+                        "--endpoint",
+                        "completions",
+                        "--rates",
+                        "2,4,8",
+                        "--duration",
+                        "12",
+                        "--max-tokens",
+                        "32,128,256",
+                        "--json",
+                    ],
+                    cwd=ROOT,
+                    env={**os.environ, "PYTHONPATH": str(ROOT)},
+                    stdout=result.open("w"),
+                )
+            )
+            yield dashboard, procs[-1], result
+        finally:
+            for proc in procs:
+                proc.terminate()
+            for proc in procs:
+                proc.wait(timeout=20)
 
 
 @pytest.fixture(scope="module")

@@ -22,9 +22,6 @@ server. The 15% holds the grid's 8% and the search's 5% precision with room for 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -33,8 +30,7 @@ import pytest
 
 from demo_server.loadgen import run as loadgen
 from demo_server.loadgen.capacity_search import meets_slo
-from tests.support.network import free_port, wait_http
-from tests.support.paths import REPO
+from tests.support.demo_process import running_demo_server
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -50,27 +46,12 @@ TOLERANCE = 0.15
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    port = free_port()
-    log_path = tmp_path_factory.mktemp("demo") / "server.log"
-    with log_path.open("w") as log:
-        process = subprocess.Popen(
-            [
-                sys.executable,
-                *("-m", "demo_server.cli", "--port", str(port), "--device", "sim:h200"),
-                *("--sim-slowdown", "20", "--max-num-seqs", "1", "--log-level", "warning"),
-            ],
-            cwd=REPO,
-            env={**os.environ, "PYTHONPATH": str(REPO)},
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-        try:
-            url = f"http://127.0.0.1:{port}"
-            wait_http(url + "/health", 120, log_path, processes=[process])
-            yield url
-        finally:
-            process.terminate()
-            process.wait(30)
+    with running_demo_server(
+        *("--device", "sim:h200", "--sim-slowdown", "20", "--max-num-seqs", "1"),
+        *("--log-level", "warning"),
+        log=tmp_path_factory.mktemp("demo") / "server.log",
+    ) as (url, _):
+        yield url
 
 
 def run_loadgen(url: str, output: Path, *flags: str) -> dict:

@@ -5,13 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import signal
 import socket
-import subprocess
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import httpx
 import pytest
@@ -20,11 +18,11 @@ from prometheus_client.parser import text_string_to_metric_families
 from demo_server.embedding.batcher_settings import BatcherSettings
 from demo_server.http.app import ServerConfig, create_app
 from exporter.core.static_util import static_utilization
-from tests.support.demo_http import bound_socket, completion, serve
+from tests.support.demo_http import completion, serve
+from tests.support.demo_process import running_demo_server
 from tests.support.network import wait_until
-from tests.support.paths import REPO, fixture_text
+from tests.support.paths import fixture_text
 
-ROOT = REPO
 SEED_TRACE = [3, 5, 8, 11, 4, 14, 6, 16]
 
 
@@ -320,44 +318,13 @@ def test_static_server_slot_utilization_is_the_seed_formula(tmp_dir: Path) -> No
 
 @pytest.mark.timeout(180)
 def test_sigterm_drains_in_flight_requests_then_exits_zero(tmp_path: Path) -> None:
-    sock = bound_socket()
-    port = sock.getsockname()[1]
-    sock.close()
     log = tmp_path / "requests.jsonl"
-    command = [
-        sys.executable,
-        "-m",
-        "demo_server.cli",
-        "--port",
-        str(port),
-        "--device",
-        "cpu",
-        "--max-num-seqs",
-        "4",
-        "--request-log",
-        str(log),
-        "--log-level",
-        "warning",
-    ]
-    process = subprocess.Popen(
-        command,
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-
-        def up() -> bool:
-            assert process.poll() is None, process.stdout.read() if process.stdout else ""
-            try:
-                return httpx.get(f"{url}/health", timeout=1).status_code == 200
-            except httpx.TransportError:
-                return False
-
-        wait_for_state(up, "the demo server's /health", 120)
+    with running_demo_server(
+        *("--device", "cpu", "--max-num-seqs", "4", "--request-log", str(log)),
+        *("--log-level", "warning"),
+        log=tmp_path / "server.log",
+    ) as (url, process):
+        port = urlsplit(url).port
 
         async def in_flight() -> list[httpx.Response]:
             async with httpx.AsyncClient(timeout=120) as client:
@@ -382,9 +349,6 @@ def test_sigterm_drains_in_flight_requests_then_exits_zero(tmp_path: Path) -> No
 
         responses = asyncio.run(in_flight())
         assert process.wait(timeout=60) == 0
-    finally:
-        if process.poll() is None:
-            process.kill()
     assert [r.status_code for r in responses] == [200] * 6
     assert [r.json()["usage"]["completion_tokens"] for r in responses] == [600] * 6
     records = [json.loads(line) for line in log.read_text().splitlines()]

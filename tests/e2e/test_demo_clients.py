@@ -21,7 +21,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import vllm_server as vs  # noqa: E402
 
-from tests.support.network import free_port, wait_http  # noqa: E402
+from tests.support.demo_process import running_demo_server  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -39,32 +39,11 @@ OUTPUT_LEN = 8
 
 @pytest.fixture(scope="module")
 def demo_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    port = free_port()
-    log_path = tmp_path_factory.mktemp("demo") / "server.log"
-    log = log_path.open("w")
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "demo_server.cli",
-            "--port",
-            str(port),
-            "--device",
-            "cpu",
-            "--log-level",
-            "warning",
-        ],
-        cwd=vs.REPO_ROOT,
-        env={**os.environ, "PYTHONPATH": str(vs.REPO_ROOT)},
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    url = f"http://127.0.0.1:{port}"
-    wait_http(url + "/health", 120, log_path, processes=[process])
-    yield url
-    process.terminate()
-    process.wait(30)
-    log.close()
+    with running_demo_server(
+        *("--device", "cpu", "--log-level", "warning"),
+        log=tmp_path_factory.mktemp("demo") / "server.log",
+    ) as (url, _):
+        yield url
 
 
 def test_vllm_bench_serve_runs_against_the_demo_server(

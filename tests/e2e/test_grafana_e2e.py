@@ -20,6 +20,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 import yaml
@@ -28,16 +29,16 @@ from exporter.alerts.specs import BUDGET_SATURATED, SLO_BURN_FAST, SLO_BURN_SLOW
 from grafana.build import ROOT, rule_yaml
 from grafana.config import CONFIG
 from grafana.rules import exporter_alerts, vllm_alerts, vllm_recording_rules
+from tests.support.demo_process import running_demo_server
 from tests.support.monitoring_stack import (
     alertmanager,
     exporter,
-    process,
     prometheus,
     python_env,
     query,
     webhook,
 )
-from tests.support.network import free_port, wait_until
+from tests.support.network import wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -154,18 +155,9 @@ def _path(alert: dict) -> str:
 
 
 def test_every_panel_fills_and_saturation_and_slo_burn_reach_the_webhook_both_ways(tmp_path):
-    demo_port = free_port()
-    demo_url = f"http://127.0.0.1:{demo_port}"
-    fleet = tmp_path / "fleet.yaml"
-    _fleet(fleet, f"{demo_url}/metrics")
-    for name in ("am-rules", "am-exporter", "demo"):
+    for name in ("am-rules", "am-exporter"):
         (tmp_path / name).mkdir()
-    demo_args = [
-        sys.executable,
-        "-m",
-        "demo_server.cli",
-        "--port",
-        str(demo_port),
+    demo_flags = [
         "--device",
         "sim:h200",
         "--max-num-seqs",
@@ -177,99 +169,110 @@ def test_every_panel_fills_and_saturation_and_slo_burn_reach_the_webhook_both_wa
         "--latency-budget-ms",
         "20",
     ]
-    with (
-        webhook() as from_rules,
-        webhook() as from_exporter,
-        alertmanager(tmp_path / "am-rules", from_rules.url) as am_rules,
-        alertmanager(tmp_path / "am-exporter", from_exporter.url) as am_exporter,
-        process("demo", demo_args, demo_port, tmp_path / "demo", "/health", python_env()),
-        exporter(tmp_path, "--config", str(fleet), "--alertmanager-url", am_exporter.url) as exp,
-        prometheus(
-            tmp_path,
-            [
-                {
-                    "job_name": "vllm",
-                    "static_configs": [
-                        {"targets": [f"127.0.0.1:{demo_port}"], "labels": {"target": "demo"}}
-                    ],
-                },
-                {
-                    "job_name": "batchscope-exporter",
-                    "static_configs": [{"targets": [f"127.0.0.1:{exp.port}"]}],
-                },
-            ],
-            _rule_files(fleet),
-            alertmanager_url=am_rules.url,
-        ) as prom,
-    ):
-        started = time.monotonic()
-        loads = [_load(demo_url, "completions", "12", 90), _load(demo_url, "embeddings", "40", 90)]
-        try:
+    with running_demo_server(*demo_flags, log=tmp_path / "demo.log") as (demo_url, _):
+        fleet = tmp_path / "fleet.yaml"
+        _fleet(fleet, f"{demo_url}/metrics")
+        with (
+            webhook() as from_rules,
+            webhook() as from_exporter,
+            alertmanager(tmp_path / "am-rules", from_rules.url) as am_rules,
+            alertmanager(tmp_path / "am-exporter", from_exporter.url) as am_exporter,
+            exporter(
+                tmp_path, "--config", str(fleet), "--alertmanager-url", am_exporter.url
+            ) as exp,
+            prometheus(
+                tmp_path,
+                [
+                    {
+                        "job_name": "vllm",
+                        "static_configs": [
+                            {"targets": [urlsplit(demo_url).netloc], "labels": {"target": "demo"}}
+                        ],
+                    },
+                    {
+                        "job_name": "batchscope-exporter",
+                        "static_configs": [{"targets": [f"127.0.0.1:{exp.port}"]}],
+                    },
+                ],
+                _rule_files(fleet),
+                alertmanager_url=am_rules.url,
+            ) as prom,
+        ):
+            started = time.monotonic()
+            loads = [
+                _load(demo_url, "completions", "12", 90),
+                _load(demo_url, "embeddings", "40", 90),
+            ]
+            try:
 
-            def everywhere(name: str) -> bool:
-                """The demo's `name` at both webhooks, from both rule paths."""
-                rules_paths = {_path(a) for a in from_rules.alerts(name) if _demo(a)}
-                own = [a for a in from_exporter.alerts(name) if _demo(a)]
-                return rules_paths == {"exporter", "vllm"} and bool(own)
+                def everywhere(name: str) -> bool:
+                    """The demo's `name` at both webhooks, from both rule paths."""
+                    rules_paths = {_path(a) for a in from_rules.alerts(name) if _demo(a)}
+                    own = [a for a in from_exporter.alerts(name) if _demo(a)]
+                    return rules_paths == {"exporter", "vllm"} and bool(own)
 
-            wait_until(
-                lambda: everywhere(SLO_BURN_FAST.name),
-                120,
-                "BatchingSLOBurnFast at both webhooks, from both rule paths",
-                exp.log,
-            )
-            burning_after = time.monotonic() - started
-            wait_until(
-                lambda: everywhere(BUDGET_SATURATED.name),
-                120,
-                "BatchingBudgetSaturated at both webhooks, from both rule paths",
-                exp.log,
-            )
-            saturated_after = time.monotonic() - started
-            # The embeddings batcher may saturate its own 20 ms budget too: the demo's alerts.
-            by_path = {
-                _path(a): a["labels"] for a in from_rules.alerts(BUDGET_SATURATED.name) if _demo(a)
-            }
-            assert by_path["exporter"] == {
-                "alertname": "BatchingBudgetSaturated",
-                "severity": "warning",
-                "target": "demo",
-            }
-            assert by_path["vllm"]["model_name"] == "batchscope-demo"
-            assert by_path["vllm"]["quantile"] == "0.99" and by_path["vllm"]["histogram"] == "e2e"
-            # The exporter's own post carries the rule's labels exactly (Alertmanager would
-            # merge the two).
-            posted = [a for a in from_exporter.alerts(BUDGET_SATURATED.name) if _demo(a)]
-            assert posted and all(a["labels"] == by_path["exporter"] for a in posted)
-            assert posted[0]["annotations"]["runbook_url"].endswith("#batchingbudgetsaturated")
-            burn = {_path(a): a for a in from_rules.alerts(SLO_BURN_FAST.name)}
-            assert burn["exporter"]["labels"] == {
-                "alertname": "BatchingSLOBurnFast",
-                "severity": "critical",
-                "target": "demo",
-            }
-            assert burn["vllm"]["labels"]["histogram"] == "e2e"
-            own = from_exporter.alerts(SLO_BURN_FAST.name)
-            assert all(a["labels"] == burn["exporter"]["labels"] for a in own)
-            # The words state the shortened windows the configuration set.
-            assert "over 36 s and 3 s at 14.4x" in own[0]["annotations"]["description"]
-            # No objective, no SLO alert: the embeddings batcher posts none either way.
-            for hook in (from_rules, from_exporter):
-                for name in (SLO_BURN_FAST.name, SLO_BURN_SLOW.name):
-                    assert all(
-                        _demo(a)
-                        for status in ("firing", "resolved")
-                        for a in hook.alerts(name, status)
-                    )
+                wait_until(
+                    lambda: everywhere(SLO_BURN_FAST.name),
+                    120,
+                    "BatchingSLOBurnFast at both webhooks, from both rule paths",
+                    exp.log,
+                )
+                burning_after = time.monotonic() - started
+                wait_until(
+                    lambda: everywhere(BUDGET_SATURATED.name),
+                    120,
+                    "BatchingBudgetSaturated at both webhooks, from both rule paths",
+                    exp.log,
+                )
+                saturated_after = time.monotonic() - started
+                # The embeddings batcher may saturate its own 20 ms budget too: the demo's alerts.
+                by_path = {
+                    _path(a): a["labels"]
+                    for a in from_rules.alerts(BUDGET_SATURATED.name)
+                    if _demo(a)
+                }
+                assert by_path["exporter"] == {
+                    "alertname": "BatchingBudgetSaturated",
+                    "severity": "warning",
+                    "target": "demo",
+                }
+                assert by_path["vllm"]["model_name"] == "batchscope-demo"
+                assert (
+                    by_path["vllm"]["quantile"] == "0.99" and by_path["vllm"]["histogram"] == "e2e"
+                )
+                # The exporter's own post carries the rule's labels exactly (Alertmanager would
+                # merge the two).
+                posted = [a for a in from_exporter.alerts(BUDGET_SATURATED.name) if _demo(a)]
+                assert posted and all(a["labels"] == by_path["exporter"] for a in posted)
+                assert posted[0]["annotations"]["runbook_url"].endswith("#batchingbudgetsaturated")
+                burn = {_path(a): a for a in from_rules.alerts(SLO_BURN_FAST.name)}
+                assert burn["exporter"]["labels"] == {
+                    "alertname": "BatchingSLOBurnFast",
+                    "severity": "critical",
+                    "target": "demo",
+                }
+                assert burn["vllm"]["labels"]["histogram"] == "e2e"
+                own = from_exporter.alerts(SLO_BURN_FAST.name)
+                assert all(a["labels"] == burn["exporter"]["labels"] for a in own)
+                # The words state the shortened windows the configuration set.
+                assert "over 36 s and 3 s at 14.4x" in own[0]["annotations"]["description"]
+                # No objective, no SLO alert: the embeddings batcher posts none either way.
+                for hook in (from_rules, from_exporter):
+                    for name in (SLO_BURN_FAST.name, SLO_BURN_SLOW.name):
+                        assert all(
+                            _demo(a)
+                            for status in ("firing", "resolved")
+                            for a in hook.alerts(name, status)
+                        )
 
-            empty = {}
-            for dashboard, title, expr in _panel_queries():
-                if not query(prom, expr):
-                    empty.setdefault((dashboard, title), []).append(expr)
-        finally:
-            for load in loads:
-                load.terminate()
-                load.wait()
+                empty = {}
+                for dashboard, title, expr in _panel_queries():
+                    if not query(prom, expr):
+                        empty.setdefault((dashboard, title), []).append(expr)
+            finally:
+                for load in loads:
+                    load.terminate()
+                    load.wait()
     assert empty == {}, f"panels with no data: {json.dumps(list(empty.items()), indent=1)}"
     print(
         f"\nSLO burn at both webhooks {burning_after:.0f} s and saturation "
