@@ -38,6 +38,10 @@ CONFIG = {
     "series_labels": SERIES_LABELS,
     # How Prometheus' job for the exporter is selected (grafana/prometheus/prometheus.yml).
     "exporter_selector": 'job="batchscope-exporter"',
+    # While no scrape of the exporter has succeeded for the staleness, the saturation the
+    # exporter last reported stands this long: a blind Prometheus has no evidence that it
+    # ended (BatchscopeExporterDown says it is blind).
+    "exporter_gap_seconds": 600,
     # Where runbook_url points: set it to where your operators read docs/runbook.md.
     "runbook_base": RUNBOOK_PATH,
     "dashboard_refresh": "30s",

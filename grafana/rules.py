@@ -462,18 +462,8 @@ def exporter_alerts(config: Mapping, holds: Mapping[str, float] | None = None) -
     short ones).
     """
     holds = holds or {}
-    utilization, saturated = (
-        latest(name, config)
-        for name in ("batchscope_budget_utilization_ratio", "batchscope_budget_saturated")
-    )
     rules = [
-        _alert(
-            BUDGET_SATURATED,
-            f"max by (target) (\n{utilization}\nand {saturated} == 1\n)",
-            config,
-            holds,
-            hold_seconds=0.0,
-        ),
+        _alert(BUDGET_SATURATED, _exporter_saturated(config), config, holds, hold_seconds=0.0),
         _alert(
             MEMORY_BOUND,
             f"{_worst('batchscope_waiting_requests', config)}\n"
@@ -523,6 +513,33 @@ def exporter_alerts(config: Mapping, holds: Mapping[str, float] | None = None) -
         ),
     ]
     return {"groups": [{"name": "batchscope-exporter-alerts", "rules": rules}]}
+
+
+def _exporter_saturated(config: Mapping) -> str:
+    """A target the exporter last reported saturated, at its worst series' utilisation.
+
+    Read within the staleness while Prometheus scrapes the exporter; while no scrape of the
+    exporter has succeeded for the staleness (a starved exporter answers /metrics late, and
+    a run of timed-out scrapes outlasts `latest`), the state it last reported stands for
+    `exporter_gap_seconds`: Prometheus saw nothing that ended it.
+    """
+
+    def saturated(window: str) -> str:
+        utilization, held = (
+            f"last_over_time({name}[{window}])"
+            for name in ("batchscope_budget_utilization_ratio", "batchscope_budget_saturated")
+        )
+        return f"max by (target) (\n{utilization}\nand {held} == 1\n)"
+
+    exporter_scraped = (
+        f"max_over_time(up{{{config['exporter_selector']}}}"
+        f"[{_seconds(config['saturation_hold_seconds'])}]) == 1"
+    )
+    return (
+        f"{saturated(_seconds(config['saturation_hold_seconds']))}\n"
+        f"or (\n{saturated(_seconds(config['exporter_gap_seconds']))}\n"
+        f"unless on () {exporter_scraped}\n)"
+    )
 
 
 def _exporter_burning(speed: str, config: Mapping) -> str:
