@@ -40,16 +40,20 @@ class Process:
     port: int
     log: Path
     popen: subprocess.Popen
+    # How long a terminated process may take to drain before it is killed.
+    stop_seconds: float = 10.0
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
     def stop(self) -> None:
+        """Terminate the process, and kill it if still running `stop_seconds` later; one
+        that already exited (a test may stop it itself) is left as it is."""
         if self.popen.poll() is None:
             self.popen.terminate()
             try:
-                self.popen.wait(timeout=10)
+                self.popen.wait(timeout=self.stop_seconds)
             except subprocess.TimeoutExpired:
                 self.popen.kill()
                 self.popen.wait()
@@ -63,16 +67,22 @@ def process(
     workdir: Path,
     ready_path: str,
     env: dict[str, str] | None = None,
+    *,
+    log: Path | None = None,
+    start_seconds: float = 60.0,
+    stop_seconds: float = 10.0,
 ) -> Iterator[Process]:
-    """Start `args`, wait until GET ready_path answers, stop it on exit."""
-    log = workdir / f"{name}.log"
+    """Start `args` in `workdir`, its output to `log` (`workdir`/`name`.log by default);
+    wait up to `start_seconds` until GET ready_path answers (an early exit fails at once,
+    naming the log and its tail); stop it on exit (`Process.stop`)."""
+    log = log or workdir / f"{name}.log"
     with open(log, "wb") as out:
         popen = subprocess.Popen(args, cwd=workdir, stdout=out, stderr=subprocess.STDOUT, env=env)
-    proc = Process(name, port, log, popen)
+    proc = Process(name, port, log, popen, stop_seconds)
     try:
         wait_until(
             lambda: http_get(proc.url + ready_path) is not None,
-            60,
+            start_seconds,
             f"{name} on port {port}",
             log,
             processes=[popen],
@@ -83,7 +93,9 @@ def process(
 
 
 def python_env() -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": str(REPO)}
+    """This environment, with the checkout importable and Python's output unbuffered (a
+    log read while the process runs shows what it printed)."""
+    return {**os.environ, "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
 
 
 @contextmanager
