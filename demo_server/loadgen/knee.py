@@ -16,6 +16,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from exporter.core.limits import LIMIT_NAMES
+
 # Throughput that grows less than this for a doubling of the offered rate has stopped.
 KNEE_GROWTH = 0.10
 # KV cache usage at or above this reads "full" in the sentence (the exporter's kv_high).
@@ -134,7 +136,24 @@ def knee_sentence(knee: Knee, slo_ms: float | None, batching: Mapping[str, Any] 
     head = f"knee at {knee.rate:g} req/s: {broke}"
     if not batching:
         return f"{head}; {NO_SIGNALS}"
-    return f"{head}, {batch_words(batching)}: {CAUSES.get(str(knee.binding_limit), 'nothing ran')}"
+    return f"{head}, {batch_words(batching)}: {cause_words(knee.binding_limit, batching)}"
+
+
+def cause_words(binding: str | None, batching: Mapping[str, Any]) -> str:
+    """What bound the batch at a step, from its binding limit (the largest share of its
+    readings). Where that is arrivals but requests waited at other readings (a starved
+    API server hands the engine its requests in bursts), it says so, and names the limit
+    that bound most of the readings where requests waited, with its cause."""
+    shares = batching.get("binding_shares") or {}
+    waited = {limit: share for limit, share in shares.items() if limit in CAUSES}
+    waited.pop("arrivals", None)
+    if binding != "arrivals" or not waited:
+        return CAUSES.get(str(binding), "nothing ran")
+    limit = max(waited, key=waited.__getitem__)
+    return (
+        f"nothing waited at {shares['arrivals']:.0%} of the readings; at "
+        f"{waited[limit]:.0%} requests waited and {LIMIT_NAMES[limit]} bound: {CAUSES[limit]}"
+    )
 
 
 def batch_words(batching: Mapping[str, Any]) -> str:

@@ -69,6 +69,34 @@ def test_p99_crossing_the_slo_makes_an_earlier_knee_than_throughput() -> None:
     )
 
 
+def test_a_step_where_arrivals_bound_most_readings_names_the_limit_when_requests_waited() -> None:
+    # Clean-clone run 13: a starved API server handed vLLM its requests in bursts; 16 of
+    # 23 readings had nothing waiting in the engine, 7 had the KV cache full with a queue.
+    bursts = {
+        "running_max": 6.0,
+        "cap": 8.0,
+        "kv_usage_max": 1.0,
+        "waiting_mean": 35.5,
+        "binding_limit": "arrivals",
+        "binding_shares": {"arrivals": 16 / 23, "kv_cache": 5 / 23, "unexplained": 2 / 23},
+    }
+    knee = find_knee([step(1.0, 1.0, 1575.0), step(16.0, 4.1, 33555.0, bursts)], 6000.0)
+    assert knee is not None and knee.binding_limit == "arrivals"
+    assert knee.sentence == (
+        "knee at 16 req/s: p99 33,555 ms crossed the 6,000 ms SLO, the batch stopped at 6 of "
+        "8 running with the KV cache full and 35.5 waiting: nothing waited at 70% of the "
+        "readings; at 22% requests waited and the KV cache bound: memory-bound; a higher "
+        "--max-num-seqs will not help"
+    )
+    # Arrivals at every reading: nothing else to name.
+    quiet = {**bursts, "waiting_mean": 0.0, "binding_shares": {"arrivals": 1.0}}
+    knee = find_knee([step(1.0, 1.0, 1575.0), step(16.0, 4.1, 33555.0, quiet)], 6000.0)
+    assert knee is not None and knee.sentence.endswith(
+        ": no batching limit bound (nothing waited): the time per request is the limit, "
+        "not the batch"
+    )
+
+
 def test_a_sweep_that_never_breaks_has_no_knee_and_old_steps_say_how_to_name_a_cause() -> None:
     healthy = [step(10.0, 10.0, 100.0), step(20.0, 20.0, 110.0), step(40.0, 39.0, 130.0)]
     assert find_knee(healthy, slo_ms=500.0) is None

@@ -38,6 +38,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import vllm_server as vs  # noqa: E402
 
+from demo_server.loadgen.knee import CAUSES  # noqa: E402
 from tests.support import chromium  # noqa: E402
 from tests.support.network import free_port, wait_until  # noqa: E402
 
@@ -409,18 +410,24 @@ def test_memory_bound_preemptions(vllm: VllmManager, exporter: Exporter):
 
 
 def test_loadgen_watch_names_the_kv_bound_knee_memory_bound(vllm: VllmManager, workdir: Path):
-    """A sweep of the KV-bound vLLM over three rates with --watch (the exporter's evaluator
-    in-process): the knee is named memory-bound, from the step's own batching signals.
-    Runs right after test_memory_bound_preemptions, on the same vLLM (no restart).
+    """A sweep of the KV-bound vLLM over two rates with --watch (the exporter's evaluator
+    in-process): the knee is where the KV cache binds, and its sentence names it
+    memory-bound. Runs right after test_memory_bound_preemptions,
+    on the same vLLM (no restart).
 
     Measured on the loaded 2-core machine: 1, 4, 16 req/s gave 1.0, 4.2, 7.4 req/s, p99
     1.2, 2.2, 13.2 s; 16 req/s bound by the KV cache (5 of 8 running, 12 preemptions/s),
     the lower rates by arrivals. Beside a CPU hog at load 43 (clean-clone run 12) the
-    4 req/s step served 1.7 req/s at p99 16.5 s, crossed the SLO itself and read no
-    binding limit, while 1 and 16 req/s read the same states as on a quiet machine (p99
-    3.0 and 44 s, 16 req/s bound by the KV cache). So the sweep is 1 and 16 req/s: the
-    6 s SLO sits between the two steps' p99 on either machine, and the knee is the step
-    the KV cache binds."""
+    4 req/s step crossed the SLO itself (p99 16.5 s) and read no binding limit, so the
+    sweep is 1 and 16 req/s: the 6 s SLO sits between the two steps' p99 on a quiet and
+    a starved machine (1.2 / 13.2 s; 1.6 / 33.6 s). On the starved machine (load 53,
+    clean-clone run 13) the API server, not the engine, held most requests: at 16 req/s
+    the engine had nothing waiting at 16 of 23 readings (arrivals) and the KV cache full
+    with up to 129 waiting at the other 7. So the claim is what those readings share on
+    any machine: whenever requests waited in the engine, the KV cache is what bound, the
+    cache filled, the batch stayed under its cap, and the knee's sentence says
+    memory-bound (as the step's binding limit on a quiet machine; as what bound the
+    readings where requests waited, on a starved one)."""
     from demo_server.loadgen import run as loadgen
 
     srv = vllm.ensure(MEMORY_ARGS)
@@ -448,11 +455,21 @@ def test_loadgen_watch_names_the_kv_bound_knee_memory_bound(vllm: VllmManager, w
     assert all(run["batching"] is not None for run in body["runs"])
     [knee] = body["knees"]
     print(knee["sentence"])
-    assert knee["binding_limit"] == "kv_cache", knee
-    assert ": memory-bound; a higher --max-num-seqs will not help" in knee["sentence"]
-    at_knee = next(run for run in body["runs"] if run["rate"] == knee["rate"])
-    assert at_knee["batching"]["preemptions_per_s"] > 0
-    assert at_knee["batching"]["running_max"] < CAP
+    assert (knee["rate"], knee["reason"]) == (16.0, "slo"), knee
+    at_knee = next(run for run in body["runs"] if run["rate"] == knee["rate"])["batching"]
+    # The limits a reading names while requests wait in the engine: all but arrivals (and
+    # none: nothing ran). The KV cache binds most of those readings, full at its peak.
+    waited = {
+        limit: share
+        for limit, share in at_knee["binding_shares"].items()
+        if limit not in ("arrivals", "none")
+    }
+    assert waited and max(waited, key=waited.get) == "kv_cache", at_knee["binding_shares"]
+    assert at_knee["kv_usage_max"] >= 0.95 and at_knee["running_max"] < CAP, at_knee
+    # Named memory-bound: as the step's binding limit, or (arrivals at most readings) as
+    # what bound where requests waited.
+    assert knee["binding_limit"] in ("kv_cache", "arrivals"), knee
+    assert f": {CAUSES['kv_cache']}" in knee["sentence"], knee
 
 
 # ------------------------------------------------------------ the per-step token budget
@@ -743,8 +760,11 @@ def test_sustained_saturation_alerts_by_every_path_on_an_overloaded_vllm(
             result = load.stop()
             stopped = time.monotonic()
         print(f"load: {result.ok} ok, {result.failed} failed, {result.completion_tokens} tokens")
-        assert result.failed == 0, result.errors[:3]
         assert early == {"1s": set(), "defaults": set()}, early
+        # The overload was the load asked for. A starved vLLM may drop a connection (4 of
+        # 174 at 16 req/s in the KV-bound sweep of clean-clone run 13, beside a CPU hog),
+        # which neither ends the overload nor is batchscope's to judge: 1% may fail.
+        assert result.failed <= 0.01 * (result.ok + result.failed), result.errors[:3]
         resolved: dict[str, float] = {}
         wait_until(
             lambda: every_path(stacks, "resolved", stopped, resolved),
