@@ -518,28 +518,31 @@ def exporter_alerts(config: Mapping, holds: Mapping[str, float] | None = None) -
 def _exporter_saturated(config: Mapping) -> str:
     """A target the exporter last reported saturated, at its worst series' utilisation.
 
-    Read within the staleness while Prometheus scrapes the exporter; while no scrape of the
-    exporter has succeeded for the staleness (a starved exporter answers /metrics late, and
-    a run of timed-out scrapes outlasts `latest`), the state it last reported stands for
-    `exporter_gap_seconds`: Prometheus saw nothing that ended it.
+    Read within the staleness (`latest`). Through a run of failed scrapes of the exporter
+    that outlasts it (a starved exporter answers /metrics after the scrape timeout), a
+    series stands as its exporter last reported it for `exporter_gap_seconds`, where that
+    exporter (job and instance) has had no successful scrape for the staleness: a healthy
+    exporter beside it, or one Prometheus no longer scrapes (no `up`), holds nothing.
+    Prometheus cannot tell from a range read whether a series was in the exporter's last
+    successful scrape: one the exporter stopped reporting while it answered (a target it
+    could not read, whose state has ended) stands again through a gap of that exporter
+    that begins within `exporter_gap_seconds`, until the gap ends.
     """
+    hold, gap = (
+        _seconds(config[name]) for name in ("saturation_hold_seconds", "exporter_gap_seconds")
+    )
 
-    def saturated(window: str) -> str:
-        utilization, held = (
-            f"last_over_time({name}[{window}])"
-            for name in ("batchscope_budget_utilization_ratio", "batchscope_budget_saturated")
+    def saturated(window: str, where: str = "") -> str:
+        return (
+            f"max by (target) (\n"
+            f"last_over_time(batchscope_budget_utilization_ratio[{window}])\n"
+            f"and last_over_time(batchscope_budget_saturated[{window}]) == 1{where}\n)"
         )
-        return f"max by (target) (\n{utilization}\nand {held} == 1\n)"
 
-    exporter_scraped = (
-        f"max_over_time(up{{{config['exporter_selector']}}}"
-        f"[{_seconds(config['saturation_hold_seconds'])}]) == 1"
+    blind = (
+        f"\nand on (job, instance) max_over_time(up{{{config['exporter_selector']}}}[{hold}]) == 0"
     )
-    return (
-        f"{saturated(_seconds(config['saturation_hold_seconds']))}\n"
-        f"or (\n{saturated(_seconds(config['exporter_gap_seconds']))}\n"
-        f"unless on () {exporter_scraped}\n)"
-    )
+    return f"{saturated(hold)}\nor\n{saturated(gap, blind)}"
 
 
 def _exporter_burning(speed: str, config: Mapping) -> str:
