@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from exporter.core.limits import LIMIT_NAMES
+from exporter.core.limits import LIMIT_NAMES, UNEXPLAINED
 
 # Throughput that grows less than this for a doubling of the offered rate has stopped.
 KNEE_GROWTH = 0.10
@@ -140,19 +140,25 @@ def knee_sentence(knee: Knee, slo_ms: float | None, batching: Mapping[str, Any] 
 
 
 def cause_words(binding: str | None, batching: Mapping[str, Any]) -> str:
-    """What bound the batch at a step, from its binding limit (the largest share of its
-    readings). Where that is arrivals but requests waited at other readings (a starved
-    API server hands the engine its requests in bursts), it says so, and names the limit
-    that bound most of the readings where requests waited, with its cause."""
+    """What bound the batch at a step, from its binding limit (the largest share of the
+    readings where something ran or waited). Where that is arrivals but another limit
+    bound at other readings (a starved API server hands the engine its requests in
+    bursts), it says so, and names the limit that bound the most of those readings."""
     shares = batching.get("binding_shares") or {}
-    waited = {limit: share for limit, share in shares.items() if limit in CAUSES}
-    waited.pop("arrivals", None)
-    if binding != "arrivals" or not waited:
+    others = {
+        limit: share
+        for limit, share in shares.items()
+        if limit in CAUSES and limit != "arrivals" and share > 0
+    }
+    if binding != "arrivals" or not others:
         return CAUSES.get(str(binding), "nothing ran")
-    limit = max(waited, key=waited.__getitem__)
+    limit = max(others, key=others.__getitem__)
+    bound = (
+        CAUSES[limit] if limit == UNEXPLAINED else f"{LIMIT_NAMES[limit]} bound: {CAUSES[limit]}"
+    )
     return (
-        f"nothing waited at {shares['arrivals']:.0%} of the readings; at "
-        f"{waited[limit]:.0%} requests waited and {LIMIT_NAMES[limit]} bound: {CAUSES[limit]}"
+        f"nothing waited at {shares.get('arrivals', 0.0):.0%} of the readings; "
+        f"at {others[limit]:.0%} {bound}"
     )
 
 

@@ -85,16 +85,29 @@ def test_a_step_where_arrivals_bound_most_readings_names_the_limit_when_requests
     assert knee.sentence == (
         "knee at 16 req/s: p99 33,555 ms crossed the 6,000 ms SLO, the batch stopped at 6 of "
         "8 running with the KV cache full and 35.5 waiting: nothing waited at 70% of the "
-        "readings; at 22% requests waited and the KV cache bound: memory-bound; a higher "
-        "--max-num-seqs will not help"
+        "readings; at 22% the KV cache bound: memory-bound; a higher --max-num-seqs will "
+        "not help"
     )
-    # Arrivals at every reading: nothing else to name.
-    quiet = {**bursts, "waiting_mean": 0.0, "binding_shares": {"arrivals": 1.0}}
-    knee = find_knee([step(1.0, 1.0, 1575.0), step(16.0, 4.1, 33555.0, quiet)], 6000.0)
+    # Requests that waited with no limit at its bound, at the most readings besides
+    # arrivals: said in the unexplained words (no limit to name).
+    unexplained = {
+        **bursts,
+        "binding_shares": {"arrivals": 0.6, "unexplained": 0.3, "kv_cache": 0.1},
+    }
+    knee = find_knee([step(1.0, 1.0, 1575.0), step(16.0, 4.1, 33555.0, unexplained)], 6000.0)
     assert knee is not None and knee.sentence.endswith(
-        ": no batching limit bound (nothing waited): the time per request is the limit, "
-        "not the batch"
+        ": nothing waited at 60% of the readings; at 30% requests waited with no limit at "
+        "its bound: the metrics do not explain it"
     )
+    # Arrivals at every reading (idle ones aside), or shares not recorded (an older result
+    # file): nothing else to name.
+    for shares in ({"arrivals": 0.8, "none": 0.2}, None):
+        quiet = {**bursts, "waiting_mean": 0.0, "binding_shares": shares}
+        knee = find_knee([step(1.0, 1.0, 1575.0), step(16.0, 4.1, 33555.0, quiet)], 6000.0)
+        assert knee is not None and knee.sentence.endswith(
+            ": no batching limit bound (nothing waited): the time per request is the limit, "
+            "not the batch"
+        )
 
 
 def test_a_sweep_that_never_breaks_has_no_knee_and_old_steps_say_how_to_name_a_cause() -> None:

@@ -424,7 +424,8 @@ def demo() -> Iterator[str]:
     # Sixteen sequences at a time on the simulated H200 (each forward paced to at least the
     # H200's time), 128 tokens a request: under 20 req/s on this kind of machine. 5 req/s
     # runs about two at a time (up to ten on a starved CPU), far below the cap, nothing
-    # waiting; 30 req/s holds the batch at the cap with tens waiting until the queue drains.
+    # waiting; 30 req/s holds the batch at the cap with a queue (tens on a quiet machine)
+    # until it drains.
     config = ServerConfig(batching="continuous", max_num_seqs=16, device="sim:h200")
     with serve(config) as url:
         yield url

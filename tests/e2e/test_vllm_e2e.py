@@ -420,14 +420,14 @@ def test_loadgen_watch_names_the_kv_bound_knee_memory_bound(vllm: VllmManager, w
     the lower rates by arrivals. Beside a CPU hog at load 43 (clean-clone run 12) the
     4 req/s step crossed the SLO itself (p99 16.5 s) and read no binding limit, so the
     sweep is 1 and 16 req/s: the 6 s SLO sits between the two steps' p99 on a quiet and
-    a starved machine (1.2 / 13.2 s; 1.6 / 33.6 s). On the starved machine (load 53,
-    clean-clone run 13) the API server, not the engine, held most requests: at 16 req/s
-    the engine had nothing waiting at 16 of 23 readings (arrivals) and the KV cache full
-    with up to 129 waiting at the other 7. So the claim is what those readings share on
-    any machine: whenever requests waited in the engine, the KV cache is what bound, the
-    cache filled, the batch stayed under its cap, and the knee's sentence says
-    memory-bound (as the step's binding limit on a quiet machine; as what bound the
-    readings where requests waited, on a starved one)."""
+    a starved machine (1.2 / 13.2 s; 3.0 / 44 s and 1.6 / 33.6 s). On the starved machine
+    (load 53, clean-clone run 13) the API server, not the engine, held most requests: at
+    16 req/s the engine had nothing waiting at 16 of 23 readings (arrivals) and the KV
+    cache full with up to 129 waiting at the other 7. So the claim is what those readings
+    share on any machine: of the readings where requests waited in the engine, the KV
+    cache bound the most, the cache filled, the batch stayed under its cap, and the
+    knee's sentence says memory-bound (as the step's binding limit on a quiet machine; as
+    what bound the readings where requests waited, on a starved one)."""
     from demo_server.loadgen import run as loadgen
 
     srv = vllm.ensure(MEMORY_ARGS)
@@ -762,9 +762,10 @@ def test_sustained_saturation_alerts_by_every_path_on_an_overloaded_vllm(
         print(f"load: {result.ok} ok, {result.failed} failed, {result.completion_tokens} tokens")
         assert early == {"1s": set(), "defaults": set()}, early
         # The overload was the load asked for. A starved vLLM may drop a connection (4 of
-        # 174 at 16 req/s in the KV-bound sweep of clean-clone run 13, beside a CPU hog),
-        # which neither ends the overload nor is batchscope's to judge: 1% may fail.
-        assert result.failed <= 0.01 * (result.ok + result.failed), result.errors[:3]
+        # 174 requests, 2.3%, at 16 req/s open-loop in the KV-bound sweep of clean-clone
+        # run 13, beside a CPU hog; this closed loop lost none of 1,159 and 988 in two
+        # runs beside one), which neither ends the overload nor is batchscope's to judge.
+        assert result.failed <= 0.03 * (result.ok + result.failed), result.errors[:3]
         resolved: dict[str, float] = {}
         wait_until(
             lambda: every_path(stacks, "resolved", stopped, resolved),
