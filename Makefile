@@ -38,9 +38,10 @@ vllm-env:
 
 # The two installs side by side (one is mostly waiting on the network, the other on
 # unpacking): a fresh machine starts testing about two minutes sooner.
+# The slowest tests are listed at the end, so a run that grows says where.
 test:
 	$(MAKE) -j2 --no-print-directory install vllm-env
-	$(BIN)/pytest -ra
+	$(BIN)/pytest -ra --durations=25
 
 # Everything but the end-to-end tests that start real servers.
 test-fast: install
