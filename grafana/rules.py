@@ -532,10 +532,12 @@ def _exporter_saturated(config: Mapping) -> str:
         _seconds(config[name]) for name in ("saturation_hold_seconds", "exporter_gap_seconds")
     )
 
+    # The value is the newest utilisation within the gap: the exporter leaves it out while
+    # it cannot read the target and keeps the held state, which alone says saturated.
     def saturated(window: str, where: str = "") -> str:
         return (
             f"max by (target) (\n"
-            f"last_over_time(batchscope_budget_utilization_ratio[{window}])\n"
+            f"last_over_time(batchscope_budget_utilization_ratio[{gap}])\n"
             f"and last_over_time(batchscope_budget_saturated[{window}]) == 1{where}\n)"
         )
 
