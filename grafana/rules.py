@@ -346,13 +346,14 @@ def binding_limit_rules(config: Mapping) -> list[dict]:
     ]
 
 
-def latest(selector: str, config: Mapping) -> str:
+def latest(selector: str, config: Mapping, seconds: float | None = None) -> str:
     """The newest sample of each series of `selector` within the staleness (the hold
-    time, as the exporter's). A failed
+    time, as the exporter's), or within `seconds` where given. A failed
     scrape leaves Prometheus a stale marker, and an instant selector then finds nothing,
     so an alert's `for:` would start again; the newest sample before the gap is the
     evidence that stands until a later sample, or the staleness, ends it."""
-    return f"last_over_time({selector}[{_seconds(config['saturation_hold_seconds'])}])"
+    window = config["saturation_hold_seconds"] if seconds is None else seconds
+    return f"last_over_time({selector}[{_seconds(window)}])"
 
 
 def _newest(
@@ -528,23 +529,22 @@ def _exporter_saturated(config: Mapping) -> str:
     could not read, whose state has ended) stands again through a gap of that exporter
     that begins within `exporter_gap_seconds`, until the gap ends.
     """
-    hold, gap = (
-        _seconds(config[name]) for name in ("saturation_hold_seconds", "exporter_gap_seconds")
-    )
-
+    gap = config["exporter_gap_seconds"]
     # The value is the newest utilisation within the gap: the exporter leaves it out while
     # it cannot read the target and keeps the held state, which alone says saturated.
-    def saturated(window: str, where: str = "") -> str:
-        return (
-            f"max by (target) (\n"
-            f"last_over_time(batchscope_budget_utilization_ratio[{gap}])\n"
-            f"and last_over_time(batchscope_budget_saturated[{window}]) == 1{where}\n)"
-        )
+    utilization = latest("batchscope_budget_utilization_ratio", config, gap)
 
+    def saturated(seconds: float | None, where: str = "") -> str:
+        held = latest("batchscope_budget_saturated", config, seconds)
+        return f"max by (target) (\n{utilization}\nand {held} == 1{where}\n)"
+
+    # No successful scrape of this series' own exporter within the staleness.
+    up = f"up{{{config['exporter_selector']}}}"
     blind = (
-        f"\nand on (job, instance) max_over_time(up{{{config['exporter_selector']}}}[{hold}]) == 0"
+        f"\nand on (job, instance) "
+        f"max_over_time({up}[{_seconds(config['saturation_hold_seconds'])}]) == 0"
     )
-    return f"{saturated(hold)}\nor\n{saturated(gap, blind)}"
+    return f"{saturated(None)}\nor\n{saturated(gap, blind)}"
 
 
 def _exporter_burning(speed: str, config: Mapping) -> str:

@@ -145,11 +145,7 @@ def cause_words(binding: str | None, batching: Mapping[str, Any]) -> str:
     bound at other readings (a starved API server hands the engine its requests in
     bursts), it says so, and names the limit that bound the most of those readings."""
     shares = batching.get("binding_shares") or {}
-    others = {
-        limit: share
-        for limit, share in shares.items()
-        if limit in CAUSES and limit != "arrivals" and share > 0
-    }
+    others = limits_besides_arrivals(shares)
     if binding != "arrivals" or not others:
         return CAUSES.get(str(binding), "nothing ran")
     limit = max(others, key=others.__getitem__)
@@ -160,6 +156,17 @@ def cause_words(binding: str | None, batching: Mapping[str, Any]) -> str:
         f"nothing waited at {shares.get('arrivals', 0.0):.0%} of the readings; "
         f"at {others[limit]:.0%} {bound}"
     )
+
+
+def limits_besides_arrivals(shares: Mapping[str, float]) -> dict[str, float]:
+    """Of a step's binding shares, those of the readings where a limit other than
+    arrivals bound (requests waited, or a cap was reached): idle readings and arrivals
+    left out."""
+    return {
+        limit: share
+        for limit, share in shares.items()
+        if limit in CAUSES and limit != "arrivals" and share > 0
+    }
 
 
 def batch_words(batching: Mapping[str, Any]) -> str:

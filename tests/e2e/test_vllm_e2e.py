@@ -42,7 +42,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import vllm_server as vs  # noqa: E402
 
-from demo_server.loadgen.knee import CAUSES  # noqa: E402
+from demo_server.loadgen.knee import CAUSES, limits_besides_arrivals  # noqa: E402
 from tests.support import chromium  # noqa: E402
 from tests.support.network import free_port, wait_until  # noqa: E402
 
@@ -463,11 +463,7 @@ def test_loadgen_watch_names_the_kv_bound_knee_memory_bound(vllm: VllmManager, w
     at_knee = next(run for run in body["runs"] if run["rate"] == knee["rate"])["batching"]
     # The limits a reading names while requests wait in the engine: all but arrivals (and
     # none: nothing ran). The KV cache binds most of those readings, full at its peak.
-    waited = {
-        limit: share
-        for limit, share in at_knee["binding_shares"].items()
-        if limit not in ("arrivals", "none")
-    }
+    waited = limits_besides_arrivals(at_knee["binding_shares"])
     assert waited and max(waited, key=waited.get) == "kv_cache", at_knee["binding_shares"]
     assert at_knee["kv_usage_max"] >= 0.95 and at_knee["running_max"] < CAP, at_knee
     # Named memory-bound: as the step's binding limit, or (arrivals at most readings) as
