@@ -59,6 +59,9 @@ REQUESTS = f"{LEVEL}:vllm_request_success:rate"
 GENERATION_TOKENS = f"{LEVEL}:vllm_generation_tokens:rate"
 LATENCY = f"{LEVEL}:vllm_latency_seconds:quantile"
 BUDGET_UTILIZATION = f"{LEVEL}:vllm_budget_utilization:ratio"
+# 1 where requests were in flight at every evaluation of the window and none finished,
+# by `histogram`: the window measures no latency, and the overload has not ended.
+UNFINISHED = f"{LEVEL}:vllm_in_flight_unfinished:bool"
 ABOVE_THRESHOLD = f"{LEVEL}:vllm_budget_utilization:above_threshold"
 BUDGET_SATURATED_RULE = f"{LEVEL}:vllm_budget_saturated:min_over_hold"
 OUTPUT_TOKENS_MEAN = f"{LEVEL}:vllm_request_generation_tokens:mean"
@@ -159,10 +162,32 @@ def vllm_recording_rules(config: Mapping) -> dict:
             )
     threshold, hold = config["saturation_threshold"], _seconds(config["saturation_hold_seconds"])
     near_cap, kv_high, stall = config["near_cap"], config["kv_high"], config["stall_rate"]
+    in_flight = f"min_over_time(({RUNNING} + {WAITING})[{window}:]) > 0"
+    # Progress stopped, as the stalled state reads it (a known generation rate).
+    stopped = f"(({GENERATION_TOKENS} < {stall:g}) unless ({REQUESTS} >= {stall:g}))"
     rules += [
+        # Nothing finished (no count that rose, a rate Prometheus could not work out with
+        # vLLM unread for most of the window included), while the engine still generates: a
+        # stopped one is stalled, once its saturation is released.
+        _record(
+            UNFINISHED,
+            f"clamp({in_flight}, 1, 1)\nunless on ({by}) "
+            f'(sum by ({by}) (rate({family}_bucket{{{scraped}, le="+Inf"}}[{window}])) > 0)\n'
+            f"unless on ({by}) {stopped}\n"
+            f'and on (target) {BUDGET_RULE}{{histogram="{histogram}"}}',
+            {"histogram": histogram},
+        )
+        for histogram, family in LATENCY_FAMILIES.items()
+    ]
+    rules += [
+        # The measured utilisation (a window where nothing finished has none: NaN is left
+        # out); where nothing finished with requests in flight, the last one stands, as the
+        # exporter carries its state (exporter/core/evaluate.py, `in_flight_unfinished`).
         _record(
             BUDGET_UTILIZATION,
-            f"{LATENCY} / on (target, quantile, histogram) group_left () {BUDGET_RULE}",
+            f"({LATENCY} / on (target, quantile, histogram) group_left () {BUDGET_RULE}) >= 0\n"
+            f"or (\n{latest(BUDGET_UTILIZATION, config)}\n"
+            f"and on ({by}, histogram) {UNFINISHED}\n)",
         ),
         _record(ABOVE_THRESHOLD, f"{BUDGET_UTILIZATION} >= bool {threshold:g}"),
         # 1 once every evaluation of the hold was at or above the threshold.

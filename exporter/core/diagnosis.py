@@ -303,7 +303,17 @@ def _budget_saturated(r: _Reading) -> Diagnosis | None:
     held = (
         f" for {seconds_text(i.above_threshold_seconds)}" if i.above_threshold_seconds > 0 else ""
     )
-    measured = f"; {_window_latency(r)}" if i.budget_utilization is not None else ""
+    in_flight = (i.running or 0) + (i.waiting or 0)
+    if i.budget_utilization is not None:
+        measured = f"; {_window_latency(r)}"
+    elif in_flight > 0:
+        # Carried: nothing finished in the window while requests were in flight.
+        measured = (
+            f"; no request finished in the last {i.window_seconds:.0f} s while "
+            f"{_count_text(in_flight)} ran or waited"
+        )
+    else:
+        measured = ""
     work = f"; {_work_is_the_latency(r)}" if _small_and_unqueued(r) else ""
     return Diagnosis(
         "budget_saturated",

@@ -141,7 +141,9 @@ def step_saturation(
 
     Onset: utilisation >= threshold continuously for >= hold_seconds. Release: only
     when utilisation drops below threshold - release_margin (hysteresis), or when no
-    latency is known (no traffic finished in the window: nothing is saturated).
+    latency is known (no traffic finished in the window: nothing is saturated; where
+    requests were in flight throughout and the engine still generated, the evaluator
+    carries the state instead: `evaluate._next_saturation`).
     A scrape that failed is no evaluation: see `saturation_through_gap`.
     """
     if utilization is None:

@@ -95,6 +95,62 @@ def test_a_failed_scrape_keeps_the_episode_open_and_says_so():
         assert s.total.budget_utilization is None  # what it read last is not current
 
 
+def stalled_run(
+    stall_seconds: int, in_flight_after: tuple[float, float], tokens_per_second: float = 50.0
+):
+    """Saturate (120 s of the overload), then finish nothing for `stall_seconds` with
+    (running, waiting) = `in_flight_after` at every scrape, generating `tokens_per_second`;
+    yields (t, signals) of the stall's evaluations."""
+    server = VllmState(running=8, waiting=20, kv_usage=0.5)
+    window = Window(60.0, SETTINGS)
+    states: dict = {}
+    for i in range(120 + stall_seconds + 1):
+        t = 1000.0 + i
+        if i <= 120:
+            server.finish(10, 1.2, 100)
+        else:
+            server.running, server.waiting = in_flight_after
+            server.tokens_sum += tokens_per_second
+        snapshot, _ = read_payload(TARGET, t, ScrapeResult(render(server), None, 0.01))
+        window.add(snapshot)
+        signals, states = evaluate_window(LLM, window, states, t)
+        if i > 120:
+            yield t, signals
+
+
+def test_an_engine_that_finishes_nothing_with_requests_in_flight_stays_saturated():
+    # A starved vLLM finished nothing for three minutes while 8 ran and 20 waited: the
+    # window has no latency, and until this held, that released the state mid-overload.
+    run = list(stalled_run(180, in_flight_after=(8.0, 20.0)))
+    unmeasured = [(t, s) for t, s in run if s.total.budget_utilization is None]
+    assert len(unmeasured) >= 120, "the stall empties the 60 s window of latency"
+    for t, s in run:
+        assert s.up and s.total.budget_saturated, t
+        # The episode began at the second scrape (t=1001), and goes on.
+        assert s.total.budget_saturated_seconds == t - 1001.0
+    assert "no request finished in the last 60 s while 28 ran or waited" in (
+        run[-1][1].total.diagnosis.reason
+    )
+
+
+def test_an_engine_that_stopped_generating_is_released_and_reads_stalled():
+    # A hung engine: requests wait and nothing is generated. That is the stalled state,
+    # which the diagnosis names once saturation no longer comes first.
+    run = list(stalled_run(120, in_flight_after=(2.0, 20.0), tokens_per_second=0.0))
+    released = [t for t, s in run if not s.total.budget_saturated]
+    assert released and released[0] - 1120.0 <= 61.0
+    assert run[-1][1].total.diagnosis.state == "stalled"
+
+
+def test_an_engine_with_nothing_in_flight_and_nothing_finished_is_released():
+    # The traffic ended: nothing runs or waits. Once the window no longer holds a finished
+    # request, nothing is saturated.
+    run = list(stalled_run(120, in_flight_after=(0.0, 0.0)))
+    released = [t for t, s in run if not s.total.budget_saturated]
+    assert released and released[0] - 1120.0 <= 61.0
+    assert all(not s.total.budget_saturated for t, s in run if t >= released[0])
+
+
 def test_a_target_unread_longer_than_the_hold_ends_its_episode():
     # Unread counts from the first evaluation that could not read the target (101 s).
     state = SaturationState(saturated=True, above_since=0.0, read_at=100.0)
