@@ -43,6 +43,7 @@ from exporter.alerts.specs import (
     AlertSpec,
     AlertWords,
 )
+from exporter.core.evaluate import OBSERVED_ON_ADMISSION
 from exporter.core.limits import DEFERRED_SHARE
 from exporter.core.slo import DAY_SECONDS, WINDOW_PAIRS, WINDOWS, window_seconds
 from exporter.engines.vllm import LATENCY_FAMILIES, TOKEN_LATENCY_KINDS
@@ -162,32 +163,40 @@ def vllm_recording_rules(config: Mapping) -> dict:
             )
     threshold, hold = config["saturation_threshold"], _seconds(config["saturation_hold_seconds"])
     near_cap, kv_high, stall = config["near_cap"], config["kv_high"], config["stall_rate"]
-    in_flight = f"min_over_time(({RUNNING} + {WAITING})[{window}:]) > 0"
     # Progress stopped, as the stalled state reads it (a known generation rate).
     stopped = f"(({GENERATION_TOKENS} < {stall:g}) unless ({REQUESTS} >= {stall:g}))"
+
+    def in_flight(histogram: str) -> str:
+        """Requests the latency of `histogram` has not observed yet, at every evaluation
+        of the window (as the exporter's `in_flight_unfinished`)."""
+        owed = WAITING if histogram in OBSERVED_ON_ADMISSION else f"({RUNNING} + {WAITING})"
+        return f"min_over_time({owed}[{window}:]) > 0"
+
     rules += [
-        # Nothing finished (no count that rose, a rate Prometheus could not work out with
-        # vLLM unread for most of the window included), while the engine still generates: a
-        # stopped one is stalled, once its saturation is released.
+        # Requests in flight, none finished (a rate known to be 0: a vLLM Prometheus cannot
+        # read has none), and the engine still generates: a stopped one is stalled, once
+        # its saturation is released.
         _record(
             UNFINISHED,
-            f"clamp({in_flight}, 1, 1)\nunless on ({by}) "
-            f'(sum by ({by}) (rate({family}_bucket{{{scraped}, le="+Inf"}}[{window}])) > 0)\n'
+            f"clamp({in_flight(histogram)}, 1, 1)\nand on ({by}) "
+            f'(sum by ({by}) (rate({family}_bucket{{{scraped}, le="+Inf"}}[{window}])) == 0)\n'
             f"unless on ({by}) {stopped}\n"
             f'and on (target) {BUDGET_RULE}{{histogram="{histogram}"}}',
             {"histogram": histogram},
         )
         for histogram, family in LATENCY_FAMILIES.items()
     ]
+    measured = f"{LATENCY} / on (target, quantile, histogram) group_left () {BUDGET_RULE}"
     rules += [
-        # The measured utilisation (a window where nothing finished has none: NaN is left
-        # out); where nothing finished with requests in flight, the last one stands, as the
-        # exporter carries its state (exporter/core/evaluate.py, `in_flight_unfinished`).
+        # The measured utilisation; where nothing finished with requests in flight, the one
+        # last measured stands, as the exporter's does (exporter/core/evaluate.py,
+        # `in_flight_unfinished`); else NaN, as a window without a finished request reads.
         _record(
             BUDGET_UTILIZATION,
-            f"({LATENCY} / on (target, quantile, histogram) group_left () {BUDGET_RULE}) >= 0\n"
-            f"or (\n{latest(BUDGET_UTILIZATION, config)}\n"
-            f"and on ({by}, histogram) {UNFINISHED}\n)",
+            f"({measured}) >= 0\n"
+            f"or (\n{latest(BUDGET_UTILIZATION, config)} >= 0\n"
+            f"and on ({by}, histogram) {UNFINISHED}\n)\n"
+            f"or {measured}",
         ),
         _record(ABOVE_THRESHOLD, f"{BUDGET_UTILIZATION} >= bool {threshold:g}"),
         # 1 once every evaluation of the hold was at or above the threshold.

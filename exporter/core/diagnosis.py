@@ -262,6 +262,13 @@ def _window_latency(r: _Reading) -> str:
     116 ms of a 50 ms budget (233%)"."""
     i = r.i
     share = percent_text(i.budget_utilization) if i.budget_utilization is not None else "unknown"
+    if i.latency_seconds is None and i.budget_utilization is not None:
+        # The utilisation last measured, standing: nothing finished with requests in flight.
+        return (
+            f"no request finished in the last {i.window_seconds:.0f} s while "
+            f"{_count_text((i.running or 0) + (i.waiting or 0))} ran or waited; the latency "
+            f"last measured was {share} of the budget"
+        )
     if i.latency_seconds is None or i.budget_seconds is None:
         return f"over the last {i.window_seconds:.0f} s, latency {share} of the budget"
     return (
@@ -303,17 +310,7 @@ def _budget_saturated(r: _Reading) -> Diagnosis | None:
     held = (
         f" for {seconds_text(i.above_threshold_seconds)}" if i.above_threshold_seconds > 0 else ""
     )
-    in_flight = (i.running or 0) + (i.waiting or 0)
-    if i.budget_utilization is not None:
-        measured = f"; {_window_latency(r)}"
-    elif in_flight > 0:
-        # Carried: nothing finished in the window while requests were in flight.
-        measured = (
-            f"; no request finished in the last {i.window_seconds:.0f} s while "
-            f"{_count_text(in_flight)} ran or waited"
-        )
-    else:
-        measured = ""
+    measured = f"; {_window_latency(r)}" if i.budget_utilization is not None else ""
     work = f"; {_work_is_the_latency(r)}" if _small_and_unqueued(r) else ""
     return Diagnosis(
         "budget_saturated",

@@ -287,14 +287,22 @@ def latency_increase(
     )
 
 
-def in_flight_unfinished(snapshots: Sequence[SeriesSnapshot], hist: Histogram | None) -> bool:
-    """Requests were in flight (running or waiting) at every scrape of the window, and the
-    latency histogram's increase `hist` counts none finished."""
-    return (
-        hist is not None
-        and hist.count == 0
-        and all((p.running or 0) + (p.waiting or 0) > 0 for p in snapshots)
-    )
+# Latencies observed as a request leaves the queue (its first token, its queue time): a
+# request still waiting has not finished them, one running has.
+OBSERVED_ON_ADMISSION = ("ttft", "queue")
+
+
+def in_flight_unfinished(
+    snapshots: Sequence[SeriesSnapshot], hist: Histogram | None, kind: str
+) -> bool:
+    """Requests that the latency of `kind` has not yet observed were in flight at every
+    scrape of the window (waiting, for the kinds OBSERVED_ON_ADMISSION; else running or
+    waiting), and the histogram's increase `hist` counts none finished."""
+    if hist is None or hist.count != 0:
+        return False
+    if kind in OBSERVED_ON_ADMISSION:
+        return all((p.waiting or 0) > 0 for p in snapshots)
+    return all((p.running or 0) + (p.waiting or 0) > 0 for p in snapshots)
 
 
 def window_latency(
@@ -387,22 +395,13 @@ def _next_saturation(
     saturation: SaturationState,
     now: float,
     settings: SignalSettings,
-    unfinished: bool = False,
 ) -> SaturationState:
-    """The saturation state after this evaluation of a window of `scrapes` scrapes;
-    `unfinished`: requests were in flight at every scrape of the window and none finished
-    (`in_flight_unfinished`), while the engine still made progress (a stopped one is
-    stalled: the diagnosis says so once its saturation is released)."""
+    """The saturation state after this evaluation of a window of `scrapes` scrapes."""
     if scrapes < 2:
         # One scrape measures no increase: no evidence either way (the first scrape, or the
         # first after the exporter stalled for longer than the window). The saturation
         # state is carried as through a scrape that read nothing.
         return saturation_through_gap(saturation, now, settings.stale_seconds) or SaturationState()
-    if utilization is None and unfinished:
-        # No latency, but not for want of traffic: an overloaded engine that generates but
-        # finishes nothing for a window has not ended its episode (nor measured one). The state is carried,
-        # read, for as long as that lasts; the next latency measured continues it.
-        return replace(saturation, read_at=now, unread_since=None)
     return step_saturation(
         saturation,
         utilization,
@@ -578,15 +577,17 @@ def series_signals(
     latency_hist = latency_increase(snapshots, settings, restarts)
     latency, statistic = window_latency(snapshots, settings, latency_hist)
     utilization = budget_utilization(latency, budget)
-    saturation = _next_saturation(
-        len(points),
-        utilization,
-        saturation,
-        now,
-        settings,
-        unfinished=in_flight_unfinished(snapshots, latency_hist)
-        and not progress_stopped(rates.tokens, rates.requests, span, settings),
-    )
+    if (
+        utilization is None
+        and budget is not None
+        and in_flight_unfinished(snapshots, latency_hist, settings.histogram)
+        and not progress_stopped(rates.tokens, rates.requests, span, settings)
+    ):
+        # No latency, but not for want of traffic: an engine that generates yet finishes
+        # nothing for a window has not ended its overload. The utilisation last measured
+        # stands (the rules path's too: grafana/rules.py, UNFINISHED), with no latency.
+        utilization = saturation.utilization
+    saturation = _next_saturation(len(points), utilization, saturation, now, settings)
 
     output_tokens = increase("output_tokens")
     static = (

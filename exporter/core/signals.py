@@ -119,13 +119,16 @@ class SaturationState:
     `unread_since`: the first evaluation since then that could not read it (None while
     every evaluation reads it): how long the target has gone unread counts from there,
     not from `read_at`, so an exporter that evaluated late (starved of CPU, suspended)
-    is not taken for a target that stopped answering.
+    is not taken for a target that stopped answering. `utilization`: the last evaluation's
+    (None when it measured none), which stands where the next window finishes nothing
+    with requests in flight (`evaluate.series_signals`).
     """
 
     saturated: bool = False
     above_since: float | None = None
     read_at: float | None = None
     unread_since: float | None = None
+    utilization: float | None = None
 
 
 def step_saturation(
@@ -143,19 +146,19 @@ def step_saturation(
     when utilisation drops below threshold - release_margin (hysteresis), or when no
     latency is known (no traffic finished in the window: nothing is saturated; where
     requests were in flight throughout and the engine still generated, the evaluator
-    carries the state instead: `evaluate._next_saturation`).
+    passes the utilisation last measured instead: `evaluate.series_signals`).
     A scrape that failed is no evaluation: see `saturation_through_gap`.
     """
     if utilization is None:
         return SaturationState(read_at=now)
     if state.saturated:
         if utilization < threshold - release_margin:
-            return SaturationState(read_at=now)
-        return SaturationState(True, state.above_since, now)
+            return SaturationState(read_at=now, utilization=utilization)
+        return SaturationState(True, state.above_since, now, utilization=utilization)
     if utilization >= threshold:
         since = state.above_since if state.above_since is not None else now
-        return SaturationState(now - since >= hold_seconds, since, now)
-    return SaturationState(read_at=now)
+        return SaturationState(now - since >= hold_seconds, since, now, utilization=utilization)
+    return SaturationState(read_at=now, utilization=utilization)
 
 
 def saturation_through_gap(

@@ -26,13 +26,16 @@ from exporter.core.evaluate import (
     TargetIdentity,
     TargetSignals,
     evaluate_window,
+    in_flight_unfinished,
 )
+from exporter.core.histogram import Histogram
 from exporter.core.signals import (
     SaturationState,
     SignalSettings,
     saturation_after_gap,
     saturation_through_gap,
 )
+from exporter.core.snapshot import SeriesSnapshot
 from exporter.core.window import Window
 from exporter.scrape.fetch import ScrapeResult
 from exporter.scrape.loop import Exporter, read_payload
@@ -96,17 +99,21 @@ def test_a_failed_scrape_keeps_the_episode_open_and_says_so():
 
 
 def stalled_run(
-    stall_seconds: int, in_flight_after: tuple[float, float], tokens_per_second: float = 50.0
+    stall_seconds: int,
+    in_flight_after: tuple[float, float],
+    tokens_per_second: float = 50.0,
+    overload_seconds: int = 120,
+    settings: SignalSettings = SETTINGS,
 ):
-    """Saturate (120 s of the overload), then finish nothing for `stall_seconds` with
+    """The overload for `overload_seconds`, then nothing finished for `stall_seconds` with
     (running, waiting) = `in_flight_after` at every scrape, generating `tokens_per_second`;
     yields (t, signals) of the stall's evaluations."""
     server = VllmState(running=8, waiting=20, kv_usage=0.5)
-    window = Window(60.0, SETTINGS)
+    window = Window(60.0, settings)
     states: dict = {}
-    for i in range(120 + stall_seconds + 1):
+    for i in range(overload_seconds + stall_seconds + 1):
         t = 1000.0 + i
-        if i <= 120:
+        if i <= overload_seconds:
             server.finish(10, 1.2, 100)
         else:
             server.running, server.waiting = in_flight_after
@@ -114,7 +121,7 @@ def stalled_run(
         snapshot, _ = read_payload(TARGET, t, ScrapeResult(render(server), None, 0.01))
         window.add(snapshot)
         signals, states = evaluate_window(LLM, window, states, t)
-        if i > 120:
+        if i > overload_seconds:
             yield t, signals
 
 
@@ -122,15 +129,39 @@ def test_an_engine_that_finishes_nothing_with_requests_in_flight_stays_saturated
     # A starved vLLM finished nothing for three minutes while 8 ran and 20 waited: the
     # window has no latency, and until this held, that released the state mid-overload.
     run = list(stalled_run(180, in_flight_after=(8.0, 20.0)))
-    unmeasured = [(t, s) for t, s in run if s.total.budget_utilization is None]
+    unmeasured = [t for t, s in run if s.total.latency_seconds is None]
     assert len(unmeasured) >= 120, "the stall empties the 60 s window of latency"
     for t, s in run:
         assert s.up and s.total.budget_saturated, t
-        # The episode began at the second scrape (t=1001), and goes on.
+        # The episode began at the second scrape (t=1001), and goes on; the utilisation
+        # last measured stands.
         assert s.total.budget_saturated_seconds == t - 1001.0
-    assert "no request finished in the last 60 s while 28 ran or waited" in (
-        run[-1][1].total.diagnosis.reason
+        assert s.total.budget_utilization == pytest.approx(1.21, abs=0.01)
+    assert (
+        "no request finished in the last 60 s while 28 ran or waited; the latency last "
+        "measured was 121% of the budget" in run[-1][1].total.diagnosis.reason
     )
+
+
+def test_the_exporter_alert_stays_firing_while_nothing_finishes():
+    books = book_over(stalled_run(180, in_flight_after=(8.0, 20.0)))
+    key = (BUDGET_SATURATED.name, "llm")
+    posts = [(t, a) for t, b in books for k, a in b.unsent.items() if k == key]
+    assert posts, "saturation was posted"
+    assert all(a.resolved_at is None for _, a in posts), "the stall resolved the alert"
+    assert len({a.active_since for _, a in posts}) == 1, "the stall restarted the alert"
+    assert key in books[-1][1].active
+
+
+def test_a_hold_begun_before_the_stall_completes_through_it():
+    # A 120 s hold over a 60 s window: 30 s over the budget, then nothing finishes, and
+    # from t=1091 the window has no latency. The hold (from t=1001) completes at t=1121 on
+    # the utilisation that stands, as the rules path's does.
+    settings = replace(SETTINGS, hold_seconds=120.0)
+    run = dict(stalled_run(120, (8.0, 20.0), overload_seconds=30, settings=settings))
+    assert run[1091.0].total.latency_seconds is None
+    assert not run[1120.0].total.budget_saturated
+    assert run[1121.0].total.budget_saturated
 
 
 def test_an_engine_that_stopped_generating_is_released_and_reads_stalled():
@@ -149,6 +180,18 @@ def test_an_engine_with_nothing_in_flight_and_nothing_finished_is_released():
     released = [t for t, s in run if not s.total.budget_saturated]
     assert released and released[0] - 1120.0 <= 61.0
     assert all(not s.total.budget_saturated for t, s in run if t >= released[0])
+
+
+def test_a_first_token_latency_is_unfinished_only_while_requests_wait():
+    # TTFT and queue time are observed as a request leaves the queue: running requests
+    # that finish nothing owe them nothing.
+    nothing = Histogram.from_buckets({1.0: 0.0, float("inf"): 0.0}, 0.0, None)
+    running = [SeriesSnapshot((), "vllm", running=8.0, waiting=0.0)] * 3
+    queued = [SeriesSnapshot((), "vllm", running=8.0, waiting=1.0)] * 3
+    assert not in_flight_unfinished(running, nothing, "ttft")
+    assert in_flight_unfinished(queued, nothing, "ttft")
+    assert in_flight_unfinished(running, nothing, "e2e")
+    assert not in_flight_unfinished(queued, None, "e2e")
 
 
 def test_a_target_unread_longer_than_the_hold_ends_its_episode():
