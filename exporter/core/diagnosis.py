@@ -262,6 +262,12 @@ def _window_latency(r: _Reading) -> str:
     116 ms of a 50 ms budget (233%)"."""
     i = r.i
     share = percent_text(i.budget_utilization) if i.budget_utilization is not None else "unknown"
+    if i.latency_seconds is None and i.budget_utilization is not None and not i.window_seconds:
+        # The utilisation last measured, standing through a window of one scrape.
+        return (
+            "the window holds one scrape (the exporter evaluated late) and measures nothing; "
+            f"the latency last measured was {share} of the budget"
+        )
     if i.latency_seconds is None and i.budget_utilization is not None:
         # The utilisation last measured, standing: nothing finished with requests in flight.
         return (

@@ -588,6 +588,11 @@ def series_signals(
         # stands (the rules path's too: grafana/rules.py, UNFINISHED), with no latency.
         utilization = saturation.utilization
     saturation = _next_saturation(len(points), utilization, saturation, now, settings)
+    if len(points) < 2 and utilization is None:
+        # A window of one scrape (the exporter evaluated late) measures no increase: the
+        # state it carries stands with the utilisation last measured, as through a stall
+        # (an engine's own summary, read from one scrape, is a measurement).
+        utilization = saturation.utilization
 
     output_tokens = increase("output_tokens")
     static = (

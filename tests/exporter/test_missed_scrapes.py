@@ -360,6 +360,7 @@ def test_an_exporter_that_stalled_keeps_its_alerts_through_the_scrape_that_fails
 
     window, states = Window(60.0, SETTINGS), {}
     server = VllmState(running=8, waiting=20, kv_usage=0.5)
+    book, saturated = AlertBook(), (BUDGET_SATURATED.name, "llm")
     for t in [*range(1000, 1071), 1070 + 68, 1070 + 71]:  # a stall of 67 s, then a timeout
         server.finish(10, 1.2, 100)
         failed = t == 1070 + 68
@@ -372,8 +373,17 @@ def test_an_exporter_that_stalled_keeps_its_alerts_through_the_scrape_that_fails
         )
         window.add(snapshot)
         signals, states = evaluate_window(LLM, window, states, float(t))
+        book = delivered(step(book, [signals], float(t)))
+        if saturated in book.active:
+            since = book.active[saturated].active_since
     assert signals.up and signals.total.budget_saturated
     assert states[TOTAL].above_since == 1001.0
+    # The window after the stall holds one scrape: the utilisation last measured stands,
+    # and the exporter's own alert neither resolved nor began again.
+    assert saturated in book.active, "the exporter's alert resolved"
+    assert book.active[saturated].active_since == since == 1061.0
+    assert signals.total.budget_utilization == pytest.approx(1.21, abs=0.01)
+    assert "the window holds one scrape" in signals.total.diagnosis.reason
 
 
 def test_time_nobody_observed_completes_no_hold():
