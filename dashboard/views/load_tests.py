@@ -61,14 +61,15 @@ if not runs:
 
 frame = runs_frame(runs, slo_ms)
 found_knees = knees(runs, slo_ms)
+# The setting or file name in bold; it and the words after it come from the file, inert.
 for knee in found_knees:
-    st.markdown(plain_markdown(f"**{knee.setting}**: {knee.sentence}"))
+    st.markdown(f"**{plain_markdown(knee.setting)}**: {plain_markdown(knee.sentence)}")
 for capacity in capacities:
     bracket = f"..{capacity.high:g}" if capacity.high is not None else " and above"
     st.markdown(
-        plain_markdown(
-            f"**{capacity.source}**: capacity at the SLO {capacity.rate:g} req/s "
-            f"(bracket {capacity.low:g}{bracket})"
+        f"**{plain_markdown(capacity.source)}**: "
+        + plain_markdown(
+            f"capacity at the SLO {capacity.rate:g} req/s (bracket {capacity.low:g}{bracket})"
         )
     )
 st.plotly_chart(

@@ -424,6 +424,9 @@ def test_load_tests_page_marks_knee_capacity_and_binding_limits_of_a_watched_run
     assert list(watched["preemptions_per_s"]) == [0.0, 0.0, 3.0]
     # The file without `batching` opens as before, its batching columns empty.
     assert runs[runs["source"] == "old.json"]["binding_limit"].isna().all()
+    # The file's name in bold (its own characters inert), as the page draws it.
+    names = [m.value.split(":")[0] for m in at.markdown if m.value.startswith("**")]
+    assert names == ["**watched\\.json**", "**watched\\.json**"]
     said = " ".join(m.value for m in at.markdown).replace("\\", "")  # markdown escapes
     assert (
         "knee at 40 req/s: p99 3,000 ms crossed the 500 ms SLO, the batch stopped at 8 of 8 "
