@@ -586,7 +586,6 @@ def test_sustained_saturation_alerts_by_every_path_on_an_overloaded_vllm(
     hold and no alert came) and at the defaults: BatchingBudgetSaturated reaches
     Alertmanager by every path, not before the hold, the Live page shows the banner while
     it fires, and every path resolves once the load stops."""
-    from tests.support.monitoring_stack import query
 
     srv = vllm.ensure(MEMORY_ARGS)
     with contextlib.ExitStack() as stack:
@@ -646,11 +645,9 @@ def test_sustained_saturation_alerts_by_every_path_on_an_overloaded_vllm(
             )
             print(f"Live page banner: {banner!r}")
             failed = sum(not point["up"] for point in history)
-            prom_1s = stacks["1s"][2]
-            missed = query(prom_1s, 'count_over_time((up{job="batchscope-exporter"} == 0)[10m:1s])')
             print(
                 f"1 s exporter: {failed} of {len(history)} scrapes of vLLM failed; Prometheus "
-                f"(1 s) missed {missed[0]['value'][1] if missed else 0} scrapes of the exporter"
+                f"(1 s) missed {missed_scrapes(stacks['1s'][2])} scrapes of the exporter"
             )
             # Nothing resolved while the overload went on: no path flapped.
             early = {
@@ -674,6 +671,21 @@ def test_sustained_saturation_alerts_by_every_path_on_an_overloaded_vllm(
             seen=resolved,
         )
         print(f"resolved, seconds after the load stopped: {resolved}")
+
+
+def missed_scrapes(prom) -> str:
+    """How many scrapes of the exporter Prometheus missed over the last 10 minutes, for the
+    log. A starved Prometheus may not answer in time (clean-clone run 17 beside a CPU hog:
+    the query timed out after the alert had fired and the banner had shown), and that is
+    not what the test judges."""
+    from tests.support.monitoring_stack import query
+
+    up = 'up{job="batchscope-exporter"}'
+    try:
+        found = query(prom, f"count_over_time({up}[10m]) - sum_over_time({up}[10m])")
+    except OSError as err:  # a timeout or a refused connection
+        return f"an unknown number of (Prometheus did not answer: {err})"
+    return found[0]["value"][1] if found else "no"
 
 
 BANNER_WAIT_S = 240.0
