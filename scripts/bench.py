@@ -31,7 +31,7 @@ The report names the machine, the command and the date: numbers from a shared 2-
 machine only mean something next to those.
 
     .venv/bin/python scripts/bench.py                  # everything, about 22 minutes
-    .venv/bin/python scripts/bench.py --only soak       # 30 minutes at 80% of peak
+    .venv/bin/python scripts/bench.py --only soak       # 30 minutes: build/benchmarks-soak.md
     .venv/bin/python scripts/bench.py --only metrics-latency   # 10 minutes at 1000 targets
     .venv/bin/python scripts/bench.py --quick --only parser --output /tmp/b.md
     .venv/bin/python scripts/bench.py --only render --json /tmp/render.json   # + the numbers
@@ -219,6 +219,13 @@ def fuzz_section(quick: bool) -> tuple[str, bool]:
     ), done.returncode == 0
 
 
+def report_path(only: str | None) -> Path:
+    """Where a run writes its report when not told: `make bench` (every benchmark) writes
+    docs/benchmarks.md; one benchmark alone writes beside it in build/, since the report
+    holds only what ran and would replace every other section of the document."""
+    return ROOT / ("docs/benchmarks.md" if only is None else f"build/benchmarks-{only}.md")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--only", choices=BENCHMARKS + ON_REQUEST, help="run one benchmark")
@@ -235,7 +242,10 @@ def main(argv: list[str] | None = None) -> int:
         "--quick", action="store_true", help="small counts: a smoke run, not a measurement"
     )
     parser.add_argument(
-        "--output", type=Path, default=ROOT / "docs/benchmarks.md", help="report path"
+        "--output",
+        type=Path,
+        help="report path (default: docs/benchmarks.md for every benchmark; "
+        "build/benchmarks-NAME.md for --only NAME)",
     )
     parser.add_argument(
         "--json",
@@ -243,6 +253,7 @@ def main(argv: list[str] | None = None) -> int:
         help="also write the numbers of " + ", ".join(WITH_NUMBERS) + " here, by benchmark",
     )
     args = parser.parse_args(argv)
+    args.output = args.output or report_path(args.only)
     selected = (args.only,) if args.only else BENCHMARKS
     given = sys.argv[1:] if argv is None else argv
     # `make bench` runs the script without flags.

@@ -230,3 +230,14 @@ def test_quick_history_bench_reports_bytes_per_point_within_its_bounds(tmp_path:
     # packed and compressed, the reason's words once per change: several times smaller
     assert 0 < per_point < 200 and before > 3 * per_point
     assert "| history, 100 targets |" in text and "| yes |" in text
+
+
+def test_one_benchmark_alone_never_writes_over_the_whole_benchmarks_document(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # `--only fleet` once replaced docs/benchmarks.md with its one section.
+    monkeypatch.syspath_prepend(str(REPO / "scripts"))
+    import bench
+
+    assert bench.report_path(None) == REPO / "docs/benchmarks.md"
+    assert bench.report_path("fleet") == REPO / "build/benchmarks-fleet.md"
