@@ -163,7 +163,9 @@ def vllm_recording_rules(config: Mapping) -> dict:
             )
     threshold, hold = config["saturation_threshold"], _seconds(config["saturation_hold_seconds"])
     near_cap, kv_high, stall = config["near_cap"], config["kv_high"], config["stall_rate"]
-    # Progress stopped, as the stalled state reads it (a known generation rate).
+    # Progress stopped (as the exporter's `progress_stopped`): a known generation rate
+    # under the stall rate, and finished requests, where known, too. Stalled reads it, and
+    # the carry of a window that finished nothing must not.
     stopped = f"(({GENERATION_TOKENS} < {stall:g}) unless ({REQUESTS} >= {stall:g}))"
 
     def in_flight(histogram: str) -> str:
@@ -216,9 +218,9 @@ def vllm_recording_rules(config: Mapping) -> dict:
         _record(
             STALLED_RULE,
             _as_bool(
-                f"({WAITING} > 0)\nand ({GENERATION_TOKENS} < {stall:g})\n"
+                f"({WAITING} > 0)\nand {stopped}\n"
                 f"unless ({RUNNING_VS_CAP} >= {near_cap:g})\nunless ({KV_USAGE} >= {kv_high:g})\n"
-                f"unless ({PREEMPTIONS} > 0)\nunless ({REQUESTS} >= {stall:g})\n"
+                f"unless ({PREEMPTIONS} > 0)\n"
                 f"unless on ({by}) ({BUDGET_SATURATED_RULE} == 1)"
             ),
         ),

@@ -262,18 +262,19 @@ def _window_latency(r: _Reading) -> str:
     116 ms of a 50 ms budget (233%)"."""
     i = r.i
     share = percent_text(i.budget_utilization) if i.budget_utilization is not None else "unknown"
-    if i.latency_seconds is None and i.budget_utilization is not None and not i.window_seconds:
-        # The utilisation last measured, standing through a window of one scrape.
-        return (
-            "the window holds one scrape (the exporter evaluated late) and measures nothing; "
-            f"the latency last measured was {share} of the budget"
-        )
     if i.latency_seconds is None and i.budget_utilization is not None:
-        # The utilisation last measured, standing: nothing finished with requests in flight.
+        # The utilisation last measured, standing (evaluate.series_signals): through a window
+        # of one scrape, or one that finished nothing with requests in flight.
+        last = f"the latency last measured was {share} of the budget"
+        if not i.window_seconds:
+            return (
+                "the window holds one scrape (the exporter evaluated late) and measures "
+                f"nothing; {last}"
+            )
+        in_flight = _count_text((i.running or 0) + (i.waiting or 0))
         return (
-            f"no request finished in the last {i.window_seconds:.0f} s while "
-            f"{_count_text((i.running or 0) + (i.waiting or 0))} ran or waited; the latency "
-            f"last measured was {share} of the budget"
+            f"no request finished in the last {i.window_seconds:.0f} s while {in_flight} ran or "
+            f"waited; {last}"
         )
     if i.latency_seconds is None or i.budget_seconds is None:
         return f"over the last {i.window_seconds:.0f} s, latency {share} of the budget"
