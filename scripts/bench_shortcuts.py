@@ -27,6 +27,9 @@ repetition), medians and their ratio:
   evaluations. (f) compares the collector's own CPU time (`gc.callbacks`), (g) the
   process's. With the policy, the full collection it runs every FULL_COLLECTION_SECONDS
   is timed at the end and added, per interval.
+- (h) the payload reader's C pass: `promtext.read_values` on the same payloads as (a), each
+  layout's template kept, against the Python path alone (the selection regex and
+  `promtext._known_values`).
 
 Every pair is checked: the same series, points, bytes or bodies on both sides. A shortcut
 pays when it saves at least PAYS_OF_APPLIED of what it applies to and PAYS_OF_FLEET of the
@@ -160,6 +163,31 @@ def unplanned_read(text: str) -> tuple:
     return series_of([engine], promtext.samples_of(layout, values))
 
 
+def _families() -> tuple[str, ...]:
+    engine, _, histogram = READ
+    return tuple(families_read(ADAPTERS[engine], histogram))
+
+
+def c_pass_values(text: str) -> tuple | None:
+    """(h) with: the payload's layout and values as `read_series` gets them
+    (`promtext.read_values`: the C pass, on a layout whose template is kept)."""
+    return promtext.read_values(text, _families(), READ[1])
+
+
+def c_pass_reads(text: str) -> bool:
+    """Whether the C pass itself reads the payload (it could leave it to Python)."""
+    selection = promtext._selection(_families())
+    read = promtext._known_lines.read(text, selection.known_names, selection.templates)
+    return read is not None and read[1] is not None
+
+
+def python_values(text: str) -> tuple | None:
+    """(h) without: the same by the Python path alone (the selection regex, then the
+    layout's values: `promtext._known_values`)."""
+    selection = promtext._selection(_families())
+    return promtext._known_values(selection, selection.lines.findall("\n" + text), READ[1])
+
+
 def id_keyed_series_keys(samples, key_labels: tuple[str, ...]) -> list:
     """The removed shortcut (b): `grouping.series_keys` with each labels dict's key cached
     by the dict's id. The parser hands out the same labels dict for a line head on every
@@ -225,7 +253,19 @@ def bench_ingest(sizes: Sizes) -> dict[str, dict]:
         sizes.repeats,
     )
     ids = alternate(with_ids, lambda: [unplanned_read(p) for p in payloads], sizes.repeats)
+    c_pass = alternate(
+        lambda: [c_pass_values(p) for p in payloads],
+        lambda: [python_values(p) for p in payloads],
+        sizes.repeats,
+    )
     return {
+        "c_pass": {
+            "times": c_pass,
+            "identical": same(
+                [c_pass_values(p) for p in payloads], [python_values(p) for p in payloads]
+            )
+            and all(c_pass_reads(p) for p in payloads),
+        },
         "plans": {
             "times": plans,
             "identical": same(planned, unplanned),
@@ -594,6 +634,7 @@ TITLES = {
     "http_client": "(e) the hand-written HTTP client",
     "gc_policy": "(f) the GC policy",
     "tick_batching": "(g) tick batching of evaluations",
+    "c_pass": "(h) the payload reader's C pass (`_known_lines.c`)",
 }
 APPLIES_TO = {
     "plans": "reading the payloads, one per target",
@@ -603,6 +644,7 @@ APPLIES_TO = {
     "http_client": "fetching every target once (bursts of a tick's scrapes)",
     "gc_policy": "garbage collection in the exporter process",
     "tick_batching": "the exporter process",
+    "c_pass": "reading the payloads' values, one per target",
 }
 
 
@@ -800,6 +842,11 @@ def markdown(results: dict) -> str:
         f"thresholds: {fleet['process_cpu_without']:.3f} CPU-s an interval). "
         "(g) the process's CPU with `Exporter(tick_batching=False)` (phases off the tick "
         "grid, each scrape evaluated as it ends) against the default.",
+        "- (h) `promtext.read_values` on one fleet_sim payload per target, each layout's "
+        "template kept, which the C pass reads (`exporter/ingest/_known_lines.c`: the "
+        "lines found, their heads held to the template, the values read), against the "
+        "Python path alone (the selection regex, `_known_values`): the same layouts and "
+        "values. (a) counts it on both sides.",
         "",
         "| block | shortcut off | CPU-s an interval | collector CPU-s | collections "
         "(generations 0/1/2) | evaluations an interval | up |",

@@ -27,8 +27,16 @@ from __future__ import annotations
 import itertools
 import operator
 import re
+import sys
 from collections.abc import Callable, Iterable
 from typing import NamedTuple
+
+try:
+    # Built from _known_lines.c when the package is installed (pyproject's ext-modules,
+    # where a C compiler is); without it, payloads are read by the Python path alone.
+    from exporter.ingest import _known_lines
+except ImportError:  # pragma: no cover - the test environment builds it
+    _known_lines = None
 
 # Suffixes a family's samples may carry on the wire (histograms, summaries, counters).
 FAMILY_SUFFIXES = ("", "_bucket", "_sum", "_count", "_total", "_created", "_info")
@@ -118,6 +126,7 @@ def clear_caches() -> None:
     _METADATA_CACHE.clear()
     for selection in _SELECTIONS.values():
         selection.layouts.clear()
+        selection.templates.clear()
 
 
 def _braces(section: str) -> tuple[str | None, dict[str, str]]:
@@ -365,7 +374,8 @@ class KnownLayout(NamedTuple):
     `sample_words` and `comment_words` pick the last words of the sample lines and of
     the HELP/TYPE lines out of all the found lines' last words; `comments`: what the
     latter were when the layout was made (a payload with other ones is parsed line by
-    line); `counts`: picks the values that cannot be negative (a histogram's counts).
+    line); `counts`: picks the values that cannot be negative (a histogram's counts);
+    `heads`: the heads it was made of (the key it is kept under).
     """
 
     samples: Layout
@@ -373,6 +383,7 @@ class KnownLayout(NamedTuple):
     comment_words: Callable[[tuple[str, ...]], tuple[str, ...]]
     comments: tuple[str, ...]
     counts: Callable[[list[float]], tuple[float, ...]] | None
+    heads: tuple[str, ...] = ()
 
 
 class Selection(NamedTuple):
@@ -385,12 +396,20 @@ class Selection(NamedTuple):
     last space (see `_layout`): the heads of a server's lines stay the same from scrape to
     scrape while their values move, so a scrape whose heads are known is read by
     turning its values into numbers, and nothing else.
+
+    `known_names` and `templates`: the same read in one pass of C (`_known_lines.c`), for a
+    payload whose found lines fit a layout read before: the families' names for its copy
+    of `lines` (sorted, ASCII, none a prefix of another; None where a name is not plain
+    ASCII, and the C pass is not used), and the templates by the key the C pass gives the
+    found lines' heads (`_remember_template`).
     """
 
     lines: re.Pattern[str] | None
     names: frozenset[str] | None
     layouts: dict[tuple[str, ...], KnownLayout | str | None]
+    templates: dict[int, tuple]
     at_first_sight: bool = True
+    known_names: tuple[bytes, ...] | None = None
 
 
 def _selection(families: tuple[str, ...]) -> Selection:
@@ -401,15 +420,30 @@ def _selection(families: tuple[str, ...]) -> Selection:
             rf'\n([^\S\n]*(?:{alternatives}|\{{|#[^\S\n]+(?:HELP|TYPE)[^\S\n]+"?'
             rf"(?:{alternatives}))[^\n]*)"
         )
-        selection = _SELECTIONS[families] = Selection(lines, wanted_names(families), {})
+        selection = _SELECTIONS[families] = Selection(
+            lines, wanted_names(families), {}, {}, known_names=_known_names(families)
+        )
     return selection
+
+
+def _known_names(families: tuple[str, ...]) -> tuple[bytes, ...] | None:
+    """The families' names as `_known_lines.read` takes them: sorted, and none that
+    another starts (a line starts with some name exactly when it starts with one of
+    these). None where the C pass must not be used: no C module, or a name that is not
+    plain ASCII or starts with what the regex reads otherwise (a blank, `{`, `#`, `"`)."""
+    if _known_lines is None or not families:
+        return None
+    if not all(name.isascii() and name[:1] > " " and name[0] not in '{#"' for name in families):
+        return None
+    names = sorted({name.encode() for name in families})
+    return tuple(n for n in names if not any(n != m and n.startswith(m) for m in names))
 
 
 _SELECTIONS: dict[tuple[str, ...], Selection] = {}
 # A full parse: every non-blank line, every name wanted. Its layouts are made at the
 # second sight of their heads: a payload parsed once (a test, a tool) is read line by
 # line, which costs less than making its layout.
-_EVERYTHING = _SELECTIONS[()] = Selection(None, None, {}, at_first_sight=False)
+_EVERYTHING = _SELECTIONS[()] = Selection(None, None, {}, {}, at_first_sight=False)
 # In `layouts`: heads seen once, their layout not made yet.
 _SEEN_ONCE = "seen once"
 
@@ -449,7 +483,52 @@ def read_values(
     if not family_tuple:
         return None
     selection = _selection(family_tuple)
-    return _known_values(selection, selection.lines.findall("\n" + text), limit)
+    key = None
+    if selection.known_names is not None:
+        # The C pass returns what the lines below would: it finds the lines the regex finds
+        # (its copy of `lines`, leaving to Python a payload with a non-ASCII byte where the
+        # regex reads a blank or a name); a found line fits its template when it is the
+        # HELP/TYPE line kept whole, or the head kept, a space, and a value without one, so
+        # `str.rpartition` gives the heads of the template's layout; the value is a number
+        # as `float()` reads it, with no `_`, and a histogram's count is not negative.
+        known = _known_lines.read(text, selection.known_names, selection.templates)
+        if known is not None:
+            key, layout, values = known
+            if layout is not None:
+                return None if limit is not None and len(layout) > limit else (layout, values)
+    found = selection.lines.findall("\n" + text)
+    read = _known_values(selection, found, limit)
+    if read is not None and key is not None:
+        _remember_template(selection, key, found, read[0])
+    return read
+
+
+def _remember_template(selection: Selection, key: int, found: list[str], samples: Layout) -> None:
+    """Keep, under `key`, the template `_known_lines.read` holds the next payloads with
+    these found lines to: each HELP/TYPE line whole (kind 0), each sample line's head
+    (kind 1, or 2 for a histogram's count), the layout and the number of sample lines.
+    Only for lines that `_known_values` just read as the layout `samples`."""
+    known = selection.layouts.get(tuple(line.rpartition(" ")[0] for line in found))
+    if not isinstance(known, KnownLayout) or known.samples is not samples:
+        return
+    heads = known.heads  # the layout's own strings: a template costs a tuple and its kinds
+    sample_count = len(known.sample_words(heads))
+    counts = set(known.counts(range(sample_count))) if known.counts is not None else set()
+    expected: list[str] = []
+    kinds = bytearray()
+    sample = 0
+    for line, head in zip(found, heads, strict=True):
+        if head[:1] == "#":
+            expected.append(sys.intern(line))  # the same HELP/TYPE lines in every target's
+            kinds.append(0)
+        else:
+            expected.append(head)
+            kinds.append(2 if sample in counts else 1)
+            sample += 1
+    templates = selection.templates
+    if len(templates) >= _LAYOUTS_MAX:
+        templates.clear()
+    templates[key] = (tuple(expected), bytes(kinds), samples, sample_count)
 
 
 def _read_known_layout(
@@ -570,6 +649,7 @@ def _layout(
         comment_words,
         comment_words(words),
         _picker(counts) if counts else None,
+        heads,
     )
 
 

@@ -164,6 +164,7 @@ def test_quick_shortcuts_bench_measures_each_shortcut_with_and_without(tmp_path:
         "http_client",
         "gc_policy",
         "tick_batching",
+        "c_pass",
     ]
     for key, row in shortcuts.items():
         assert row["identical"] is True, key
@@ -182,7 +183,7 @@ def test_quick_shortcuts_bench_measures_each_shortcut_with_and_without(tmp_path:
     assert all(b["up"] == numbers["targets"] for b in blocks)
     # the markdown renders: a row per shortcut
     assert f"## Each shortcut, with and without ({numbers['targets']} targets)" in text
-    assert len([line for line in text.splitlines() if line.startswith("| (")]) == 7
+    assert len([line for line in text.splitlines() if line.startswith("| (")]) == 8
 
 
 def test_make_bench_exits_1_when_a_benchmark_misses_its_claim(
