@@ -8,6 +8,7 @@ import logging
 import signal
 import ssl
 import sys
+from collections.abc import Callable
 
 from aiohttp import web
 
@@ -46,7 +47,29 @@ def build_parser() -> argparse.ArgumentParser:
         choices=["debug", "info", "warning", "error"],
         help="log verbosity (default: info)",
     )
+    parser.add_argument(
+        "--event-loop",
+        default="auto",
+        choices=["auto", "uvloop", "asyncio"],
+        help="the event loop: uvloop (libuv, in C) or asyncio's own; auto: uvloop where it "
+        "is installed (default: auto)",
+    )
     return parser
+
+
+def loop_factory(choice: str) -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """The event loop the exporter runs on: uvloop's, which handles a fleet's scrapes and
+    requests on a fraction of the CPU asyncio's own takes (docs/benchmarks.md), or
+    asyncio's (None). ConfigError when uvloop is asked for and not installed."""
+    if choice == "asyncio":
+        return None
+    try:
+        import uvloop
+    except ImportError:
+        if choice == "uvloop":
+            raise ConfigError("--event-loop uvloop: uvloop is not installed") from None
+        return None
+    return uvloop.new_event_loop
 
 
 def _web_token(settings: Settings) -> str | None:
@@ -133,9 +156,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     try:
         settings = settings_from_args(args)
+        factory = loop_factory(args.event_loop)
     except ConfigError as err:
         parser.exit(2, f"batchscope-exporter: error: {err}\n")
-    return asyncio.run(serve(settings))
+    log.info("event loop: %s", "uvloop" if factory is not None else "asyncio")
+    with asyncio.Runner(loop_factory=factory) as runner:
+        return runner.run(serve(settings))
 
 
 if __name__ == "__main__":

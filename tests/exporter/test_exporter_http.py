@@ -16,6 +16,8 @@ import aiohttp
 import pytest
 from aiohttp import web
 
+from exporter import cli
+from exporter.config.settings import ConfigError
 from tests.support.network import free_port
 from tests.support.paths import fixture_text
 
@@ -187,6 +189,19 @@ targets:
     for _, body, _ in pages:
         assert SECRET not in body
     assert "stopped" in log_text
+    assert "event loop: uvloop" in log_text  # the default where uvloop is installed
+
+
+def test_the_event_loop_is_uvloop_unless_asked_otherwise(monkeypatch) -> None:
+    import uvloop
+
+    assert cli.loop_factory("auto") is uvloop.new_event_loop
+    assert cli.loop_factory("uvloop") is uvloop.new_event_loop
+    assert cli.loop_factory("asyncio") is None
+    monkeypatch.setitem(sys.modules, "uvloop", None)  # as where it is not installed
+    assert cli.loop_factory("auto") is None
+    with pytest.raises(ConfigError, match="uvloop is not installed"):
+        cli.loop_factory("uvloop")
 
 
 async def test_config_error_names_file_and_line(tmp_path) -> None:
