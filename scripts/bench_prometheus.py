@@ -33,6 +33,8 @@ from pathlib import Path
 import psutil
 from bench_fleet import ROOT, FleetPlan, _cpu, _stop, _write_config, start_simulator
 
+from exporter.ingest import promtext
+from exporter.serve.families import TARGET_UP
 from tests.support.network import free_port, wait_until  # the root is on sys.path: bench_fleet
 
 CPU_RATIO_TARGET = 0.75
@@ -111,9 +113,13 @@ def _prometheus_up(base: str) -> int:
 
 
 def _exporter_up(base: str) -> int:
+    """Targets up, read from /metrics as Prometheus reads it. Not from /api/v1/signals: a
+    read of the JSON keeps its body rendered after each round for JSON_KEPT_FRESH_SECONDS
+    (exporter/serve/app.py), a cost of the probe, not of the exporter beside Prometheus,
+    and one that the warm-up does not always outlast."""
     with contextlib.suppress(OSError, ValueError):
-        body = json.loads(_get(f"{base}/api/v1/signals")[1])
-        return sum(1 for t in body["targets"] if t["up"])
+        body = _get(f"{base}/metrics")[1].decode()
+        return sum(s.value == 1 for s in promtext.parse(body, [TARGET_UP.name]))
     return 0
 
 
