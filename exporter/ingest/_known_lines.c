@@ -152,7 +152,10 @@ static PyObject *read_known(PyObject *Py_UNUSED(self), PyObject *args) {
         return NULL;
     Py_ssize_t size;
     const char *s = PyUnicode_AsUTF8AndSize(text, &size);
-    if (s == NULL) return NULL;
+    if (s == NULL) { /* a lone surrogate has no UTF-8: Python reads it */
+        PyErr_Clear();
+        Py_RETURN_NONE;
+    }
     /* The bytes a name starts with: a line that starts otherwise is not looked up. */
     char first[256] = {0};
     for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(names); i++) {
@@ -166,7 +169,7 @@ static PyObject *read_known(PyObject *Py_UNUSED(self), PyObject *args) {
     Py_ssize_t capacity = 256, count = 0;
     Line *lines = PyMem_Malloc(capacity * sizeof(Line));
     if (lines == NULL) return PyErr_NoMemory();
-    PyObject *result = NULL;
+    PyObject *result = NULL, *template = NULL;
     uint64_t key = 0x51ED270B27A1F3C5ull;
     const char *p = s, *end = s + size;
     for (;;) {
@@ -201,7 +204,8 @@ static PyObject *read_known(PyObject *Py_UNUSED(self), PyObject *args) {
     }
     PyObject *key_object = PyLong_FromUnsignedLongLong(key);
     if (key_object == NULL) goto done;
-    PyObject *template = PyDict_GetItemWithError(templates, key_object);
+    /* Held for the call: the allocations below could run code that empties `templates`. */
+    template = Py_XNewRef(PyDict_GetItemWithError(templates, key_object));
     if (template == NULL || !PyTuple_Check(template) || PyTuple_GET_SIZE(template) != 4) {
         if (PyErr_Occurred()) {
             Py_DECREF(key_object);
@@ -213,11 +217,16 @@ static PyObject *read_known(PyObject *Py_UNUSED(self), PyObject *args) {
     PyObject *expected = PyTuple_GET_ITEM(template, 0);
     PyObject *kinds = PyTuple_GET_ITEM(template, 1);
     PyObject *layout = PyTuple_GET_ITEM(template, 2);
-    Py_ssize_t samples = PyLong_AsSsize_t(PyTuple_GET_ITEM(template, 3));
+    PyObject *sample_count = PyTuple_GET_ITEM(template, 3);
     PyObject *values = NULL;
-    if (!PyTuple_Check(expected) || !PyBytes_Check(kinds) || PyTuple_GET_SIZE(expected) != count ||
-        PyBytes_GET_SIZE(kinds) != count || samples < 0)
+    if (!PyTuple_Check(expected) || !PyBytes_Check(kinds) || !PyLong_Check(sample_count) ||
+        PyTuple_GET_SIZE(expected) != count || PyBytes_GET_SIZE(kinds) != count)
         goto miss;
+    Py_ssize_t samples = PyLong_AsSsize_t(sample_count);
+    if (samples < 0) {
+        PyErr_Clear();
+        goto miss;
+    }
     values = PyList_New(samples);
     if (values == NULL) {
         Py_DECREF(key_object);
@@ -256,6 +265,7 @@ miss:
     Py_XDECREF(values);
     result = Py_BuildValue("(NOO)", key_object, Py_None, Py_None);
 done:
+    Py_XDECREF(template);
     PyMem_Free(lines);
     return result;
 }

@@ -430,10 +430,13 @@ def _known_names(families: tuple[str, ...]) -> tuple[bytes, ...] | None:
     """The families' names as `_known_lines.read` takes them: sorted, and none that
     another starts (a line starts with some name exactly when it starts with one of
     these). None where the C pass must not be used: no C module, or a name that is not
-    plain ASCII or starts with what the regex reads otherwise (a blank, `{`, `#`, `"`)."""
+    printable ASCII without a blank (a newline in a name makes the regex find across
+    lines, which the C pass never does) or starts with what the regex reads otherwise
+    (`{`, `#`, `"`)."""
     if _known_lines is None or not families:
         return None
-    if not all(name.isascii() and name[:1] > " " and name[0] not in '{#"' for name in families):
+    plain = (n.isascii() and n.isprintable() and " " not in n for n in families)
+    if not all(plain) or any(name[:1] in ("", "{", "#", '"') for name in families):
         return None
     names = sorted({name.encode() for name in families})
     return tuple(n for n in names if not any(n != m and n.startswith(m) for m in names))
@@ -526,7 +529,7 @@ def _remember_template(selection: Selection, key: int, found: list[str], samples
             kinds.append(2 if sample in counts else 1)
             sample += 1
     templates = selection.templates
-    if len(templates) >= _LAYOUTS_MAX:
+    if key not in templates and len(templates) >= _LAYOUTS_MAX:
         templates.clear()
     templates[key] = (tuple(expected), bytes(kinds), samples, sample_count)
 
@@ -569,6 +572,10 @@ def _known_values(
     else:
         if len(layouts) >= _LAYOUTS_MAX:
             layouts.clear()
+            # Together: a template stands for a layout in `layouts`, as the lines it was
+            # made of read then (the same heads can later read another way, with other
+            # HELP/TYPE words, or not at all).
+            selection.templates.clear()
         if not selection.at_first_sight:
             layouts[heads] = _SEEN_ONCE
             return None

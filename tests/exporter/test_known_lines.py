@@ -271,3 +271,58 @@ def test_a_key_collision_or_a_changed_line_falls_back_to_python():
     # The Python path reads it and keeps a template that fits again.
     assert promtext.read_values(text, families)[0] == layout
     assert _c_read(text, families)[1] == layout
+
+
+def test_templates_are_forgotten_with_the_layouts_they_stand_for(monkeypatch):
+    """When the layouts are cleared (their bound), the templates go too: a template kept
+    past it would read a payload whose heads now have another layout (here: the same
+    heads with another HELP word, read first after the clearing), where Python reads none."""
+    monkeypatch.setattr(promtext, "_LAYOUTS_MAX", 3)
+    families = ("m",)
+    a = "# HELP m foo\n# TYPE m gauge\nm 1\n"
+    b = "# HELP m bar\n# TYPE m gauge\nm 2\n"
+    promtext.clear_caches()
+    assert promtext.read_values(a, families) is not None
+    for i in range(3):  # malformed heads: layouts of None, never a template
+        assert promtext.read_values(f"m{{bad{i} 1\n", families) is None
+    assert promtext.read_values(b, families) is not None
+    assert _reference(a, families) is None  # the heads now read as b's layout
+    c = _c_read(a, families)
+    assert c is None or c[1] is None
+    assert promtext.read_values(a, families) is None
+
+
+def test_a_payload_the_c_pass_cannot_encode_is_read_by_python():
+    """A lone surrogate (a payload decoded with errors='surrogateescape') has no UTF-8."""
+    families = _families("vllm", "e2e")
+    text = PAYLOADS["vllm"] + "# \udc80 a comment\n"
+    promtext.clear_caches()
+    expected = _reference(text, families)
+    assert expected is not None
+    assert _c_read(text, families) is None
+    assert promtext.read_values(text, families) == expected
+
+
+def test_names_the_c_pass_cannot_find_as_the_regex_does_are_left_to_python():
+    """A name with a newline makes the regex find across lines; with a blank, past one."""
+    assert promtext._known_names(("m", "a\nb")) is None
+    assert promtext._known_names(("m", "a b")) is None
+    assert promtext._known_names(("m", "{q")) is None
+    assert promtext._known_names(("vllm:b", "vllm:a", "vllm:ab")) == (b"vllm:a", b"vllm:b")
+    families = ("m", "a\nb")
+    promtext.clear_caches()
+    promtext.read_values("m 1\n", families)
+    text = "m 2\na\nb 5\n"
+    assert promtext.read_values(text, families) == _reference(text, families)
+    assert promtext.read_values(text, families)[1] == [2.0, 5.0]
+
+
+def test_a_malformed_template_is_a_miss_not_an_error():
+    text = PAYLOADS["vllm"]
+    families = _families("vllm", "e2e")
+    promtext.clear_caches()
+    promtext.read_values(text, families)
+    selection = promtext._selection(families)
+    (key,) = selection.templates
+    selection.templates[key] = ((), b"", None, "x")
+    assert _c_read(text, families) == (key, None, None)
