@@ -694,6 +694,7 @@ BANNER_WAIT_S = 240.0
 def live_page_banner(port: int, screenshot: Path, seconds: float = BANNER_WAIT_S) -> str | None:
     """The Live page's saturation banner for the target vllm, as Chromium shows it (its
     line of the page's text; a screenshot taken then), or None if it never shows."""
+    from playwright.sync_api import Error as PlaywrightError
     from playwright.sync_api import TimeoutError as PlaywrightTimeout
     from playwright.sync_api import sync_playwright
 
@@ -705,9 +706,22 @@ def live_page_banner(port: int, screenshot: Path, seconds: float = BANNER_WAIT_S
             # Two cores held by the overload itself load the page's scripts slowly (a CI run
             # once took over 30 s to reach "load"): the page is waited for as long as the
             # banner is, and its text read again until the banner shows.
-            page.goto(
-                f"http://127.0.0.1:{port}", wait_until="domcontentloaded", timeout=seconds * 1000
-            )
+            # A dashboard still starting refuses the connection (a CI run: Streamlit had not
+            # begun listening when the alert fired, with vLLM overloaded beside a CPU hog):
+            # asked again until it listens, within the same wait.
+            while True:
+                left = deadline - time.monotonic()
+                try:
+                    page.goto(
+                        f"http://127.0.0.1:{port}",
+                        wait_until="domcontentloaded",
+                        timeout=max(left, 1.0) * 1000,
+                    )
+                    break
+                except PlaywrightError as error:
+                    if "ERR_CONNECTION_REFUSED" not in str(error) or left <= 2.0:
+                        raise
+                    time.sleep(2.0)
             while time.monotonic() < deadline:
                 try:
                     body = page.inner_text("body", timeout=30_000)
