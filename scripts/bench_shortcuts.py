@@ -157,13 +157,13 @@ def fleet_payloads(targets: int, scrape: int = 0) -> list[str]:
 def unplanned_read(text: str) -> tuple:
     """`read_series(text, *READ)` the general way: the selective parse's values on the
     known layout, then the adapter over the samples, never a plan."""
-    engine, limit, histogram = READ
-    families = families_read(ADAPTERS[engine], histogram)
-    layout, values = promtext.read_values(text, families, limit)
+    engine, limit, _ = READ
+    layout, values = promtext.read_values(text, _families(), limit)
     return series_of([engine], promtext.samples_of(layout, values))
 
 
 def _families() -> tuple[str, ...]:
+    """The families `read_series(text, *READ)` reads."""
     engine, _, histogram = READ
     return tuple(families_read(ADAPTERS[engine], histogram))
 

@@ -383,7 +383,7 @@ class KnownLayout(NamedTuple):
     comment_words: Callable[[tuple[str, ...]], tuple[str, ...]]
     comments: tuple[str, ...]
     counts: Callable[[list[float]], tuple[float, ...]] | None
-    heads: tuple[str, ...] = ()
+    heads: tuple[str, ...]
 
 
 class Selection(NamedTuple):
