@@ -273,6 +273,7 @@ def test_a_sliding_window_evaluates_as_the_whole_window_walked_again(
         while kept[0].t < snapshot.t - WINDOW_SECONDS:
             kept.pop(0)
         assert window.snapshots() == kept
+        assert window.sole_series_key() == reference_sole_key(kept, signal_settings.cap)
         outcome = evaluation_outcome(
             evaluate_window, TargetIdentity("t", "u"), window, states, snapshot.t
         )
@@ -282,6 +283,20 @@ def test_a_sliding_window_evaluates_as_the_whole_window_walked_again(
         assert same(outcome, expected)
         if not isinstance(outcome, str):  # the exporter keeps the states of a failed one
             (_, states), (_, reference_states) = outcome, expected
+
+
+def reference_sole_key(kept: Sequence[Snapshot], cap: float | None) -> LabelKey | None:
+    """The key of the one series that every answered scrape kept holds alone, when each
+    scrape's total is that series but its labels: every scrape's key (None where not)
+    gathered into a set, as the window once did at every evaluation."""
+    keys = {
+        s.series[0].key
+        if len(s.series) == 1 and total_equals_sole_series(s.series[0], cap)
+        else None
+        for s in kept
+        if s.up
+    }
+    return keys.pop() if len(keys) == 1 else None
 
 
 def evaluation_outcome(evaluate: Callable[..., tuple], *args: object) -> tuple | str:
