@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from typing import Any
 
 from prometheus_client.utils import floatToGoString
 
@@ -72,13 +73,15 @@ def _split_at_label(pairs: Sequence[tuple[str, str]], name: str) -> tuple[str, s
 
 class _LabelTexts:
     """A label set written out: `text`, braced, and `at(name)`, the text before and after
-    a label a family adds (`_split_at_label`), each cut once, when first asked."""
+    a label a family adds (`_split_at_label`), each cut once, when first asked; and
+    `block(...)`, a family's lines that follow from one choice, written once a change."""
 
-    __slots__ = ("_pairs", "_cuts", "text")
+    __slots__ = ("_pairs", "_cuts", "_blocks", "text")
 
     def __init__(self, labels: tuple[tuple[str, str], ...]) -> None:
         self._pairs = _pairs(dict(labels))
         self._cuts: dict[str, tuple[str, str]] = {}
+        self._blocks: dict[str, tuple[Hashable, str]] = {}
         self.text = _braced(self._pairs)
 
     def at(self, name: str) -> tuple[str, str]:
@@ -86,6 +89,19 @@ class _LabelTexts:
         if cut is None:
             cut = self._cuts[name] = _split_at_label(self._pairs, name)
         return cut
+
+    def block(self, family: str, choice: Hashable, write: Callable[[_LabelTexts, Any], str]) -> str:
+        """The lines of `family` for this label set that `write` makes from this choice
+        alone (the diagnosis state: one line a state, 1.0 at the current one; the binding
+        limit, likewise). A series' state holds for many rounds, and writing its ~20 lines
+        anew every render took a tenth of it. The rule that binds: `write` reads nothing
+        but `choice` and these texts. Only the latest choice is kept, a few KB a series."""
+        kept = self._blocks.get(family)
+        if kept is not None and kept[0] == choice:
+            return kept[1]
+        text = write(self, choice)
+        self._blocks[family] = (choice, text)
+        return text
 
 
 @functools.lru_cache(maxsize=65536)
@@ -151,6 +167,36 @@ def _slo_lines(
     lines[SLO_HISTORY.name].append(f"{SLO_HISTORY.name}{text} {text_of(slo.history_seconds)}\n")
 
 
+_STATE_LABELS = tuple((state, f'state="{escape(state)}"') for state in DIAGNOSIS_STATES)
+_LIMIT_LABELS = tuple((limit, f'limit="{escape(limit)}"') for limit in BINDING_CHOICES)
+
+
+def _diagnosis_lines(texts: _LabelTexts, choice: tuple[str, bool]) -> str:
+    """A series' diagnosis lines for (its state, whether its target was read): one a
+    state, 1.0 at the current one; a target not read this scrape knows only its own
+    state (down, unreadable, stalled), so only that line."""
+    current, read = choice
+    before, after = texts.at("state")
+    return "".join(
+        [
+            f"{DIAGNOSIS.name}{before}{label}{after} {'1.0' if state == current else '0.0'}\n"
+            for state, label in _STATE_LABELS
+            if read or state == current
+        ]
+    )
+
+
+def _binding_lines(texts: _LabelTexts, binding: str | None) -> str:
+    """A series' binding-limit lines: one a limit, 1.0 at the one that binds."""
+    before, after = texts.at("limit")
+    return "".join(
+        [
+            f"{BINDING_LIMIT.name}{before}{label}{after} {'1.0' if limit == binding else '0.0'}\n"
+            for limit, label in _LIMIT_LABELS
+        ]
+    )
+
+
 def render_metrics(targets: Iterable[TargetSignals]) -> bytes:
     """The /metrics exposition of these targets' signals: byte for byte what
     generate_latest writes for a registry holding a Collector of FAMILIES over them, at a
@@ -175,7 +221,6 @@ def render_metrics(targets: Iterable[TargetSignals]) -> bytes:
     )
     counters = (TARGET_ERRORS, "errors_total"), (WINDOW_RESETS, "window_resets_total")
     gauges = tuple((lines[name], name, attribute) for name, _, attribute in SERIES_GAUGES)
-    states = tuple((state, f'state="{escape(state)}"') for state in DIAGNOSIS_STATES)
     text_of = _NumberTexts().__getitem__
     kind_label = functools.cache(lambda kind: f'kind="{escape(kind)}"')
     limit_label = functools.cache(lambda limit: f'limit="{escape(limit)}"')
@@ -225,13 +270,8 @@ def render_metrics(targets: Iterable[TargetSignals]) -> bytes:
                     for item in s.advice.items
                     if math.isfinite(item.value)
                 ]
-            before, after = texts.at("state")
-            current = s.diagnosis.state
-            diagnosis += [
-                f"{DIAGNOSIS.name}{before}{label}{after} {'1.0' if state == current else '0.0'}\n"
-                for state, label in states
-                if t.read or state == current
-            ]
+            choice = (s.diagnosis.state, t.read)
+            diagnosis.append(texts.block(DIAGNOSIS.name, choice, _diagnosis_lines))
             if not t.read:
                 continue
             before, after = texts.at("limit")
@@ -240,11 +280,7 @@ def render_metrics(targets: Iterable[TargetSignals]) -> bytes:
                 for r in s.limits.readings
                 if r.ratio is not None and math.isfinite(r.ratio)
             ]
-            binding += [
-                f"{BINDING_LIMIT.name}{before}{limit_label(limit)}{after} "
-                f"{'1.0' if limit == s.limits.binding else '0.0'}\n"
-                for limit in BINDING_CHOICES
-            ]
+            binding.append(texts.block(BINDING_LIMIT.name, s.limits.binding, _binding_lines))
     parts: list[str] = []
     for family in FAMILIES:
         parts.append(family.header())

@@ -15,6 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from exporter.config.reserved_labels import RESERVED_LABELS
 from exporter.core.diagnosis import DIAGNOSIS_STATES
 from exporter.core.evaluate import SeriesSignals, TargetSignals
+from exporter.core.limits import BINDING_CHOICES, Limits
 from exporter.core.signals import SignalSettings
 from exporter.core.snapshot import Snapshot
 from exporter.engines import read_series
@@ -190,6 +191,47 @@ def test_non_finite_gauges_are_left_out_as_prometheus_client_writes_the_rest() -
 @given(st.lists(target_signals(), max_size=4))
 def test_metrics_are_byte_for_byte_prometheus_clients_on_any_signals(targets) -> None:
     assert render_metrics(targets) == reference(targets)
+
+
+def _as_now(series: SeriesSignals, state: str, binding: str | None) -> SeriesSignals:
+    return replace(
+        series, diagnosis=replace(series.diagnosis, state=state), limits=Limits(binding=binding)
+    )
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    target_signals(),
+    st.lists(
+        st.tuples(
+            st.sampled_from(DIAGNOSIS_STATES),
+            st.sampled_from((*BINDING_CHOICES, None)),
+            st.booleans(),
+            st.booleans(),
+        ),
+        min_size=2,
+        max_size=6,
+    ),
+)
+def test_a_series_whose_state_changes_between_renders_is_written_as_it_is_now(
+    target: TargetSignals, rounds: list[tuple[str, str | None, bool, bool]]
+) -> None:
+    # The renderer keeps each label set's diagnosis and binding lines until the state
+    # they follow from changes: the same labels rendered round after round, the state,
+    # the binding limit and whether the target was read changing between them (each
+    # state back again), must be written as the reference writes each round.
+    for state, binding, up, unreadable in rounds + rounds[:1]:
+        now = replace(
+            target,
+            up=up,
+            error="unreadable" if unreadable else None,
+            series=tuple(_as_now(s, state, binding) for s in target.series),
+            total=_as_now(target.total, state, binding),
+        )
+        body = render_metrics([now])
+        assert body == reference([now])
+        current = re.search(rb"batchscope_diagnosis\{[^}]*\} 1.0\n", body)
+        assert current is not None and f'state="{state}"'.encode() in current.group(0)
 
 
 def test_padding_waste_of_an_in_house_batcher_is_read_back_and_exported() -> None:
