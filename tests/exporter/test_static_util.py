@@ -20,6 +20,7 @@ from exporter.core.static_util import (
     static_utilization,
 )
 from tests.support.paths import FIXTURES
+from tests.support.static_estimate_reference import reference_estimate
 
 FIXTURES = FIXTURES
 SEED_EXAMPLE = [3, 5, 8, 11, 4, 14, 6, 16]
@@ -313,3 +314,46 @@ def test_bounds_contain_the_exact_utilization_of_a_large_sample(name, size, seed
     maxes = [max(lengths[i : i + size]) for i in range(0, len(lengths), size)]
     noise = 4 * exact * statistics.pstdev(maxes) / statistics.fmean(maxes) / math.sqrt(1500)
     assert estimate.lower - noise <= exact <= estimate.upper + noise
+
+
+# Bucket layouts: vLLM's integer 1-2-5 edges, fractional edges (no integer inside some),
+# a lone +Inf, and edges at or below zero.
+LAYOUTS = st.sampled_from(
+    [
+        (1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, math.inf),
+        (0.5, 0.7, 1.5, 2.5, 40.0, math.inf),
+        (math.inf,),
+        (-1.0, 0.0, 3.0, math.inf),
+        (4.0, 8.0, 16.0),
+    ]
+)
+
+
+@st.composite
+def window_histograms(draw: st.DrawFn) -> Histogram:
+    """A window's increase: counts that rise (or, past a restart's float noise, dip), and a
+    `_sum` anywhere from inside what the buckets allow to well outside it."""
+    bounds = draw(LAYOUTS)
+    counts, total = [], 0.0
+    for _ in bounds:
+        total += draw(st.sampled_from([0.0, 0.0, 1.0, 2.0, 3.0, 7.0, 40.0, 0.4, 1.6, -1.0]))
+        counts.append(total)
+    spread = draw(st.floats(0.0, 2.0 * (max(map(abs, counts)) or 1.0) * 600.0, allow_nan=False))
+    return Histogram(bounds, tuple(counts), spread, counts[-1])
+
+
+@given(window_histograms(), st.integers(1, 300))
+@settings(max_examples=1000)
+def test_the_estimate_is_the_plain_reference_to_the_bit(hist, size):
+    # The estimate runs on every evaluation of every series, so its walk over the buckets
+    # is written for speed (tests/support/static_estimate_reference.py: as it was before);
+    # both must give the same numbers, to the last bit, or both None, or fail alike (a
+    # `_sum` so small that the mean underflows to zero divides by zero in both).
+    assert outcome(estimate_from_histogram, hist, size) == outcome(reference_estimate, hist, size)
+
+
+def outcome(estimate, hist: Histogram, size: int) -> object:
+    try:
+        return estimate(hist, size)
+    except ArithmeticError as error:
+        return type(error)
