@@ -294,6 +294,25 @@ def estimate_from_histogram(hist: Histogram, batch_size: int) -> UtilizationEsti
     if batch_size == 1:
         # A group of one request never waits for another: exactly 1, whatever the buckets say.
         return UtilizationEstimate(1, float(n), 1.0, 1.0, 1.0)
+    # Each bucket's weight in E[max]: max_cdf at its top rank less at the rank below it.
+    weights = [
+        ((b.rank_below + b.count) / n) ** batch_size - (b.rank_below / n) ** batch_size
+        for b in buckets
+    ]
+    return _estimate_and_bounds(buckets, weights, n, total, floor_sum, batch_size)
+
+
+def _estimate_and_bounds(
+    buckets: list[_Bucket],
+    weights: list[float],
+    n: int,
+    total: float,
+    floor_sum: float,
+    batch_size: int,
+) -> UtilizationEstimate:
+    """The estimate and its bounds (`estimate_from_histogram`) from the non-empty buckets,
+    each one's weight in E[max], the `n` observations, their clamped `total`, and the
+    least sum the buckets allow."""
     mean = total / n
 
     def max_cdf(rank: float) -> float:
@@ -301,11 +320,6 @@ def estimate_from_histogram(hist: Histogram, batch_size: int) -> UtilizationEsti
         return (rank / n) ** batch_size
 
     budget = total - floor_sum
-    # Each bucket's weight in E[max]: max_cdf at its top rank less at the rank below it.
-    weights = [
-        ((b.rank_below + b.count) / n) ** batch_size - (b.rank_below / n) ** batch_size
-        for b in buckets
-    ]
     floor_max = sum(b.low * w for b, w in zip(buckets, weights, strict=True))
 
     largest_max = floor_max
