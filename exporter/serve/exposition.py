@@ -168,7 +168,11 @@ def _slo_lines(
 
 
 _STATE_LABELS = tuple((state, f'state="{escape(state)}"') for state in DIAGNOSIS_STATES)
-_LIMIT_LABELS = tuple((limit, f'limit="{escape(limit)}"') for limit in BINDING_CHOICES)
+
+
+@functools.cache
+def _limit_label(limit: str) -> str:
+    return f'limit="{escape(limit)}"'
 
 
 def _diagnosis_lines(texts: _LabelTexts, choice: tuple[str, bool]) -> str:
@@ -191,8 +195,9 @@ def _binding_lines(texts: _LabelTexts, binding: str | None) -> str:
     before, after = texts.at("limit")
     return "".join(
         [
-            f"{BINDING_LIMIT.name}{before}{label}{after} {'1.0' if limit == binding else '0.0'}\n"
-            for limit, label in _LIMIT_LABELS
+            f"{BINDING_LIMIT.name}{before}{_limit_label(limit)}{after} "
+            f"{'1.0' if limit == binding else '0.0'}\n"
+            for limit in BINDING_CHOICES
         ]
     )
 
@@ -223,7 +228,6 @@ def render_metrics(targets: Iterable[TargetSignals]) -> bytes:
     gauges = tuple((lines[name], name, attribute) for name, _, attribute in SERIES_GAUGES)
     text_of = _NumberTexts().__getitem__
     kind_label = functools.cache(lambda kind: f'kind="{escape(kind)}"')
-    limit_label = functools.cache(lambda limit: f'limit="{escape(limit)}"')
     for t in targets:
         target_labels = {"target": t.target, **t.extra_labels}
         target_texts = _label_texts(tuple(target_labels.items()))
@@ -276,7 +280,7 @@ def render_metrics(targets: Iterable[TargetSignals]) -> bytes:
                 continue
             before, after = texts.at("limit")
             limit_ratio += [
-                f"{LIMIT_RATIO.name}{before}{limit_label(r.limit)}{after} {text_of(r.ratio)}\n"
+                f"{LIMIT_RATIO.name}{before}{_limit_label(r.limit)}{after} {text_of(r.ratio)}\n"
                 for r in s.limits.readings
                 if r.ratio is not None and math.isfinite(r.ratio)
             ]
