@@ -421,12 +421,14 @@ def test_the_token_is_sent_from_its_file_and_never_written_out(
 
 @pytest.fixture(scope="module")
 def demo() -> Iterator[str]:
-    # Sixteen sequences at a time on the simulated H200 (each forward paced to at least the
-    # H200's time), 128 tokens a request: under 20 req/s on this kind of machine. 5 req/s
-    # runs about two at a time (up to ten on a starved CPU), far below the cap, nothing
-    # waiting; 30 req/s holds the batch at the cap with a queue (tens on a quiet machine)
-    # until it drains.
-    config = ServerConfig(batching="continuous", max_num_seqs=16, device="sim:h200")
+    # Sixteen sequences at a time on the simulated H200 slowed six times (each forward paced
+    # to at least six times the H200's time, about 7 ms a step, whatever this CPU's speed),
+    # 128 tokens a request: about 0.9 s a request, under 20 req/s at the cap. At the H200's
+    # own pace a quiet machine serves 30 req/s with no queue (0.2 s a request, a mean of 6
+    # to 9 running). 5 req/s runs about five at a time (more on a starved CPU, whose steps
+    # overrun the pace), below the cap, nothing waiting; 30 req/s holds the batch at the cap
+    # with a queue until it drains.
+    config = ServerConfig(batching="continuous", max_num_seqs=16, device="sim:h200", sim_slowdown=6)
     with serve(config) as url:
         yield url
 
@@ -489,8 +491,11 @@ def test_exporter_and_watch_record_the_same_batching_of_the_same_load(
         # still filling and its last one a batch already emptying (below), which a quiet
         # machine's 7 or more evaluations average away (12 of 16 or more) and a starved
         # one's do not (a clean-clone run beside a CPU hog: 6 evaluations, a mean of 11.3,
-        # the cap binding at all 6).
-        assert high["running_max"] == 16 and high["running_mean"] >= 8, source
+        # the cap binding at all 6). A reading is the running gauge at one scrape, and a
+        # scrape between a step that finished a request and the next that admits its
+        # successor reads one below the cap (a CI run: no evaluation of the step read 16):
+        # the claim is the bar at which the cap is said to bind, 90% of it (`near_cap`).
+        assert high["running_max"] >= 0.9 * 16 and high["running_mean"] >= 8, source
         assert high["waiting_mean"] > 2, source
         assert high["binding_limit"] == "requests", source
         assert dominant(high["binding_shares"])[1] >= 0.7, source
