@@ -680,10 +680,17 @@ def test_sustained_saturation_alerts_by_every_path_on_an_overloaded_vllm(
         # clean-clone run beside a CPU hog had vLLM's /metrics time out for 67 s on end at
         # the 1 s interval, and the 1 s exporter's path resolved mid-overload. A failure
         # here says how long the longest run of unread scrapes was.
+        # A rules path that resolved: what its Prometheus read of vLLM (a quiet run had the
+        # vLLM rules path resolve in both stacks while the 1 s exporter's longest unread
+        # run was 29 s).
         assert early == {"1s": set(), "defaults": set()}, (
             early,
             f"longest run of unread scrapes of the 1 s exporter: "
             f"{longest_unread_seconds(exporter_1s_history(exporter_1s.url)):.0f} s",
+            {
+                name: vllm_read_by(prom, time.monotonic() - started)
+                for name, (_, _, prom) in stacks.items()
+            },
         )
         # The overload was the load asked for. A starved vLLM may drop a connection (4 of
         # 174 requests, 2.3%, at 16 req/s open-loop in the KV-bound sweep of clean-clone
@@ -739,6 +746,40 @@ def missed_scrapes(prom) -> str:
     except OSError as err:  # a timeout or a refused connection
         return f"an unknown number of (Prometheus did not answer: {err})"
     return found[0]["value"][1] if found else "no"
+
+
+def vllm_read_by(prom, seconds: float) -> dict:
+    """What Prometheus read of vLLM over the last `seconds`, for a failure's message: its
+    scrapes (how many failed, the longest run of failed ones from the first to the next
+    that read, the slowest), and the longest span between two evaluations that recorded
+    the budget utilisation (the rules path's evidence)."""
+    from grafana.rules import BUDGET_UTILIZATION
+    from tests.support.monitoring_stack import query
+
+    span = f"[{int(seconds) + 1}s]"
+
+    def samples(selector: str) -> list[tuple[float, float]]:
+        found = query(prom, selector + span)
+        return [(float(t), float(v)) for t, v in found[0]["values"]] if found else []
+
+    try:
+        up = samples('up{job="vllm"}')
+        durations = samples('scrape_duration_seconds{job="vllm"}')
+        recorded = samples(BUDGET_UTILIZATION)
+    except OSError as err:  # a starved Prometheus may not answer in time
+        return {"unknown": f"Prometheus did not answer: {err}"}
+    return {
+        "scrapes": len(up),
+        "failed": sum(v == 0 for _, v in up),
+        "longest_failing_s": round(longest_unread_seconds([{"t": t, "up": v == 1} for t, v in up])),
+        "slowest_s": round(max((v for _, v in durations), default=0.0), 1),
+        "utilization_gap_s": round(
+            max(
+                (b - a for (a, _), (b, _) in zip(recorded, recorded[1:], strict=False)), default=0.0
+            )
+        ),
+        "utilization_recorded": len(recorded),
+    }
 
 
 BANNER_WAIT_S = 240.0
