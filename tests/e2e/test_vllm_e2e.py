@@ -751,8 +751,10 @@ def missed_scrapes(prom) -> str:
 def vllm_read_by(prom, seconds: float) -> dict:
     """What Prometheus read of vLLM over the last `seconds`, for a failure's message: its
     scrapes (how many failed, the longest run of failed ones from the first to the next
-    that read, the slowest), and the longest span between two evaluations that recorded
-    the budget utilisation (the rules path's evidence)."""
+    that read, the slowest), and of the budget utilisation it recorded (the rules path's
+    evidence) the longest span between two evaluations that recorded one, the lowest,
+    and the longest run under the saturation threshold."""
+    from grafana.config import CONFIG
     from grafana.rules import BUDGET_UTILIZATION
     from tests.support.monitoring_stack import query
 
@@ -779,6 +781,12 @@ def vllm_read_by(prom, seconds: float) -> dict:
             )
         ),
         "utilization_recorded": len(recorded),
+        "utilization_lowest": round(min((v for _, v in recorded), default=float("nan")), 2),
+        "utilization_under_threshold_s": round(
+            longest_unread_seconds(
+                [{"t": t, "up": v >= CONFIG["saturation_threshold"]} for t, v in recorded]
+            )
+        ),
     }
 
 
