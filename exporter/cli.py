@@ -134,6 +134,7 @@ async def serve(settings: Settings) -> int:
             generator_url=f"http://{host}:{port}/api/v1/signals",
             interval_seconds=settings.interval_seconds,
             stale_seconds=stale_seconds(settings),
+            keep_seconds=settings.hold_seconds,
             words=AlertWords.from_settings(settings),
         )
         tasks.append(delivery.run_forever(stop))

@@ -108,8 +108,10 @@ class AlertBook:
 
 
 # How long a target's conditions outlast evaluations that could not read it, by default:
-# as long as its saturation episodes do.
+# as long as its saturation episodes do; a fired saturation alert, as long as its episode,
+# the hold longer (`outlasted`).
 STALE_SECONDS = SignalSettings().stale_seconds
+KEEP_SECONDS = SignalSettings().hold_seconds
 
 
 def step(
@@ -118,6 +120,7 @@ def step(
     now: float,
     holds: Mapping[str, float] | None = None,
     stale_seconds: float = STALE_SECONDS,
+    keep_seconds: float = KEEP_SECONDS,
 ) -> AlertBook:
     """Advance the book by one evaluation at `now`.
 
@@ -129,7 +132,8 @@ def step(
     An evaluation that could not read its target (down, unreadable) is no evidence: the
     target's other conditions stay as they were, neither ended nor restarted nor brought
     to fire, until it has gone unread for more than `stale_seconds`, counted from the first
-    such evaluation (an exporter that evaluated late is not a target that went unread).
+    such evaluation (an exporter that evaluated late is not a target that went unread); a
+    fired saturation alert, `keep_seconds` longer, as its saturation episode (`outlasted`).
     """
     holds = holds or {}
     seen: dict[AlertKey, Alert] = {}
@@ -142,7 +146,7 @@ def step(
         for spec, value in conditions(signals):
             key = (spec.name, signals.target)
             before = book.active.get(key)
-            previous = _continued(before, now, stale_seconds)
+            previous = _continued(before, now, stale_seconds, keep_seconds)
             if before is not None and previous is None and before.last_sent is not None:
                 ended[key] = replace(before, resolved_at=now)
             since = previous.active_since if previous else now
@@ -160,7 +164,7 @@ def step(
                 if alert.spec is TARGET_DOWN or alert.read_at is None:
                     continue
                 since = now if alert.unread_since is None else alert.unread_since
-                if now - since <= stale_seconds:
+                if now - since <= stale_seconds + _kept(alert, keep_seconds):
                     seen[key] = replace(alert, unread_since=since)
     unsent = dict(book.unsent)
     for key, alert in seen.items():
@@ -178,18 +182,27 @@ def step(
     return AlertBook(seen, unsent)
 
 
-def _continued(previous: Alert | None, now: float, stale_seconds: float) -> Alert | None:
+def _continued(
+    previous: Alert | None, now: float, stale_seconds: float, keep_seconds: float
+) -> Alert | None:
     """The condition a read that finds it holding continues: None (it starts again) when
     the target had gone unread for longer than `stale_seconds` since the first evaluation
-    that could not read it, or when a hold not yet complete last read it longer ago than
-    that (time nobody observed completes no hold); a firing alert goes on through a late
-    evaluation."""
+    that could not read it (a fired saturation alert: `keep_seconds` longer), or when a
+    hold not yet complete last read it longer ago than that (time nobody observed
+    completes no hold); a firing alert goes on through a late evaluation."""
     if previous is None:
         return None
     fired = previous.last_sent is not None
-    if outlasted(previous.unread_since, previous.read_at, fired, now, stale_seconds):
+    keep = _kept(previous, keep_seconds)
+    if outlasted(previous.unread_since, previous.read_at, fired, now, stale_seconds, keep):
         return None
     return previous
+
+
+def _kept(alert: Alert, keep_seconds: float) -> float:
+    """How much longer than the staleness `alert` outlasts a gap: a fired saturation alert,
+    `keep_seconds`, as its saturation episode does; any other, no longer."""
+    return keep_seconds if alert.spec is BUDGET_SATURATED and alert.last_sent is not None else 0.0
 
 
 def _firing(alert: Alert, now: float, holds: Mapping[str, float]) -> bool:

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Mapping
 
 import aiohttp
 
-from exporter.alerts.book import STALE_SECONDS, AlertBook, delivered, payload, step
+from exporter.alerts.book import KEEP_SECONDS, STALE_SECONDS, AlertBook, delivered, payload, step
 from exporter.alerts.specs import AlertWords
 from exporter.core.evaluate import TargetSignals
 
@@ -35,7 +35,8 @@ class AlertmanagerDelivery:
 
     Unsent alerts stay queued (the latest state of each) until a post succeeds; retries
     back off exponentially. `holds` overrides an alert's hold by name; `stale_seconds`:
-    how long a target's conditions outlast scrapes that could not read it (`step`);
+    how long a target's conditions outlast scrapes that could not read it, and
+    `keep_seconds` how much longer a fired saturation alert does (`step`);
     `words`: the configured numbers the alerts' texts state.
     """
 
@@ -49,6 +50,7 @@ class AlertmanagerDelivery:
         clock: Callable[[], float] = time.time,
         holds: Mapping[str, float] | None = None,
         stale_seconds: float = STALE_SECONDS,
+        keep_seconds: float = KEEP_SECONDS,
         words: AlertWords | None = None,
     ) -> None:
         self.endpoint = alerts_endpoint(base_url)
@@ -58,6 +60,7 @@ class AlertmanagerDelivery:
         self.clock = clock
         self.holds = holds
         self.stale_seconds = stale_seconds
+        self.keep_seconds = keep_seconds
         self.words = words or AlertWords(holds=holds or {})
         self.book = AlertBook()
         self.backoff = 0.0
@@ -65,7 +68,14 @@ class AlertmanagerDelivery:
 
     async def deliver_once(self, session: aiohttp.ClientSession) -> None:
         """One evaluation, and a post of the queued alerts unless a retry is not due yet."""
-        self.book = step(self.book, self.source(), self.clock(), self.holds, self.stale_seconds)
+        self.book = step(
+            self.book,
+            self.source(),
+            self.clock(),
+            self.holds,
+            self.stale_seconds,
+            self.keep_seconds,
+        )
         if not self.book.unsent or time.monotonic() < self.retry_at:
             return
         body = [

@@ -401,7 +401,10 @@ def _next_saturation(
         # One scrape measures no increase: no evidence either way (the first scrape, or the
         # first after the exporter stalled for longer than the window). The saturation
         # state is carried as through a scrape that read nothing.
-        return saturation_through_gap(saturation, now, settings.stale_seconds) or SaturationState()
+        kept = saturation_through_gap(
+            saturation, now, settings.stale_seconds, settings.hold_seconds
+        )
+        return kept or SaturationState()
     return step_saturation(
         saturation,
         utilization,
@@ -716,12 +719,13 @@ def held_saturation(
 ) -> dict[LabelKey, SaturationState]:
     """The saturation states an evaluation at `now` starts from: through a scrape that
     read nothing, each kept as it was until the target has gone unread for longer than the
-    staleness (`saturation_through_gap`); at a `readable` one, each that no such outage
-    ended (`saturation_after_gap`)."""
+    staleness, a saturated one for longer than the staleness and the hold
+    (`saturation_through_gap`); at a `readable` one, each that no such outage ended
+    (`saturation_after_gap`)."""
     carry = saturation_after_gap if readable else saturation_through_gap
     held = {}
     for key, state in saturation.items():
-        kept = carry(state, now, settings.stale_seconds)
+        kept = carry(state, now, settings.stale_seconds, settings.hold_seconds)
         if kept is not None:
             held[key] = kept
     return held
@@ -730,7 +734,7 @@ def held_saturation(
 def held_slo(window: Window, held: SaturationState | None) -> SloStatus | None:
     """The total's SLO status through a scrape that read nothing: its history's, which
     that scrape left as the last read did; None without an objective, and once the target
-    has gone unread past the staleness (`held`, the total's saturation state from
+    has gone unread long enough to end its episode (`held`, the total's saturation state from
     `held_saturation`, is then None), as a saturation episode ends."""
     settings = window.settings
     history = window.total_slo_history()
@@ -808,8 +812,9 @@ def evaluate_window(
     The newest snapshot decides up/down; up without a series means the engine's families
     are registered with no samples yet. A down scrape (failed, timed out, unreadable)
     reads nothing: the saturation states are held through it, and the total shows the
-    episode still open; a target unread for longer than the staleness, counted from the
-    first scrape that read nothing, ends its states (`held_saturation`): two readable
+    episode still open; a target unread for longer than the staleness (a saturated
+    episode: the staleness and the hold), counted from the first scrape that read nothing,
+    ends its states (`held_saturation`): two readable
     scrapes in a row continue them, however late the second. Series absent from the newest snapshot
     (a model
     that was unloaded) are dropped; the total is computed like any series, over the

@@ -162,42 +162,58 @@ def step_saturation(
 
 
 def saturation_through_gap(
-    state: SaturationState, now: float, stale_seconds: float
+    state: SaturationState, now: float, stale_seconds: float, keep_seconds: float
 ) -> SaturationState | None:
     """The state at `now` when the target could not be read (a failed, timed-out or
     unreadable scrape, or a window of one scrape, which measures nothing): unchanged, since
     nothing read ended the episode nor prolonged it (but for `unread_since`, set at the
-    first such evaluation), until it outlasts the staleness (`outlasted`); then None:
-    that long without evidence, the episode is over (as Prometheus' lookback ends a series).
+    first such evaluation), until it outlasts the staleness, a saturated one the staleness
+    and `keep_seconds` (`outlasted`); then None: that long without evidence, the episode is
+    over (as Prometheus' lookback ends a series).
     """
     if state.read_at is None:
         return None
     since = now if state.unread_since is None else state.unread_since
-    if outlasted(since, state.read_at, state.saturated, now, stale_seconds):
+    if outlasted(since, state.read_at, state.saturated, now, stale_seconds, keep_seconds):
         return None
     return state if state.unread_since is not None else replace(state, unread_since=since)
 
 
 def saturation_after_gap(
-    state: SaturationState, now: float, stale_seconds: float
+    state: SaturationState, now: float, stale_seconds: float, keep_seconds: float
 ) -> SaturationState | None:
     """The state a scrape at `now` that measured the target continues from: None when the
-    evidence before it outlasted the staleness (`outlasted`: a long outage starts a new
-    episode); after a scrape that measured it too, a saturated episode goes on however
-    late this one comes (the exporter was late, not its target)."""
-    if outlasted(state.unread_since, state.read_at, state.saturated, now, stale_seconds):
+    evidence before it outlasted the staleness, a saturated one's the staleness and
+    `keep_seconds` (`outlasted`: a long outage starts a new episode); after a scrape that
+    measured it too, a saturated episode goes on however late this one comes (the
+    exporter was late, not its target)."""
+    if outlasted(
+        state.unread_since, state.read_at, state.saturated, now, stale_seconds, keep_seconds
+    ):
         return None
     return state
 
 
 def outlasted(
-    unread_since: float | None, read_at: float | None, held: bool, now: float, stale: float
+    unread_since: float | None,
+    read_at: float | None,
+    held: bool,
+    now: float,
+    stale: float,
+    keep: float = 0.0,
 ) -> bool:
     """Too old to carry (a saturation state, or an alert of the alert book): unread for
     longer than `stale` since the first evaluation that could not read the target
-    (`unread_since`, None: this one); or, not yet `held` (saturated, fired), its last read
-    older than `stale`: time nobody observed does not complete a hold."""
-    if now - (now if unread_since is None else unread_since) > stale:
+    (`unread_since`, None: this one), or, once `held` (saturated, fired), for longer than
+    `stale` + `keep`; or, not yet held, its last read older than `stale`: time nobody
+    observed does not complete a hold.
+
+    `keep` is the hold for a saturation episode, as the vLLM rules' alert reads its last
+    sample within the staleness and keeps firing for the hold (`keep_firing_for`): a
+    model server's /metrics times out on end when it is overloaded (67 s on a real vLLM in
+    CI), which is no evidence that the overload ended."""
+    limit = stale + keep if held else stale
+    if now - (now if unread_since is None else unread_since) > limit:
         return True
     return not held and read_at is not None and now - read_at > stale
 

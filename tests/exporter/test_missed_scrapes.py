@@ -194,19 +194,31 @@ def test_a_first_token_latency_is_unfinished_only_while_requests_wait():
     assert not in_flight_unfinished(queued, None, "e2e")
 
 
-def test_a_target_unread_longer_than_the_hold_ends_its_episode():
-    # Unread counts from the first evaluation that could not read the target (101 s).
+def test_a_saturated_target_unread_longer_than_the_staleness_and_the_hold_ends_its_episode():
+    # Unread counts from the first evaluation that could not read the target (101 s). A
+    # saturated episode outlasts the staleness (HOLD) and the hold again (HOLD), as the
+    # vLLM rules' alert reads its last sample within the staleness and keeps firing for
+    # the hold: 2 * HOLD after 101 s it still stands, half a second later it is over.
     state = SaturationState(saturated=True, above_since=0.0, read_at=100.0)
-    first = saturation_through_gap(state, 101.0, HOLD)
+    first = saturation_through_gap(state, 101.0, HOLD, HOLD)
     assert first == replace(state, unread_since=101.0)
-    assert saturation_through_gap(first, 101.0 + HOLD, HOLD) == first
-    assert saturation_through_gap(first, 101.0 + HOLD + 0.5, HOLD) is None
-    assert saturation_through_gap(SaturationState(), 5.0, HOLD) is None
-    # A readable scrape continues the episode unless the outage outlasted the staleness;
-    # one that follows a readable scrape continues it however late (the exporter was late).
-    assert saturation_after_gap(first, 101.0 + HOLD, HOLD) == first
-    assert saturation_after_gap(first, 101.0 + HOLD + 0.5, HOLD) is None
-    assert saturation_after_gap(state, 100.0 + 10 * HOLD, HOLD) == state
+    assert saturation_through_gap(first, 101.0 + 2 * HOLD, HOLD, HOLD) == first
+    assert saturation_through_gap(first, 101.0 + 2 * HOLD + 0.5, HOLD, HOLD) is None
+    assert saturation_through_gap(SaturationState(), 5.0, HOLD, HOLD) is None
+    # A readable scrape continues the episode unless the outage outlasted that; one that
+    # follows a readable scrape continues it however late (the exporter was late).
+    assert saturation_after_gap(first, 101.0 + 2 * HOLD, HOLD, HOLD) == first
+    assert saturation_after_gap(first, 101.0 + 2 * HOLD + 0.5, HOLD, HOLD) is None
+    assert saturation_after_gap(state, 100.0 + 10 * HOLD, HOLD, HOLD) == state
+
+
+def test_a_pending_hold_unread_longer_than_the_staleness_ends():
+    # Not yet saturated: the staleness alone (HOLD) from its last read (100 s): before its
+    # hold completes, nothing fires that the hold would keep.
+    pending = SaturationState(above_since=70.0, read_at=100.0, unread_since=101.0)
+    assert saturation_through_gap(pending, 100.0 + HOLD, HOLD, HOLD) == pending
+    assert saturation_through_gap(pending, 100.0 + HOLD + 0.5, HOLD, HOLD) is None
+    assert saturation_after_gap(pending, 100.0 + HOLD + 0.5, HOLD, HOLD) is None
 
 
 def test_the_exporter_metrics_of_an_unread_target_keep_the_episode_and_leave_the_rest_out():
@@ -229,22 +241,25 @@ def test_states_held_through_a_gap_are_those_of_the_last_readable_scrape():
     window.add(read_payload(TARGET, 1070.0, ScrapeResult(None, "refused", 0.0))[0])
     _, states = evaluate_window(LLM, window, held, 1070.0)
     assert states == {TOTAL: SaturationState(True, 1001.0, 1069.0, unread_since=1070.0)}
-    # Unread past the hold: every state is gone, and so is the episode.
+    # Unread past the staleness, the episode goes on for the hold (`outlasted`)...
     window.add(read_payload(TARGET, 1070.0 + HOLD + 1, ScrapeResult(None, "refused", 0.0))[0])
     signals, states = evaluate_window(LLM, window, states, 1070.0 + HOLD + 1)
+    assert signals.total.budget_saturated and states[TOTAL].unread_since == 1070.0
+    # ...and past both, every state is gone, and so is the episode.
+    window.add(read_payload(TARGET, 1070.0 + 2 * HOLD + 1, ScrapeResult(None, "refused", 0.0))[0])
+    signals, states = evaluate_window(LLM, window, states, 1070.0 + 2 * HOLD + 1)
     assert states == {} and not signals.total.budget_saturated
     assert run[-1][1].total.budget_saturated  # the run itself reached saturation
 
 
-def test_a_readable_scrape_after_an_outage_longer_than_the_staleness_starts_a_new_episode():
-    # A window longer than the hold keeps old readable points through the outage, but the
-    # episode is over all the same: its last read is older than the staleness.
+def outage_then_read(gap_end: float) -> tuple[TargetSignals, dict]:
+    """A vLLM over its budget read every second up to 39 s (held at 30 s: hold and
+    staleness 30 s), then failed scrapes from 40 s (backed off, as a failing target is),
+    then a readable one at `gap_end`, still over the budget; its signals and states."""
     settings = SignalSettings(cap=8, budget_seconds=BUDGET, hold_seconds=30, stale_seconds=30)
     server = VllmState(running=8, waiting=20, kv_usage=0.5)
     window, states = Window(120.0, settings), {}
-    # Read every second up to 39 s, then failed scrapes from 40 s inside the staleness
-    # (backed off, as a failing target is), then a readable one 35 s after the first failure.
-    for t in [*range(0, 40), 40.0, 45.0, 60.0]:
+    for t in [*range(0, 40), *range(40, int(gap_end), 5)]:
         server.finish(10, 1.2, 100)
         read = t < 40
         snapshot, _ = read_payload(
@@ -258,11 +273,29 @@ def test_a_readable_scrape_after_an_outage_longer_than_the_staleness_starts_a_ne
         signals, states = evaluate_window(LLM, window, states, float(t))
     assert signals.total.budget_saturated and states[TOTAL].read_at == 39.0  # held
     server.finish(10, 1.2, 100)
-    window.add(read_payload(TARGET, 75.0, ScrapeResult(render(server), None, 0.1))[0])
-    signals, states = evaluate_window(LLM, window, states, 75.0)
+    window.add(read_payload(TARGET, gap_end, ScrapeResult(render(server), None, 0.1))[0])
+    signals, states = evaluate_window(LLM, window, states, gap_end)
     assert signals.up and signals.total.budget_utilization > 1
+    return signals, states
+
+
+def test_a_readable_scrape_after_an_outage_longer_than_the_staleness_continues_the_episode():
+    # CI: vLLM's /metrics timed out on end for 67 s under the overload (the staleness, the
+    # hold, is 60 s), and the exporter resolved its alert mid-overload while the vLLM rules
+    # path kept firing. Unread 35 s, past the staleness (30 s) but within it and the hold
+    # (60 s): the episode goes on from its first hold, with no new one.
+    signals, states = outage_then_read(75.0)
+    assert signals.total.budget_saturated
+    assert states[TOTAL].above_since == 1.0 and states[TOTAL].unread_since is None
+    assert signals.total.budget_saturated_seconds == 74.0
+
+
+def test_a_readable_scrape_after_an_outage_longer_than_the_staleness_and_hold_starts_anew():
+    # Unread 65 s, past the staleness and the hold (60 s): a long outage ends the episode
+    # even though the window (120 s) still holds readable points from before it.
+    signals, states = outage_then_read(105.0)
     assert not signals.total.budget_saturated
-    assert states[TOTAL].above_since == 75.0  # the hold starts again from this read
+    assert states[TOTAL].above_since == 105.0  # the hold starts again from this read
 
 
 def test_a_late_evaluation_between_two_readable_scrapes_keeps_the_episode():
@@ -339,6 +372,46 @@ def test_conditions_of_a_target_unread_longer_than_the_stale_time_resolve():
     assert (MEMORY_BOUND.name, "llm") not in book.active
     assert book.unsent[(MEMORY_BOUND.name, "llm")].resolved_at == 130.0 + HOLD + 0.5
     assert (TARGET_DOWN.name, "llm") in book.active
+
+
+def test_a_fired_saturation_alert_outlasts_an_outage_for_the_staleness_and_the_hold():
+    # The CI run: vLLM overloaded, its /metrics timing out on end for 67 s (the staleness,
+    # the hold, is 60 s). The exporter's alert neither resolves nor begins again through
+    # it, as the vLLM rules path's (keep_firing_for) did not; an outage past the staleness
+    # and the hold (120 s) resolves it, where TargetDown has fired.
+    def run(outage: int) -> tuple[list[tuple[float, AlertBook]], TargetSignals]:
+        window, states = Window(60.0, SETTINGS), {}
+        server = VllmState(running=8, waiting=20, kv_usage=0.5)
+        book, books = AlertBook(), []
+        # Read every second to 1090 s, unread (timing out every 5 s) for `outage` seconds,
+        # then read every second again, still over the budget.
+        unread = range(1091, 1091 + outage, 5)
+        for t in [*range(1000, 1091), *unread, *range(1091 + outage, 1111 + outage)]:
+            server.finish(10, 1.2, 100)
+            failed = t in unread
+            result = ScrapeResult(
+                None if failed else render(server), "timed out after 10 s" if failed else None, 0.1
+            )
+            window.add(read_payload(TARGET, t, result)[0])
+            signals, states = evaluate_window(LLM, window, states, float(t))
+            book = step(book, [signals], float(t), stale_seconds=HOLD, keep_seconds=HOLD)
+            books.append((float(t), book))
+            book = delivered(book)
+        return books, signals
+
+    key = (BUDGET_SATURATED.name, "llm")
+    books, last = run(67)
+    posts = [a for _, b in books for k, a in b.unsent.items() if k == key]
+    assert all(a.resolved_at is None for a in posts), "the outage resolved the alert"
+    assert {a.active_since for a in posts} == {1061.0}, "the outage restarted the alert"
+    assert last.total.budget_saturated and last.total.budget_saturated_seconds > 2 * HOLD
+    assert (TARGET_DOWN.name, "llm") in dict(books)[1156.0].active  # the last unread one
+    # 126 s unread (1091 to 1216 s): resolved at the first unread evaluation past 120 s
+    # (1216 s), and not firing again before a new hold.
+    books, _ = run(126)
+    resolved = [t for t, b in books for k, a in b.unsent.items() if k == key and a.resolved_at]
+    assert resolved == [1216.0]
+    assert all(key not in b.active for t, b in books if t >= 1216.0)
 
 
 def test_an_exporter_that_stalled_keeps_its_alerts_through_the_scrape_that_fails_after():
