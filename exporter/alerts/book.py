@@ -107,9 +107,9 @@ class AlertBook:
     unsent: Mapping[AlertKey, Alert] = field(default_factory=dict)
 
 
-# How long a target's conditions outlast evaluations that could not read it, by default:
-# as long as its saturation episodes do; a fired saturation alert, as long as its episode,
-# the hold longer (`outlasted`).
+# How long a target's conditions outlast evaluations that could not read it, by default
+# (the staleness), and how much longer a fired saturation alert does, as its saturated
+# episode (the hold: `outlasted`).
 STALE_SECONDS = SignalSettings().stale_seconds
 KEEP_SECONDS = SignalSettings().hold_seconds
 
@@ -157,6 +157,7 @@ def step(
                 since,
                 previous.last_sent if previous else None,
                 read_at=signals.t,
+                unread_since=_still_unread(previous, spec, signals),
             )
             read.add(key)
         if not signals.read:
@@ -197,6 +198,16 @@ def _continued(
     if outlasted(previous.unread_since, previous.read_at, fired, now, stale_seconds, keep):
         return None
     return previous
+
+
+def _still_unread(previous: Alert | None, spec: AlertSpec, signals: TargetSignals) -> float | None:
+    """When a read that finds the condition holding counts the target unread from: never
+    (None), but for saturation read from a window of one scrape, which measured nothing and
+    carried the episode as through a gap (`TargetSignals.measured`): the episode's unread
+    clock runs on, and so does its alert's."""
+    if previous is None or spec is not BUDGET_SATURATED or signals.measured:
+        return None
+    return previous.unread_since
 
 
 def _kept(alert: Alert, keep_seconds: float) -> float:

@@ -33,6 +33,7 @@ from exporter.core.signals import (
     budget_utilization,
     counter_increase,
     execution_increase,
+    outlasted,
     padding_waste,
     per_second,
     running_vs_cap,
@@ -167,6 +168,14 @@ class TargetSignals:
         evaluated. One that did not (down, unreadable) is a gap in the evidence: it ends no
         held state, and of the diagnosis only its own state is known."""
         return self.up and self.error is None
+
+    @property
+    def measured(self) -> bool:
+        """Whether this evaluation measured the target: read it over a window of two
+        scrapes or more. A window of one scrape (the first after the target or the exporter
+        went dark for longer than the window) measures no increase, and a saturation
+        episode is carried through it as through a gap (`_next_saturation`)."""
+        return self.read and bool(self.total.window_seconds)
 
 
 def _replacing(cls: type, *names: str) -> Callable:
@@ -731,14 +740,17 @@ def held_saturation(
     return held
 
 
-def held_slo(window: Window, held: SaturationState | None) -> SloStatus | None:
+def held_slo(window: Window, held: SaturationState | None, now: float) -> SloStatus | None:
     """The total's SLO status through a scrape that read nothing: its history's, which
     that scrape left as the last read did; None without an objective, and once the target
-    has gone unread long enough to end its episode (`held`, the total's saturation state from
-    `held_saturation`, is then None), as a saturation episode ends."""
+    has gone unread past the staleness (`held`: the total's saturation state from
+    `held_saturation`, whose clocks say how long; a saturated episode alone outlasts the
+    staleness, by the hold), as the alert book ends an SLO burn's alert."""
     settings = window.settings
     history = window.total_slo_history()
     if held is None or history is None or settings.slo_objective is None:
+        return None
+    if outlasted(held.unread_since, held.read_at, held.saturated, now, settings.stale_seconds):
         return None
     return slo_status(
         history, settings.slo_objective, settings.slo_window_scale, settings.slo_period_seconds
@@ -831,7 +843,7 @@ def evaluate_window(
     if not latest.up:
         held = saturation.get(TOTAL)
         down = _with_episode(
-            down_signals(latest.error, settings), held, held_slo(window, held), now
+            down_signals(latest.error, settings), held, held_slo(window, held, now), now
         )
         return target.signals(
             latest.t, False, latest.error, (), down, latest.scrape_seconds

@@ -20,9 +20,10 @@ DEFAULT_INTERVAL_SECONDS = 5.0
 
 
 def staleness(hold_seconds: float, interval_seconds: float) -> float:
-    """How long a target may go unread before its held states and alerts end: the hold
-    time, or two intervals where that is longer (a hold shorter than one scrape cannot
-    count gaps)."""
+    """How long a target may go unread before its held states and alerts end (a saturated
+    episode and its fired alert: this and the hold again, `outlasted`): the hold time, or
+    two intervals where that is longer (a hold shorter than one scrape cannot count
+    gaps)."""
     return max(hold_seconds, 2 * interval_seconds)
 
 
@@ -48,7 +49,8 @@ class SignalSettings:
     # Stalled: less progress than this per second over a window at least stall_seconds long.
     stall_rate: float = 0.1
     stall_seconds: float = 20.0
-    # A target unread for longer than this ends its held states (`saturation_through_gap`).
+    # A target unread for longer than this ends its held states, a saturated one this and
+    # the hold (`saturation_through_gap`).
     stale_seconds: float = staleness(DEFAULT_HOLD_SECONDS, DEFAULT_INTERVAL_SECONDS)
     # The share of requests promised within the budget; None: no objective, no burn rates
     # (exporter/core/slo.py). The burn windows are scaled by `slo_window_scale`; the error

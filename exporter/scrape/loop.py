@@ -108,7 +108,8 @@ def identity(target: Target) -> TargetIdentity:
 
 
 def stale_seconds(settings: Settings) -> float:
-    """How long a target may go unread before its held states end (`staleness`)."""
+    """How long a target may go unread before its held states end, a saturated episode
+    the hold longer (`staleness`)."""
     return staleness(settings.hold_seconds, settings.interval_seconds)
 
 
@@ -335,7 +336,7 @@ class Exporter:
                 state.window.settings,
                 result.seconds,
                 held,
-                held_slo(state.window, held),
+                held_slo(state.window, held, now),
             )
             state.history.append(api.history_row(signals))
         if reason is not None:

@@ -1,6 +1,7 @@
 """A scrape that fails is a gap in the evidence, never evidence: it neither ends nor
 restarts nor completes a held state (saturation, the exporter's alert holds), and a
-target unread for longer than the hold time ends them (issue 19).
+target unread for longer than the staleness (the hold time) ends them, a saturated episode
+and its fired alert the staleness and the hold (issue 19).
 
 Time comes from the test (a scripted vLLM payload every second), so nothing here depends
 on the machine's speed; the real exporter process against a target that is sometimes
@@ -405,13 +406,43 @@ def test_a_fired_saturation_alert_outlasts_an_outage_for_the_staleness_and_the_h
     assert all(a.resolved_at is None for a in posts), "the outage resolved the alert"
     assert {a.active_since for a in posts} == {1061.0}, "the outage restarted the alert"
     assert last.total.budget_saturated and last.total.budget_saturated_seconds > 2 * HOLD
-    assert (TARGET_DOWN.name, "llm") in dict(books)[1156.0].active  # the last unread one
+    assert dict(books)[1156.0].active[(TARGET_DOWN.name, "llm")].last_sent is not None
     # 126 s unread (1091 to 1216 s): resolved at the first unread evaluation past 120 s
     # (1216 s), and not firing again before a new hold.
     books, _ = run(126)
     resolved = [t for t, b in books for k, a in b.unsent.items() if k == key and a.resolved_at]
     assert resolved == [1216.0]
     assert all(key not in b.active for t, b in books if t >= 1216.0)
+
+
+def test_a_lone_read_after_a_long_outage_leaves_the_alert_ending_with_its_episode():
+    # Unread from 1091 s for longer than the window (60 s), one readable scrape at 1158 s
+    # (a window of one scrape: it measures nothing, and the episode is carried through it
+    # as through a gap), then unread again. The episode ends 120 s after 1091 s, at the
+    # first evaluation past 1211 s, and the exporter's alert resolves at that same one:
+    # the lone read does not restart the alert's unread clock.
+    window, states = Window(60.0, SETTINGS), {}
+    server = VllmState(running=8, waiting=20, kv_usage=0.5)
+    book, key = AlertBook(), (BUDGET_SATURATED.name, "llm")
+    readable = {*range(1000, 1091), 1158}
+    saturated, resolved = {}, []
+    for t in [*range(1000, 1091), *range(1091, 1158, 5), 1158, *range(1163, 1300, 5)]:
+        server.finish(10, 1.2, 100)
+        read = t in readable
+        result = ScrapeResult(
+            render(server) if read else None, None if read else "timed out after 10 s", 0.1
+        )
+        window.add(read_payload(TARGET, t, result)[0])
+        signals, states = evaluate_window(LLM, window, states, float(t))
+        book = step(book, [signals], float(t), stale_seconds=HOLD, keep_seconds=HOLD)
+        saturated[t] = signals.total.budget_saturated
+        resolved += [t for k, a in book.unsent.items() if k == key and a.resolved_at]
+        book = delivered(book)
+        if t == 1158:
+            assert signals.read and not signals.measured and signals.total.budget_saturated
+    ended = min(t for t, s in saturated.items() if t > 1091 and not s)
+    assert ended == 1213
+    assert resolved == [1213]
 
 
 def test_an_exporter_that_stalled_keeps_its_alerts_through_the_scrape_that_fails_after():

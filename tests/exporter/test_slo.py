@@ -409,7 +409,7 @@ def test_a_second_series_keeps_the_total_s_history_from_the_first_scrape() -> No
     assert signals.total.slo.rate("1h") == pytest.approx(100 * 119 / (359 + 11), rel=1e-9)
 
 
-def test_a_scrape_that_reads_nothing_carries_the_burn_as_long_as_the_saturation_episode() -> None:
+def test_a_scrape_that_reads_nothing_carries_the_burn_until_the_target_is_stale() -> None:
     settings = SignalSettings(budget_seconds=2.0, slo_objective=0.99, stale_seconds=30.0)
     window = Window(60.0, settings)
     traffic = Traffic()
@@ -431,14 +431,20 @@ def test_a_scrape_that_reads_nothing_carries_the_burn_as_long_as_the_saturation_
     window.add(Snapshot("llm", t, True, (_series(t, traffic, 10, 1.0),)))
     again, states = evaluate_window(target, window, states, t)
     assert again.total.slo.rate("5m") == pytest.approx(100.0)
-    # Every request over the budget: the total is saturated, and its episode, with the
-    # burn, outlasts the staleness (30 s) by the hold (60 s), unread.
+    # Every request over the budget: the total is saturated. Its episode outlasts the
+    # staleness (30 s) by the hold (60 s), unread; the burn, as the alert book's burn
+    # alerts, the staleness alone.
     assert again.total.budget_saturated
-    for _ in range(8):  # unread for 35 s since the first, past the 30 s staleness
+    for _ in range(6):  # unread for 25 s since the first, within the 30 s staleness
         t += 5
         window.add(Snapshot("llm", t, False, error="timed out"))
         down, states = evaluate_window(target, window, states, t)
     assert down.total.slo == again.total.slo
+    for _ in range(2):  # unread for 35 s, past the staleness
+        t += 5
+        window.add(Snapshot("llm", t, False, error="timed out"))
+        down, states = evaluate_window(target, window, states, t)
+    assert down.total.slo is None and down.total.budget_saturated
     for _ in range(12):  # unread for 95 s, past the staleness and the hold
         t += 5
         window.add(Snapshot("llm", t, False, error="timed out"))
