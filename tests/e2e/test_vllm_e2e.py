@@ -486,9 +486,12 @@ HOLD_S = 60.0
 def alert_stack(name: str, workdir: Path, vllm_url: str, interval: float | None):
     """What a user runs: the exporter (`--interval` only when given, else every default)
     posting to its own Alertmanager, and a Prometheus with the generated rules, both paths
-    (the exporter's series and vLLM's own), posting to another. Yields the two webhooks
-    and the exporter's URL."""
-    from grafana.build import rule_yaml
+    (the exporter's series and vLLM's own), posting to another, its vLLM job as the
+    example config's (`grafana/prometheus/prometheus.yml`: every 10 s, a 10 s timeout).
+    Yields the two webhooks and the exporter's URL."""
+    import yaml
+
+    from grafana.build import PROMETHEUS, rule_yaml
     from grafana.config import CONFIG
     from grafana.rules import exporter_alerts, vllm_alerts, vllm_recording_rules
     from tests.support.monitoring_stack import (
@@ -522,6 +525,11 @@ def alert_stack(name: str, workdir: Path, vllm_url: str, interval: float | None)
     }
     flags = ["--config", str(fleet)] + (["--interval", f"{interval:g}"] if interval else [])
     vllm_host = vllm_url.split("/")[2]
+    # The example's vLLM job waits for a slow /metrics (at the global 5 s, a 5 s timeout:
+    # a clean-clone run read the overloaded vLLM twice in 140 s, and its rules resolved).
+    example = yaml.safe_load((PROMETHEUS / "prometheus.yml").read_text())
+    [vllm_job] = [job for job in example["scrape_configs"] if job["job_name"] == "vllm"]
+    pace = {key: vllm_job[key] for key in ("scrape_interval", "scrape_timeout")}
     with (
         webhook() as from_rules,
         webhook() as from_exporter,
@@ -533,6 +541,7 @@ def alert_stack(name: str, workdir: Path, vllm_url: str, interval: float | None)
             [
                 {
                     "job_name": "vllm",
+                    **pace,
                     "static_configs": [{"targets": [vllm_host], "labels": {"target": "vllm"}}],
                 },
                 {
@@ -542,8 +551,9 @@ def alert_stack(name: str, workdir: Path, vllm_url: str, interval: float | None)
             ],
             rules,
             alertmanager_url=am_rules.url,
-            # Prometheus at the same interval as the exporter, or the example config's;
-            # its own default resend delay, as a user runs it.
+            # Prometheus at the same interval as the exporter, or the example config's
+            # (its vLLM job: the example's, above); its own default resend delay, as a
+            # user runs it.
             interval=f"{interval:g}s" if interval else "5s",
             resend_delay=None,
         ) as prom,
@@ -585,7 +595,8 @@ def test_sustained_saturation_alerts_by_every_path_on_an_overloaded_vllm(
 ):
     """Issue 19: a real vLLM held at about five times its latency budget, scraped at a 1 s
     interval by the exporter and Prometheus (where, before, one slow scrape restarted each
-    hold and no alert came) and at the defaults: BatchingBudgetSaturated reaches
+    hold and no alert came) and at the defaults, Prometheus reading vLLM as the example
+    config does (every 10 s, a 10 s timeout): BatchingBudgetSaturated reaches
     Alertmanager by every path, not before the hold, the Live page shows the banner while
     it fires, and every path resolves once the load stops."""
 

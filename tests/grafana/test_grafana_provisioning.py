@@ -8,7 +8,7 @@ import promql_parser
 import yaml
 
 from exporter.alerts.specs import ALERTS, EXPORTER_DOWN
-from exporter.config.settings import load_config
+from exporter.config.settings import DEFAULT_TIMEOUT_SECONDS, load_config
 from grafana.build import PROMETHEUS, ROOT
 from tests.support.system_tools import tool
 
@@ -35,6 +35,19 @@ def test_example_prometheus_labels_each_vllm_with_its_fleet_name():
     labelled = {group["labels"]["target"] for group in jobs["vllm"]["static_configs"]}
     fleet = load_config(PROMETHEUS / "fleet.example.yaml")
     assert labelled == {target.name for target in fleet.targets} == {"llm-a", "llm-b"}
+
+
+def test_example_prometheus_reads_a_slow_vllm_as_long_as_the_exporter_does():
+    # An overloaded vLLM's /metrics takes seconds: the vLLM job waits as long as the
+    # exporter's default scrape timeout, at an interval no shorter (Prometheus's rule).
+    [vllm] = [
+        job
+        for job in _yaml(PROMETHEUS / "prometheus.yml")["scrape_configs"]
+        if job["job_name"] == "vllm"
+    ]
+    timeout = float(vllm["scrape_timeout"].removesuffix("s"))
+    assert timeout == DEFAULT_TIMEOUT_SECONDS == 10.0
+    assert float(vllm["scrape_interval"].removesuffix("s")) >= timeout
 
 
 def test_example_alertmanager_config_passes_amtool_and_groups_by_alert_and_target():
