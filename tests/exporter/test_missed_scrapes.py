@@ -70,6 +70,23 @@ def scripted_run(seconds: int, failed_every: int | None, start: float = 1000.0):
         yield t, signals
 
 
+def overloaded_run(times, unread, settings: SignalSettings = SETTINGS, window_seconds=60.0):
+    """Evaluate a steadily overloaded vLLM scraped at each of `times`, the scrapes at the
+    times in `unread` timing out; yields (t, signals, states) of every evaluation."""
+    server = VllmState(running=8, waiting=20, kv_usage=0.5)
+    window, states = Window(window_seconds, settings), {}
+    for t in times:
+        server.finish(10, 1.2, 100)
+        result = (
+            ScrapeResult(None, "timed out after 10 s", 0.1)
+            if t in unread
+            else ScrapeResult(render(server), None, 0.1)
+        )
+        window.add(read_payload(TARGET, t, result)[0])
+        signals, states = evaluate_window(LLM, window, states, float(t))
+        yield float(t), signals, states
+
+
 def first_saturated(run) -> tuple[float, TargetSignals]:
     return next((t, s) for t, s in run if s.total.budget_saturated)
 
@@ -258,24 +275,10 @@ def outage_then_read(gap_end: float) -> tuple[TargetSignals, dict]:
     staleness 30 s), then failed scrapes from 40 s (backed off, as a failing target is),
     then a readable one at `gap_end`, still over the budget; its signals and states."""
     settings = SignalSettings(cap=8, budget_seconds=BUDGET, hold_seconds=30, stale_seconds=30)
-    server = VllmState(running=8, waiting=20, kv_usage=0.5)
-    window, states = Window(120.0, settings), {}
-    for t in [*range(0, 40), *range(40, int(gap_end), 5)]:
-        server.finish(10, 1.2, 100)
-        read = t < 40
-        snapshot, _ = read_payload(
-            TARGET,
-            t,
-            ScrapeResult(
-                render(server) if read else None, None if read else "timed out after 10 s", 0.1
-            ),
-        )
-        window.add(snapshot)
-        signals, states = evaluate_window(LLM, window, states, float(t))
-    assert signals.total.budget_saturated and states[TOTAL].read_at == 39.0  # held
-    server.finish(10, 1.2, 100)
-    window.add(read_payload(TARGET, gap_end, ScrapeResult(render(server), None, 0.1))[0])
-    signals, states = evaluate_window(LLM, window, states, gap_end)
+    unread = range(40, int(gap_end), 5)
+    run = list(overloaded_run([*range(0, 40), *unread, gap_end], unread, settings, 120.0))
+    (_, held, held_states), (_, signals, states) = run[-2], run[-1]
+    assert held.total.budget_saturated and held_states[TOTAL].read_at == 39.0  # held
     assert signals.up and signals.total.budget_utilization > 1
     return signals, states
 
@@ -381,22 +384,14 @@ def test_a_fired_saturation_alert_outlasts_an_outage_for_the_staleness_and_the_h
     # it, as the vLLM rules path's (keep_firing_for) did not; an outage past the staleness
     # and the hold (120 s) resolves it, where TargetDown has fired.
     def run(outage: int) -> tuple[list[tuple[float, AlertBook]], TargetSignals]:
-        window, states = Window(60.0, SETTINGS), {}
-        server = VllmState(running=8, waiting=20, kv_usage=0.5)
         book, books = AlertBook(), []
         # Read every second to 1090 s, unread (timing out every 5 s) for `outage` seconds,
         # then read every second again, still over the budget.
         unread = range(1091, 1091 + outage, 5)
-        for t in [*range(1000, 1091), *unread, *range(1091 + outage, 1111 + outage)]:
-            server.finish(10, 1.2, 100)
-            failed = t in unread
-            result = ScrapeResult(
-                None if failed else render(server), "timed out after 10 s" if failed else None, 0.1
-            )
-            window.add(read_payload(TARGET, t, result)[0])
-            signals, states = evaluate_window(LLM, window, states, float(t))
-            book = step(book, [signals], float(t), stale_seconds=HOLD, keep_seconds=HOLD)
-            books.append((float(t), book))
+        times = [*range(1000, 1091), *unread, *range(1091 + outage, 1111 + outage)]
+        for t, signals, _ in overloaded_run(times, unread):
+            book = step(book, [signals], t, stale_seconds=HOLD, keep_seconds=HOLD)
+            books.append((t, book))
             book = delivered(book)
         return books, signals
 
@@ -421,20 +416,12 @@ def test_a_lone_read_after_a_long_outage_leaves_the_alert_ending_with_its_episod
     # as through a gap), then unread again. The episode ends 120 s after 1091 s, at the
     # first evaluation past 1211 s, and the exporter's alert resolves at that same one:
     # the lone read does not restart the alert's unread clock.
-    window, states = Window(60.0, SETTINGS), {}
-    server = VllmState(running=8, waiting=20, kv_usage=0.5)
     book, key = AlertBook(), (BUDGET_SATURATED.name, "llm")
-    readable = {*range(1000, 1091), 1158}
+    unread = {*range(1091, 1158, 5), *range(1163, 1300, 5)}
+    times = [*range(1000, 1091), *range(1091, 1158, 5), 1158, *range(1163, 1300, 5)]
     saturated, resolved = {}, []
-    for t in [*range(1000, 1091), *range(1091, 1158, 5), 1158, *range(1163, 1300, 5)]:
-        server.finish(10, 1.2, 100)
-        read = t in readable
-        result = ScrapeResult(
-            render(server) if read else None, None if read else "timed out after 10 s", 0.1
-        )
-        window.add(read_payload(TARGET, t, result)[0])
-        signals, states = evaluate_window(LLM, window, states, float(t))
-        book = step(book, [signals], float(t), stale_seconds=HOLD, keep_seconds=HOLD)
+    for t, signals, _ in overloaded_run(times, unread):
+        book = step(book, [signals], t, stale_seconds=HOLD, keep_seconds=HOLD)
         saturated[t] = signals.total.budget_saturated
         resolved += [t for k, a in book.unsent.items() if k == key and a.resolved_at]
         book = delivered(book)
@@ -462,24 +449,15 @@ def test_an_exporter_that_stalled_keeps_its_alerts_through_the_scrape_that_fails
     book = step(delivered(book), [memory_bound(127.0 + 2 * HOLD)], 127.0 + 2 * HOLD)
     assert book.active[key].active_since == 0.0 and key not in book.unsent
 
-    window, states = Window(60.0, SETTINGS), {}
-    server = VllmState(running=8, waiting=20, kv_usage=0.5)
     book, saturated = AlertBook(), (BUDGET_SATURATED.name, "llm")
-    for t in [*range(1000, 1071), 1070 + 68, 1070 + 71]:  # a stall of 67 s, then a timeout
-        server.finish(10, 1.2, 100)
-        failed = t == 1070 + 68
-        snapshot, _ = read_payload(
-            TARGET,
-            t,
-            ScrapeResult(
-                None if failed else render(server), "timed out after 10 s" if failed else None, 0.1
-            ),
-        )
-        window.add(snapshot)
-        signals, states = evaluate_window(LLM, window, states, float(t))
-        book = delivered(step(book, [signals], float(t)))
+    # A stall of 67 s, then a timeout.
+    times = [*range(1000, 1071), 1070 + 68, 1070 + 71]
+    run = list(overloaded_run(times, {1070 + 68}))
+    for t, signals, _ in run:
+        book = delivered(step(book, [signals], t))
         if saturated in book.active:
             since = book.active[saturated].active_since
+    states = run[-1][2]
     assert signals.up and signals.total.budget_saturated
     assert states[TOTAL].above_since == 1001.0
     # The window after the stall holds one scrape: the utilisation last measured stands,
