@@ -169,10 +169,16 @@ def vllm_recording_rules(config: Mapping) -> dict:
     stopped = f"(({GENERATION_TOKENS} < {stall:g}) unless ({REQUESTS} >= {stall:g}))"
 
     def in_flight(histogram: str) -> str:
-        """Requests the latency of `histogram` has not observed yet, at every evaluation
-        of the window (as the exporter's `in_flight_unfinished`)."""
-        owed = WAITING if histogram in OBSERVED_ON_ADMISSION else f"({RUNNING} + {WAITING})"
-        return f"min_over_time({owed}[{window}:]) > 0"
+        """Requests the latency of `histogram` has not observed yet, in flight through the
+        window (as the exporter's `in_flight_unfinished`): waiting, or running, at every
+        evaluation, or, for a latency observed at the end, tokens generated (vLLM's gauges
+        can read 0 while its token counter advances)."""
+        if histogram in OBSERVED_ON_ADMISSION:
+            return f"min_over_time({WAITING}[{window}:]) > 0"
+        return (
+            f"(min_over_time(({RUNNING} + {WAITING})[{window}:]) > 0)\n"
+            f"or on ({by}) ({GENERATION_TOKENS} > 0)"
+        )
 
     rules += [
         # Requests in flight, none finished (a rate known to be 0: a vLLM Prometheus cannot

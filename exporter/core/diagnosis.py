@@ -252,7 +252,11 @@ class _Reading:
 
 
 def _idle(r: _Reading) -> Diagnosis | None:
-    if (r.i.running or 0) + (r.i.waiting or 0) == 0:
+    i = r.i
+    # A saturated episode carried through a window that finished nothing is carried on
+    # requests in flight (evaluate.in_flight_unfinished), which vLLM's gauges can miss.
+    carried = i.budget_saturated and i.latency_seconds is None
+    if (i.running or 0) + (i.waiting or 0) == 0 and not carried:
         return Diagnosis("idle", "no request is running or waiting")
     return None
 
@@ -271,11 +275,14 @@ def _window_latency(r: _Reading) -> str:
                 "the window holds one scrape (the exporter evaluated late) and measures "
                 f"nothing; {last}"
             )
-        in_flight = _count_text((i.running or 0) + (i.waiting or 0))
-        return (
-            f"no request finished in the last {i.window_seconds:.0f} s while {in_flight} ran or "
-            f"waited; {last}"
+        in_flight = (i.running or 0) + (i.waiting or 0)
+        # vLLM's gauges can read 0 while its token counter advances: then the tokens say it.
+        doing = (
+            f"{_count_text(in_flight)} ran or waited"
+            if in_flight > 0 or not i.generated_per_second
+            else f"{i.generated_per_second:.0f} tokens a second were generated"
         )
+        return f"no request finished in the last {i.window_seconds:.0f} s while {doing}; {last}"
     if i.latency_seconds is None or i.budget_seconds is None:
         return f"over the last {i.window_seconds:.0f} s, latency {share} of the budget"
     return (

@@ -192,12 +192,47 @@ def test_an_engine_that_stopped_generating_is_released_and_reads_stalled():
 
 
 def test_an_engine_with_nothing_in_flight_and_nothing_finished_is_released():
-    # The traffic ended: nothing runs or waits. Once the window no longer holds a finished
-    # request, nothing is saturated.
-    run = list(stalled_run(120, in_flight_after=(0.0, 0.0)))
+    # The traffic ended: nothing runs, waits or is generated. Once the window no longer
+    # holds a finished request, nothing is saturated.
+    run = list(stalled_run(120, in_flight_after=(0.0, 0.0), tokens_per_second=0.0))
     released = [t for t, s in run if not s.total.budget_saturated]
     assert released and released[0] - 1120.0 <= 61.0
     assert all(not s.total.budget_saturated for t, s in run if t >= released[0])
+
+
+def test_tokens_generated_with_none_finished_are_in_flight_whatever_the_gauges_read():
+    # CI run 23, the 1 s stack beside a CPU hog: the exporter's scrapes of the overloaded
+    # vLLM failed for 74 s, and then read every second with nothing finished between two
+    # scrapes a second apart, 731 tokens a second generated, and the gauges at 0 and 0
+    # between readings of 3 running and 29 waiting. The window of those scrapes measured no
+    # latency, and the gauges' 0 ended the episode mid-overload. Here: overloaded and read
+    # for 120 s (saturated from 61 s), unread from 120 s to 193 s, then read to 214 s,
+    # 700 tokens a second and no request finished, the gauges at 0 from 194 s to 200 s.
+    server = VllmState(running=8, waiting=20, kv_usage=0.5)
+    window, states, run = Window(60.0, SETTINGS), {}, []
+    for t in range(0, 215):
+        if t < 120:
+            server.finish(10, 1.2, 100)
+        server.tokens_sum += 700.0
+        server.running, server.waiting = (0.0, 0.0) if 194 <= t <= 200 else (3.0, 29.0)
+        unread = 120 <= t < 194
+        result = ScrapeResult(
+            None if unread else render(server), "timed out" if unread else None, 1
+        )
+        window.add(read_payload(TARGET, float(t), result)[0])
+        signals, states = evaluate_window(LLM, window, states, float(t))
+        run.append((t, signals, states))
+    for t, signals, states in run[61:]:
+        assert signals.total.budget_saturated, t
+        assert states[TOTAL].above_since == 1.0, t
+    t, signals, _ = run[200]
+    assert signals.total.latency_seconds is None
+    assert signals.total.diagnosis.state == "budget_saturated"  # not idle: tokens flow
+    assert signals.total.budget_utilization == pytest.approx(1.21, abs=0.01)
+    assert (
+        "no request finished in the last 6 s while 700 tokens a second were generated; the "
+        "latency last measured was 121% of the budget" in signals.total.diagnosis.reason
+    )
 
 
 def test_a_first_token_latency_is_unfinished_only_while_requests_wait():
@@ -210,6 +245,11 @@ def test_a_first_token_latency_is_unfinished_only_while_requests_wait():
     assert in_flight_unfinished(queued, nothing, "ttft")
     assert in_flight_unfinished(running, nothing, "e2e")
     assert not in_flight_unfinished(queued, None, "e2e")
+    # Tokens generated say requests ran, whatever the gauges read; not that any waited.
+    idle = [SeriesSnapshot((), "vllm", running=0.0, waiting=0.0)] * 3
+    assert not in_flight_unfinished(idle, nothing, "e2e", 0.0)
+    assert in_flight_unfinished(idle, nothing, "e2e", 700.0)
+    assert not in_flight_unfinished(idle, nothing, "ttft", 700.0)
 
 
 def test_a_saturated_target_unread_longer_than_the_staleness_and_the_hold_ends_its_episode():
