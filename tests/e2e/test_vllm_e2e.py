@@ -589,7 +589,7 @@ def every_path(stacks: dict, status: str, since: float, seen: dict[str, float]) 
 
 # Its own waits (420 s to fire, 240 s for the banner, 300 s to resolve) outlast the suite's
 # 600 s: a clean clone beside a CPU hog fired 155 to 331 s after the load began.
-@pytest.mark.timeout(1200)
+@pytest.mark.timeout(1500)
 def test_sustained_saturation_alerts_by_every_path_on_an_overloaded_vllm(
     vllm: VllmManager, workdir: Path
 ):
@@ -635,7 +635,7 @@ def test_sustained_saturation_alerts_by_every_path_on_an_overloaded_vllm(
         try:
             wait_http(
                 f"http://127.0.0.1:{dashboard_port}",
-                BANNER_WAIT_S,
+                DASHBOARD_START_S,
                 workdir / "dashboard.log",
                 processes=[dashboard],
             )
@@ -661,11 +661,12 @@ def test_sustained_saturation_alerts_by_every_path_on_an_overloaded_vllm(
             # banner shows. A CI run on a starved machine (vLLM took 109 s to start, the
             # exporter went 30 s between evaluations) had the page still drawing at 90 s.
             # The dashboard listens since before the load (above).
-            banner = live_page_banner(dashboard_port, workdir / "live-saturated.png")
+            asked = time.monotonic()
+            banner, page_text = live_page_banner(dashboard_port, workdir / "live-saturated.png")
             history = exporter_1s_history(exporter_1s.url)
             assert banner is not None, (
-                f"no saturation banner on the Live page in {BANNER_WAIT_S:g} s; the exporter's "
-                "last points: "
+                f"no saturation banner on the Live page in {BANNER_WAIT_S:g} s; the page's "
+                f"text when last read: {page_text[:1500]!r}; the exporter's last points: "
                 + json.dumps(
                     [
                         {k: p[k] for k in ("t", "up", "budget_saturated", "budget_utilization")}
@@ -673,7 +674,9 @@ def test_sustained_saturation_alerts_by_every_path_on_an_overloaded_vllm(
                     ]
                 )
             )
-            print(f"Live page banner: {banner!r}")
+            print(
+                f"Live page banner, {time.monotonic() - asked:.0f} s after it was asked for: {banner!r}"
+            )
             failed = sum(not point["up"] for point in history)
             print(
                 f"1 s exporter: {failed} of {len(history)} scrapes of vLLM failed; Prometheus "
@@ -833,12 +836,21 @@ def vllm_read_by(prom, seconds: float) -> dict:
     }
 
 
-BANNER_WAIT_S = 240.0
+DASHBOARD_START_S = 240.0
+# Beside the overload the dashboard's server and the test's Chromium run on a few percent
+# of a CPU (vLLM's engine and worker take about 170% of the two, spinning): a quiet page
+# refresh costs the server about 70 ms (docs/benchmarks.md) and the browser draws nine
+# charts. Clean-clone run 24 beside a CPU hog did not show the banner in 240 s; the same
+# test alone beside the hog showed it after about 250 s. The load goes on until it shows.
+BANNER_WAIT_S = 420.0
 
 
-def live_page_banner(port: int, screenshot: Path, seconds: float = BANNER_WAIT_S) -> str | None:
+def live_page_banner(
+    port: int, screenshot: Path, seconds: float = BANNER_WAIT_S
+) -> tuple[str | None, str]:
     """The Live page's saturation banner for the target vllm, as Chromium shows it (its
-    line of the page's text; a screenshot taken then), or None if it never shows."""
+    line of the page's text; a screenshot taken then), or None if it never shows; and the
+    page's text when last read, for a failure's message."""
     from playwright.sync_api import TimeoutError as PlaywrightTimeout
     from playwright.sync_api import sync_playwright
 
@@ -853,10 +865,12 @@ def live_page_banner(port: int, screenshot: Path, seconds: float = BANNER_WAIT_S
             page.goto(
                 f"http://127.0.0.1:{port}", wait_until="domcontentloaded", timeout=seconds * 1000
             )
+            body = "(never read)"
             while time.monotonic() < deadline:
                 try:
                     body = page.inner_text("body", timeout=30_000)
                 except PlaywrightTimeout:
+                    body = "(not read in 30 s)"
                     continue
                 lines = [
                     line for line in body.splitlines() if line.startswith("Budget saturated: vllm")
@@ -868,9 +882,9 @@ def live_page_banner(port: int, screenshot: Path, seconds: float = BANNER_WAIT_S
                         page.screenshot(path=str(screenshot), full_page=True, timeout=120_000)
                     except PlaywrightTimeout:
                         print(f"no screenshot of the banner in 120 s ({screenshot.name})")
-                    return lines[0]
+                    return lines[0], body
                 time.sleep(1.0)
-            return None
+            return None, body
         finally:
             browser.close()
 
