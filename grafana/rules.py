@@ -43,7 +43,7 @@ from exporter.alerts.specs import (
     AlertSpec,
     AlertWords,
 )
-from exporter.core.evaluate import OBSERVED_ON_ADMISSION
+from exporter.core.evaluate import OBSERVED_AT_FINISH, OBSERVED_AT_FIRST_TOKEN
 from exporter.core.limits import DEFERRED_SHARE
 from exporter.core.slo import DAY_SECONDS, WINDOW_PAIRS, WINDOWS, window_seconds
 from exporter.engines.vllm import LATENCY_FAMILIES, TOKEN_LATENCY_KINDS
@@ -60,8 +60,8 @@ REQUESTS = f"{LEVEL}:vllm_request_success:rate"
 GENERATION_TOKENS = f"{LEVEL}:vllm_generation_tokens:rate"
 LATENCY = f"{LEVEL}:vllm_latency_seconds:quantile"
 BUDGET_UTILIZATION = f"{LEVEL}:vllm_budget_utilization:ratio"
-# 1 where requests were in flight at every evaluation of the window and none finished,
-# by `histogram`: the window measures no latency, and the overload has not ended.
+# 1 where requests were in flight through the window and none finished, by `histogram`:
+# the window measures no latency, and the overload has not ended.
 UNFINISHED = f"{LEVEL}:vllm_in_flight_unfinished:bool"
 ABOVE_THRESHOLD = f"{LEVEL}:vllm_budget_utilization:above_threshold"
 BUDGET_SATURATED_RULE = f"{LEVEL}:vllm_budget_saturated:min_over_hold"
@@ -171,14 +171,14 @@ def vllm_recording_rules(config: Mapping) -> dict:
     def in_flight(histogram: str) -> str:
         """Requests the latency of `histogram` has not observed yet, in flight through the
         window (as the exporter's `in_flight_unfinished`): waiting, or running, at every
-        evaluation, or, for a latency observed at the end, tokens generated (vLLM's gauges
-        can read 0 while its token counter advances)."""
-        if histogram in OBSERVED_ON_ADMISSION:
+        evaluation, or, for a latency observed as a request finishes, tokens generated
+        (vLLM's gauges can read 0 while its token counter advances)."""
+        if histogram in OBSERVED_AT_FIRST_TOKEN:
             return f"min_over_time({WAITING}[{window}:]) > 0"
-        return (
-            f"(min_over_time(({RUNNING} + {WAITING})[{window}:]) > 0)\n"
-            f"or on ({by}) ({GENERATION_TOKENS} > 0)"
-        )
+        gauges = f"min_over_time(({RUNNING} + {WAITING})[{window}:]) > 0"
+        if histogram not in OBSERVED_AT_FINISH:
+            return gauges
+        return f"({gauges})\nor on ({by}) ({GENERATION_TOKENS} > 0)"
 
     rules += [
         # Requests in flight, none finished (a rate known to be 0: a vLLM Prometheus cannot

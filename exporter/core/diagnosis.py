@@ -119,6 +119,11 @@ def no_data_diagnosis() -> Diagnosis:
     )
 
 
+def _rate_text(x: float) -> str:
+    """A rate per second: two significant figures under 10 (0.3), whole above (731)."""
+    return f"{x:.2g}" if x < 10 else f"{x:.0f}"
+
+
 def _count_text(x: float) -> str:
     return f"{x:.0f}" if float(x).is_integer() else f"{x:.2f}"
 
@@ -280,7 +285,7 @@ def _window_latency(r: _Reading) -> str:
         doing = (
             f"{_count_text(in_flight)} ran or waited"
             if in_flight > 0 or not i.generated_per_second
-            else f"{i.generated_per_second:.0f} tokens a second were generated"
+            else f"{_rate_text(i.generated_per_second)} tokens a second were generated"
         )
         return f"no request finished in the last {i.window_seconds:.0f} s while {doing}; {last}"
     if i.latency_seconds is None or i.budget_seconds is None:
@@ -325,7 +330,11 @@ def _budget_saturated(r: _Reading) -> Diagnosis | None:
         f" for {seconds_text(i.above_threshold_seconds)}" if i.above_threshold_seconds > 0 else ""
     )
     measured = f"; {_window_latency(r)}" if i.budget_utilization is not None else ""
-    work = f"; {_work_is_the_latency(r)}" if _small_and_unqueued(r) else ""
+    # Carried through a window that finished nothing, with the gauges at 0 (they can
+    # read 0 while tokens flow: evaluate.in_flight_unfinished), nothing says that
+    # nothing waits.
+    misread = i.latency_seconds is None and (i.running or 0) + (i.waiting or 0) == 0
+    work = f"; {_work_is_the_latency(r)}" if _small_and_unqueued(r) and not misread else ""
     return Diagnosis(
         "budget_saturated",
         f"latency has stayed at or above {percent_text(r.settings.saturation_threshold)} of "

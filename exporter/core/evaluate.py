@@ -296,9 +296,13 @@ def latency_increase(
     )
 
 
-# Latencies observed as a request leaves the queue (its first token, its queue time): a
-# request still waiting has not finished them, one running has.
-OBSERVED_ON_ADMISSION = ("ttft", "queue")
+# When vLLM observes a latency kind: TTFT as a request's first token is generated (a
+# request still waiting owes it); e2e, queue, inference and TPOT (per request) once a
+# request finishes (vLLM V1 observes the queue time then too), so every token generated
+# belongs to a request that owes them until it finishes; ITL at each token after a
+# request's first, so a window of first tokens alone owes none.
+OBSERVED_AT_FIRST_TOKEN = ("ttft",)
+OBSERVED_AT_FINISH = ("e2e", "queue", "inference", "tpot")
 
 
 def in_flight_unfinished(
@@ -310,19 +314,21 @@ def in_flight_unfinished(
     """Requests that the latency of `kind` has not yet observed were in flight through
     the window, and the histogram's increase `hist` counts none finished.
 
-    In flight: for the kinds OBSERVED_ON_ADMISSION, waiting at every scrape. Else running
-    or waiting at every scrape, or tokens generated over the window
-    (`generated_per_second` > 0): a token belongs to a request that had not finished when
-    it was generated, and none finished since. The counter is the evidence that holds:
-    vLLM's running and waiting gauges read 0 at some scrapes of an overloaded engine
-    while its token counter advances (the headline test's CI run 23 read 0 and 0 between
-    readings of 3 running and 29 waiting).
+    In flight: for the kinds OBSERVED_AT_FIRST_TOKEN, waiting at every scrape. Else
+    running or waiting at every scrape; or, for the kinds OBSERVED_AT_FINISH, tokens
+    generated over the window (`generated_per_second` > 0): a token belongs to a request
+    that had not finished when it was generated, and none finished since. The counter is
+    the evidence that holds: vLLM's running and waiting gauges read 0 at some scrapes of
+    an overloaded engine while its token counter advances (the headline test's CI run 23
+    read 0 and 0 between readings of 3 running and 29 waiting). Its cost: requests
+    aborted mid-generation never finish, so after every client cancelled the episode
+    ends once their last tokens leave the window, one window later than the gauges say.
     """
     if hist is None or hist.count != 0:
         return False
-    if kind in OBSERVED_ON_ADMISSION:
+    if kind in OBSERVED_AT_FIRST_TOKEN:
         return all((p.waiting or 0) > 0 for p in snapshots)
-    if generated_per_second is not None and generated_per_second > 0:
+    if kind in OBSERVED_AT_FINISH and (generated_per_second or 0) > 0:
         return True
     return all((p.running or 0) + (p.waiting or 0) > 0 for p in snapshots)
 

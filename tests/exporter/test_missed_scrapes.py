@@ -228,11 +228,38 @@ def test_tokens_generated_with_none_finished_are_in_flight_whatever_the_gauges_r
     t, signals, _ = run[200]
     assert signals.total.latency_seconds is None
     assert signals.total.diagnosis.state == "budget_saturated"  # not idle: tokens flow
+    # Gauges at 0 say nothing about the queue: no "batching cannot shorten it".
+    assert "batching cannot" not in signals.total.diagnosis.reason
     assert signals.total.budget_utilization == pytest.approx(1.21, abs=0.01)
     assert (
         "no request finished in the last 6 s while 700 tokens a second were generated; the "
         "latency last measured was 121% of the budget" in signals.total.diagnosis.reason
     )
+
+
+def test_an_episode_whose_clients_cancelled_ends_a_window_after_the_last_token():
+    # Overloaded to 120 s, then nothing finishes while 700 tokens a second are generated
+    # (the episode is carried), then at 150 s every client gives up: vLLM aborts the
+    # requests (an aborted request never reaches the latency histogram), its gauges read
+    # 0 and no token is generated. The tokens of 121 s to 150 s carry the episode until
+    # they leave the 60 s window; then it ends, and the target reads idle.
+    server = VllmState(running=8, waiting=20, kv_usage=0.5)
+    window, states, run = Window(60.0, SETTINGS), {}, {}
+    for t in range(0, 260):
+        if t <= 120:
+            server.finish(10, 1.2, 100)
+        elif t <= 150:
+            server.running, server.waiting = 3.0, 29.0
+            server.tokens_sum += 700.0
+        else:
+            server.running, server.waiting = 0.0, 0.0
+        window.add(read_payload(TARGET, float(t), ScrapeResult(render(server), None, 0.01))[0])
+        signals, states = evaluate_window(LLM, window, states, float(t))
+        run[t] = signals.total
+    assert all(run[t].budget_saturated for t in range(61, 151))
+    released = next(t for t in range(121, 260) if not run[t].budget_saturated)
+    assert released == 150 + 60
+    assert run[released].diagnosis.state == "idle"
 
 
 def test_a_first_token_latency_is_unfinished_only_while_requests_wait():
@@ -245,11 +272,18 @@ def test_a_first_token_latency_is_unfinished_only_while_requests_wait():
     assert in_flight_unfinished(queued, nothing, "ttft")
     assert in_flight_unfinished(running, nothing, "e2e")
     assert not in_flight_unfinished(queued, None, "e2e")
-    # Tokens generated say requests ran, whatever the gauges read; not that any waited.
+    # Tokens generated say requests ran, whatever the gauges read, for the latencies
+    # observed as a request finishes (vLLM V1 observes the queue time then too); not that
+    # any waited (TTFT), nor that any token after a request's first was generated (ITL:
+    # a window of one-token requests owes none).
     idle = [SeriesSnapshot((), "vllm", running=0.0, waiting=0.0)] * 3
     assert not in_flight_unfinished(idle, nothing, "e2e", 0.0)
-    assert in_flight_unfinished(idle, nothing, "e2e", 700.0)
+    for kind in ("e2e", "queue", "inference", "tpot"):
+        assert in_flight_unfinished(idle, nothing, kind, 700.0), kind
     assert not in_flight_unfinished(idle, nothing, "ttft", 700.0)
+    assert not in_flight_unfinished(idle, nothing, "itl", 5.0)
+    # A running request owes its queue time until it finishes.
+    assert in_flight_unfinished(running, nothing, "queue")
 
 
 def test_a_saturated_target_unread_longer_than_the_staleness_and_the_hold_ends_its_episode():

@@ -130,6 +130,25 @@ def test_every_histogram_rule_keeps_the_instance_labels_beside_le():
             assert "rate(" in rule["expr"]
 
 
+def test_tokens_count_as_requests_in_flight_only_for_latencies_observed_at_the_finish():
+    # vLLM observes e2e, queue, inference and TPOT as a request finishes: a token generated
+    # belongs to a request that owes them. ITL is observed at every token after a
+    # request's first, TTFT at its first: tokens generated say nothing owed of those.
+    unfinished = {
+        rule["labels"]["histogram"]: rule["expr"]
+        for rule in _rules(PROMETHEUS / "vllm-rules.yml")
+        if rule.get("record") == rule_names.UNFINISHED
+    }
+    assert sorted(unfinished) == ["e2e", "inference", "itl", "queue", "tpot", "ttft"]
+    tokens = f"({rule_names.GENERATION_TOKENS} > 0)"
+    assert {kind for kind, expr in unfinished.items() if tokens in expr} == {
+        "e2e",
+        "inference",
+        "queue",
+        "tpot",
+    }
+
+
 def test_target_rules_carry_cap_and_budget_with_the_quantile_and_histogram():
     target = Target(
         "llm",
