@@ -261,7 +261,9 @@ def _idle(r: _Reading) -> Diagnosis | None:
     # A saturated episode carried through a window that finished nothing is carried on
     # requests in flight (evaluate.in_flight_unfinished), which vLLM's gauges can miss.
     carried = i.budget_saturated and i.latency_seconds is None
-    if (i.running or 0) + (i.waiting or 0) == 0 and not carried:
+    # A preemption in the window means a request ran, whatever the gauges read (as the
+    # binding limit reads it: limits._binding).
+    if (i.running or 0) + (i.waiting or 0) == 0 and not carried and not r.preempting:
         return Diagnosis("idle", "no request is running or waiting")
     return None
 

@@ -15,7 +15,8 @@ The limits (docs/metrics.md, "What limits the batch", says what each reads in wh
   its latency budget, as a share of the batches it fired;
 - `arrivals`: nothing waits, so the batch is as large as the traffic makes it.
 
-The binding limit, first match: none while nothing runs or waits; for an in-house batcher,
+The binding limit, first match: none while nothing runs, waits or is preempted (a
+preemption means a request ran, whatever the gauges read); for an in-house batcher,
 its max batch size when batches fill near it, `arrivals` while nothing waits, else the
 trigger (timeout: `max_wait`, budget: `latency_budget`) that fired most batches early;
 while nothing waits, the KV cache if it preempts, the request (or batch-token) cap the
@@ -244,7 +245,11 @@ def _readings(x: LimitInputs) -> list[LimitReading]:
 
 def _binding(x: LimitInputs, bound: set[str]) -> str | None:
     """The binding limit, first match (the module docstring)."""
-    if (x.running or 0) + (x.waiting or 0) == 0:
+    preempting = (x.preemptions_per_second or 0) > 0
+    # A preemption means a request ran: vLLM's gauges can read 0 while it preempts (a
+    # KV-bound sweep beside a CPU hog read 0 running, 0 waiting and 0% KV at every scrape
+    # of a step that preempted 177 requests a second and finished 4 a second).
+    if (x.running or 0) + (x.waiting or 0) == 0 and not preempting:
         return None
     if x.fired_batches:
         # A batcher's batch fills to its max batch size, or waits for arrivals; while items
@@ -255,7 +260,6 @@ def _binding(x: LimitInputs, bound: set[str]) -> str | None:
             return "arrivals"
         early = {t: s for t, s in x.trigger_shares.items() if t != "full" and s > 0}
         return TRIGGER_LIMITS[max(early, key=early.__getitem__)] if early else UNEXPLAINED
-    preempting = (x.preemptions_per_second or 0) > 0
     if not x.waiting:
         met = [limit for limit in ("requests", "batch_tokens") if limit in bound]
         return "kv_cache" if preempting else met[0] if met else "arrivals"

@@ -471,7 +471,13 @@ def test_loadgen_watch_names_the_kv_bound_knee_memory_bound(vllm: VllmManager, w
     # none: nothing ran). The KV cache binds most of those readings, full at its peak.
     waited = limits_besides_arrivals(at_knee["binding_shares"])
     assert waited and max(waited, key=waited.get) == "kv_cache", at_knee["binding_shares"]
-    assert at_knee["kv_usage_max"] >= 0.95 and at_knee["running_max"] < CAP, at_knee
+    # The cache filled at its peak. Where vLLM's gauges read no request at any reading of
+    # the step, its preemptions say so (clean-clone run 25 beside a CPU hog: 0 running,
+    # 0 waiting and 0% KV at every scrape of the 16 req/s step, while it preempted 177
+    # requests a second and finished 4 a second).
+    blind = at_knee["running_max"] == 0 and at_knee["kv_usage_max"] == 0
+    filled = at_knee["kv_usage_max"] >= 0.95 or (blind and at_knee["preemptions_per_s"] > 0)
+    assert filled and at_knee["running_max"] < CAP, at_knee
     # Named memory-bound: as the step's binding limit, or (arrivals at most readings) as
     # what bound where requests waited.
     assert knee["binding_limit"] in ("kv_cache", "arrivals"), knee

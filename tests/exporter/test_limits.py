@@ -235,6 +235,19 @@ def test_a_payload_without_the_new_families_reads_as_before(fixture: str) -> Non
     ("inputs", "binding", "at_bound"),
     [
         (LimitInputs(running=0, waiting=0, cap=8), None, ()),
+        (
+            LimitInputs(running=0, waiting=0, cap=8, kv_usage=0.0, preemptions_per_second=0),
+            None,
+            (),
+        ),
+        # A preemption means a request ran: clean-clone run 25's KV-bound sweep read 0
+        # running, 0 waiting and 0% KV at every scrape of a step that preempted 177
+        # requests a second (and finished 4 a second): the KV cache binds, not nothing.
+        (
+            LimitInputs(running=0, waiting=0, cap=8, kv_usage=0.0, preemptions_per_second=177),
+            "kv_cache",
+            ("kv_cache",),
+        ),
         (LimitInputs(running=3, waiting=0, cap=8), "arrivals", ()),
         (LimitInputs(running=8, waiting=0, cap=8), "requests", ("requests",)),
         (LimitInputs(running=3, waiting=9, cap=8, kv_usage=0.95), "kv_cache", ("kv_cache",)),
