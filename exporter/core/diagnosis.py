@@ -218,6 +218,11 @@ class _Reading:
     i: DiagnosisInputs
     settings: SignalSettings
     waits: bool
+    # Running and waiting by the gauges (vLLM's can read 0 while its counters advance).
+    in_flight: float
+    # A saturated episode carried through a window that measured no latency (none
+    # finished with requests in flight: evaluate.in_flight_unfinished, or one scrape).
+    carried: bool
     # Running against the request cap, and the batch's tokens against the token cap.
     ratio: float | None
     token_ratio: float | None
@@ -243,6 +248,8 @@ class _Reading:
             i=i,
             settings=settings,
             waits=(i.waiting or 0) > 0,
+            in_flight=(i.running or 0) + (i.waiting or 0),
+            carried=i.budget_saturated and i.latency_seconds is None,
             ratio=ratio,
             token_ratio=token_ratio,
             fullest=fullest,
@@ -257,13 +264,10 @@ class _Reading:
 
 
 def _idle(r: _Reading) -> Diagnosis | None:
-    i = r.i
-    # A saturated episode carried through a window that finished nothing is carried on
-    # requests in flight (evaluate.in_flight_unfinished), which vLLM's gauges can miss.
-    carried = i.budget_saturated and i.latency_seconds is None
-    # A preemption in the window means a request ran, whatever the gauges read (as the
+    # A carried episode rests on requests in flight that vLLM's gauges can miss; a
+    # preemption in the window means a request ran, whatever the gauges read (as the
     # binding limit reads it: limits._binding).
-    if (i.running or 0) + (i.waiting or 0) == 0 and not carried and not r.preempting:
+    if r.in_flight == 0 and not r.carried and not r.preempting:
         return Diagnosis("idle", "no request is running or waiting")
     return None
 
@@ -282,11 +286,10 @@ def _window_latency(r: _Reading) -> str:
                 "the window holds one scrape (the exporter evaluated late) and measures "
                 f"nothing; {last}"
             )
-        in_flight = (i.running or 0) + (i.waiting or 0)
         # vLLM's gauges can read 0 while its token counter advances: then the tokens say it.
         doing = (
-            f"{_count_text(in_flight)} ran or waited"
-            if in_flight > 0 or not i.generated_per_second
+            f"{_count_text(r.in_flight)} ran or waited"
+            if r.in_flight > 0 or not i.generated_per_second
             else f"{_rate_text(i.generated_per_second)} tokens a second were generated"
         )
         return f"no request finished in the last {i.window_seconds:.0f} s while {doing}; {last}"
@@ -335,7 +338,7 @@ def _budget_saturated(r: _Reading) -> Diagnosis | None:
     # Carried through a window that finished nothing, with the gauges at 0 (they can
     # read 0 while tokens flow: evaluate.in_flight_unfinished), nothing says that
     # nothing waits.
-    misread = i.latency_seconds is None and (i.running or 0) + (i.waiting or 0) == 0
+    misread = r.carried and r.in_flight == 0
     work = f"; {_work_is_the_latency(r)}" if _small_and_unqueued(r) and not misread else ""
     return Diagnosis(
         "budget_saturated",
