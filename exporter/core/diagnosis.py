@@ -264,12 +264,10 @@ class _Reading:
 
 
 def _idle(r: _Reading) -> Diagnosis | None:
-    # A saturated episode rests on requests that ran over the budget, whatever the gauges
-    # read at the scrapes (requests that run between scrapes; vLLM's gauges under
-    # overload): the diagnosis does not call idle a target whose alert it explains. A
-    # preemption in the window means a request ran (as the binding limit reads it:
-    # limits._binding).
-    if r.in_flight == 0 and not r.i.budget_saturated and not r.preempting:
+    # A carried episode rests on requests in flight that vLLM's gauges can miss; a
+    # preemption in the window means a request ran, whatever the gauges read (as the
+    # binding limit reads it: limits._binding).
+    if r.in_flight == 0 and not r.carried and not r.preempting:
         return Diagnosis("idle", "no request is running or waiting")
     return None
 
