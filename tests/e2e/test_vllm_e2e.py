@@ -712,7 +712,7 @@ def test_sustained_saturation_alerts_by_every_path_on_an_overloaded_vllm(
             asked = time.monotonic()
             banner, page_text = live_page_banner(page, workdir / "live-saturated.png")
             browser.close()
-            history = exporter_1s_history(exporter_1s.url)
+            history = overload_history(exporter_1s.url)
             assert banner is not None, (
                 f"no saturation banner on the Live page in {BANNER_WAIT_S:g} s; the page's "
                 f"text when last read: {page_text[:1500]!r}; the exporter's last points: "
@@ -951,8 +951,20 @@ def live_page_banner(
     return None, body
 
 
-def exporter_1s_history(url: str) -> list[dict]:
-    return vs.http_get_json(f"{url}/api/v1/history?target=vllm", timeout=10)["points"]
+def exporter_1s_history(url: str, timeout: float = 10.0) -> list[dict]:
+    return vs.http_get_json(f"{url}/api/v1/history?target=vllm", timeout=timeout)["points"]
+
+
+def overload_history(url: str) -> list[dict]:
+    """The 1 s exporter's history read mid-overload, for the test's report: a starved
+    exporter can take over 10 s to answer it (clean-clone run 29), and a report that cannot
+    be read does not fail the claims it reports on. Three tries of 30 s; [] if none answers."""
+    for attempt in range(3):
+        try:
+            return exporter_1s_history(url, timeout=30.0)
+        except (OSError, ValueError) as err:
+            print(f"the 1 s exporter's history, try {attempt + 1}: not read ({err!r})")
+    return []
 
 
 # ------------------------------------------------------------ the per-step token budget
