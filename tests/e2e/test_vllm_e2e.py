@@ -359,6 +359,9 @@ def test_continuous_batching_at_cap(vllm: VllmManager, exporter: Exporter):
         160,
         seed=1,
         pick=lambda s: s["ratio"] == 1.0 and s["running"] == CAP and (s["waiting"] or 0) > 0,
+        # Beside a CPU hog (clean-clone run 30) vLLM's gauges read 0 or a few running with
+        # nothing waiting through three bursts while 1,150 to 2,460 tokens a second flowed.
+        attempts=6,
     )
     assert at_cap, f"never saw running == cap with a queue: {samples}"
     # The batch is full and nothing else limits it: healthy, unless the window's latency
