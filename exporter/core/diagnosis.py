@@ -18,6 +18,7 @@ from exporter.core.limits import (
     at_bound,
     deferred_bind,
     kv_short,
+    nothing_ran,
     ratio_of,
 )
 from exporter.core.signals import SignalSettings, running_vs_cap
@@ -264,10 +265,10 @@ class _Reading:
 
 
 def _idle(r: _Reading) -> Diagnosis | None:
-    # A carried episode rests on requests in flight that vLLM's gauges can miss; a
-    # preemption in the window means a request ran, whatever the gauges read (as the
-    # binding limit reads it: limits._binding).
-    if r.in_flight == 0 and not r.carried and not r.preempting:
+    # As the binding limit reads it (limits.nothing_ran), and a carried episode rests on
+    # requests in flight that vLLM's gauges can miss.
+    i = r.i
+    if nothing_ran(i.running, i.waiting, i.preemptions_per_second) and not r.carried:
         return Diagnosis("idle", "no request is running or waiting")
     return None
 

@@ -243,14 +243,22 @@ def _readings(x: LimitInputs) -> list[LimitReading]:
     return out
 
 
+def nothing_ran(
+    running: float | None, waiting: float | None, preemptions_per_second: float | None
+) -> bool:
+    """No request ran or waited: the gauges read none, and nothing was preempted. A
+    preemption means a request ran: vLLM's gauges can read 0 while it preempts (a KV-bound
+    sweep beside a CPU hog read 0 running, 0 waiting and 0% KV at every scrape of a step
+    that preempted 177 requests a second and finished 4 a second). The binding limit is
+    then none, and the diagnosis idle (diagnosis._idle)."""
+    return (running or 0) + (waiting or 0) == 0 and not (preemptions_per_second or 0) > 0
+
+
 def _binding(x: LimitInputs, bound: set[str]) -> str | None:
     """The binding limit, first match (the module docstring)."""
-    preempting = (x.preemptions_per_second or 0) > 0
-    # A preemption means a request ran: vLLM's gauges can read 0 while it preempts (a
-    # KV-bound sweep beside a CPU hog read 0 running, 0 waiting and 0% KV at every scrape
-    # of a step that preempted 177 requests a second and finished 4 a second).
-    if (x.running or 0) + (x.waiting or 0) == 0 and not preempting:
+    if nothing_ran(x.running, x.waiting, x.preemptions_per_second):
         return None
+    preempting = (x.preemptions_per_second or 0) > 0
     if x.fired_batches:
         # A batcher's batch fills to its max batch size, or waits for arrivals; while items
         # wait below it, the trigger that fired most of the rest of the batches binds.
