@@ -154,6 +154,13 @@ async def drive(
         return await task, last
 
 
+def kv_window_seconds(args: argparse.Namespace) -> float:
+    """The exporter's window in a KV phase: the phase after its warm-up, the seconds the
+    server's own measures (sampled running, tokens per step) cover. A longer window would
+    hold the fresh server's first steps, which the truth leaves out."""
+    return args.phase_seconds - args.warmup_seconds
+
+
 async def kv_phase(
     url: str, name: str, cap: int, kv_tokens: int, args: argparse.Namespace
 ) -> Phase:
@@ -162,7 +169,7 @@ async def kv_phase(
         Settings(
             targets=(Target("demo", f"{url}/metrics", engine="vllm", cap=cap),),
             interval_seconds=INTERVAL_S,
-            window_seconds=WINDOW_S,
+            window_seconds=kv_window_seconds(args),
             timeout_seconds=1.0,
         )
     )
@@ -308,7 +315,8 @@ def kv_markdown(phases: Sequence[Phase], args: argparse.Namespace) -> str:
         f"batching, the load generator at {args.rate:g} requests/s offered with at most "
         f"{args.in_flight} in flight, prompts of 3-12 words, max_tokens {args.max_tokens} "
         f"(ignore_eos), {args.phase_seconds:g} s per phase ({args.warmup_seconds:g} s "
-        f"warm-up); exporter window {WINDOW_S:g} s at {INTERVAL_S:g} s. Running is the "
+        f"warm-up); exporter window {kv_window_seconds(args):g} s (the phase after its "
+        f"warm-up) at {INTERVAL_S:g} s. Running is the "
         "server's: generated tokens per busy step from its counters, i.e. the mean running "
         "batch over every step while requests waited (also the throughput per device step, "
         "whatever the shared CPU's speed), and the mean of `vllm:num_requests_running` "
@@ -409,9 +417,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
     if args.quick:
         args.phase_seconds, args.warmup_seconds = 20.0, 8.0
+    if not 0 <= args.warmup_seconds < args.phase_seconds:
+        parser.error("--warmup-seconds must be at least 0 and under --phase-seconds")
     report = "" if args.skip_kv else kv_markdown(asyncio.run(kv_check(args)), args)
     if not args.skip_batcher:
         report += "\n" + batcher_markdown(asyncio.run(batcher_check(args)), args)

@@ -450,6 +450,15 @@ def memory_bound_and_advised(srv: vs.VllmServer, exporter: Exporter) -> None:
     )
 
 
+# Each step of the KV-bound sweep: its window (16 s after the 20% warm-up) outlasts the
+# exporter's 10 s scrape timeout, so one scrape that a starved API server leaves
+# unanswered cannot be the step's only reading (clean-clone run 31, 10 s steps beside a
+# CPU hog: the 16 req/s step's one scrape timed out and the step read nothing). The step
+# runs to its end, over-saturated or not, so its readings cover the same seconds on any
+# machine.
+KV_STEP_S = 20
+
+
 def test_loadgen_watch_names_the_kv_bound_knee_memory_bound(vllm: VllmManager, workdir: Path):
     """A sweep of the KV-bound vLLM over two rates with --watch (the exporter's evaluator
     in-process): the knee is where the KV cache binds, and its sentence names it
@@ -476,8 +485,8 @@ def test_loadgen_watch_names_the_kv_bound_knee_memory_bound(vllm: VllmManager, w
     code = loadgen.main(
         [
             *("--url", srv.base_url, "--endpoint", "completions", "--model", srv.model),
-            *("--rates", "1,16", "--duration", "10", "--max-tokens", "100,200,300,400"),
-            *("--timeout", "120", "--slo-ms", "6000"),
+            *("--rates", "1,16", "--duration", str(KV_STEP_S), "--keep-over-saturated"),
+            *("--max-tokens", "100,200,300,400", "--timeout", "120", "--slo-ms", "6000"),
             *("--watch", vllm.metrics_url, "--engine", "vllm", "--cap", str(CAP)),
             *("--output", str(output), "--report", str(workdir / "loadgen-kv-bound.html")),
         ]
