@@ -96,7 +96,9 @@ def limit_bars(limits: dict) -> tuple[str, list[LimitBar], list[str]]:
     binding = limits.get("binding")
     at_bound = [LIMIT_LABELS.get(name, name) for name in limits.get("at_bound") or []]
     if binding is None:
-        headline = "Nothing runs or waits: no limit binds."
+        # The gauges read no request; the diagnosis says whether the target is idle or
+        # its requests ran between scrapes (budget_saturated).
+        headline = "No limit binds: the gauges read nothing running or waiting."
     else:
         headline = f"Binding now: **{LIMIT_LABELS.get(binding, binding)}**"
         others = at_bound[1:] if binding in (limits.get("at_bound") or [])[:1] else at_bound

@@ -33,8 +33,11 @@ from grafana.panels import (
     thresholds,
 )
 
-# The binding-limit row while nothing runs or waits.
-IDLE = "none (idle)"
+# The binding-limit row while the gauges read nothing running or waiting (and, on the
+# exporter's path, nothing preempted): no limit binds. Not the same as idle: requests
+# that run between scrapes, or vLLM's gauges under overload, read so while the window
+# measures latency over the budget (the diagnosis then reads budget_saturated).
+NO_LIMIT = "none (nothing runs or waits)"
 
 
 def vllm_batching(source: Source, config: Mapping) -> dict:
@@ -112,10 +115,12 @@ def vllm_batching(source: Source, config: Mapping) -> dict:
                 "{{limit}} {{model_name}}",
             )
         ]
-        # Nothing running or waiting binds nothing: shown as its own row, not a gap.
+        # A series where no limit binds (every binding-limit line 0): its own row, not a
+        # gap, whatever the diagnosis reads.
         binding = Query(
             f"batchscope_binding_limit{{{series}}} == 1\nor label_replace("
-            f'batchscope_diagnosis{{{series}, state="idle"}} == 1, "limit", "{IDLE}", "", "")',
+            f"max without (limit) (batchscope_binding_limit{{{series}}}) == 0, "
+            f'"limit", "{NO_LIMIT}", "", "")',
             "{{limit}}",
         )
     else:
@@ -137,7 +142,7 @@ def vllm_batching(source: Source, config: Mapping) -> dict:
         binding = Query(
             f"max by (limit) ({rules.BINDING_LIMIT}{{{sel}}}) == 1\nor label_replace("
             f"max by (target) ({rules.RUNNING}{{{sel}}} + {rules.WAITING}{{{sel}}}) == 0, "
-            f'"limit", "{IDLE}", "", "")',
+            f'"limit", "{NO_LIMIT}", "", "")',
             "{{limit}}",
         )
     limits = (
@@ -164,8 +169,9 @@ def vllm_batching(source: Source, config: Mapping) -> dict:
             "The limit that binds the batch now, first match: kv_cache (full or preempting "
             "below the cap), token_budget (steps at the token budget below the cap, KV with "
             "room), requests (at the cap), arrivals (nothing waits), unexplained (requests "
-            "wait and no limit the metrics show is at its bound), none (idle) while nothing "
-            'runs or waits. docs/metrics.md, "What limits the batch".'
+            "wait and no limit the metrics show is at its bound), none while the gauges read "
+            "nothing running or waiting (idle, or requests that ran between scrapes: the "
+            'diagnosis says which). docs/metrics.md, "What limits the batch".'
         )
         .targets(targets([binding]))
         .show_value(common.VisibilityMode.NEVER)

@@ -55,6 +55,17 @@ def test_every_state_is_mapped_to_its_words_and_colour_in_first_match_order(boar
 def promtool_eval(expr: str, series: dict[str, float], tmp_path) -> dict[str, float]:
     """`expr` at 1 m over constant input series, as promtool evaluates it: the value of
     each result by its model_name."""
+    return {
+        model: float(value)
+        for model, value in re.findall(
+            r'model_name="([^"]+)"[^}]*\} ([0-9.E+-]+)', promtool_got(expr, series, tmp_path)
+        )
+    }
+
+
+def promtool_got(expr: str, series: dict[str, float], tmp_path) -> str:
+    """`expr` at 1 m over constant input series, as promtool evaluates it: its results
+    as promtool lists them (`{engine="0", model_name="a", target="t"} 1.1E+01, ...`)."""
     rules = tmp_path / "none.yml"
     rules.write_text("groups: []\n")
     # The expected result is read back from promtool's failure message: one eval that
@@ -76,11 +87,7 @@ def promtool_eval(expr: str, series: dict[str, float], tmp_path) -> dict[str, fl
         [tool("promtool"), "test", "rules", str(path)], capture_output=True, text=True
     )
     # got: {engine="0", model_name="a", target="t"} 1.1E+01, {...} 4E+00
-    got = (done.stdout + done.stderr).split("got:")[-1].splitlines()[0]
-    return {
-        model: float(value)
-        for model, value in re.findall(r'model_name="([^"]+)"[^}]*\} ([0-9.E+-]+)', got)
-    }
+    return (done.stdout + done.stderr).split("got:")[-1].splitlines()[0]
 
 
 # Each model's numbers, as the rules record them and as `diagnose` reads them.
@@ -148,3 +155,38 @@ def test_the_exporter_timeline_reads_each_models_one_state(tmp_path) -> None:
             series[f"batchscope_diagnosis{{{labels}}}"] = 1.0 if state == now else 0.0
     got = promtool_eval(timeline_expr("vllm-batching.json"), series, tmp_path)
     assert {model: DIAGNOSIS_STATES[int(v)] for model, v in got.items()} == current
+
+
+def test_the_binding_limit_timeline_has_a_row_for_every_series_the_exporter_read(
+    tmp_path,
+) -> None:
+    """The exporter's binding-limit panel: the limit at 1, or the no-limit row where every
+    limit reads 0, whatever the diagnosis: idle, or saturated while the gauges read no
+    request (requests that ran between scrapes; vLLM's gauges under overload)."""
+    from exporter.core.limits import BINDING_CHOICES
+    from grafana.boards.vllm_batching import NO_LIMIT
+
+    binding = {"kv": "kv_cache", "idle": None, "saturated": None}
+    state = {"kv": "memory_bound", "idle": "idle", "saturated": "budget_saturated"}
+    series = {}
+    for model, limit in binding.items():
+        labels = f'target="t", model_name="{model}", engine="0"'
+        for name in BINDING_CHOICES:  # as the exporter writes them: one line a limit
+            line = f'batchscope_binding_limit{{{labels}, limit="{name}"}}'
+            series[line] = 1.0 if name == limit else 0.0
+        for name in DIAGNOSIS_STATES:
+            line = f'batchscope_diagnosis{{{labels}, state="{name}"}}'
+            series[line] = 1.0 if name == state[model] else 0.0
+    panels = json.loads((ROOT / "dashboards" / "vllm-batching.json").read_text())["panels"]
+    (query,) = next(p for p in panels if p["title"] == "The binding limit")["targets"]
+    expr = query["expr"].replace("$target", "t").replace('=~"$model"', '=~".*"')
+    got = promtool_got(expr, series, tmp_path)
+    rows = [
+        (model, limit) for limit, model in re.findall(r'limit="([^"]+)", model_name="([^"]+)"', got)
+    ]
+    assert dict(rows) == {
+        "kv": "kv_cache",
+        "idle": NO_LIMIT,
+        "saturated": NO_LIMIT,
+    }, got
+    assert len(rows) == len(binding), got  # one row a series
