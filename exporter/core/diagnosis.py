@@ -265,10 +265,13 @@ class _Reading:
 
 
 def _idle(r: _Reading) -> Diagnosis | None:
-    # As the binding limit reads it (limits.nothing_ran), and a carried episode rests on
-    # requests in flight that vLLM's gauges can miss.
+    # As the binding limit reads it (limits.nothing_ran), and no saturated episode: an
+    # episode rests on requests that ran over the budget, whatever the gauges read at the
+    # scrapes (requests that run between scrapes; vLLM's gauges under overload; one
+    # carried through a window that measured no latency), so the diagnosis never calls
+    # idle a target whose saturation alert it explains.
     i = r.i
-    if nothing_ran(i.running, i.waiting, i.preemptions_per_second) and not r.carried:
+    if nothing_ran(i.running, i.waiting, i.preemptions_per_second) and not i.budget_saturated:
         return Diagnosis("idle", "no request is running or waiting")
     return None
 

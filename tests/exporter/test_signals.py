@@ -158,6 +158,20 @@ DIAG = dict(
     ("changes", "state", "phrase"),
     [
         ({"running": 0, "waiting": 0}, "idle", "no request"),
+        # Saturated with the gauges at 0 at every scrape (requests that run between
+        # scrapes, or vLLM's gauges under overload): the alert is up, so not idle.
+        (
+            {
+                "running": 0,
+                "waiting": 0,
+                "budget_saturated": True,
+                "budget_utilization": 2.0,
+                "latency_seconds": 2.0,
+                "budget_seconds": 1.0,
+            },
+            "budget_saturated",
+            "p99 latency 2 s of a 1 s budget (200%)",
+        ),
         ({"budget_saturated": True, "budget_utilization": 1.1}, "budget_saturated", "110%"),
         (
             {"running": 3, "waiting": 18, "kv_usage": 1.0, "preemptions_per_second": 2.5},
