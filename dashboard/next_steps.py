@@ -95,9 +95,9 @@ def limit_bars(limits: dict) -> tuple[str, list[LimitBar], list[str]]:
     (each with why)."""
     binding = limits.get("binding")
     at_bound = [LIMIT_LABELS.get(name, name) for name in limits.get("at_bound") or []]
-    if binding is None:
-        # The gauges read no request; the diagnosis says whether the target is idle or
-        # its requests ran between scrapes (budget_saturated).
+    if not limits.get("readings"):
+        headline = "Not judged: the target was not read."
+    elif binding is None:
         headline = "No limit binds: the gauges read nothing running or waiting."
     else:
         headline = f"Binding now: **{LIMIT_LABELS.get(binding, binding)}**"

@@ -93,7 +93,7 @@ def banner_text(target: dict, frames: TimeFrames) -> str:
         reason = diagnosis.get("reason") or ""
         return f"**Budget saturated: {name}**. {plain_markdown(reason[:1].upper() + reason[1:])}."
     # Held, not judged now: the last scrape read nothing, measured no latency, or the
-    # diagnosis found nothing running (idle) while the window still has latency.
+    # diagnosis names another state while the saturation stands.
     if not target.get("up") or target.get("error"):
         held = "the last scrape could not read the target"
     elif total.get("latency_seconds") is None:

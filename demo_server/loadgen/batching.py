@@ -26,7 +26,7 @@ from typing import Any
 
 from exporter.core.evaluate import SeriesSignals, TargetSignals
 
-# A binding limit of None (nothing ran or waited) in the shares.
+# A binding limit of None (the gauges read no request) in the shares.
 NO_LIMIT = "none"
 # The numbers a reading holds: `SeriesSignals` fields, under the same names in the API's
 # series JSON (exporter/serve/api_json.py: series_json).

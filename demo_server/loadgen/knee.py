@@ -39,6 +39,8 @@ CAUSES = {
     "not the batch",
     "unexplained": "requests waited with no limit at its bound: the metrics do not explain it",
 }
+# The cause where no limit binds: the gauges read no request at the step.
+NO_REQUEST_SEEN = "the gauges read no request"
 NO_SIGNALS = "run with --watch METRICS_URL to name what bound the batch"
 
 
@@ -147,7 +149,7 @@ def cause_words(binding: str | None, batching: Mapping[str, Any]) -> str:
     shares = batching.get("binding_shares") or {}
     others = limits_besides_arrivals(shares)
     if binding != "arrivals" or not others:
-        return CAUSES.get(str(binding), "nothing ran")
+        return CAUSES.get(str(binding), NO_REQUEST_SEEN)
     limit = max(others, key=others.__getitem__)
     bound = (
         CAUSES[limit] if limit == UNEXPLAINED else f"{LIMIT_NAMES[limit]} bound: {CAUSES[limit]}"

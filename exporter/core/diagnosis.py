@@ -221,9 +221,6 @@ class _Reading:
     waits: bool
     # Running and waiting by the gauges (vLLM's can read 0 while its counters advance).
     in_flight: float
-    # A saturated episode carried through a window that measured no latency (none
-    # finished with requests in flight: evaluate.in_flight_unfinished, or one scrape).
-    carried: bool
     # Running against the request cap, and the batch's tokens against the token cap.
     ratio: float | None
     token_ratio: float | None
@@ -250,7 +247,6 @@ class _Reading:
             settings=settings,
             waits=(i.waiting or 0) > 0,
             in_flight=(i.running or 0) + (i.waiting or 0),
-            carried=i.budget_saturated and i.latency_seconds is None,
             ratio=ratio,
             token_ratio=token_ratio,
             fullest=fullest,
@@ -265,11 +261,7 @@ class _Reading:
 
 
 def _idle(r: _Reading) -> Diagnosis | None:
-    # As the binding limit reads it (limits.nothing_ran), and no saturated episode: an
-    # episode rests on requests that ran over the budget, whatever the gauges read at the
-    # scrapes (requests that run between scrapes; vLLM's gauges under overload; one
-    # carried through a window that measured no latency), so the diagnosis never calls
-    # idle a target whose saturation alert it explains.
+    # A saturated episode means requests ran, whatever the gauges read (limits.nothing_ran).
     i = r.i
     if nothing_ran(i.running, i.waiting, i.preemptions_per_second) and not i.budget_saturated:
         return Diagnosis("idle", "no request is running or waiting")
@@ -339,10 +331,9 @@ def _budget_saturated(r: _Reading) -> Diagnosis | None:
         f" for {seconds_text(i.above_threshold_seconds)}" if i.above_threshold_seconds > 0 else ""
     )
     measured = f"; {_window_latency(r)}" if i.budget_utilization is not None else ""
-    # Carried through a window that finished nothing, with the gauges at 0 (they can
-    # read 0 while tokens flow: evaluate.in_flight_unfinished), nothing says that
-    # nothing waits.
-    misread = r.carried and r.in_flight == 0
+    # Gauges that read no request while an episode is up (requests between scrapes;
+    # vLLM's under overload) cannot say that nothing waits.
+    misread = r.in_flight == 0
     work = f"; {_work_is_the_latency(r)}" if _small_and_unqueued(r) and not misread else ""
     return Diagnosis(
         "budget_saturated",

@@ -81,7 +81,8 @@ class LimitReading:
 @dataclass(frozen=True, slots=True)
 class Limits:
     """Every limit's reading, the one that binds (a LIMITS name, `unexplained`, or None
-    while nothing runs or waits), and every limit at its bound now, the binding one first."""
+    while the gauges read no request: `nothing_ran`), and every limit at its bound now,
+    the binding one first."""
 
     readings: tuple[LimitReading, ...] = ()
     binding: str | None = None
@@ -250,7 +251,8 @@ def nothing_ran(
     preemption means a request ran: vLLM's gauges can read 0 while it preempts (a KV-bound
     sweep beside a CPU hog read 0 running, 0 waiting and 0% KV at every scrape of a step
     that preempted 177 requests a second and finished 4 a second). The binding limit is
-    then none, and the diagnosis idle (diagnosis._idle)."""
+    then none, and the diagnosis idle unless a saturated episode says requests ran
+    between the scrapes (diagnosis._idle)."""
     return (running or 0) + (waiting or 0) == 0 and not (preemptions_per_second or 0) > 0
 
 

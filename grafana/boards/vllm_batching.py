@@ -33,11 +33,8 @@ from grafana.panels import (
     thresholds,
 )
 
-# The binding-limit row while the gauges read nothing running or waiting (and, on the
-# exporter's path, nothing preempted): no limit binds. Not the same as idle: requests
-# that run between scrapes, or vLLM's gauges under overload, read so while the window
-# measures latency over the budget (the diagnosis then reads budget_saturated).
-NO_LIMIT = "none (nothing runs or waits)"
+# The binding-limit row where no limit binds: idle, or requests ran between scrapes.
+NO_LIMIT = "none (the gauges read no request)"
 
 
 def vllm_batching(source: Source, config: Mapping) -> dict:
@@ -115,8 +112,7 @@ def vllm_batching(source: Source, config: Mapping) -> dict:
                 "{{limit}} {{model_name}}",
             )
         ]
-        # A series where no limit binds (every binding-limit line 0): its own row, not a
-        # gap, whatever the diagnosis reads.
+        # Every binding-limit line at 0: its own row, not a gap, whatever the diagnosis.
         binding = Query(
             f"batchscope_binding_limit{{{series}}} == 1\nor label_replace("
             f"max without (limit) (batchscope_binding_limit{{{series}}}) == 0, "

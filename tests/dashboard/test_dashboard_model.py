@@ -476,7 +476,9 @@ def test_limit_bars_mark_the_binding_limit_and_list_what_was_not_judged() -> Non
     assert bars[0].text == "▶ requests (the cap, --max-num-seqs): 100% of its bound, 8 of 8 running"
     assert bars[2].text.startswith("token budget (--max-num-batched-tokens): 120% of its bound")
     assert unjudged == ["deferred requests: not said"]
-    assert limit_bars({})[0] == "No limit binds: the gauges read nothing running or waiting."
+    assert limit_bars({})[0] == "Not judged: the target was not read."
+    unbound = {"binding": None, "readings": [{"limit": "requests", "ratio": 0.0}]}
+    assert limit_bars(unbound)[0] == "No limit binds: the gauges read nothing running or waiting."
 
 
 def test_a_saturation_banner_is_the_diagnosis_or_says_why_it_is_held() -> None:

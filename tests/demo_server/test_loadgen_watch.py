@@ -15,7 +15,7 @@ from aiohttp import web
 from demo_server.http.app import ServerConfig
 from demo_server.loadgen import report as loadgen_report
 from demo_server.loadgen import run as loadgen
-from demo_server.loadgen.knee import CAUSES
+from demo_server.loadgen.knee import CAUSES, NO_REQUEST_SEEN
 from demo_server.loadgen.oversaturation import MIN_SAMPLES
 from demo_server.loadgen.workload import LoadSpec
 from tests.support.demo_http import serve
@@ -74,7 +74,7 @@ def test_watch_records_each_steps_batching_and_names_the_knees_cause(
     assert knee["reason"] == "slo" and step["p99_e2el_ms"] > 600
     assert all(run["p99_e2el_ms"] <= 600 for run in body["runs"] if run["rate"] < knee["rate"])
     assert knee["binding_limit"] == step["batching"]["binding_limit"]
-    assert knee["sentence"].endswith(CAUSES.get(str(knee["binding_limit"]), "nothing ran"))
+    assert knee["sentence"].endswith(CAUSES.get(str(knee["binding_limit"]), NO_REQUEST_SEEN))
     if knee["rate"] == 40.0:
         assert "the batch stopped at 1 of 1 running" in knee["sentence"]
     report = (tmp_path / "report.html").read_text()

@@ -508,7 +508,8 @@ def test_loadgen_watch_names_the_kv_bound_knee_memory_bound(vllm: VllmManager, w
     assert (knee["rate"], knee["reason"]) == (16.0, "slo"), knee
     at_knee = next(run for run in body["runs"] if run["rate"] == knee["rate"])["batching"]
     # The limits a reading names while requests wait in the engine: all but arrivals (and
-    # none: nothing ran). The KV cache binds most of those readings, full at its peak.
+    # none: the gauges read no request). The KV cache binds most of those readings, full
+    # at its peak.
     waited = limits_besides_arrivals(at_knee["binding_shares"])
     assert waited and max(waited, key=waited.get) == "kv_cache", at_knee["binding_shares"]
     # The cache filled at its peak. Where vLLM's gauges read no request at any reading of

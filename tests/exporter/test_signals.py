@@ -196,6 +196,41 @@ def test_diagnosis_states(changes, state, phrase) -> None:
     assert phrase in d.reason
 
 
+def test_gauges_at_0_under_a_saturated_episode_do_not_say_batching_cannot_help() -> None:
+    # Requests ran over the budget while the gauges read none at the scrapes: nothing
+    # says the batch was small or that nothing waited.
+    blind = diagnosed(
+        **(
+            DIAG
+            | {
+                "running": 0,
+                "waiting": 0,
+                "budget_saturated": True,
+                "budget_utilization": 2.0,
+                "latency_seconds": 2.0,
+                "budget_seconds": 1.0,
+            }
+        )
+    )
+    assert blind.state == "budget_saturated"
+    assert "batching cannot" not in blind.reason, blind.reason
+    # A batch the gauges saw, small with nothing waiting: the work itself is the latency.
+    seen = diagnosed(
+        **(
+            DIAG
+            | {
+                "running": 1,
+                "waiting": 0,
+                "budget_saturated": True,
+                "budget_utilization": 2.0,
+                "latency_seconds": 2.0,
+                "budget_seconds": 1.0,
+            }
+        )
+    )
+    assert "batching cannot" in seen.reason, seen.reason
+
+
 def test_a_target_that_does_not_answer_is_down_with_its_error() -> None:
     d = down_diagnosis("timed out after 2 s")
     assert d.state == "down"

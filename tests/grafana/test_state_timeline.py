@@ -102,6 +102,8 @@ MODELS = {
     "memory": dict(utilization=0.5, waiting=5.0, running=3.0, memory=1.0),
     # over budget with a small batch and nothing waiting, but preempting: that first
     "preempting": dict(utilization=2.33, waiting=0.0, running=2.0, preemptions=1.5),
+    # saturated while the gauges read no request (requests between scrapes): not idle
+    "blind": dict(utilization=2.33, waiting=0.0, running=0.0, saturated=1.0),
 }
 CAP = 8.0
 
@@ -140,6 +142,7 @@ def test_the_rules_timeline_gives_the_state_the_diagnosis_gives(tmp_path) -> Non
         "saturated": "budget_saturated",
         "memory": "memory_bound",
         "preempting": "preempting",
+        "blind": "budget_saturated",
     }
     assert {model: DIAGNOSIS_STATES[int(v)] for model, v in got.items()} == expected
 

@@ -163,8 +163,7 @@ def view(page, dashboard: str, screenshot: Path) -> tuple[str, dict, str]:
     page.get_by_text("Fleet, worst first").wait_for(timeout=120_000)
     page.get_by_text("Over the last").first.wait_for(timeout=120_000)
     page.locator(".js-plotly-plot").nth(3).wait_for(timeout=120_000)
-    # The fleet table's grid mounts after its heading: on a starved machine the heading
-    # can be drawn while the grid is not yet (clean-clone run 28 read "no fleet table").
+    # The fleet table's grid mounts after its heading, later on a starved machine.
     page.locator('[data-testid="stDataFrame"] .dvn-scroller').first.wait_for(timeout=120_000)
     time.sleep(2)  # plotly's drawing settles
     page.screenshot(path=str(screenshot), full_page=True)
