@@ -154,21 +154,25 @@ DIAG = dict(
 )
 
 
+# Saturated with the gauges at 0 at every scrape: requests that ran between scrapes, or
+# vLLM's gauges under overload.
+BLIND_SATURATED = {
+    "running": 0,
+    "waiting": 0,
+    "budget_saturated": True,
+    "budget_utilization": 2.0,
+    "latency_seconds": 2.0,
+    "budget_seconds": 1.0,
+}
+
+
 @pytest.mark.parametrize(
     ("changes", "state", "phrase"),
     [
         ({"running": 0, "waiting": 0}, "idle", "no request"),
-        # Saturated with the gauges at 0 at every scrape (requests that run between
-        # scrapes, or vLLM's gauges under overload): the alert is up, so not idle.
+        # The alert is up, so not idle, whatever the gauges read.
         (
-            {
-                "running": 0,
-                "waiting": 0,
-                "budget_saturated": True,
-                "budget_utilization": 2.0,
-                "latency_seconds": 2.0,
-                "budget_seconds": 1.0,
-            },
+            BLIND_SATURATED,
             "budget_saturated",
             "p99 latency 2 s of a 1 s budget (200%)",
         ),
@@ -199,35 +203,11 @@ def test_diagnosis_states(changes, state, phrase) -> None:
 def test_gauges_at_0_under_a_saturated_episode_do_not_say_batching_cannot_help() -> None:
     # Requests ran over the budget while the gauges read none at the scrapes: nothing
     # says the batch was small or that nothing waited.
-    blind = diagnosed(
-        **(
-            DIAG
-            | {
-                "running": 0,
-                "waiting": 0,
-                "budget_saturated": True,
-                "budget_utilization": 2.0,
-                "latency_seconds": 2.0,
-                "budget_seconds": 1.0,
-            }
-        )
-    )
+    blind = diagnosed(**(DIAG | BLIND_SATURATED))
     assert blind.state == "budget_saturated"
     assert "batching cannot" not in blind.reason, blind.reason
     # A batch the gauges saw, small with nothing waiting: the work itself is the latency.
-    seen = diagnosed(
-        **(
-            DIAG
-            | {
-                "running": 1,
-                "waiting": 0,
-                "budget_saturated": True,
-                "budget_utilization": 2.0,
-                "latency_seconds": 2.0,
-                "budget_seconds": 1.0,
-            }
-        )
-    )
+    seen = diagnosed(**(DIAG | BLIND_SATURATED | {"running": 1}))
     assert "batching cannot" in seen.reason, seen.reason
 
 

@@ -30,20 +30,20 @@ from tests.support.system_tools import tool
 BOARDS = ("vllm-batching.json", "vllm-batching-rules.json")
 
 
-def diagnosis_panel(board: str) -> dict:
+def timeline_panel(board: str, title: str = "Diagnosis") -> dict:
     panels = json.loads((ROOT / "dashboards" / board).read_text())["panels"]
-    return next(p for p in panels if p["title"] == "Diagnosis")
+    return next(p for p in panels if p["title"] == title)
 
 
-def timeline_expr(board: str) -> str:
+def timeline_expr(board: str, title: str = "Diagnosis") -> str:
     """The panel's query as Grafana sends it for target t and every model."""
-    (query,) = diagnosis_panel(board)["targets"]
+    (query,) = timeline_panel(board, title)["targets"]
     return query["expr"].replace("$target", "t").replace('=~"$model"', '=~".*"')
 
 
 @pytest.mark.parametrize("board", BOARDS)
 def test_every_state_is_mapped_to_its_words_and_colour_in_first_match_order(board) -> None:
-    (mapping,) = diagnosis_panel(board)["fieldConfig"]["defaults"]["mappings"]
+    (mapping,) = timeline_panel(board)["fieldConfig"]["defaults"]["mappings"]
     assert mapping["type"] == "value"
     assert mapping["options"] == {
         str(i): {"text": look(state).words, "color": look(state).hex, "index": i}
@@ -180,9 +180,7 @@ def test_the_binding_limit_timeline_has_a_row_for_every_series_the_exporter_read
         for name in DIAGNOSIS_STATES:
             line = f'batchscope_diagnosis{{{labels}, state="{name}"}}'
             series[line] = 1.0 if name == state[model] else 0.0
-    panels = json.loads((ROOT / "dashboards" / "vllm-batching.json").read_text())["panels"]
-    (query,) = next(p for p in panels if p["title"] == "The binding limit")["targets"]
-    expr = query["expr"].replace("$target", "t").replace('=~"$model"', '=~".*"')
+    expr = timeline_expr("vllm-batching.json", "The binding limit")
     got = promtool_got(expr, series, tmp_path)
     rows = [
         (model, limit) for limit, model in re.findall(r'limit="([^"]+)", model_name="([^"]+)"', got)
