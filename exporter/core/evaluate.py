@@ -52,6 +52,7 @@ from exporter.core.slo import (
     slo_status,
 )
 from exporter.core.snapshot import (
+    COUNTERS,
     LabelKey,
     SeriesSnapshot,
     effective_cap,
@@ -399,22 +400,24 @@ class _Rates:
     rejections: float | None
 
     @classmethod
-    def of(cls, snapshots: Sequence[SeriesSnapshot], span: float) -> _Rates:
-        def rate(counts: list[float | None]) -> float | None:
-            return per_second(counter_increase(counts), span)
-
-        items = counter_increase([p.items_total for p in snapshots])
-        batches = counter_increase([p.batches_total for p in snapshots])
+    def of(cls, increases: Mapping[str, float | None], span: float) -> _Rates:
+        """From each counter's increase over the window (`counter_increases`)."""
+        items, batches = increases["items_total"], increases["batches_total"]
         return cls(
             span=span,
             items=items,
             batches=batches,
             mean_batch=items / batches if items is not None and batches else None,
-            preemptions=rate([p.preemptions_total for p in snapshots]),
-            requests=rate([p.requests_total for p in snapshots]),
-            tokens=rate([p.generation_tokens_total for p in snapshots]),
-            rejections=rate([p.rejections_total for p in snapshots]),
+            preemptions=per_second(increases["preemptions_total"], span),
+            requests=per_second(increases["requests_total"], span),
+            tokens=per_second(increases["generation_tokens_total"], span),
+            rejections=per_second(increases["rejections_total"], span),
         )
+
+
+def counter_increases(snapshots: Sequence[SeriesSnapshot]) -> dict[str, float | None]:
+    """`counter_increase` of each counter (`COUNTERS`) over the snapshots, by name."""
+    return {name: counter_increase([getattr(p, name) for p in snapshots]) for name in COUNTERS}
 
 
 def _next_saturation(
@@ -581,6 +584,7 @@ def series_signals(
     now: float,
     restarts: Mapping[str, Sequence[bool]] | None = None,
     slo_history: SloHistory | None = None,
+    counters: Mapping[str, float | None] | None = None,
 ) -> tuple[SeriesSignals, SaturationState]:
     """All signals of one series over the window `points` (time, snapshot), oldest first.
 
@@ -588,7 +592,9 @@ def series_signals(
     gauges; counters and histograms give increases over the whole window. `restarts`:
     for the histograms by name (`histograms_of`), `histogram_restarts` over the points,
     where the caller keeps them (`SeriesTrack.restarts`); worked out here otherwise.
-    `slo_history`: the series' (`Window.slo_history`), for the burn rates.
+    `slo_history`: the series' (`Window.slo_history`), for the burn rates. `counters`:
+    each counter's increase over the points (`counter_increases`), where the caller keeps
+    them (`SeriesTrack.counter_increases`); worked out here otherwise.
     """
     t_first, first = points[0]
     t_last, last = points[-1]
@@ -604,7 +610,8 @@ def series_signals(
             [getattr(p, name) for p in snapshots], _restarts_of(restarts, name)
         )
 
-    rates = _Rates.of(snapshots, span)
+    increases = counters if counters is not None else counter_increases(snapshots)
+    rates = _Rates.of(increases, span)
     latency_hist = latency_increase(snapshots, settings, restarts)
     latency, statistic = window_latency(snapshots, settings, latency_hist)
     utilization = budget_utilization(latency, budget)
@@ -631,10 +638,7 @@ def series_signals(
         if output_tokens is not None and output_tokens.count > 0 and cap
         else None
     )
-    padding = padding_waste(
-        counter_increase([p.padding_tokens_total for p in snapshots]),
-        counter_increase([p.batch_tokens_total for p in snapshots]),
-    )
+    padding = padding_waste(increases["padding_tokens_total"], increases["batch_tokens_total"])
     step_tokens = increase("step_tokens")
     tokens_per_step = _mean(step_tokens)
 
@@ -881,6 +885,7 @@ def evaluate_window(
             now,
             track.restarts(),
             window.slo_history(key),
+            track.counter_increases(),
         )
         series.append(signals)
     sole = window.sole_series_key()
@@ -896,6 +901,7 @@ def evaluate_window(
             now,
             total_track.restarts(),
             window.total_slo_history(),
+            total_track.counter_increases(),
         )
     return (
         target.signals(latest.t, True, None, tuple(series), total, latest.scrape_seconds),

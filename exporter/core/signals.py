@@ -76,7 +76,13 @@ def counter_increase(values: Sequence[float | None]) -> float | None:
     A drop means the server restarted and the counter began again from zero, as in
     PromQL's increase(): the increase is never negative. A counter absent at the first
     scrape and present later was created since (a labelled child on first use): it
-    counts from zero. None with fewer than two scrapes or no value at all.
+    counts from zero. NaN reads as absent. None with fewer than two scrapes or no value
+    at all.
+
+    The arithmetic is PromQL's (`extrapolatedRate` in Prometheus's promql/functions.go),
+    in its order: the last value less the first, then the value before each drop added
+    on. So a window without a drop costs one subtraction however many scrapes it holds,
+    which is what `SeriesTrack.counter_increases` keeps to.
     """
     if len(values) < 2:
         return None
@@ -87,9 +93,10 @@ def counter_increase(values: Sequence[float | None]) -> float | None:
         points.insert(0, 0.0)
     if len(points) < 2:
         return None
-    total = 0.0
+    total = points[-1] - points[0]
     for previous, current in zip(points, points[1:], strict=False):
-        total += current - previous if current >= previous else current
+        if current < previous:
+            total += previous
     return total
 
 

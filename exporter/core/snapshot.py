@@ -111,6 +111,18 @@ def effective_cap(series: SeriesSnapshot, configured: float | None) -> float | N
     return configured if configured is not None else series.engine_cap
 
 
+# A series' cumulative counters: what an evaluation reads as increases over its window.
+COUNTERS = (
+    "preemptions_total",
+    "requests_total",
+    "generation_tokens_total",
+    "items_total",
+    "batches_total",
+    "batch_tokens_total",
+    "padding_tokens_total",
+    "rejections_total",
+)
+
 # The counts and gauges a target total adds up over its series.
 SUMMED = (
     "running",

@@ -21,13 +21,15 @@ window (a gap is not a reset) until it is older than the longest window it serve
 
 from __future__ import annotations
 
+import operator
 from collections import deque
 from collections.abc import Iterable
 
 from exporter.core.histogram import Histogram, histogram_restarted
-from exporter.core.signals import SignalSettings
+from exporter.core.signals import SignalSettings, counter_increase
 from exporter.core.slo import ZERO, SloHistory, Totals, history_windows
 from exporter.core.snapshot import (
+    COUNTERS,
     LabelKey,
     SeriesSnapshot,
     Snapshot,
@@ -36,21 +38,35 @@ from exporter.core.snapshot import (
     total_equals_sole_series,
 )
 
+_counter_values = operator.attrgetter(*COUNTERS)
+_KINDS = len(COUNTERS)
+
 
 class SeriesTrack:
     """One series' (time, snapshot) points in the window, oldest first, and for each of
     its histograms by name (`histograms_of`) whether it restarted at each point since the
-    previous point that held it, as `histogram_restarts` says."""
+    previous point that held it, as `histogram_restarts` says; for each of its counters
+    (`COUNTERS`), whether its increase over the points is its last value less its first."""
 
     def __init__(self) -> None:
         self.points: deque[tuple[float, SeriesSnapshot]] = deque()
         self._restarts: dict[str, deque[bool]] = {}
         # Each histogram at the newest point that held it: the next point compares with it.
         self._latest: dict[str, Histogram] = {}
+        # Each point's counter values, in the order of COUNTERS, and its odd bits: bit i
+        # when counter i is absent or NaN there, bit i + _KINDS when it is below the
+        # point before's (a restart). `_masks`: how many points in the window have each
+        # set of odd bits (a server's points mostly share one). A counter no point sets a
+        # bit for increased by its last value less its first, as `counter_increase`
+        # computes it then.
+        self._counts: deque[tuple[float | None, ...]] = deque()
+        self._odd: deque[int] = deque()
+        self._masks: dict[int, int] = {}
 
     def add(self, t: float, series: SeriesSnapshot) -> None:
         """Append a point, noting whether each of its histograms restarted since the newest
-        point that held it."""
+        point that held it, and which of its counters are absent or went down."""
+        self._add_counts(_counter_values(series))
         hists = histograms_of(series)
         for name in hists.keys() - self._restarts.keys():
             self._restarts[name] = deque([False] * len(self.points))
@@ -64,10 +80,50 @@ class SeriesTrack:
         self._latest.update(hists)
         self.points.append((t, series))
 
+    def _add_counts(self, values: tuple[float | None, ...]) -> None:
+        before = self._counts[-1] if self._counts else None
+        odd = 0
+        for i, value in enumerate(values):
+            if value is None or value != value:
+                odd |= 1 << i
+            elif before is not None and (b := before[i]) is not None and value < b:
+                odd |= 1 << (i + _KINDS)
+        self._masks[odd] = self._masks.get(odd, 0) + 1
+        self._counts.append(values)
+        self._odd.append(odd)
+
     def drop_oldest(self) -> None:
         self.points.popleft()
         for restarts in self._restarts.values():
             restarts.popleft()
+        self._counts.popleft()
+        odd = self._odd.popleft()
+        left = self._masks[odd] - 1
+        if left:
+            self._masks[odd] = left
+        else:
+            del self._masks[odd]
+
+    def counter_increases(self) -> dict[str, float | None]:
+        """`counter_increase` of each counter over the points, by name (`COUNTERS`): its
+        last value less its first where no point in the window has it absent or lower
+        than the point before, which is what `counter_increase` computes then; worked out
+        in full otherwise."""
+        counts = self._counts
+        first, last = counts[0], counts[-1]
+        some, every = 0, -1  # the bits some point sets, and those every point sets
+        for mask in self._masks:
+            some |= mask
+            every &= mask
+        increases: dict[str, float | None] = {}
+        for i, name in enumerate(COUNTERS):
+            if len(counts) < 2 or every >> i & 1:
+                increases[name] = None  # no increase, or no value at all
+            elif some >> i & 1 or some >> (i + _KINDS) & 1:
+                increases[name] = counter_increase([c[i] for c in counts])
+            else:
+                increases[name] = last[i] - first[i]
+        return increases
 
     def restarts(self) -> dict[str, list[bool]]:
         """`histogram_restarts` of each histogram over the points, by name. A point whose

@@ -53,6 +53,18 @@ def test_counter_reset_gives_no_negative_rate() -> None:
     assert counter_increase([3, None, 5]) == 2
 
 
+def test_counter_increase_is_promqls_arithmetic_last_less_first_plus_each_drop() -> None:
+    # Prometheus's extrapolatedRate (promql/functions.go): the last value less the first,
+    # then the value before each drop added. Summing each scrape's difference instead
+    # rounds otherwise: (0.2 - 0.1) + (1.1 - 0.2) is 1.0000000000000002.
+    assert counter_increase([0.1, 0.2, 1.1]) == 1.1 - 0.1 == 1.0
+    # a drop from 1.1 to 0.3: 1.1 less 0.1, then 1.1 added
+    assert counter_increase([0.1, 1.1, 0.3]) == (0.3 - 0.1) + 1.1
+    # NaN reads as absent, at the first scrape as anywhere (no count from zero then)
+    assert counter_increase([math.nan, 2.0, 5.0]) == 3.0
+    assert counter_increase([None, 2.0, 5.0]) == 5.0
+
+
 def test_histogram_increase_counts_through_a_restart() -> None:
     before = [hist([1, 2, 3, 3]), hist([2, 4, 6, 6])]
     after_restart = [hist([0, 1, 1, 1]), hist([1, 2, 3, 4])]

@@ -24,6 +24,7 @@ from exporter.core.evaluate import (
     TOTAL,
     TargetIdentity,
     TargetSignals,
+    counter_increases,
     down_signals,
     evaluate_window,
     series_signals,
@@ -32,6 +33,7 @@ from exporter.core.evaluate import (
 from exporter.core.histogram import Histogram, histogram_increase, histogram_restarts
 from exporter.core.signals import SaturationState, SignalSettings
 from exporter.core.snapshot import (
+    COUNTERS,
     LabelKey,
     SeriesSnapshot,
     Snapshot,
@@ -39,7 +41,7 @@ from exporter.core.snapshot import (
     merge_series,
     total_equals_sole_series,
 )
-from exporter.core.window import Window
+from exporter.core.window import SeriesTrack, Window
 
 INF = math.inf
 MODEL_A: LabelKey = (("model_name", "a"),)
@@ -146,8 +148,10 @@ def reference_evaluation(
 
 
 def _counts(draw: st.DrawFn) -> float:
-    """An increment of a count: now and then NaN, as a broken server may send."""
-    return draw(st.sampled_from([0.0, 1.0, 2.0, 3.0, 5.0, 8.0] * 6 + [math.nan]))
+    """An increment of a count: now and then NaN, as a broken server may send; now and
+    then a fraction, whose sums round (a window's increase is then equal to the
+    reference's only if both do the same arithmetic in the same order)."""
+    return draw(st.sampled_from([0.0, 1.0, 2.0, 3.0, 5.0, 8.0] * 6 + [0.1, 0.7, math.nan]))
 
 
 class Server:
@@ -398,6 +402,55 @@ def test_the_total_of_one_plain_series_is_the_series_without_labels() -> None:
     assert signals.total == dataclasses.replace(signals.series[0], labels={})
     assert signals.total.running_vs_cap == 0.75 and signals.series[0].labels == {"model_name": "a"}
     assert states[TOTAL] == states[MODEL_A]
+
+
+# How a counter moves between scrapes: grows (by fractions whose sums round, or by
+# enough to lose a fraction), restarts, or reads absent or NaN at that scrape.
+COUNTER_MOVES = st.sampled_from([0.1, 0.7, 1.0, 3.0, 1e16] * 4 + ["restart", None, math.nan])
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    steps=st.lists(
+        st.tuples(st.booleans(), st.lists(COUNTER_MOVES, min_size=8, max_size=8)),
+        min_size=1,
+        max_size=30,
+    )
+)
+def test_a_tracks_counter_increases_are_counter_increase_over_its_points_to_the_bit(
+    steps: list[tuple[bool, list[float | str | None]]],
+) -> None:
+    # The track's shortcut (the last value less the first, where no point in the window
+    # holds a counter absent, NaN or lower than the point before) against the plain
+    # definition over the points it holds, as points come and go.
+    track = SeriesTrack()
+    totals = [0.0] * len(COUNTERS)
+    for drop, moves in steps:
+        if drop and len(track.points) > 1:
+            track.drop_oldest()
+        values: list[float | None] = []
+        for i, move in enumerate(moves):
+            if move is None or move != move:  # absent or NaN at this scrape
+                values.append(move)
+                continue
+            totals[i] = 0.2 if move == "restart" else totals[i] + move
+            values.append(totals[i])
+        series = SeriesSnapshot(MODEL_A, "vllm", **dict(zip(COUNTERS, values, strict=True)))
+        track.add(0.0, series)
+        expected = counter_increases([p for _, p in track.points])
+        assert same(track.counter_increases(), expected)
+
+
+def test_a_counter_that_went_down_in_the_window_is_counted_through_its_restart() -> None:
+    track = SeriesTrack()
+    for requests in (0.1, 0.2, 1.1, 0.5, 0.9):
+        track.add(0.0, SeriesSnapshot(MODEL_A, "vllm", requests_total=requests))
+    # 1.1 less 0.1 before the restart, 0.9 after it: 0.9 - 0.1 + 1.1
+    assert track.counter_increases()["requests_total"] == 0.9 - 0.1 + 1.1
+    for _ in range(3):  # the drop (1.1 to 0.5) leaves with the point before it
+        track.drop_oldest()
+    assert track.counter_increases()["requests_total"] == 0.9 - 0.5
+    assert track.counter_increases()["items_total"] is None
 
 
 def test_points_leave_with_their_scrape_even_when_the_clock_steps_back() -> None:
