@@ -284,17 +284,22 @@ def advice_inputs(
     )
 
 
+# A histogram's increase over a window by its `histograms_of` name: what a window keeps
+# (`SeriesTrack.histogram_increase`).
+IncreaseOf = Callable[[str], Histogram | None]
+
+
 def latency_increase(
     snapshots: Sequence[SeriesSnapshot],
     settings: SignalSettings,
-    restarts: Mapping[str, Sequence[bool]] | None = None,
+    increase_of: IncreaseOf | None = None,
 ) -> Histogram | None:
-    """The increase of the configured latency histogram over the window; `restarts`: as
-    `series_signals` takes them."""
+    """The increase of the configured latency histogram over the window; `increase_of`:
+    as `series_signals` takes it."""
     kind = settings.histogram
-    return histogram_increase(
-        [p.latency.get(kind) for p in snapshots], _restarts_of(restarts, latency_histogram(kind))
-    )
+    if increase_of is not None:
+        return increase_of(latency_histogram(kind))
+    return histogram_increase([p.latency.get(kind) for p in snapshots])
 
 
 # When vLLM observes a latency kind: TTFT as a request's first token is generated (a
@@ -378,10 +383,6 @@ def not_exposed(last: SeriesSnapshot, settings: SignalSettings) -> tuple[str, ..
         "static_utilization": last.output_tokens is None,
     }
     return tuple(name for name, absent in missing.items() if absent)
-
-
-def _restarts_of(restarts: Mapping[str, Sequence[bool]] | None, name: str) -> Sequence[bool] | None:
-    return restarts.get(name) if restarts is not None else None
 
 
 # Not frozen: built at every evaluation and read once, and a frozen dataclass's __init__
@@ -582,17 +583,17 @@ def series_signals(
     settings: SignalSettings,
     saturation: SaturationState,
     now: float,
-    restarts: Mapping[str, Sequence[bool]] | None = None,
+    increase_of: IncreaseOf | None = None,
     slo_history: SloHistory | None = None,
     counters: Mapping[str, float | None] | None = None,
 ) -> tuple[SeriesSignals, SaturationState]:
     """All signals of one series over the window `points` (time, snapshot), oldest first.
 
     Returns the signals and the next saturation state. The latest point gives the
-    gauges; counters and histograms give increases over the whole window. `restarts`:
-    for the histograms by name (`histograms_of`), `histogram_restarts` over the points,
-    where the caller keeps them (`SeriesTrack.restarts`); worked out here otherwise.
-    `slo_history`: the series' (`Window.slo_history`), for the burn rates. `counters`:
+    gauges; counters and histograms give increases over the whole window.
+    `increase_of`: each histogram's increase over the points by name (`histograms_of`),
+    where the caller keeps them (`SeriesTrack.histogram_increase`); worked out here
+    otherwise. `slo_history`: the series' (`Window.slo_history`), for the burn rates. `counters`:
     each counter's increase over the points (`counter_increases`), where the caller keeps
     them (`SeriesTrack.counter_increases`); worked out here otherwise.
     """
@@ -606,13 +607,13 @@ def series_signals(
     budget = last.budget_seconds if last.budget_seconds is not None else settings.budget_seconds
 
     def increase(name: str) -> Histogram | None:
-        return histogram_increase(
-            [getattr(p, name) for p in snapshots], _restarts_of(restarts, name)
-        )
+        if increase_of is not None:
+            return increase_of(name)
+        return histogram_increase([getattr(p, name) for p in snapshots])
 
     increases = counters if counters is not None else counter_increases(snapshots)
     rates = _Rates.of(increases, span)
-    latency_hist = latency_increase(snapshots, settings, restarts)
+    latency_hist = latency_increase(snapshots, settings, increase_of)
     latency, statistic = window_latency(snapshots, settings, latency_hist)
     utilization = budget_utilization(latency, budget)
     if (
@@ -883,7 +884,7 @@ def evaluate_window(
             settings,
             saturation.get(key, SaturationState()),
             now,
-            track.restarts(),
+            track.histogram_increase,
             window.slo_history(key),
             track.counter_increases(),
         )
@@ -899,7 +900,7 @@ def evaluate_window(
             settings,
             total_state,
             now,
-            total_track.restarts(),
+            total_track.histogram_increase,
             window.total_slo_history(),
             total_track.counter_increases(),
         )

@@ -25,7 +25,12 @@ import operator
 from collections import deque
 from collections.abc import Iterable
 
-from exporter.core.histogram import Histogram, histogram_restarted
+from exporter.core.histogram import (
+    Histogram,
+    histogram_increase,
+    histogram_restarted,
+    histogram_sub,
+)
 from exporter.core.signals import SignalSettings, counter_increase
 from exporter.core.slo import ZERO, SloHistory, Totals, history_windows
 from exporter.core.snapshot import (
@@ -45,12 +50,18 @@ _KINDS = len(COUNTERS)
 class SeriesTrack:
     """One series' (time, snapshot) points in the window, oldest first, and for each of
     its histograms by name (`histograms_of`) whether it restarted at each point since the
-    previous point that held it, as `histogram_restarts` says; for each of its counters
-    (`COUNTERS`), whether its increase over the points is its last value less its first."""
+    previous point that held it, as `histogram_restarts` says; so for each histogram and
+    each counter (`COUNTERS`), whether its increase over the points is its newest value
+    less its oldest."""
 
     def __init__(self) -> None:
         self.points: deque[tuple[float, SeriesSnapshot]] = deque()
+        # Each point's histograms by name, and each name's restart flags, one a point.
+        self._hists: deque[dict[str, Histogram]] = deque()
         self._restarts: dict[str, deque[bool]] = {}
+        # How many points in the window hold each histogram, and how many are flagged.
+        self._held: dict[str, int] = {}
+        self._flagged: dict[str, int] = {}
         # Each histogram at the newest point that held it: the next point compares with it.
         self._latest: dict[str, Histogram] = {}
         # Each point's counter values, in the order of COUNTERS, and its odd bits: bit i
@@ -70,14 +81,21 @@ class SeriesTrack:
         hists = histograms_of(series)
         for name in hists.keys() - self._restarts.keys():
             self._restarts[name] = deque([False] * len(self.points))
+        held, flagged = self._held, self._flagged
         for name, restarts in self._restarts.items():
             current, previous = hists.get(name), self._latest.get(name)
-            restarts.append(
+            restarted = (
                 current is not None
                 and previous is not None
                 and histogram_restarted(previous, current)
             )
+            restarts.append(restarted)
+            if current is not None:
+                held[name] = held.get(name, 0) + 1
+            if restarted:
+                flagged[name] = flagged.get(name, 0) + 1
         self._latest.update(hists)
+        self._hists.append(hists)
         self.points.append((t, series))
 
     def _add_counts(self, values: tuple[float | None, ...]) -> None:
@@ -94,8 +112,11 @@ class SeriesTrack:
 
     def drop_oldest(self) -> None:
         self.points.popleft()
-        for restarts in self._restarts.values():
-            restarts.popleft()
+        for name in self._hists.popleft():
+            self._held[name] -= 1
+        for name, restarts in self._restarts.items():
+            if restarts.popleft():
+                self._flagged[name] -= 1
         self._counts.popleft()
         odd = self._odd.popleft()
         left = self._masks[odd] - 1
@@ -125,11 +146,21 @@ class SeriesTrack:
                 increases[name] = last[i] - first[i]
         return increases
 
-    def restarts(self) -> dict[str, list[bool]]:
-        """`histogram_restarts` of each histogram over the points, by name. A point whose
-        histogram's previous holder has left the window says True or False: it is the
-        first holder in the window, where `histogram_increase` reads no restart."""
-        return {name: list(restarts) for name, restarts in self._restarts.items()}
+    def histogram_increase(self, name: str) -> Histogram | None:
+        """`histogram_increase` of one histogram (by `histograms_of` name) over the points:
+        the newest less the oldest where every point holds it and none since the oldest
+        restarted, which is what `histogram_increase` computes then; worked out in full
+        otherwise, from the restarts kept. A point whose histogram's previous holder has
+        left the window may be flagged either way: it is the first holder in the
+        window, where `histogram_increase` reads no restart."""
+        restarts = self._restarts.get(name)
+        if restarts is None:
+            return None  # no point holds it
+        hists = self._hists
+        n = len(hists)
+        if n >= 2 and self._held.get(name) == n and self._flagged.get(name, 0) == restarts[0]:
+            return histogram_sub(hists[-1][name], hists[0][name])
+        return histogram_increase([h.get(name) for h in hists], restarts)
 
 
 class Window:

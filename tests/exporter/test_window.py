@@ -38,6 +38,7 @@ from exporter.core.snapshot import (
     SeriesSnapshot,
     Snapshot,
     effective_cap,
+    histograms_of,
     merge_series,
     total_equals_sole_series,
 )
@@ -439,6 +440,33 @@ def test_a_tracks_counter_increases_are_counter_increase_over_its_points_to_the_
         track.add(0.0, series)
         expected = counter_increases([p for _, p in track.points])
         assert same(track.counter_increases(), expected)
+
+
+@st.composite
+def track_steps(draw: st.DrawFn) -> list[tuple[bool, SeriesSnapshot]]:
+    """Points for one series' track, each after the oldest left or not: a server's
+    histograms grown, restarted, re-laid-out, absent now and then."""
+    server = Server(draw, MODEL_A)
+    return [(draw(st.booleans()), server.scrape()) for _ in range(draw(st.integers(1, 20)))]
+
+
+@settings(max_examples=300, deadline=None)
+@given(steps=track_steps())
+def test_a_tracks_histogram_increases_are_histogram_increase_over_its_points(
+    steps: list[tuple[bool, SeriesSnapshot]],
+) -> None:
+    # The track's shortcut (the newest less the oldest, where every point holds the
+    # histogram and none since the oldest restarted) against the plain definition over
+    # the points it holds, as points come and go.
+    track = SeriesTrack()
+    for drop, series in steps:
+        if drop and len(track.points) > 1:
+            track.drop_oldest()
+        track.add(0.0, series)
+        points = [p for _, p in track.points]
+        for name in ("latency:e2e", "output_tokens", "prompt_tokens", "batch_size"):
+            plain = histogram_increase([histograms_of(p).get(name) for p in points])
+            assert same(track.histogram_increase(name), plain), name
 
 
 def test_a_counter_that_went_down_in_the_window_is_counted_through_its_restart() -> None:
