@@ -20,7 +20,7 @@ from exporter.config.settings import ConfigError, Settings
 from exporter.scrape import gc_policy
 from exporter.scrape.fetch import read_secret
 from exporter.scrape.loop import Exporter, stale_seconds
-from exporter.serve.app import create_app
+from exporter.serve.app import configure_switch_interval, create_app
 
 log = logging.getLogger("batchscope.exporter")
 
@@ -123,6 +123,7 @@ async def serve(settings: Settings) -> int:
         port,
     )
     gc_policy.configure()
+    configure_switch_interval()
     tasks = [
         exporter.run_forever(stop),
         gc_policy.full_collections(stop, answered=metrics_answered),

@@ -243,3 +243,50 @@ async def test_listen_on_a_busy_port_is_a_clear_error(tmp_path) -> None:
         _, err = await asyncio.wait_for(proc.communicate(), 30)
     assert proc.returncode == 1
     assert f"cannot listen on 127.0.0.1:{port}" in err.decode()
+
+
+SWITCH_REPORTER = """
+import atexit, runpy, sys
+atexit.register(lambda: print("switch interval", sys.getswitchinterval(), flush=True))
+sys.argv = ["exporter.cli", *sys.argv[1:]]
+runpy.run_module("exporter.cli", run_name="__main__")
+"""
+
+
+async def test_the_exporter_hands_the_gil_over_every_half_millisecond(tmp_path) -> None:
+    # Renders run in a thread beside the event loop; at CPython's 5 ms switch interval a
+    # /metrics request that came during a render of 1,000 targets waited 100 to 200 ms
+    # (docs/benchmarks.md, /metrics latency). The process the CLI runs sets 0.5 ms.
+    from exporter.serve.app import SWITCH_INTERVAL_SECONDS
+
+    assert SWITCH_INTERVAL_SECONDS == 0.0005
+    port = free_port()
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-c",
+        SWITCH_REPORTER,
+        "--target",
+        "http://127.0.0.1:1/metrics",
+        "--name",
+        "x",
+        "--listen",
+        f"127.0.0.1:{port}",
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        async with aiohttp.ClientSession() as session:
+            deadline = time.monotonic() + 30
+            while True:
+                try:
+                    status, _, _ = await _get(session, f"http://127.0.0.1:{port}/metrics")
+                    if status == 200:
+                        break
+                except aiohttp.ClientError:
+                    pass
+                assert time.monotonic() < deadline, "the exporter never answered"
+                await asyncio.sleep(0.2)
+    finally:
+        proc.terminate()
+        out, err = await asyncio.wait_for(proc.communicate(), 30)
+    assert "switch interval 0.0005" in out.decode(), err.decode()
