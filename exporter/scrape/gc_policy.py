@@ -33,7 +33,7 @@ YOUNG_THRESHOLD = 20_000
 # Young collections between middle ones, and middle ones between full ones: never, in
 # practice. At 1,000 targets a middle collection (every 20 young ones, CPython's 10)
 # walked the 20 s of windows, signals and history that had survived a young one, 90 ms
-# each, 2% of the exporter's CPU, and in steady state freed nothing; what outlives a
+# each, about 3% of the exporter's CPU, and in steady state freed nothing; what outlives a
 # young collection waits for the periodic full one, as the oldest generation does.
 MIDDLE_THRESHOLD = 1_000_000_000
 NO_AUTOMATIC_FULL = 1_000_000_000
