@@ -593,9 +593,9 @@ def series_signals(
     gauges; counters and histograms give increases over the whole window.
     `increase_of`: each histogram's increase over the points by name (`histograms_of`),
     where the caller keeps them (`SeriesTrack.histogram_increase`); worked out here
-    otherwise. `slo_history`: the series' (`Window.slo_history`), for the burn rates. `counters`:
-    each counter's increase over the points (`counter_increases`), where the caller keeps
-    them (`SeriesTrack.counter_increases`); worked out here otherwise.
+    otherwise. `slo_history`: the series' (`Window.slo_history`), for the burn rates.
+    `counters`: each counter's increase over the points (`counter_increases`), where the
+    caller keeps them (`SeriesTrack.counter_increases`); worked out here otherwise.
     """
     t_first, first = points[0]
     t_last, last = points[-1]

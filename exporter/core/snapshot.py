@@ -124,20 +124,7 @@ COUNTERS = (
 )
 
 # The counts and gauges a target total adds up over its series.
-SUMMED = (
-    "running",
-    "waiting",
-    "preemptions_total",
-    "requests_total",
-    "generation_tokens_total",
-    "items_total",
-    "batches_total",
-    "batch_tokens_total",
-    "padding_tokens_total",
-    "batch_tokens",
-    "waiting_deferred",
-    "rejections_total",
-)
+SUMMED = ("running", "waiting", "batch_tokens", "waiting_deferred", *COUNTERS)
 
 
 def merge_series(

@@ -10,9 +10,8 @@ costs at 1,000 targets is measured in docs/benchmarks.md.
 
 So: young collections run less often (every YOUNG_THRESHOLD container allocations
 instead of 700), the automatic middle and full collections are off, and
-`full_collections` runs one
-every FULL_COLLECTION_SECONDS, so that a cycle which did reach the oldest generation is
-still freed. Each runs right after a `/metrics` answer (the app sets `answered`), when
+`full_collections` runs one every FULL_COLLECTION_SECONDS, so that a cycle which did
+reach the oldest generation is still freed. Each runs right after a `/metrics` answer (the app sets `answered`), when
 one comes within another FULL_COLLECTION_SECONDS: the pause then falls in the gap
 before the next scrape, not in front of one. What was allocated at start (modules, configuration) is frozen out of
 every collection (`gc.freeze`). On a Python whose collector works otherwise (3.14's is

@@ -222,6 +222,18 @@ async def test_config_error_names_file_and_line(tmp_path) -> None:
     assert f"{config}:4" in message and "cap" in message
 
 
+def _dead_target_on(port: int) -> tuple[str, ...]:
+    """The exporter's flags for one target that never answers, served on `port`."""
+    return (
+        "--target",
+        "http://127.0.0.1:1/metrics",
+        "--name",
+        "x",
+        "--listen",
+        f"127.0.0.1:{port}",
+    )
+
+
 async def test_listen_on_a_busy_port_is_a_clear_error(tmp_path) -> None:
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
@@ -231,12 +243,7 @@ async def test_listen_on_a_busy_port_is_a_clear_error(tmp_path) -> None:
             sys.executable,
             "-m",
             "exporter.cli",
-            "--target",
-            "http://127.0.0.1:1/metrics",
-            "--name",
-            "x",
-            "--listen",
-            f"127.0.0.1:{port}",
+            *_dead_target_on(port),
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
         )
@@ -253,7 +260,7 @@ runpy.run_module("exporter.cli", run_name="__main__")
 """
 
 
-async def test_the_exporter_hands_the_gil_over_every_half_millisecond(tmp_path) -> None:
+async def test_the_exporter_hands_the_gil_over_every_half_millisecond() -> None:
     # Renders run in a thread beside the event loop; at CPython's 5 ms switch interval a
     # /metrics request that came during a render of 1,000 targets waited 100 to 200 ms
     # (docs/benchmarks.md, /metrics latency). The process the CLI runs sets 0.5 ms.
@@ -265,12 +272,7 @@ async def test_the_exporter_hands_the_gil_over_every_half_millisecond(tmp_path) 
         sys.executable,
         "-c",
         SWITCH_REPORTER,
-        "--target",
-        "http://127.0.0.1:1/metrics",
-        "--name",
-        "x",
-        "--listen",
-        f"127.0.0.1:{port}",
+        *_dead_target_on(port),
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
     )
