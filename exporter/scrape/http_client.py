@@ -138,14 +138,17 @@ class _Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
-        if self._answer is None or self._answer.done():
-            return
-        if self._headers_done and not self._framed:
-            self._complete()  # a body delimited by the connection's close ends here
-        elif not self._received:
-            self._fail(_Stale("connection closed before any answer"))
-        else:
-            self._fail(HttpGetError("connection closed in the middle of the answer"))
+        if self._answer is not None and not self._answer.done():
+            if self._headers_done and not self._framed:
+                self._complete()  # a body delimited by the connection's close ends here
+            elif not self._received:
+                self._fail(_Stale("connection closed before any answer"))
+            else:
+                self._fail(HttpGetError("connection closed in the middle of the answer"))
+        # The parser holds this connection's callbacks, and an error raised from one holds
+        # its frame: cycles that only the cyclic collector would free, one a closed
+        # connection (gc_policy.py: it runs every few minutes).
+        self._parser = self._error = self._answer = None
 
     # -- httptools callbacks -----------------------------------------------------------
 
