@@ -8,8 +8,9 @@ object in the process) whenever a quarter of that generation is new, about every
 and is freed by reference counting when it leaves the window. What the default policy
 costs at 1,000 targets is measured in docs/benchmarks.md.
 
-So: young collections run less often (every YOUNG_THRESHOLD container allocations
-instead of 700), the automatic middle and full collections are off, and
+So: a young collection waits for YOUNG_THRESHOLD container allocations net of frees
+(CPython's is 700), which a healthy fleet does not reach between two full collections, the
+automatic middle and full collections are off, and
 `full_collections` runs one every FULL_COLLECTION_SECONDS, so that a cycle which did
 reach the oldest generation is still freed. Each runs right after a `/metrics` answer (the app sets `answered`), when
 one comes within another FULL_COLLECTION_SECONDS: the pause then falls in the gap
@@ -27,8 +28,17 @@ import time
 
 log = logging.getLogger("batchscope.exporter")
 
-# Container allocations (net of frees) between young collections.
-YOUNG_THRESHOLD = 20_000
+# Container allocations (net of frees) between young collections. A round allocates a
+# fleet's new windows and signals and frees the last round's, so in steady state the count
+# barely moves (about 50 a second at 1,000 targets, 15,000 between two full collections,
+# which reset it): no young collection runs, and the objects a round replaces die where
+# they were born, never walked. At 20,000 one ran every second or so, walked the round's
+# survivors (about 11 ms) and freed nothing: 6% of the exporter's CPU (0.94x side by side,
+# docs/benchmarks.md). The threshold is there for what a fleet would pile up otherwise: a
+# growing target set, or cycles at a rate (a closed connection made 13 objects of one,
+# http_client.py) that would fill it within minutes; a young collection then walks all
+# the objects made since the last collection, about as long as a full one.
+YOUNG_THRESHOLD = 100_000
 # Young collections between middle ones, and middle ones between full ones: never, in
 # practice. At 1,000 targets a middle collection (every 20 young ones, CPython's 10)
 # walked the 20 s of windows, signals and history that had survived a young one, 90 ms

@@ -70,7 +70,7 @@ def test_policy_defers_full_collections_to_its_own_schedule_and_still_frees_old_
     )
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
-    assert lines[0].startswith("thresholds (20000, 1000000000, 1000000000) replaced")
+    assert lines[0].startswith("thresholds (100000, 1000000000, 1000000000) replaced")
     assert lines[1:] == [
         "frozen at start True",
         "young collections ran True",
