@@ -21,8 +21,9 @@
      so static_util.py takes this path on 3.11 only); min(a, b) is b if b < a else a,
      max(a, b) is b if b > a else a, NaNs included.
    - A division by zero, a NaN or infinite `_sum` or count, counts and bounds of unequal
-     length, a NaN or -inf bound, more than 64 buckets, anything but a tuple of floats (or
-     ints) and a float `_sum`: declined (Python raises, or answers as it does).
+     length, a NaN or -inf bound, more than 64 buckets, anything but a tuple of floats for
+     the bounds, of floats or ints for the counts, and a float `_sum`: declined (Python
+     raises, or answers as it does).
    - libm's pow, here as in float_pow; glibc sets no range error for a subnormal result,
      so Python raises none either.
    Compiled with -ffp-contract=off (pyproject.toml): no fused multiply-add, none in Python.
@@ -171,7 +172,10 @@ static int estimate_and_bounds(const Bucket *b, const double *weights, Py_ssize_
                 largest_max += width * weights[j];
                 remaining -= width * b[j].count;
             } else {
-                double full = floor(remaining / width);
+                double share = remaining / width;
+                if (!isfinite(share))
+                    return -1; /* math.floor raises on a NaN or an infinity */
+                double full = floor(share);
                 double rest = remaining - full * width;
                 largest_max += width * (max_cdf(top, n, size) - max_cdf(top - full, n, size));
                 largest_max +=
@@ -201,13 +205,15 @@ static int estimate_and_bounds(const Bucket *b, const double *weights, Py_ssize_
     return 0;
 }
 
-/* The floats of a tuple into `out`; 0 where one is not a float (an int: below 2^52). */
-static int doubles_of(PyObject *tuple, double *out) {
+/* The floats of a tuple into `out`; 0 where one is not a float, or, with `ints`, an int
+   below 2^52. A count may be an int: round() makes every count one. A bound may not: an
+   int bound is added up exactly in Python where this adds doubles. */
+static int doubles_of(PyObject *tuple, int ints, double *out) {
     for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(tuple); i++) {
         PyObject *item = PyTuple_GET_ITEM(tuple, i);
         if (PyFloat_CheckExact(item))
             out[i] = PyFloat_AS_DOUBLE(item);
-        else if (PyLong_CheckExact(item)) {
+        else if (ints && PyLong_CheckExact(item)) {
             out[i] = PyLong_AsDouble(item);
             if (out[i] == -1.0 && PyErr_Occurred()) {
                 PyErr_Clear();
@@ -237,7 +243,7 @@ static PyObject *estimate(PyObject *self, PyObject *args) {
         Py_RETURN_NONE;
     double bounds[64], counts[64], weights[64], sums[2];
     Bucket buckets[64];
-    if (!doubles_of(bounds_tuple, bounds) || !doubles_of(counts_tuple, counts))
+    if (!doubles_of(bounds_tuple, 0, bounds) || !doubles_of(counts_tuple, 1, counts))
         Py_RETURN_NONE;
     for (Py_ssize_t i = 0; i < k; i++)
         if (isnan(bounds[i]) || bounds[i] == -INFINITY || !isfinite(counts[i]) ||

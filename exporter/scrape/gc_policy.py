@@ -29,15 +29,17 @@ import time
 log = logging.getLogger("batchscope.exporter")
 
 # Container allocations (net of frees) between young collections. A round allocates a
-# fleet's new windows and signals and frees the last round's, so in steady state the count
-# barely moves (about 50 a second at 1,000 targets, 15,000 between two full collections,
-# which reset it): no young collection runs, and the objects a round replaces die where
-# they were born, never walked. At 20,000 one ran every second or so, walked the round's
-# survivors (about 11 ms) and freed nothing: 6% of the exporter's CPU (0.94x side by side,
-# docs/benchmarks.md). The threshold is there for what a fleet would pile up otherwise: a
-# growing target set, or cycles at a rate (a closed connection made 13 objects of one,
-# http_client.py) that would fill it within minutes; a young collection then walks all
-# the objects made since the last collection, about as long as a full one.
+# fleet's new windows and signals and frees the last round's, so once the windows and the
+# history have filled the count stops growing: at 1,000 targets it settled about 50,000,
+# with peaks about 66,000 within a round (sampled every 2 ms), and no young collection ran
+# after the first two minutes; the full collection every 5 minutes resets it. The objects
+# a round replaces then die where they were born, never walked. At 20,000 a young
+# collection ran about every second, walked the round's survivors (about 11 ms) and freed
+# nothing: 6% of the exporter's CPU (0.94x side by side, docs/benchmarks.md). A fleet
+# whose count does reach 100,000 between full collections (a larger one, a growing target
+# set, a source of cycles like the one http_client.py's connections had) gets young
+# collections again; each walks what was made since the one before, at most what a full
+# collection walks.
 YOUNG_THRESHOLD = 100_000
 # Young collections between middle ones, and middle ones between full ones: never, in
 # practice. At 1,000 targets a middle collection (every 20 young ones, CPython's 10)
