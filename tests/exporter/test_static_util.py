@@ -359,6 +359,13 @@ def test_the_c_walk_is_built_and_taken():
     hist = fixture_histogram("vllm-0.32.0-cpu-load.txt", "vllm:request_generation_tokens")
     walked = static_util._estimate_in_c(hist.bounds, hist.counts, hist.sum, 256)
     assert walked == dataclasses.astuple(estimate_in_python(hist, 256))[1:]
+    # and it answers, rather than declines, on the histograms a vLLM exposes
+    rng = random.Random(7)
+    for size in (2, 8, 256):
+        lengths = [rng.randint(0, 3000) for _ in range(500)]
+        hist = histogram_of(lengths, vllm_bounds(4096))
+        walked = static_util._estimate_in_c(hist.bounds, hist.counts, hist.sum, size)
+        assert walked == dataclasses.astuple(estimate_in_python(hist, size))[1:]
 
 
 @pytest.mark.parametrize("estimate", [estimate_from_histogram, estimate_in_python])
