@@ -8,9 +8,8 @@ object in the process) whenever a quarter of that generation is new, about every
 and is freed by reference counting when it leaves the window. What the default policy
 costs at 1,000 targets is measured in docs/benchmarks.md.
 
-So: a young collection waits for YOUNG_THRESHOLD container allocations net of frees
-(CPython's is 700), which a healthy fleet does not reach between two full collections, the
-automatic middle and full collections are off, and
+So: no automatic collection at all, young (CPython's runs every 700 container allocations
+net of frees), middle or full, and
 `full_collections` runs one every FULL_COLLECTION_SECONDS, so that a cycle which did
 reach the oldest generation is still freed. Each runs right after a `/metrics` answer (the app sets `answered`), when
 one comes within another FULL_COLLECTION_SECONDS: the pause then falls in the gap
@@ -28,19 +27,18 @@ import time
 
 log = logging.getLogger("batchscope.exporter")
 
-# Container allocations (net of frees) between young collections. A round allocates a
-# fleet's new windows and signals and frees the last round's, so once the windows and the
-# history have filled the count stops growing: at 1,000 targets it settled about 50,000,
-# with peaks about 66,000 within a round (sampled every 2 ms), and no young collection ran
-# after the first two minutes; the full collection every 5 minutes resets it. The objects
-# a round replaces then die where they were born, never walked. At 20,000 a young
-# collection ran about every second, walked the round's survivors (about 11 ms) and freed
-# nothing: 6% of the exporter's CPU (0.94x side by side, docs/benchmarks.md). A fleet
-# whose count does reach 100,000 between full collections (a larger one, a growing target
-# set, a source of cycles like the one http_client.py's connections had) gets young
-# collections again; each walks what was made since the one before, at most what a full
-# collection walks.
-YOUNG_THRESHOLD = 100_000
+# Container allocations (net of frees) between young collections: never, in practice. A
+# round allocates a fleet's new windows and signals and frees the last round's, and in
+# steady state the young collections freed nothing (the collector's own count of objects
+# collected did not move); they walked the round's survivors, at any threshold: at 1,000
+# targets every second (20,000, about 11 ms each: 6% of the exporter's CPU, 0.94x side by
+# side, docs/benchmarks.md); at 2,000 targets 2% of a core at 20,000 and 3% at 100,000
+# (80 to 165 ms each, the round's survivors having had longer to pile up). Without them
+# the objects a round replaces die where they were born, never walked, and what does
+# become a cycle waits for the full collection every FULL_COLLECTION_SECONDS: none in
+# steady state, failing targets included, since closed connections no longer make any
+# (http_client.py).
+YOUNG_THRESHOLD = 1_000_000_000
 # Young collections between middle ones, and middle ones between full ones: never, in
 # practice. At 1,000 targets a middle collection (every 20 young ones, CPython's 10)
 # walked the 20 s of windows, signals and history that had survived a young one, 90 ms
