@@ -9,11 +9,11 @@ and is freed by reference counting when it leaves the window. What the default p
 costs at 1,000 targets is measured in docs/benchmarks.md.
 
 So: no automatic collection at all, young (CPython's runs every 700 container allocations
-net of frees), middle or full, and
-`full_collections` runs one every FULL_COLLECTION_SECONDS, so that a cycle which did
-reach the oldest generation is still freed. Each runs right after a `/metrics` answer (the app sets `answered`), when
-one comes within another FULL_COLLECTION_SECONDS: the pause then falls in the gap
-before the next scrape, not in front of one. What was allocated at start (modules, configuration) is frozen out of
+net of frees), middle or full, and `full_collections` runs a full one every
+FULL_COLLECTION_SECONDS, so that a cycle is still freed. Each runs right after a
+`/metrics` answer (the app sets `answered`), when one comes within another
+FULL_COLLECTION_SECONDS: the pause then falls in the gap before the next scrape, not in
+front of one. What was allocated at start (modules, configuration) is frozen out of
 every collection (`gc.freeze`). On a Python whose collector works otherwise (3.14's is
 incremental) the thresholds mean something else, and nothing breaks.
 """
