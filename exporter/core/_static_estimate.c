@@ -206,8 +206,8 @@ static int estimate_and_bounds(const Bucket *b, const double *weights, Py_ssize_
 }
 
 /* The floats of a tuple into `out`; 0 where one is not a float, or, with `ints`, an int
-   below 2^52. A count may be an int: round() makes every count one. A bound may not: an
-   int bound is added up exactly in Python where this adds doubles. */
+   (the caller bounds its size). A count may be an int: round() makes every count one. A
+   bound may not: an int bound is added up exactly in Python where this adds doubles. */
 static int doubles_of(PyObject *tuple, int ints, double *out) {
     for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(tuple); i++) {
         PyObject *item = PyTuple_GET_ITEM(tuple, i);
@@ -219,8 +219,6 @@ static int doubles_of(PyObject *tuple, int ints, double *out) {
                 PyErr_Clear();
                 return 0;
             }
-            if (fabs(out[i]) >= COUNT_LIMIT)
-                return 0;
         } else
             return 0;
     }

@@ -40,10 +40,10 @@ log = logging.getLogger("batchscope.exporter")
 # (http_client.py).
 YOUNG_THRESHOLD = 1_000_000_000
 # Young collections between middle ones, and middle ones between full ones: never, in
-# practice. At 1,000 targets a middle collection (every 20 young ones, CPython's 10)
-# walked the 20 s of windows, signals and history that had survived a young one, 90 ms
-# each, about 3% of the exporter's CPU, and in steady state freed nothing; what outlives a
-# young collection waits for the periodic full one, as the oldest generation does.
+# practice, as the young ones are. When young collections ran (every 20,000 allocations),
+# a middle one (every 20 of them, CPython's 10) walked the 20 s of windows, signals and
+# history that had survived a young one, 90 ms each at 1,000 targets, about 3% of the
+# exporter's CPU, and in steady state freed nothing.
 MIDDLE_THRESHOLD = 1_000_000_000
 NO_AUTOMATIC_FULL = 1_000_000_000
 FULL_COLLECTION_SECONDS = 300.0
