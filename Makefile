@@ -59,7 +59,7 @@ bench: install
 
 # Dashboards, rule files and Grafana provisioning under grafana/, generated from grafana/*.py.
 grafana: install
-	$(BIN)/python -m grafana.build
+	$(BIN)/python -m batchscope.grafana.build
 
 lint: install
 	$(BIN)/ruff check .

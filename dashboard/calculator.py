@@ -13,8 +13,8 @@ from typing import TextIO
 
 import numpy as np
 
-from exporter.core.static_util import StaticBatchingAccumulator, StaticBatchingResult
-from exporter.length_log import FileReport, Progress, read_lengths
+from batchscope.exporter.core.static_util import StaticBatchingAccumulator, StaticBatchingResult
+from batchscope.exporter.length_log import FileReport, Progress, read_lengths
 
 # Seed 003's two toy batches: 67/128 and 32/128 of the slot-steps at B=8.
 TOY_EXAMPLES: dict[str, list[int]] = {

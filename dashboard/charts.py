@@ -6,9 +6,9 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from dashboard.calculator import IDLE, SlotPicture
-from dashboard.episodes import Episode
-from dashboard.states import CAP_HEX, SATURATED_SHADE, THRESHOLD_HEX, look
+from batchscope.dashboard.calculator import IDLE, SlotPicture
+from batchscope.dashboard.episodes import Episode
+from batchscope.dashboard.states import CAP_HEX, SATURATED_SHADE, THRESHOLD_HEX, look
 
 LINE_HEX = "#2563eb"
 MEMORY_HEX = look("memory_bound").hex

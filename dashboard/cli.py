@@ -7,10 +7,10 @@ import os
 import sys
 from pathlib import Path
 
-from dashboard.client import DEFAULT_EXPORTER, EXPORTER_ENV, PROMETHEUS_ENV
-from dashboard.embedded import EmbeddedExporter
-from exporter.config.flags import add_arguments, settings_from_args
-from exporter.config.settings import ConfigError
+from batchscope.dashboard.client import DEFAULT_EXPORTER, EXPORTER_ENV, PROMETHEUS_ENV
+from batchscope.dashboard.embedded import EmbeddedExporter
+from batchscope.exporter.config.flags import add_arguments, settings_from_args
+from batchscope.exporter.config.settings import ConfigError
 
 APP = Path(__file__).resolve().parent / "app.py"
 PROG = "batchscope-dashboard"

@@ -11,9 +11,9 @@ import threading
 
 from aiohttp import web
 
-from exporter.config.settings import Settings
-from exporter.scrape.loop import Exporter
-from exporter.serve.app import create_app
+from batchscope.exporter.config.settings import Settings
+from batchscope.exporter.scrape.loop import Exporter
+from batchscope.exporter.serve.app import create_app
 
 START_TIMEOUT_SECONDS = 30.0
 

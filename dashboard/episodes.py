@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from exporter.alerts.specs import SLO_BURN_FAST, SLO_BURN_SLOW
+from batchscope.exporter.alerts.specs import SLO_BURN_FAST, SLO_BURN_SLOW
 
 # Which alert each burning speed raises, and what it asks of the operator.
 SPEED_ALERTS = {

@@ -1,6 +1,6 @@
 """How numbers and target-supplied text are written on the dashboard's pages.
 
-Shares and durations read as the diagnosis writes them (`exporter.core.units`): whole
+Shares and durations read as the diagnosis writes them (`batchscope.exporter.core.units`): whole
 percentages (one decimal under 10%), durations in ms, s, min or h. A missing value is a
 dash, and the page says why beside it (`missing_reason`).
 """
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-from exporter.core.units import percent_text, seconds_text
+from batchscope.exporter.core.units import percent_text, seconds_text
 
 MISSING = "–"
 # A signal whose raw series the target's engine does not publish (the JSON's not_exposed).

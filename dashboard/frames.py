@@ -7,9 +7,9 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from dashboard.formatting import number
-from dashboard.states import look
-from exporter.engines import ADAPTERS
+from batchscope.dashboard.formatting import number
+from batchscope.dashboard.states import look
+from batchscope.exporter.engines import ADAPTERS
 
 TOTAL_CHOICE = "all models (target total)"
 # Series labels that name a model, a batcher or a deployment: every engine adapter's, in

@@ -4,7 +4,7 @@ JavaScript inlined, so it opens anywhere without the app or a network.
 
 The report of a result file written earlier (`--output`, or `vllm bench serve`'s own):
 
-    python -m dashboard.load_report RESULT.json --report REPORT.html
+    python -m batchscope.dashboard.load_report RESULT.json --report REPORT.html
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from typing import Any
 
 import plotly.io
 
-from dashboard import charts
-from dashboard.load_results import (
+from batchscope.dashboard import charts
+from batchscope.dashboard.load_results import (
     BATCHING_COLUMNS,
     ResultError,
     knees,
@@ -80,7 +80,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Write the report of a result file; 0 on success, 2 (with the reason on stderr) for a
     file that cannot be read or holds no run."""
     parser = argparse.ArgumentParser(
-        prog="python -m dashboard.load_report",
+        prog="python -m batchscope.dashboard.load_report",
         description="The self-contained HTML report of a load-test result file "
         "(batchscope-loadgen --output, or vllm bench serve --save-result).",
     )

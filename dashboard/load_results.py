@@ -6,7 +6,7 @@ Both tools' field names are read: loadgen's (`--json`: `rate_per_s`, `throughput
 `latencies` in seconds). A loadgen step run with `--watch` carries a `batching` object
 (the server's signals over the step); a file without it opens the same, with those
 columns empty. The knee of each setting is found here with the page's SLO
-(`demo_server.loadgen.knee`, the loadgen's own rule); a `--find-capacity` file's capacity
+(`batchscope.demo_server.loadgen.knee`, the loadgen's own rule); a `--find-capacity` file's capacity
 is read from the file.
 """
 
@@ -19,8 +19,10 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from demo_server.loadgen.knee import Knee, find_knee
-from demo_server.loadgen.report import BATCHING_COLUMNS  # the columns, as the CSV has them
+from batchscope.demo_server.loadgen.knee import Knee, find_knee
+from batchscope.demo_server.loadgen.report import (
+    BATCHING_COLUMNS,  # the columns, as the CSV has them
+)
 
 _PERCENTILE_FIELD = re.compile(r"^p(\d+(?:\.\d+)?)_(?:e2el_)?ms$")
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from exporter.core.signals import SignalSettings
+from batchscope.exporter.core.signals import SignalSettings
 
 # The exporter's own "near the cap" line, so the checklist and the diagnosis agree.
 NEAR_CAP = SignalSettings().near_cap

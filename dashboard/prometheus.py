@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import re
 
-from dashboard.client import SourceError, api_url, get_json
-from dashboard.frames import SERIES_NAME_LABELS
-from exporter.serve.families import SERIES_GAUGES
+from batchscope.dashboard.client import SourceError, api_url, get_json
+from batchscope.dashboard.frames import SERIES_NAME_LABELS
+from batchscope.exporter.serve.families import SERIES_GAUGES
 
 # Exporter metric name -> history field, for the gauges whose value is the field.
 FIELDS = {name: attribute for name, _, attribute in SERIES_GAUGES} | {

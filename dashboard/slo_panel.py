@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import streamlit as st
 
-from dashboard.episodes import SPEED_ALERTS
-from dashboard.formatting import MISSING, percent, plain_markdown, seconds, tile
-from dashboard.time_frames import TimeFrames
+from batchscope.dashboard.episodes import SPEED_ALERTS
+from batchscope.dashboard.formatting import MISSING, percent, plain_markdown, seconds, tile
+from batchscope.dashboard.time_frames import TimeFrames
 
 
 def attainment_text(attainment: dict | None) -> str:

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dashboard.formatting import plain_markdown
-from exporter.core.evaluate import RECENT_SCRAPES
-from exporter.core.units import percent_text, seconds_text
+from batchscope.dashboard.formatting import plain_markdown
+from batchscope.exporter.core.evaluate import RECENT_SCRAPES
+from batchscope.exporter.core.units import percent_text, seconds_text
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,10 +10,10 @@ from dataclasses import dataclass
 
 import streamlit as st
 
-from dashboard import client, prometheus
-from dashboard.client import DEFAULT_EXPORTER, EXPORTER_ENV, PROMETHEUS_ENV
-from dashboard.formatting import age, plain_markdown
-from dashboard.states import look
+from batchscope.dashboard import client, prometheus
+from batchscope.dashboard.client import DEFAULT_EXPORTER, EXPORTER_ENV, PROMETHEUS_ENV
+from batchscope.dashboard.formatting import age, plain_markdown
+from batchscope.dashboard.states import look
 
 REFRESH_SECONDS = 5
 # Shorter than the refresh: every refresh reads fresh data, two pages in one refresh share it.

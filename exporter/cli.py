@@ -12,15 +12,15 @@ from collections.abc import Callable
 
 from aiohttp import web
 
-from exporter.alerts.delivery import AlertmanagerDelivery
-from exporter.alerts.specs import AlertWords
-from exporter.config.exposure_warnings import exposure_warnings
-from exporter.config.flags import add_arguments, settings_from_args
-from exporter.config.settings import ConfigError, Settings
-from exporter.scrape import gc_policy
-from exporter.scrape.fetch import read_secret
-from exporter.scrape.loop import Exporter, stale_seconds
-from exporter.serve.app import configure_switch_interval, create_app
+from batchscope.exporter.alerts.delivery import AlertmanagerDelivery
+from batchscope.exporter.alerts.specs import AlertWords
+from batchscope.exporter.config.exposure_warnings import exposure_warnings
+from batchscope.exporter.config.flags import add_arguments, settings_from_args
+from batchscope.exporter.config.settings import ConfigError, Settings
+from batchscope.exporter.scrape import gc_policy
+from batchscope.exporter.scrape.fetch import read_secret
+from batchscope.exporter.scrape.loop import Exporter, stale_seconds
+from batchscope.exporter.serve.app import configure_switch_interval, create_app
 
 log = logging.getLogger("batchscope.exporter")
 

@@ -1,7 +1,7 @@
 """batchscope-static-util: what static batching would waste on your own traffic.
 
-Reads logged output lengths with exporter.length_log (plain numbers, CSV, JSON lines,
-or a `vllm bench serve` result file), streams them through exporter.core.static_util, and
+Reads logged output lengths with batchscope.exporter.length_log (plain numbers, CSV, JSON lines,
+or a `vllm bench serve` result file), streams them through batchscope.exporter.core.static_util, and
 prints the static-batching utilisation and the continuous-batching gain for each batch
 size asked.
 """
@@ -19,8 +19,8 @@ import zlib
 from collections.abc import Sequence
 from typing import TextIO
 
-from exporter.core.static_util import StaticBatchingAccumulator, StaticBatchingResult
-from exporter.length_log import KNOWN_FIELDS, FileReport, InputError, read_lengths
+from batchscope.exporter.core.static_util import StaticBatchingAccumulator, StaticBatchingResult
+from batchscope.exporter.length_log import KNOWN_FIELDS, FileReport, InputError, read_lengths
 
 PROG = "batchscope-static-util"
 DESCRIPTION = """\

@@ -1,16 +1,16 @@
 """Every threshold, window and selector the rules and dashboards use, in one place.
 
 Kept as monitoring mixins keep their `_config`: change a value here and run
-`python -m grafana.build`. The exporter's own defaults are read, not copied, so the
+`python -m batchscope.grafana.build`. The exporter's own defaults are read, not copied, so the
 rules and the exporter cannot drift apart.
 """
 
 from __future__ import annotations
 
-from exporter.alerts.specs import RUNBOOK_PATH, SLOW_SCRAPE_SECONDS
-from exporter.config.reserved_labels import SERIES_LABELS
-from exporter.config.settings import Settings
-from exporter.core.signals import SignalSettings
+from batchscope.exporter.alerts.specs import RUNBOOK_PATH, SLOW_SCRAPE_SECONDS
+from batchscope.exporter.config.reserved_labels import SERIES_LABELS
+from batchscope.exporter.config.settings import Settings
+from batchscope.exporter.core.signals import SignalSettings
 
 _EXPORTER = Settings(targets=())
 _SIGNALS = SignalSettings()

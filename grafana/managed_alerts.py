@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from exporter.alerts.specs import ALERTS, AlertWords
+from batchscope.exporter.alerts.specs import ALERTS, AlertWords
 
 DATASOURCE_UID = "batchscope-prometheus"
 FOLDER = "batchscope"

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from exporter.alerts.fleet_rules import (
+from batchscope.exporter.alerts.fleet_rules import (
     BUDGET_RULE,
     CAP_RULE,
     RECORDED_QUANTILES,
@@ -29,7 +29,7 @@ from exporter.alerts.fleet_rules import (
     TOKEN_BUDGET_RULE,
     quantile_label,
 )
-from exporter.alerts.specs import (
+from batchscope.exporter.alerts.specs import (
     BUDGET_SATURATED,
     EXPORTER_DOWN,
     MEMORY_BOUND,
@@ -43,10 +43,10 @@ from exporter.alerts.specs import (
     AlertSpec,
     AlertWords,
 )
-from exporter.core.evaluate import OBSERVED_AT_FINISH, OBSERVED_AT_FIRST_TOKEN
-from exporter.core.limits import DEFERRED_SHARE
-from exporter.core.slo import DAY_SECONDS, WINDOW_PAIRS, WINDOWS, window_seconds
-from exporter.engines.vllm import LATENCY_FAMILIES, TOKEN_LATENCY_KINDS
+from batchscope.exporter.core.evaluate import OBSERVED_AT_FINISH, OBSERVED_AT_FIRST_TOKEN
+from batchscope.exporter.core.limits import DEFERRED_SHARE
+from batchscope.exporter.core.slo import DAY_SECONDS, WINDOW_PAIRS, WINDOWS, window_seconds
+from batchscope.exporter.engines.vllm import LATENCY_FAMILIES, TOKEN_LATENCY_KINDS
 
 LEVEL = "target_model_engine"
 

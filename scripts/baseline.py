@@ -27,16 +27,16 @@ ROOT = Path(__file__).resolve().parent.parent
 # Modules the benchmarks compare that had other names before `exporter` was split into
 # packages by job: a commit from before the split has them under these.
 BEFORE_PACKAGES = {
-    "exporter.scrape.loop": "exporter.runtime",
-    "exporter.config.settings": "exporter.config",
-    "exporter.ingest.promtext": "exporter.promtext",
-    "exporter.scrape.fetch": "exporter.scrape",
-    "exporter.serve.exposition": "exporter.collector",
+    "batchscope.exporter.scrape.loop": "exporter.runtime",
+    "batchscope.exporter.config.settings": "batchscope.exporter.config",
+    "batchscope.exporter.ingest.promtext": "exporter.promtext",
+    "batchscope.exporter.scrape.fetch": "batchscope.exporter.scrape",
+    "batchscope.exporter.serve.exposition": "exporter.collector",
 }
 
 
 def import_at(commit: str, *modules: str) -> list[ModuleType]:
-    """The named modules (e.g. "exporter.scrape.loop") as of `commit`, each under its
+    """The named modules (e.g. "batchscope.exporter.scrape.loop") as of `commit`, each under its
     earlier name (BEFORE_PACKAGES) where the commit predates the packages."""
     archive = subprocess.run(
         ["git", "archive", "--format=tar", commit, "exporter"],

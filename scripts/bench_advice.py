@@ -34,15 +34,15 @@ from pathlib import Path
 
 import aiohttp
 
-from demo_server.loadgen import report as loadgen_report
-from demo_server.loadgen import run as loadgen
-from demo_server.loadgen.workload import LoadSpec
-from exporter.config.settings import Settings, Target
-from exporter.core.evaluate import SeriesSignals
-from exporter.engines import read_series
-from exporter.ingest import promtext
-from exporter.scrape.http_client import Connections
-from exporter.scrape.loop import Exporter
+from batchscope.demo_server.loadgen import report as loadgen_report
+from batchscope.demo_server.loadgen import run as loadgen
+from batchscope.demo_server.loadgen.workload import LoadSpec
+from batchscope.exporter.config.settings import Settings, Target
+from batchscope.exporter.core.evaluate import SeriesSignals
+from batchscope.exporter.engines import read_series
+from batchscope.exporter.ingest import promtext
+from batchscope.exporter.scrape.http_client import Connections
+from batchscope.exporter.scrape.loop import Exporter
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests.support
 from tests.support.network import free_port, wait_http  # noqa: E402
@@ -78,7 +78,7 @@ class Phase:
 
 @contextlib.contextmanager
 def demo_server(*flags: str) -> Iterator[str]:
-    """`python -m demo_server.cli` with these flags on a free port; yields its base URL."""
+    """`python -m batchscope.demo_server.cli` with these flags on a free port; yields its base URL."""
     port = free_port()
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     url = f"http://127.0.0.1:{port}"
@@ -87,7 +87,7 @@ def demo_server(*flags: str) -> Iterator[str]:
             [
                 sys.executable,
                 "-m",
-                "demo_server.cli",
+                "batchscope.demo_server.cli",
                 "--port",
                 str(port),
                 "--log-level",

@@ -48,16 +48,16 @@ from typing import Any
 import torch
 from prometheus_client import CollectorRegistry
 
-from demo_server.devices import Device, select_device
-from demo_server.embedding.batcher import Batcher
-from demo_server.embedding.batcher_settings import BatcherSettings
-from demo_server.embedding.service import Encoder
-from demo_server.loadgen import report as loadgen_report
-from demo_server.loadgen import run as loadgen
-from demo_server.loadgen import workload
-from demo_server.loadgen.arrivals import open_loop
-from demo_server.queueing import QueueFull
-from exporter.instrumentation import BatcherMetrics
+from batchscope.demo_server.devices import Device, select_device
+from batchscope.demo_server.embedding.batcher import Batcher
+from batchscope.demo_server.embedding.batcher_settings import BatcherSettings
+from batchscope.demo_server.embedding.service import Encoder
+from batchscope.demo_server.loadgen import report as loadgen_report
+from batchscope.demo_server.loadgen import run as loadgen
+from batchscope.demo_server.loadgen import workload
+from batchscope.demo_server.loadgen.arrivals import open_loop
+from batchscope.demo_server.queueing import QueueFull
+from batchscope.exporter.instrumentation import BatcherMetrics
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests.support
 from tests.support.network import NotReady, free_port, wait_http  # noqa: E402
@@ -225,7 +225,7 @@ def serve(settings: BatcherSettings) -> tuple[subprocess.Popen[bytes], str]:
     args = [
         sys.executable,
         "-m",
-        "demo_server.cli",
+        "batchscope.demo_server.cli",
         "--port",
         str(port),
         "--device",

@@ -7,7 +7,7 @@ never empty until its end. The two modes run side by side, stepped in turns on o
 thread, so the machine's noise falls on both alike. The measured tokens/s ratio
 continuous/static is held against the gain predicted from the trace alone by the exact
 static-utilisation formula (consecutive groups of B; gain = 1 / utilisation,
-`exporter.core.static_util`, the same numbers `batchscope-static-util` prints). Target:
+`batchscope.exporter.core.static_util`, the same numbers `batchscope-static-util` prints). Target:
 measured >= 0.9 of predicted.
 
 The measured ratio decomposes exactly as
@@ -34,15 +34,20 @@ from pathlib import Path
 
 import torch
 
-from demo_server.devices import Device, select_device
-from demo_server.generation.decoder import KVCache, PrefillBatch, TinyDecoder, encode_prompt
-from demo_server.generation.ragged import try_load
-from demo_server.generation.scheduler import (
+from batchscope.demo_server.devices import Device, select_device
+from batchscope.demo_server.generation.decoder import (
+    KVCache,
+    PrefillBatch,
+    TinyDecoder,
+    encode_prompt,
+)
+from batchscope.demo_server.generation.ragged import try_load
+from batchscope.demo_server.generation.scheduler import (
     Scheduler,
     SchedulerConfig,
     SimulatedClock,
 )
-from exporter.core.static_util import exact_static_utilization
+from batchscope.exporter.core.static_util import exact_static_utilization
 
 TARGET = 0.9  # measured gain must reach this share of the predicted gain
 PROMPT_TEXT = "Benchmark prompt: tell me a story, a long one, about batching on GPUs. "
@@ -353,7 +358,7 @@ def main(argv: list[str] | None = None) -> int:
         table(rows),
         "",
         "- predicted gain: 1 / exact static utilisation of the trace in consecutive groups of "
-        "B (`exporter.core.static_util.exact_static_utilization`, what `batchscope-static-util` "
+        "B (`batchscope.exporter.core.static_util.exact_static_utilization`, what `batchscope-static-util` "
         "prints for this trace).",
         "- measured gain = continuous tok/s / static tok/s = (static steps / continuous steps) "
         "x (static ms per step / continuous ms per step).",

@@ -1,6 +1,6 @@
 """Dashboard benchmark: server-side time to build the Live page, and what a refresh sends.
 
-Two fleets, each served by a real exporter app (exporter.serve.app.create_app) in its own
+Two fleets, each served by a real exporter app (batchscope.exporter.serve.app.create_app) in its own
 process, built by the exporter's own ingest from real vLLM 0.32 payloads; Streamlit's
 AppTest runs the Live page against it, with the fetch cache cleared before each run so
 each run pays for its fetches (the first run, imports, is not counted):
@@ -35,12 +35,12 @@ from aiohttp import web
 from streamlit.runtime.forward_msg_queue import ForwardMsgQueue
 from streamlit.testing.v1 import AppTest
 
-from dashboard.client import api_url
-from exporter.config.settings import Settings, Target
-from exporter.core.snapshot import Snapshot
-from exporter.engines import read_series
-from exporter.scrape.loop import Exporter
-from exporter.serve.app import create_app
+from batchscope.dashboard.client import api_url
+from batchscope.exporter.config.settings import Settings, Target
+from batchscope.exporter.core.snapshot import Snapshot
+from batchscope.exporter.engines import read_series
+from batchscope.exporter.scrape.loop import Exporter
+from batchscope.exporter.serve.app import create_app
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests.support
 from tests.support.network import NotReady, free_port, wait_http  # noqa: E402

@@ -56,12 +56,12 @@ from baseline import ROOT, import_at, same_as_baseline  # noqa: E402
 from bench_parser import Comparison  # noqa: E402
 from fleet_sim import FIXTURE, Template  # noqa: E402
 
-from exporter.config import settings as config
-from exporter.core.snapshot import Snapshot  # noqa: E402
-from exporter.engines import read_series  # noqa: E402
-from exporter.scrape import gc_policy  # noqa: E402
-from exporter.scrape import loop as runtime  # noqa: E402
-from exporter.serve import app  # noqa: E402
+from batchscope.exporter.config import settings as config
+from batchscope.exporter.core.snapshot import Snapshot  # noqa: E402
+from batchscope.exporter.engines import read_series  # noqa: E402
+from batchscope.exporter.scrape import gc_policy  # noqa: E402
+from batchscope.exporter.scrape import loop as runtime  # noqa: E402
+from batchscope.exporter.serve import app  # noqa: E402
 
 BASELINE = "2137ba4"
 TARGET_RATIO = 3.0
@@ -74,10 +74,10 @@ READ = ("vllm", None, "e2e")
 
 
 def load_baseline(commit: str) -> tuple[ModuleType, ModuleType]:
-    """`exporter.scrape.loop` and `exporter.config.settings` as of `commit`, imported beside this
+    """`batchscope.exporter.scrape.loop` and `batchscope.exporter.config.settings` as of `commit`, imported beside this
     checkout's."""
     runtime_then, config_then = import_at(
-        commit, "exporter.scrape.loop", "exporter.config.settings"
+        commit, "batchscope.exporter.scrape.loop", "batchscope.exporter.config.settings"
     )
     return runtime_then, config_then
 
@@ -187,10 +187,10 @@ def markdown(results: dict) -> str:
 
 # The modules a fleet round runs, from a commit's code or this checkout's.
 ROUND_MODULES = (
-    "exporter.scrape.loop",
-    "exporter.config.settings",
-    "exporter.scrape.fetch",
-    "exporter.serve.exposition",
+    "batchscope.exporter.scrape.loop",
+    "batchscope.exporter.config.settings",
+    "batchscope.exporter.scrape.fetch",
+    "batchscope.exporter.serve.exposition",
 )
 THIS_CHECKOUT = "this checkout"
 # Rounds that fill the window (13 scrapes of the default 60 s) before any is timed.

@@ -1,7 +1,7 @@
 """Fleet benchmark: the real exporter process scraping 1000 simulated vLLM servers.
 
 `fleet_sim.py` serves the targets from a separate process; the exporter runs as
-`python -m exporter.cli --config FLEET.yaml`, exactly as deployed. While it runs, the
+`python -m batchscope.exporter.cli --config FLEET.yaml`, exactly as deployed. While it runs, the
 benchmark samples the CPU time (user + system, psutil) of the exporter, the simulator
 and the whole machine every few milliseconds, and fetches the exporter's /metrics and
 /api/v1/signals from a thread, as a Prometheus scrape and a dashboard poll would.
@@ -278,7 +278,7 @@ def run(quick: bool = False) -> FleetResult:
             [
                 sys.executable,
                 "-m",
-                "exporter.cli",
+                "batchscope.exporter.cli",
                 "--config",
                 str(config),
                 "--interval",
@@ -415,7 +415,7 @@ def markdown(result: FleetResult) -> str:
         "port, one process) with the real vLLM 0.32 load payload (~53 KB, 420 samples), "
         "each target with its own model name, counters growing and gauges moving on every "
         "scrape, gzipped as vLLM does when the client accepts it. The exporter runs as "
-        f"`python -m exporter.cli --config fleet.yaml --interval {interval:g}` "
+        f"`python -m batchscope.exporter.cli --config fleet.yaml --interval {interval:g}` "
         "(engine vllm, cap 256, budget 1 s per target). After a warm-up round "
         f"({result.warmup_seconds:.1f} s from launch to its last target evaluated), "
         f"{plan.rounds} rounds are measured. A round's CPU is the exporter's user + system "

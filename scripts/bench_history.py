@@ -36,12 +36,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_evaluation import INTERVAL_S, TARGET_SETTINGS, fleet_scrapes  # noqa: E402
 
-from exporter.config.settings import Settings, Target  # noqa: E402
-from exporter.core.snapshot import Snapshot  # noqa: E402
-from exporter.scrape import gc_policy  # noqa: E402
-from exporter.scrape.loop import Exporter  # noqa: E402
-from exporter.serve.api_json import HistoryRow  # noqa: E402
-from exporter.serve.history import History  # noqa: E402
+from batchscope.exporter.config.settings import Settings, Target  # noqa: E402
+from batchscope.exporter.core.snapshot import Snapshot  # noqa: E402
+from batchscope.exporter.scrape import gc_policy  # noqa: E402
+from batchscope.exporter.scrape.loop import Exporter  # noqa: E402
+from batchscope.exporter.serve.api_json import HistoryRow  # noqa: E402
+from batchscope.exporter.serve.history import History  # noqa: E402
 
 TARGETS = 1000
 POINTS = 720

@@ -23,7 +23,7 @@ from baseline import import_at, same_as_baseline
 from bench_parser import Comparison, compare
 from fleet_sim import Template
 
-from exporter.engines import clear_caches, read_series
+from batchscope.exporter.engines import clear_caches, read_series
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests/fixtures"
@@ -43,7 +43,9 @@ ReadSeries = Callable[..., tuple]
 
 def load_baseline(commit: str) -> tuple[ReadSeries, ModuleType]:
     """`read_series` and `promtext` of `commit`, imported beside this checkout's modules."""
-    engines, old_promtext = import_at(commit, "exporter.engines", "exporter.ingest.promtext")
+    engines, old_promtext = import_at(
+        commit, "batchscope.exporter.engines", "batchscope.exporter.ingest.promtext"
+    )
     return engines.read_series, old_promtext
 
 

@@ -1,7 +1,7 @@
 """/metrics latency at 1,000 targets: a Prometheus scraping the exporter every second.
 
 `fleet_sim.py` serves N simulated vLLM 0.32 targets; the exporter runs as deployed
-(`python -m exporter.cli --config fleet.yaml`, default settings: it scrapes every
+(`python -m batchscope.exporter.cli --config fleet.yaml`, default settings: it scrapes every
 target every DEFAULT_INTERVAL_SECONDS). Once every target is up, the benchmark GETs
 /metrics with `Accept-Encoding: gzip` on a 1 s schedule for `--minutes`, as a Prometheus
 with a 1 s scrape interval would, and records each answer's latency. The run includes
@@ -30,8 +30,8 @@ import psutil
 from bench_fleet import ROOT, FleetPlan, _stop, _write_config, start_simulator
 from bench_prometheus import _exporter_up, _get
 
-from exporter.core.signals import DEFAULT_INTERVAL_SECONDS
-from exporter.scrape.gc_policy import FULL_COLLECTION_SECONDS
+from batchscope.exporter.core.signals import DEFAULT_INTERVAL_SECONDS
+from batchscope.exporter.scrape.gc_policy import FULL_COLLECTION_SECONDS
 from tests.support.network import free_port, wait_until  # the root is on sys.path: bench_fleet
 
 P99_TARGET_SECONDS = 0.1
@@ -84,7 +84,7 @@ def run(plan: Plan) -> Result:
             [
                 sys.executable,
                 "-m",
-                "exporter.cli",
+                "batchscope.exporter.cli",
                 "--config",
                 str(_write_config(Path(tmp), fleet, address)),
                 "--listen",
@@ -130,7 +130,7 @@ def markdown(result: Result) -> str:
         f"## /metrics latency ({plan.targets} targets, {plan.minutes:g} min)",
         "",
         f"`{command}`: `scripts/fleet_sim.py` serves {plan.targets} simulated vLLM 0.32 "
-        "targets; the exporter runs as `python -m exporter.cli --config fleet.yaml` with "
+        "targets; the exporter runs as `python -m batchscope.exporter.cli --config fleet.yaml` with "
         f"default settings (every target scraped every {DEFAULT_INTERVAL_SECONDS:g} s, a "
         f"full garbage collection every {FULL_COLLECTION_SECONDS:g} s just after a "
         "/metrics answer). After every target was up, /metrics was fetched with "

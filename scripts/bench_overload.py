@@ -127,7 +127,7 @@ def start_exporter(url: str, port: int, log: Path, timeout: float | None) -> sub
     args = [
         sys.executable,
         "-m",
-        "exporter.cli",
+        "batchscope.exporter.cli",
         "--target",
         url,
         "--name",

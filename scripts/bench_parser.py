@@ -1,4 +1,4 @@
-"""Parser benchmark: `exporter.ingest.promtext` against `prometheus_client.parser` on a real
+"""Parser benchmark: `batchscope.exporter.ingest.promtext` against `prometheus_client.parser` on a real
 payload.
 
 Both parse the 53 KB vLLM 0.32 `/metrics` payload in the same process, in interleaved
@@ -19,9 +19,9 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter.engines import read_series, vllm
-from exporter.engines.grouping import group_by_name
-from exporter.ingest import promtext
+from batchscope.exporter.engines import read_series, vllm
+from batchscope.exporter.engines.grouping import group_by_name
+from batchscope.exporter.ingest import promtext
 
 FIXTURE = Path(__file__).resolve().parent.parent / "tests/fixtures/vllm-0.32.0-cpu-load.txt"
 TARGET_RATIO = 10.0
@@ -215,7 +215,7 @@ def markdown(results: dict) -> str:
     """The report section of `results`: one row per variant, medians in milliseconds."""
     payload = results["payload"]
     lines = [
-        "## Parser: `exporter.ingest.promtext` vs `prometheus_client.parser`",
+        "## Parser: `batchscope.exporter.ingest.promtext` vs `prometheus_client.parser`",
         "",
         f"Payload: `{FIXTURE.relative_to(FIXTURE.parents[2])}` ({payload['bytes']} bytes, "
         f"{payload['lines']} lines, {payload['samples']} samples; the vLLM adapter reads "

@@ -1,7 +1,7 @@
 """Fleet cost beside Prometheus: the exporter and a real Prometheus scrape the same fleet.
 
 `fleet_sim.py` serves N simulated vLLM 0.32 targets; Debian's Prometheus (2.42) and the
-exporter (`python -m exporter.cli`, as deployed) both scrape all of them every 5 s, at
+exporter (`python -m batchscope.exporter.cli`, as deployed) both scrape all of them every 5 s, at
 the same time, on the same machine. After both see every target up and a warm-up, the
 CPU time (user + system) of each process is read over the same measured span, and the
 exporter's /metrics is fetched as Prometheus would (gzip accepted) every 1.1 s.
@@ -33,8 +33,8 @@ from pathlib import Path
 import psutil
 from bench_fleet import ROOT, FleetPlan, _cpu, _stop, _write_config, start_simulator
 
-from exporter.ingest import promtext
-from exporter.serve.families import TARGET_UP
+from batchscope.exporter.ingest import promtext
+from batchscope.exporter.serve.families import TARGET_UP
 from tests.support.network import free_port, wait_until  # the root is on sys.path: bench_fleet
 
 CPU_RATIO_TARGET = 0.75
@@ -151,7 +151,7 @@ def run(quick: bool = False) -> Result:
             [
                 sys.executable,
                 "-m",
-                "exporter.cli",
+                "batchscope.exporter.cli",
                 "--config",
                 str(_write_config(folder, FleetPlan(plan.targets, 1, 5.0), address)),
                 "--interval",

@@ -40,13 +40,13 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import Metric
 from prometheus_client.utils import floatToGoString
 
-from exporter.config.settings import Settings, Target
-from exporter.core.evaluate import TargetSignals
-from exporter.scrape.fetch import ScrapeResult
-from exporter.scrape.loop import Exporter
-from exporter.serve import api_json as api
-from exporter.serve.app import GZIP_LEVEL, gzip_body
-from exporter.serve.exposition import render_metrics
+from batchscope.exporter.config.settings import Settings, Target
+from batchscope.exporter.core.evaluate import TargetSignals
+from batchscope.exporter.scrape.fetch import ScrapeResult
+from batchscope.exporter.scrape.loop import Exporter
+from batchscope.exporter.serve import api_json as api
+from batchscope.exporter.serve.app import GZIP_LEVEL, gzip_body
+from batchscope.exporter.serve.exposition import render_metrics
 
 # The JSON reference (the plain asdict definition) is the tests': `make bench` runs this
 # from scripts/, so the repository root goes on the path for it.

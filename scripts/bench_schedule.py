@@ -1,6 +1,6 @@
 """Schedule benchmark: 1,000 targets, a fifth of them hanging, in the real exporter process.
 
-The exporter (`python -m exporter.cli --config FILE`, as deployed) scrapes 1,000 local
+The exporter (`python -m batchscope.exporter.cli --config FILE`, as deployed) scrapes 1,000 local
 targets every 3 s; 200 never answer. Once every target has been evaluated and the hung
 ones have failed, each target's requests are counted over five intervals, and the gaps
 between a healthy target's evaluations are read from the exporter's history. The

@@ -68,22 +68,22 @@ from bench_render import fleet_signals, reference_render
 from fleet_sim import FIXTURE, Template
 from isal import isal_zlib
 
-from exporter.config.settings import Settings, Target
-from exporter.core.evaluate import SeriesSignals, TargetSignals
-from exporter.engines import ADAPTERS, families_read, grouping, read_series, series_of
-from exporter.ingest import promtext
-from exporter.scrape import gc_policy
-from exporter.scrape.fetch import SCRAPE_HEADERS, ScrapeResult, scrape
-from exporter.scrape.http_client import Connections
-from exporter.scrape.loop import (
+from batchscope.exporter.config.settings import Settings, Target
+from batchscope.exporter.core.evaluate import SeriesSignals, TargetSignals
+from batchscope.exporter.engines import ADAPTERS, families_read, grouping, read_series, series_of
+from batchscope.exporter.ingest import promtext
+from batchscope.exporter.scrape import gc_policy
+from batchscope.exporter.scrape.fetch import SCRAPE_HEADERS, ScrapeResult, scrape
+from batchscope.exporter.scrape.http_client import Connections
+from batchscope.exporter.scrape.loop import (
     MAX_CONCURRENT_FAILING_SCRAPES,
     MAX_CONCURRENT_SCRAPES,
     TICK_SECONDS,
     Exporter,
 )
-from exporter.serve import api_json as api
-from exporter.serve.app import plain_and_gzip
-from exporter.serve.exposition import render_metrics
+from batchscope.exporter.serve import api_json as api
+from batchscope.exporter.serve.app import plain_and_gzip
+from batchscope.exporter.serve.exposition import render_metrics
 
 ROOT = Path(__file__).resolve().parent.parent
 # As the fleet benchmark reads each target: engine vllm, no sample limit, the e2e histogram.

@@ -28,12 +28,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_evaluation import INTERVAL_S, TARGET_SETTINGS, fleet_scrapes  # noqa: E402
 from bench_parser import Comparison  # noqa: E402
 
-from exporter.config.settings import Settings, Target  # noqa: E402
-from exporter.core.evaluate import TargetSignals  # noqa: E402
-from exporter.core.histogram import Histogram  # noqa: E402
-from exporter.core.slo import RESOLUTION, SloHistory, history_windows  # noqa: E402
-from exporter.engines.vllm import REQUEST_LATENCY_BUCKETS  # noqa: E402
-from exporter.scrape.loop import Exporter  # noqa: E402
+from batchscope.exporter.config.settings import Settings, Target  # noqa: E402
+from batchscope.exporter.core.evaluate import TargetSignals  # noqa: E402
+from batchscope.exporter.core.histogram import Histogram  # noqa: E402
+from batchscope.exporter.core.slo import RESOLUTION, SloHistory, history_windows  # noqa: E402
+from batchscope.exporter.engines.vllm import REQUEST_LATENCY_BUCKETS  # noqa: E402
+from batchscope.exporter.scrape.loop import Exporter  # noqa: E402
 
 HISTORY_DAYS = 3.5
 PERIOD_SECONDS = 3 * 86400.0

@@ -40,7 +40,7 @@ def _loadgen(url: str, rates: str, seconds: float) -> list[dict]:
         [
             sys.executable,
             "-m",
-            "demo_server.loadgen.run",
+            "batchscope.demo_server.loadgen.run",
             "--url",
             url,
             "--endpoint",
@@ -67,7 +67,7 @@ def run(minutes: float) -> list[dict]:
             [
                 sys.executable,
                 "-m",
-                "demo_server.cli",
+                "batchscope.demo_server.cli",
                 "--port",
                 str(server_port),
                 "--log-level",
@@ -85,7 +85,7 @@ def run(minutes: float) -> list[dict]:
             [
                 sys.executable,
                 "-m",
-                "exporter.cli",
+                "batchscope.exporter.cli",
                 "--config",
                 str(config),
                 "--listen",

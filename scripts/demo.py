@@ -164,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
         start(
             sys.executable,
             "-m",
-            "dashboard.cli",
+            "batchscope.dashboard.cli",
             "--exporter",
             exporter,
             "--port",

@@ -35,7 +35,7 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from demo_server.generation.decoder import (  # noqa: E402
+from batchscope.demo_server.generation.decoder import (  # noqa: E402
     VOCAB_SIZE,
     CudaGraphDecode,
     KVCache,

@@ -2,7 +2,7 @@
 
 Starts `fleet_sim.py`, runs `Exporter.run_round` in this process against it (a warm-up
 round first, then `--rounds` profiled back to back), then profiles building the
-/metrics body and the /api/v1/signals body the way `exporter.serve.app` does. Prints the
+/metrics body and the /api/v1/signals body the way `batchscope.exporter.serve.app` does. Prints the
 top functions by own time for each. A diagnostic for the fleet benchmark, not a test.
 """
 
@@ -18,11 +18,11 @@ from collections.abc import Callable
 
 from bench_fleet import FULL, FleetPlan, start_simulator
 
-from exporter.config.settings import Settings, Target
-from exporter.scrape.http_client import Connections
-from exporter.scrape.loop import Exporter
-from exporter.serve import api_json as api
-from exporter.serve.exposition import render_metrics
+from batchscope.exporter.config.settings import Settings, Target
+from batchscope.exporter.scrape.http_client import Connections
+from batchscope.exporter.scrape.loop import Exporter
+from batchscope.exporter.serve import api_json as api
+from batchscope.exporter.serve.exposition import render_metrics
 
 
 def _report(

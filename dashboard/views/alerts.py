@@ -8,17 +8,17 @@ import time
 import pandas as pd
 import streamlit as st
 
-from dashboard import charts, ui
-from dashboard.episodes import (
+from batchscope.dashboard import charts, ui
+from batchscope.dashboard.episodes import (
     SPEED_ALERTS,
     burn_episodes_frame,
     episodes_frame,
     fleet_burn_episodes,
     fleet_episodes,
 )
-from dashboard.formatting import plain_markdown
-from dashboard.frames import fleet_history_frame, history_frame
-from exporter.core.signals import SignalSettings
+from batchscope.dashboard.formatting import plain_markdown
+from batchscope.dashboard.frames import fleet_history_frame, history_frame
+from batchscope.exporter.core.signals import SignalSettings
 
 DEFAULTS = SignalSettings()
 PROMETHEUS_RANGES = {"1 h": 3600, "6 h": 6 * 3600, "24 h": 86400, "7 d": 7 * 86400}

@@ -7,8 +7,8 @@ import io
 import pandas as pd
 import streamlit as st
 
-from dashboard import charts
-from dashboard.calculator import (
+from batchscope.dashboard import charts
+from batchscope.dashboard.calculator import (
     PICTURE_REQUESTS,
     TOY_EXAMPLES,
     LengthsSummary,
@@ -16,9 +16,9 @@ from dashboard.calculator import (
     static_picture,
     summarize_lengths,
 )
-from dashboard.formatting import percent, plain_markdown
-from exporter.core.static_util import exact_static_utilization
-from exporter.length_log import InputError
+from batchscope.dashboard.formatting import percent, plain_markdown
+from batchscope.exporter.core.static_util import exact_static_utilization
+from batchscope.exporter.length_log import InputError
 
 PASTE = "paste lengths"
 UPLOAD = "upload a file"

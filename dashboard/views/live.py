@@ -12,9 +12,9 @@ import time
 
 import streamlit as st
 
-from dashboard import charts, ui
-from dashboard.episodes import saturation_episodes
-from dashboard.formatting import (
+from batchscope.dashboard import charts, ui
+from batchscope.dashboard.episodes import saturation_episodes
+from batchscope.dashboard.formatting import (
     MISSING,
     NOT_EXPOSED,
     count,
@@ -25,7 +25,7 @@ from dashboard.formatting import (
     seconds,
     tile,
 )
-from dashboard.frames import (
+from batchscope.dashboard.frames import (
     SORTS,
     TOTAL_CHOICE,
     FleetPage,
@@ -41,12 +41,12 @@ from dashboard.frames import (
     with_row,
     with_target,
 )
-from dashboard.next_steps import advice_rows, checklist, limit_bars, next_step
-from dashboard.slo_panel import slo_panel
-from dashboard.time_frames import TimeFrames, banner_text
-from exporter.alerts.specs import SLOW_SCRAPE_SECONDS
-from exporter.config.settings import DEFAULT_TIMEOUT_SECONDS
-from exporter.core.signals import SignalSettings
+from batchscope.dashboard.next_steps import advice_rows, checklist, limit_bars, next_step
+from batchscope.dashboard.slo_panel import slo_panel
+from batchscope.dashboard.time_frames import TimeFrames, banner_text
+from batchscope.exporter.alerts.specs import SLOW_SCRAPE_SECONDS
+from batchscope.exporter.config.settings import DEFAULT_TIMEOUT_SECONDS
+from batchscope.exporter.core.signals import SignalSettings
 
 DEFAULTS = SignalSettings()
 RANGES = {"5 min": 300, "15 min": 900, "1 h": 3600, "all kept": None}

@@ -4,9 +4,15 @@ from __future__ import annotations
 
 import streamlit as st
 
-from dashboard import charts
-from dashboard.formatting import plain_markdown
-from dashboard.load_results import ResultError, knees, load_capacity, load_result, runs_frame
+from batchscope.dashboard import charts
+from batchscope.dashboard.formatting import plain_markdown
+from batchscope.dashboard.load_results import (
+    ResultError,
+    knees,
+    load_capacity,
+    load_result,
+    runs_frame,
+)
 
 RUN_COLUMNS = {
     "setting": st.column_config.TextColumn("setting"),

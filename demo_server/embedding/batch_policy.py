@@ -10,7 +10,7 @@
   and the scheduling lag, estimated from what was observed; time is passed in.
 
 Everything here takes plain numbers and returns plain numbers; the queue and worker
-that feed it (`demo_server.embedding.batcher.Batcher`) hold the clock, the items and the thread.
+that feed it (`batchscope.demo_server.embedding.batcher.Batcher`) hold the clock, the items and the thread.
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ wait in separate groups, so a short text is not padded to a long one's length. E
 fired batch records the padding it pays and the padding the split avoided (against the
 same number of items taken in arrival order).
 
-The decisions and estimates are pure (`demo_server.embedding.batch_policy`: `fixed_decision`,
+The decisions and estimates are pure (`batchscope.demo_server.embedding.batch_policy`: `fixed_decision`,
 `adaptive_decision`, `predicted_drain_seconds`, `ArrivalRate`, `CostCurve`); this
 module's worker feeds them the queue, the clock and its `BatcherSettings`. The batch
 function runs on a dedicated thread so the event loop keeps accepting requests
@@ -40,7 +40,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from demo_server.embedding.batch_policy import (
+from batchscope.demo_server.embedding.batch_policy import (
     BUDGET_HEADROOM,
     BURST_WINDOW_SECONDS,
     LAG_RESERVE_FACTOR,
@@ -55,9 +55,9 @@ from demo_server.embedding.batch_policy import (
     predicted_drain_seconds,
     shape_class,
 )
-from demo_server.embedding.batcher_settings import BatcherSettings
-from demo_server.queueing import OverBudget, QueueFull, QueueStopping
-from exporter.instrumentation import BatcherMetrics
+from batchscope.demo_server.embedding.batcher_settings import BatcherSettings
+from batchscope.demo_server.queueing import OverBudget, QueueFull, QueueStopping
+from batchscope.exporter.instrumentation import BatcherMetrics
 
 
 class ItemError(Exception):

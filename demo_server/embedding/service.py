@@ -1,4 +1,4 @@
-"""Embeddings: a small seeded encoder behind the dynamic batcher (`demo_server.embedding.batcher`).
+"""Embeddings: a small seeded encoder behind the dynamic batcher (`batchscope.demo_server.embedding.batcher`).
 
 `EmbeddingService` is what the app calls: the `Encoder` on a device (paced to a measured
 cost curve on a simulated one), behind a `Batcher` registered as batcher `embeddings`.
@@ -14,10 +14,10 @@ from typing import Any
 import torch
 from prometheus_client import CollectorRegistry
 
-from demo_server.devices import Device
-from demo_server.embedding.batcher import Batcher, ItemError
-from demo_server.embedding.batcher_settings import BatcherSettings
-from exporter.instrumentation import BatcherMetrics
+from batchscope.demo_server.devices import Device
+from batchscope.demo_server.embedding.batcher import Batcher, ItemError
+from batchscope.demo_server.embedding.batcher_settings import BatcherSettings
+from batchscope.exporter.instrumentation import BatcherMetrics
 
 BATCHER_NAME = "embeddings"
 

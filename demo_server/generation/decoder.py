@@ -2,7 +2,7 @@
 
 The decoder is a decoder-only transformer with random weights (seeded, nothing
 downloaded). Its outputs are noise; what matters is that it runs real forwards whose cost
-depends on the batch, so the scheduler's (`demo_server.generation.scheduler`) batching is the real
+depends on the batch, so the scheduler's (`batchscope.demo_server.generation.scheduler`) batching is the real
 thing.
 
 This module holds what one forward needs: the vocabulary (`encode_prompt`,
@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from demo_server.generation.ragged import RaggedAttention
+from batchscope.demo_server.generation.ragged import RaggedAttention
 
 # Byte-level vocabulary: 256 byte values, then BOS and EOS.
 BOS = 256
@@ -154,7 +154,7 @@ class TinyDecoder(nn.Module):
                 else:
                     param.normal_(0.0, 0.02, generator=generator)
 
-    # The ragged decode attention kernel (`demo_server.generation.ragged`); None: padded attention.
+    # The ragged decode attention kernel (`batchscope.demo_server.generation.ragged`); None: padded attention.
     ragged: RaggedAttention | None = None
 
     def _embed(self, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:

@@ -230,7 +230,7 @@ def try_load() -> tuple[RaggedAttention | None, str]:
 
 if (
     __name__ == "__main__"
-):  # `python -m demo_server.generation.ragged`: build ahead of the first use
+):  # `python -m batchscope.demo_server.generation.ragged`: build ahead of the first use
     kernel, why = try_load()
     print(kernel.path if kernel else f"unavailable: {why}")
     raise SystemExit(0 if kernel else 1)

@@ -1,6 +1,6 @@
 """The generation scheduler: static or continuous batching of requests over `TinyDecoder`.
 
-The model and its forward live in `demo_server.generation.decoder`; this module decides which
+The model and its forward live in `batchscope.demo_server.generation.decoder`; this module decides which
 requests share each forward.
 
 One scheduler *step* gives every running request one new token, in one forward. A
@@ -52,8 +52,8 @@ from typing import Literal, Protocol
 
 import torch
 
-from demo_server.devices import Device
-from demo_server.generation.decoder import (
+from batchscope.demo_server.devices import Device
+from batchscope.demo_server.generation.decoder import (
     EOS,
     CudaGraphDecode,
     KVCache,
@@ -61,9 +61,15 @@ from demo_server.generation.decoder import (
     TinyDecoder,
     sample,
 )
-from demo_server.generation.ragged import RaggedAttention, try_load
-from demo_server.generation.step_plan import Row, StepLimits, StepPlan, Waiting, plan_step
-from demo_server.queueing import QueueFull, QueueStopping
+from batchscope.demo_server.generation.ragged import RaggedAttention, try_load
+from batchscope.demo_server.generation.step_plan import (
+    Row,
+    StepLimits,
+    StepPlan,
+    Waiting,
+    plan_step,
+)
+from batchscope.demo_server.queueing import QueueFull, QueueStopping
 
 log = logging.getLogger(__name__)
 

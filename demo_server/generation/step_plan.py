@@ -2,7 +2,7 @@
 waiting ones to admit.
 
 As vLLM's `schedule()` returns a `SchedulerOutput` that a model runner executes,
-`plan_step` decides and `Scheduler._step` (demo_server.generation.scheduler) carries the
+`plan_step` decides and `Scheduler._step` (batchscope.demo_server.generation.scheduler) carries the
 plan out on the batch, the cache and the queue. Pure: no torch, no clock, no lock, so
 admission and preemption are tested on their own.
 

@@ -21,9 +21,9 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from demo_server.devices import Device
-from demo_server.generation.scheduler import CompletionResult, Scheduler, StepRecord
-from exporter.engines.vllm import (
+from batchscope.demo_server.devices import Device
+from batchscope.demo_server.generation.scheduler import CompletionResult, Scheduler, StepRecord
+from batchscope.exporter.engines.vllm import (
     REQUEST_LATENCY_BUCKETS,
     TOKEN_LATENCY_BUCKETS,
     TTFT_BUCKETS,

@@ -51,12 +51,12 @@ from prometheus_client import (
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from demo_server.devices import select_device
-from demo_server.embedding.batcher import ItemError
-from demo_server.embedding.batcher_settings import BatcherSettings
-from demo_server.embedding.service import EmbeddingService
-from demo_server.generation.decoder import TinyDecoder, encode_prompt, token_bytes
-from demo_server.generation.scheduler import (
+from batchscope.demo_server.devices import select_device
+from batchscope.demo_server.embedding.batcher import ItemError
+from batchscope.demo_server.embedding.batcher_settings import BatcherSettings
+from batchscope.demo_server.embedding.service import EmbeddingService
+from batchscope.demo_server.generation.decoder import TinyDecoder, encode_prompt, token_bytes
+from batchscope.demo_server.generation.scheduler import (
     Attention,
     Batching,
     CompletionResult,
@@ -67,9 +67,9 @@ from demo_server.generation.scheduler import (
     SchedulerConfig,
     SchedulerListener,
 )
-from demo_server.generation.vllm_metrics import SchedulerCollector, VllmRequestMetrics
-from demo_server.names import MODEL_NAME
-from demo_server.queueing import QueueFull
+from batchscope.demo_server.generation.vllm_metrics import SchedulerCollector, VllmRequestMetrics
+from batchscope.demo_server.names import MODEL_NAME
+from batchscope.demo_server.queueing import QueueFull
 
 log = logging.getLogger(__name__)
 
@@ -143,7 +143,7 @@ class EmbeddingRequest(BaseModel):
 
 class AdminSettings(BaseModel):
     """Run-time settings; a field left out keeps its value. Durations are milliseconds, as
-    a person types them (see `demo_server.embedding.batcher_settings`)."""
+    a person types them (see `batchscope.demo_server.embedding.batcher_settings`)."""
 
     model_config = ConfigDict(extra="forbid")
 

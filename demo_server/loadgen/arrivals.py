@@ -15,7 +15,7 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
-from demo_server.loadgen.workload import arrival_times
+from batchscope.demo_server.loadgen.workload import arrival_times
 
 T = TypeVar("T")
 

@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from exporter.core.evaluate import SeriesSignals, TargetSignals
+from batchscope.exporter.core.evaluate import SeriesSignals, TargetSignals
 
 # A binding limit of None (the gauges read no request) in the shares.
 NO_LIMIT = "none"

@@ -28,11 +28,15 @@ from urllib.parse import urlsplit
 
 import aiohttp
 
-from demo_server.loadgen.batching import BatchingReading, NotSignals, reading_of_api_target
-from demo_server.loadgen.watch import WATCH_TARGET_KEYS
-from exporter.config.flags import target_flag_values
-from exporter.scrape.fetch import read_secret
-from exporter.serve.api_json import API_VERSION
+from batchscope.demo_server.loadgen.batching import (
+    BatchingReading,
+    NotSignals,
+    reading_of_api_target,
+)
+from batchscope.demo_server.loadgen.watch import WATCH_TARGET_KEYS
+from batchscope.exporter.config.flags import target_flag_values
+from batchscope.exporter.scrape.fetch import read_secret
+from batchscope.exporter.serve.api_json import API_VERSION
 
 EXPORTER_ORIGIN = "--exporter"
 SIGNALS_PATH = "/api/v1/signals"

@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from exporter.core.limits import LIMIT_NAMES, UNEXPLAINED
+from batchscope.exporter.core.limits import LIMIT_NAMES, UNEXPLAINED
 
 # Throughput that grows less than this for a doubling of the offered rate has stopped.
 KNEE_GROWTH = 0.10

@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from demo_server.loadgen.knee import setting_label
+from batchscope.demo_server.loadgen.knee import setting_label
 
 # A run whose sends left this much later than scheduled (p99) fell behind its schedule.
 BEHIND_SCHEDULE_MS = 10.0

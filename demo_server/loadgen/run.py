@@ -19,7 +19,7 @@ from a running exporter (`exporter_api`), and the knee of each setting is named 
 its cause (`knee`), printed at the end and written (`knees`). `--find-capacity` runs the
 steps a capacity search plans (`capacity_search`) instead of `--rates`. A step the
 over-saturation rule flags (`oversaturation`) ends early. `--report FILE.html` writes
-one self-contained HTML report (`dashboard.load_report`). docs/reading-a-load-test.md
+one self-contained HTML report (`batchscope.dashboard.load_report`). docs/reading-a-load-test.md
 says how to read it all.
 
 Open loop: a request is sent at its scheduled time whether or not earlier ones have
@@ -47,17 +47,17 @@ from typing import Any, Protocol, TextIO
 
 import aiohttp
 
-from demo_server.loadgen.arrivals import open_loop
-from demo_server.loadgen.batching import BatchingReading, step_batching
-from demo_server.loadgen.capacity_search import CapacitySearch, meets_slo
-from demo_server.loadgen.exporter_api import (
+from batchscope.demo_server.loadgen.arrivals import open_loop
+from batchscope.demo_server.loadgen.batching import BatchingReading, step_batching
+from batchscope.demo_server.loadgen.capacity_search import CapacitySearch, meets_slo
+from batchscope.demo_server.loadgen.exporter_api import (
     UsageError,
     add_exporter_arguments,
     exporter_signals,
 )
-from demo_server.loadgen.knee import setting_label, sweep_knees
-from demo_server.loadgen.oversaturation import QueueSample, over_saturation
-from demo_server.loadgen.report import (
+from batchscope.demo_server.loadgen.knee import setting_label, sweep_knees
+from batchscope.demo_server.loadgen.oversaturation import QueueSample, over_saturation
+from batchscope.demo_server.loadgen.report import (
     PlainProgress,
     RichProgress,
     RunResult,
@@ -67,8 +67,8 @@ from demo_server.loadgen.report import (
     write_plots,
     write_results,
 )
-from demo_server.loadgen.watch import WatchedServer, add_watch_arguments, watch_target
-from demo_server.loadgen.workload import (
+from batchscope.demo_server.loadgen.watch import WatchedServer, add_watch_arguments, watch_target
+from batchscope.demo_server.loadgen.workload import (
     ARRIVAL_PROCESSES,
     MAX_REQUESTS_PER_RUN,
     LoadSpec,
@@ -76,9 +76,9 @@ from demo_server.loadgen.workload import (
     lognormal_lengths,
     make_payload,
 )
-from demo_server.names import MODEL_NAME
-from exporter.config.settings import ConfigError
-from exporter.length_log import InputError
+from batchscope.demo_server.names import MODEL_NAME
+from batchscope.exporter.config.settings import ConfigError
+from batchscope.exporter.length_log import InputError
 
 ENDPOINTS = {"embeddings": "/v1/embeddings", "completions": "/v1/completions"}
 ADMIN_PATH = "/admin/config"
@@ -680,7 +680,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             for note in write_plots(args.output.with_suffix(".html"), records):
                 print(note, file=sys.stderr)
     if args.report is not None:
-        from dashboard.load_report import write_report
+        from batchscope.dashboard.load_report import write_report
 
         print(f"wrote {write_report(args.report, records, meta)}", file=sys.stderr)
     return 0

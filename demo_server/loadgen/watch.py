@@ -13,12 +13,12 @@ import argparse
 import asyncio
 import contextlib
 
-from demo_server.loadgen.batching import BatchingReading, readings_of_evaluations
-from exporter.config.flags import add_target_arguments, target_flag_values
-from exporter.config.settings import Target, settings_from_values, target_from_values
-from exporter.core.evaluate import TargetSignals
-from exporter.scrape.http_client import Connections
-from exporter.scrape.loop import Exporter
+from batchscope.demo_server.loadgen.batching import BatchingReading, readings_of_evaluations
+from batchscope.exporter.config.flags import add_target_arguments, target_flag_values
+from batchscope.exporter.config.settings import Target, settings_from_values, target_from_values
+from batchscope.exporter.core.evaluate import TargetSignals
+from batchscope.exporter.scrape.http_client import Connections
+from batchscope.exporter.scrape.loop import Exporter
 
 WATCH_INTERVAL_S = 1.0
 # The exporter's settings a step's watch fixes: a scrape a second over the step's window.

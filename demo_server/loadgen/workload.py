@@ -15,8 +15,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from demo_server.names import MODEL_NAME
-from exporter.length_log import FileReport, InputError, read_lengths
+from batchscope.demo_server.names import MODEL_NAME
+from batchscope.exporter.length_log import FileReport, InputError, read_lengths
 
 MAX_REQUESTS_PER_RUN = 100_000
 ARRIVAL_PROCESSES = ("poisson", "gamma", "constant")

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
-from exporter.alerts.specs import (
+from batchscope.exporter.alerts.specs import (
     BUDGET_SATURATED,
     MEMORY_BOUND,
     RUNBOOK_PATH,
@@ -25,8 +25,8 @@ from exporter.alerts.specs import (
     AlertSpec,
     AlertWords,
 )
-from exporter.core.evaluate import TargetSignals
-from exporter.core.signals import SignalSettings, outlasted
+from batchscope.exporter.core.evaluate import TargetSignals
+from batchscope.exporter.core.signals import SignalSettings, outlasted
 
 AlertKey = tuple[str, str]  # (alertname, target)
 

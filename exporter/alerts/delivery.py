@@ -14,9 +14,16 @@ from collections.abc import Callable, Iterable, Mapping
 
 import aiohttp
 
-from exporter.alerts.book import KEEP_SECONDS, STALE_SECONDS, AlertBook, delivered, payload, step
-from exporter.alerts.specs import AlertWords
-from exporter.core.evaluate import TargetSignals
+from batchscope.exporter.alerts.book import (
+    KEEP_SECONDS,
+    STALE_SECONDS,
+    AlertBook,
+    delivered,
+    payload,
+    step,
+)
+from batchscope.exporter.alerts.specs import AlertWords
+from batchscope.exporter.core.evaluate import TargetSignals
 
 log = logging.getLogger("batchscope.alertmanager")
 

@@ -17,9 +17,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from exporter.config.settings import Target
-from exporter.core.slo import BudgetEdges, budget_edges
-from exporter.engines.vllm import DEFAULT_LATENCY_BUCKETS
+from batchscope.exporter.config.settings import Target
+from batchscope.exporter.core.slo import BudgetEdges, budget_edges
+from batchscope.exporter.engines.vllm import DEFAULT_LATENCY_BUCKETS
 
 # The constants the generic rules join on; grafana/rules.py reads these names.
 CAP_RULE = "target:vllm_max_num_seqs:config"

@@ -15,9 +15,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from exporter.config.settings import Settings
-from exporter.core.signals import SignalSettings
-from exporter.core.slo import DAY_SECONDS, DEFAULT_PERIOD_DAYS, WINDOW_PAIRS, window_seconds
+from batchscope.exporter.config.settings import Settings
+from batchscope.exporter.core.signals import SignalSettings
+from batchscope.exporter.core.slo import (
+    DAY_SECONDS,
+    DEFAULT_PERIOD_DAYS,
+    WINDOW_PAIRS,
+    window_seconds,
+)
 
 RUNBOOK_PATH = "docs/runbook.md"
 # A scrape slower than half the default interval is slow: the target's /metrics lags,

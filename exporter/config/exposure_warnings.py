@@ -7,7 +7,7 @@ import ipaddress
 from collections.abc import Iterable
 from urllib.parse import urlsplit
 
-from exporter.config.settings import Settings, Target
+from batchscope.exporter.config.settings import Settings, Target
 
 
 def is_loopback(host: str) -> bool:

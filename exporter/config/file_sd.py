@@ -15,7 +15,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from exporter.config.line_numbered import (
+from batchscope.exporter.config.line_numbered import (
     DocumentError,
     Node,
     Sourced,

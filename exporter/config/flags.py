@@ -1,7 +1,7 @@
 """The exporter's command line: its configuration flags, and Settings from them.
 
 One `--target` with its flags, or `--config FILE` with the settings flags overriding
-the file's values. Every check is the configuration's (`exporter.config.settings`), so a value
+the file's values. Every check is the configuration's (`batchscope.exporter.config.settings`), so a value
 is refused with the same words whether it came from a flag or a file.
 """
 
@@ -10,8 +10,8 @@ from __future__ import annotations
 import argparse
 from collections.abc import Iterable, Sequence
 
-from exporter.config.line_numbered import Sourced
-from exporter.config.settings import (
+from batchscope.exporter.config.line_numbered import Sourced
+from batchscope.exporter.config.settings import (
     ENDPOINTS_GROUP,
     FLEET_GROUP,
     HISTORY_GROUP,

@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode, urlsplit, urlunsplit
 
-from exporter.config.file_sd import expand_file_sd, read_labels, read_target_groups
-from exporter.config.line_numbered import (
+from batchscope.exporter.config.file_sd import expand_file_sd, read_labels, read_target_groups
+from batchscope.exporter.config.line_numbered import (
     DocumentError,
     Node,
     Sourced,
@@ -35,10 +35,10 @@ from exporter.config.line_numbered import (
     sequence,
     wrong_type,
 )
-from exporter.config.reserved_labels import RESERVED_LABELS
-from exporter.core.signals import DEFAULT_HOLD_SECONDS, DEFAULT_INTERVAL_SECONDS
-from exporter.core.slo import DEFAULT_PERIOD_DAYS
-from exporter.engines import engine_choices, latency_kinds
+from batchscope.exporter.config.reserved_labels import RESERVED_LABELS
+from batchscope.exporter.core.signals import DEFAULT_HOLD_SECONDS, DEFAULT_INTERVAL_SECONDS
+from batchscope.exporter.core.slo import DEFAULT_PERIOD_DAYS
+from batchscope.exporter.engines import engine_choices, latency_kinds
 
 DEFAULT_LISTEN_HOST = "127.0.0.1"
 # A model server's /metrics slows down when it is overloaded (seconds, on a real vLLM:

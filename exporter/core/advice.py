@@ -1,9 +1,9 @@
 """From diagnosis to advice: what to change, and by how much, with the arithmetic shown.
 
-Pure functions over plain data (no I/O, no clock). `exporter.core.evaluate` gathers an
+Pure functions over plain data (no I/O, no clock). `batchscope.exporter.core.evaluate` gathers an
 `AdviceInputs` from a series' window; `advise` turns it into `Advice` items, each a
 number with the inputs it used and how far to trust it. The formulas are in
-`exporter.core.capacity`.
+`batchscope.exporter.core.capacity`.
 
 Two families, after the seeds:
 - LLM engines (seed 003): how many requests of today's length mix the KV cache holds,
@@ -20,7 +20,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from exporter.core.capacity import (
+from batchscope.exporter.core.capacity import (
     MAX_DEVICE_LOAD,
     KvScrape,
     batch_cost,
@@ -36,7 +36,7 @@ from exporter.core.capacity import (
     tokens_per_request_over_window,
     tokens_per_running_request,
 )
-from exporter.core.static_util import UtilizationEstimate
+from batchscope.exporter.core.static_util import UtilizationEstimate
 
 # Fewer scrapes than this in the window say too little to advise anything.
 MIN_SCRAPES = 3
@@ -158,7 +158,7 @@ class AdviceInputs:
     token_budget: float | None = None
     step_seconds: float | None = None
     kv_max_concurrency: float | None = None
-    # The limit that binds the batch now (`exporter.core.limits`): the advice for it leads.
+    # The limit that binds the batch now (`batchscope.exporter.core.limits`): the advice for it leads.
     binding_limit: str | None = None
 
 

@@ -1,7 +1,7 @@
 """Capacity arithmetic behind the advice: what a KV cache holds, what a fixed batcher needs.
 
 Pure functions over plain data (no I/O, no clock), each with its formula in its
-docstring; `exporter.core.advice` assembles them into advice with inputs and confidence.
+docstring; `batchscope.exporter.core.advice` assembles them into advice with inputs and confidence.
 
 - KV cache (seed 003): capacity in tokens from vLLM's `cache_config_info`, tokens a
   running request holds (measured, or from the length mix), how full the scheduler keeps

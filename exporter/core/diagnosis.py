@@ -3,7 +3,7 @@
 Pure: `diagnose` reads one `DiagnosisInputs` (what the evaluator measured over the window)
 and the target's `SignalSettings`. The states are tried in `DIAGNOSIS_STATES`' order and
 the first that matches is the diagnosis; docs/metrics.md explains each, in that order.
-The limits a state names are judged with `exporter.core.limits`' predicates, so the
+The limits a state names are judged with `batchscope.exporter.core.limits`' predicates, so the
 state and the binding limit agree.
 """
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from exporter.core.limits import (
+from batchscope.exporter.core.limits import (
     LIMIT_NAMES,
     Limits,
     at_bound,
@@ -21,8 +21,8 @@ from exporter.core.limits import (
     nothing_ran,
     ratio_of,
 )
-from exporter.core.signals import SignalSettings, running_vs_cap
-from exporter.core.units import percent_text, seconds_text
+from batchscope.exporter.core.signals import SignalSettings, running_vs_cap
+from batchscope.exporter.core.units import percent_text, seconds_text
 
 # States of the diagnosis, most specific first; docs/metrics.md explains each.
 DIAGNOSIS_STATES = (
@@ -70,7 +70,7 @@ class DiagnosisInputs:
     `latency_seconds` of `budget_seconds`: the window's latency (`budget_utilization` is
     their ratio); `above_threshold_seconds`: how long utilisation has been at or above the
     saturation threshold in this episode (0 outside one). `limits`: the breakdown of the
-    same batch (`exporter.core.limits`), whose limits at their bound a reason names.
+    same batch (`batchscope.exporter.core.limits`), whose limits at their bound a reason names.
     """
 
     running: float | None

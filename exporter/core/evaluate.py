@@ -1,7 +1,7 @@
 """The evaluator: every signal of a target, per series and in total, from its window.
 
-The formulas live in `exporter.core.signals`; this module reads each series' points from the
-window (`exporter.core.window`) and hands each formula what it needs.
+The formulas live in `batchscope.exporter.core.signals`; this module reads each series' points from the
+window (`batchscope.exporter.core.window`) and hands each formula what it needs.
 """
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import NamedTuple
 
-from exporter.core.advice import Advice, AdviceInputs, advise
-from exporter.core.capacity import KvScrape, cost_per_batch
-from exporter.core.diagnosis import (
+from batchscope.exporter.core.advice import Advice, AdviceInputs, advise
+from batchscope.exporter.core.capacity import KvScrape, cost_per_batch
+from batchscope.exporter.core.diagnosis import (
     Diagnosis,
     DiagnosisInputs,
     diagnose,
@@ -24,9 +24,9 @@ from exporter.core.diagnosis import (
     rejections_note,
     unreadable_diagnosis,
 )
-from exporter.core.histogram import Histogram, histogram_increase, histogram_quantile
-from exporter.core.limits import LimitInputs, Limits, limits
-from exporter.core.signals import (
+from batchscope.exporter.core.histogram import Histogram, histogram_increase, histogram_quantile
+from batchscope.exporter.core.limits import LimitInputs, Limits, limits
+from batchscope.exporter.core.signals import (
     SaturationState,
     SignalSettings,
     batch_size_distribution,
@@ -43,7 +43,7 @@ from exporter.core.signals import (
     step_saturation,
     throughput_gain,
 )
-from exporter.core.slo import (
+from batchscope.exporter.core.slo import (
     Attainment,
     Bounded,
     SloHistory,
@@ -51,15 +51,15 @@ from exporter.core.slo import (
     measure_attainment,
     slo_status,
 )
-from exporter.core.snapshot import (
+from batchscope.exporter.core.snapshot import (
     COUNTERS,
     LabelKey,
     SeriesSnapshot,
     effective_cap,
     latency_histogram,
 )
-from exporter.core.static_util import UtilizationEstimate, estimate_from_histogram
-from exporter.core.window import Window
+from batchscope.exporter.core.static_util import UtilizationEstimate, estimate_from_histogram
+from batchscope.exporter.core.window import Window
 
 TOTAL: LabelKey = ()
 

@@ -1,7 +1,7 @@
 """The derived batching signals of DESIGN.md's table, as pure functions.
 
 Everything here takes plain data and the current time as arguments: no I/O, no clock.
-`exporter.core.evaluate` ties the formulas together for one series over one window of scrapes.
+`batchscope.exporter.core.evaluate` ties the formulas together for one series over one window of scrapes.
 """
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from exporter.core.histogram import Histogram
-from exporter.core.slo import DAY_SECONDS, DEFAULT_PERIOD_DAYS
+from batchscope.exporter.core.histogram import Histogram
+from batchscope.exporter.core.slo import DAY_SECONDS, DEFAULT_PERIOD_DAYS
 
 # The exporter's default hold and scrape interval (its Settings'), which the staleness
 # below is worked out from when nothing else is configured.

@@ -28,7 +28,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from exporter.core.histogram import Histogram
+from batchscope.exporter.core.histogram import Histogram
 
 DAY_SECONDS = 86400.0
 DEFAULT_PERIOD_DAYS = 30.0
@@ -182,7 +182,7 @@ def edge_advice(engine: str, kind: str, budget: float) -> str:
     if "inhouse" in engine.split("+"):
         return (
             f"an in-house batcher: BatcherMetrics(..., latency_buckets=(..., {edge}, ...)) "
-            "in exporter.instrumentation"
+            "in batchscope.exporter.instrumentation"
         )
     return "the engine's histogram bucket settings"
 

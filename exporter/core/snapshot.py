@@ -10,7 +10,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from exporter.core.histogram import Histogram, histogram_add
+from batchscope.exporter.core.histogram import Histogram, histogram_add
 
 LabelKey = tuple[tuple[str, str], ...]
 

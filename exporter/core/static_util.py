@@ -19,13 +19,13 @@ from itertools import islice
 from math import floor, inf, isfinite
 from typing import NamedTuple
 
-from exporter.core.histogram import Histogram
+from batchscope.exporter.core.histogram import Histogram
 
 try:
     # Built from _static_estimate.c when the package is installed (pyproject's ext-modules,
     # optional): the estimate's walk in C, to the bit. Its sums are 3.11's (floats added in
     # order; 3.12's sum() compensates), so on another Python the walk stays in Python.
-    from exporter.core import _static_estimate
+    from batchscope.exporter.core import _static_estimate
 
     _estimate_in_c = _static_estimate.estimate if sys.version_info[:2] == (3, 11) else None
 except ImportError:

@@ -25,15 +25,15 @@ import operator
 from collections import deque
 from collections.abc import Iterable
 
-from exporter.core.histogram import (
+from batchscope.exporter.core.histogram import (
     Histogram,
     histogram_increase,
     histogram_restarted,
     histogram_sub,
 )
-from exporter.core.signals import SignalSettings, counter_increase
-from exporter.core.slo import ZERO, SloHistory, Totals, history_windows
-from exporter.core.snapshot import (
+from batchscope.exporter.core.signals import SignalSettings, counter_increase
+from batchscope.exporter.core.slo import ZERO, SloHistory, Totals, history_windows
+from batchscope.exporter.core.snapshot import (
     COUNTERS,
     LabelKey,
     SeriesSnapshot,

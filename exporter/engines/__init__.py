@@ -11,7 +11,7 @@ all read this registry.
 The adapter rule: an adapter never truth-tests, compares, rounds or divides a scraped
 value, it only moves values into place and adds, subtracts or multiplies them. A
 payload's layout is then read once and replayed as a compiled plan at every later
-scrape (`exporter.ingest.compiled_reads`); an adapter that steers by value cannot be
+scrape (`batchscope.exporter.ingest.compiled_reads`); an adapter that steers by value cannot be
 planned and is read the general way, about twice as slowly. Those are listed in
 UNPLANNED with the reason, and a test holds every other adapter planned on its fixtures.
 """
@@ -24,12 +24,21 @@ from collections.abc import Sequence
 from dataclasses import fields, replace
 from types import ModuleType
 
-from exporter.core.snapshot import SeriesSnapshot
-from exporter.engines import inhouse, llamacpp, rayserve, sglang, tgi, triton, trtllm, vllm
-from exporter.engines.grouping import group_by_name
-from exporter.ingest import promtext
-from exporter.ingest.compiled_reads import Plan, compile_plan
-from exporter.ingest.promtext import Layout, Sample
+from batchscope.exporter.core.snapshot import SeriesSnapshot
+from batchscope.exporter.engines import (
+    inhouse,
+    llamacpp,
+    rayserve,
+    sglang,
+    tgi,
+    triton,
+    trtllm,
+    vllm,
+)
+from batchscope.exporter.engines.grouping import group_by_name
+from batchscope.exporter.ingest import promtext
+from batchscope.exporter.ingest.compiled_reads import Plan, compile_plan
+from batchscope.exporter.ingest.promtext import Layout, Sample
 
 # Order matters where two adapters read the same series: the first one's fields win
 # (TensorRT-LLM's waiting requests over Triton's pending count for the same model).

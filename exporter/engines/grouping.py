@@ -6,9 +6,9 @@ import math
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 
-from exporter.core.histogram import Histogram
-from exporter.core.snapshot import LabelKey
-from exporter.ingest.promtext import Sample
+from batchscope.exporter.core.histogram import Histogram
+from batchscope.exporter.core.snapshot import LabelKey
+from batchscope.exporter.ingest.promtext import Sample
 
 SamplesByName = Mapping[str, list[Sample]]
 
@@ -28,7 +28,7 @@ def series_key(labels: dict[str, str], key_labels: Sequence[str]) -> LabelKey:
 
 def series_keys(samples: Sequence[Sample], key_labels: tuple[str, ...]) -> list[LabelKey]:
     """`series_key` of each sample, in order. Only payloads without a compiled plan reach
-    this (exporter.ingest.compiled_reads): a cache by the labels dict's id saved 8% of such
+    this (batchscope.exporter.ingest.compiled_reads): a cache by the labels dict's id saved 8% of such
     a read and nothing on a planned fleet (docs/benchmarks.md), so there is none."""
     return [series_key(s.labels, key_labels) for s in samples]
 

@@ -1,4 +1,4 @@
-"""In-house batchers instrumented with `exporter.instrumentation` (label `batcher`).
+"""In-house batchers instrumented with `batchscope.exporter.instrumentation` (label `batcher`).
 
 A batcher has no "running" gauge: its batch is the fired batch, so the running batch
 is read as the mean batch size over the window, against its own max-batch-size gauge.
@@ -6,9 +6,9 @@ is read as the mean batch size over the window, against its own max-batch-size g
 
 from __future__ import annotations
 
-from exporter import instrumentation as names
-from exporter.core.snapshot import LabelKey, SeriesSnapshot
-from exporter.engines.grouping import (
+from batchscope.exporter import instrumentation as names
+from batchscope.exporter.core.snapshot import LabelKey, SeriesSnapshot
+from batchscope.exporter.engines.grouping import (
     SamplesByName,
     histograms_by_key,
     histograms_by_kind,

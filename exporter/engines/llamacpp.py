@@ -8,8 +8,8 @@ KV usage unknown.
 
 from __future__ import annotations
 
-from exporter.core.snapshot import SeriesSnapshot
-from exporter.engines.grouping import SamplesByName, values_by_key
+from batchscope.exporter.core.snapshot import SeriesSnapshot
+from batchscope.exporter.engines.grouping import SamplesByName, values_by_key
 
 NAME = "llamacpp"
 MARKER = "llamacpp:"

@@ -10,8 +10,8 @@ cap overrides it). Replicas of one deployment add up.
 
 from __future__ import annotations
 
-from exporter.core.snapshot import LabelKey, SeriesSnapshot
-from exporter.engines.grouping import (
+from batchscope.exporter.core.snapshot import LabelKey, SeriesSnapshot
+from batchscope.exporter.engines.grouping import (
     SamplesByName,
     histograms_by_key,
     histograms_by_kind,

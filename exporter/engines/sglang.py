@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from exporter.core.snapshot import SeriesSnapshot
-from exporter.engines.grouping import (
+from batchscope.exporter.core.snapshot import SeriesSnapshot
+from batchscope.exporter.engines.grouping import (
     SamplesByName,
     histograms_by_kind,
     of_key,

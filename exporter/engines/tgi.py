@@ -8,8 +8,8 @@ bounded by `--max-batch-total-tokens` (a token budget, always set) and optionall
 
 from __future__ import annotations
 
-from exporter.core.snapshot import SeriesSnapshot
-from exporter.engines.grouping import (
+from batchscope.exporter.core.snapshot import SeriesSnapshot
+from batchscope.exporter.engines.grouping import (
     SamplesByName,
     histograms_by_key,
     histograms_by_kind,

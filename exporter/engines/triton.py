@@ -10,8 +10,8 @@ summary_latencies=true` also summaries with quantiles, and for decoupled models 
 
 from __future__ import annotations
 
-from exporter.core.snapshot import SeriesSnapshot
-from exporter.engines.grouping import (
+from batchscope.exporter.core.snapshot import SeriesSnapshot
+from batchscope.exporter.engines.grouping import (
     SamplesByName,
     histograms_by_kind,
     of_key,

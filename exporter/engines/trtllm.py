@@ -11,8 +11,8 @@ for the same model: `read_series` joins them into one series per model.
 
 from __future__ import annotations
 
-from exporter.core.snapshot import LabelKey, SeriesSnapshot
-from exporter.engines.grouping import SamplesByName, values_by_key
+from batchscope.exporter.core.snapshot import LabelKey, SeriesSnapshot
+from batchscope.exporter.engines.grouping import SamplesByName, values_by_key
 
 NAME = "trtllm"
 MARKER = "nv_trt_llm_"

@@ -30,9 +30,9 @@ fixtures; docs/metrics.md, "What limits the batch"):
 
 from __future__ import annotations
 
-from exporter.core.capacity import kv_capacity_tokens
-from exporter.core.snapshot import LabelKey, SeriesSnapshot
-from exporter.engines.grouping import (
+from batchscope.exporter.core.capacity import kv_capacity_tokens
+from batchscope.exporter.core.snapshot import LabelKey, SeriesSnapshot
+from batchscope.exporter.engines.grouping import (
     SamplesByName,
     histograms_by_key,
     histograms_by_kind,

@@ -21,7 +21,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
-from exporter.ingest.promtext import Layout, Sample
+from batchscope.exporter.ingest.promtext import Layout, Sample
 
 
 class Untraceable(Exception):

@@ -34,7 +34,7 @@ from typing import NamedTuple
 try:
     # Built from _known_lines.c when the package is installed (pyproject's ext-modules,
     # where a C compiler is); without it, payloads are read by the Python path alone.
-    from exporter.ingest import _known_lines
+    from batchscope.exporter.ingest import _known_lines
 except ImportError:  # pragma: no cover - the test environment builds it
     _known_lines = None
 

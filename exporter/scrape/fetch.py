@@ -10,8 +10,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from exporter.config.settings import Auth, ConfigError, Target, redact_url_in
-from exporter.scrape.http_client import Connections, HttpGetError, Request, build_request
+from batchscope.exporter.config.settings import Auth, ConfigError, Target, redact_url_in
+from batchscope.exporter.scrape.http_client import Connections, HttpGetError, Request, build_request
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,9 +15,9 @@ from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-from exporter.config.file_sd import expand_file_sd
-from exporter.config.settings import ConfigError, Settings, Target, load_file_sd
-from exporter.core.evaluate import (
+from batchscope.exporter.config.file_sd import expand_file_sd
+from batchscope.exporter.config.settings import ConfigError, Settings, Target, load_file_sd
+from batchscope.exporter.core.evaluate import (
     TOTAL,
     TargetIdentity,
     TargetSignals,
@@ -26,16 +26,16 @@ from exporter.core.evaluate import (
     held_slo,
     unreadable_signals,
 )
-from exporter.core.signals import SaturationState, SignalSettings, staleness
-from exporter.core.slo import DAY_SECONDS
-from exporter.core.snapshot import LabelKey, Snapshot
-from exporter.core.window import Window
-from exporter.engines import NoSamplesYet, UnrecognisedPayload, read_series
-from exporter.ingest.promtext import ParseError, SampleLimitExceeded
-from exporter.scrape.fetch import ScrapeResult, scrape
-from exporter.scrape.http_client import Connections
-from exporter.serve import api_json as api
-from exporter.serve.history import History
+from batchscope.exporter.core.signals import SaturationState, SignalSettings, staleness
+from batchscope.exporter.core.slo import DAY_SECONDS
+from batchscope.exporter.core.snapshot import LabelKey, Snapshot
+from batchscope.exporter.core.window import Window
+from batchscope.exporter.engines import NoSamplesYet, UnrecognisedPayload, read_series
+from batchscope.exporter.ingest.promtext import ParseError, SampleLimitExceeded
+from batchscope.exporter.scrape.fetch import ScrapeResult, scrape
+from batchscope.exporter.scrape.http_client import Connections
+from batchscope.exporter.serve import api_json as api
+from batchscope.exporter.serve.history import History
 
 log = logging.getLogger("batchscope.exporter")
 

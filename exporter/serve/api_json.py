@@ -17,12 +17,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import fields
 from typing import Any
 
-from exporter.config.settings import Settings, Target, config_fields, redacted_url
-from exporter.core.advice import Advice, AdviceItem
-from exporter.core.diagnosis import Diagnosis
-from exporter.core.evaluate import SeriesSignals, TargetSignals
-from exporter.core.limits import LimitReading, Limits
-from exporter.core.slo import Attainment, Bounded, SloStatus
+from batchscope.exporter.config.settings import Settings, Target, config_fields, redacted_url
+from batchscope.exporter.core.advice import Advice, AdviceItem
+from batchscope.exporter.core.diagnosis import Diagnosis
+from batchscope.exporter.core.evaluate import SeriesSignals, TargetSignals
+from batchscope.exporter.core.limits import LimitReading, Limits
+from batchscope.exporter.core.slo import Attainment, Bounded, SloStatus
 
 API_VERSION = 1
 

@@ -20,10 +20,10 @@ from aiohttp import web
 from isal import igzip
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from exporter.core.evaluate import TargetSignals
-from exporter.scrape.loop import Exporter
-from exporter.serve import api_json as api
-from exporter.serve.exposition import render_metrics
+from batchscope.exporter.core.evaluate import TargetSignals
+from batchscope.exporter.scrape.loop import Exporter
+from batchscope.exporter.serve import api_json as api
+from batchscope.exporter.serve.exposition import render_metrics
 
 Render = Callable[[list[TargetSignals]], bytes]
 # A JSON body of the targets' signals, rendered at a time.

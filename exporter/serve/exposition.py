@@ -15,11 +15,11 @@ from typing import Any
 
 from prometheus_client.utils import floatToGoString
 
-from exporter.core.diagnosis import DIAGNOSIS_STATES
-from exporter.core.evaluate import SeriesSignals, TargetSignals
-from exporter.core.limits import BINDING_CHOICES
-from exporter.core.slo import SPEEDS
-from exporter.serve.families import (
+from batchscope.exporter.core.diagnosis import DIAGNOSIS_STATES
+from batchscope.exporter.core.evaluate import SeriesSignals, TargetSignals
+from batchscope.exporter.core.limits import BINDING_CHOICES
+from batchscope.exporter.core.slo import SPEEDS
+from batchscope.exporter.serve.families import (
     ADVICE,
     BINDING_LIMIT,
     BOUNDS,

@@ -1,9 +1,9 @@
 """The families of the exporter's /metrics: names, help, types and the labels each adds.
 
 One list, `FAMILIES`, in the order /metrics writes them: the exporter's writer
-(`exporter.serve.exposition.render_metrics`) and the reference writer the tests hold it
+(`batchscope.exporter.serve.exposition.render_metrics`) and the reference writer the tests hold it
 to walk it, and the configuration reserves every label a family declares
-(`exporter.config.reserved_labels`).
+(`batchscope.exporter.config.reserved_labels`).
 """
 
 from __future__ import annotations
@@ -104,7 +104,7 @@ SERIES_GAUGES = (
 class Family:
     """One metric family of /metrics: its name (a counter's without `_total`), help, type,
     and the labels the exporter sets on it besides `target` and a series' key labels
-    (`exporter.config.reserved_labels` reserves them all)."""
+    (`batchscope.exporter.config.reserved_labels` reserves them all)."""
 
     name: str
     documentation: str

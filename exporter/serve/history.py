@@ -24,7 +24,7 @@ import zlib
 from collections import deque
 from collections.abc import Iterator
 
-from exporter.serve import api_json as api
+from batchscope.exporter.serve import api_json as api
 
 BLOCK_ROWS = 32
 # A number said in a reason: kept with the row's numbers, not in the reason's words.

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
-from grafana.boards.common import EXPORTER, RULES
-from grafana.boards.fleet_overview import fleet_overview
-from grafana.boards.inhouse_batcher import inhouse_batcher
-from grafana.boards.vllm_batching import vllm_batching
+from batchscope.grafana.boards.common import EXPORTER, RULES
+from batchscope.grafana.boards.fleet_overview import fleet_overview
+from batchscope.grafana.boards.inhouse_batcher import inhouse_batcher
+from batchscope.grafana.boards.vllm_batching import vllm_batching
 
 DASHBOARDS: dict[str, Callable[[Mapping], dict]] = {
     "fleet-overview": lambda config: fleet_overview(EXPORTER, config),

@@ -16,11 +16,11 @@ from grafana_foundation_sdk.models.dashboard import (
     ValueMappingResult,
 )
 
-from dashboard.states import look
-from exporter.core.diagnosis import DIAGNOSIS_STATES, OVER_BUDGET
-from exporter.engines.vllm import LATENCY_FAMILIES
-from grafana import rules
-from grafana.panels import (
+from batchscope.dashboard.states import look
+from batchscope.exporter.core.diagnosis import DIAGNOSIS_STATES, OVER_BUDGET
+from batchscope.exporter.engines.vllm import LATENCY_FAMILIES
+from batchscope.grafana import rules
+from batchscope.grafana.panels import (
     Query,
     datasource_variable,
     layout,
@@ -185,7 +185,7 @@ def state_query(source: Source, selector: str, config: Mapping) -> Query:
 
 def state_mappings() -> list[ValueMap]:
     """Each diagnosis state's place in DIAGNOSIS_STATES (first match first) mapped to its
-    words and colour, as the Live page shows them (`dashboard.states`)."""
+    words and colour, as the Live page shows them (`batchscope.dashboard.states`)."""
     return [
         ValueMap(
             {

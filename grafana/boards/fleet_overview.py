@@ -8,7 +8,7 @@ from grafana_foundation_sdk.builders import bargauge, table
 from grafana_foundation_sdk.builders import stat as stat_panel
 from grafana_foundation_sdk.models.prometheus import PromQueryFormat
 
-from grafana.boards.common import (
+from batchscope.grafana.boards.common import (
     EXPORTER,
     Source,
     build_dashboard,
@@ -16,15 +16,15 @@ from grafana.boards.common import (
     state_query,
     target_variables,
 )
-from grafana.boards.slo import fleet_slo_row
-from grafana.panels import (
+from batchscope.grafana.boards.slo import fleet_slo_row
+from batchscope.grafana.panels import (
     Query,
     dashed_line,
     targets,
     threshold_lines,
     thresholds,
 )
-from grafana.rules import total_selector
+from batchscope.grafana.rules import total_selector
 
 
 def fleet_overview(source: Source, config: Mapping) -> dict:

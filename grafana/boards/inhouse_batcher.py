@@ -9,12 +9,12 @@ from grafana_foundation_sdk.builders import heatmap
 from grafana_foundation_sdk.models import common
 from grafana_foundation_sdk.models.prometheus import PromQueryFormat
 
-from grafana.boards.common import (
+from batchscope.grafana.boards.common import (
     budget_panel,
     build_dashboard,
     series_panel,
 )
-from grafana.panels import (
+from batchscope.grafana.panels import (
     Query,
     dashed_line,
     datasource_variable,
@@ -110,7 +110,7 @@ def inhouse_batcher(config: Mapping) -> dict:
     return build_dashboard(
         "batchscope-inhouse",
         "batchscope / in-house batcher",
-        "Dynamic batching in an in-house batcher (exporter.instrumentation): batch sizes, "
+        "Dynamic batching in an in-house batcher (batchscope.exporter.instrumentation): batch sizes, "
         "queue wait, budget utilisation, what fired each batch and the gain over unbatched.",
         config,
         [

@@ -13,11 +13,11 @@ from collections.abc import Mapping
 from grafana_foundation_sdk.builders import bargauge
 from grafana_foundation_sdk.builders import stat as stat_panel
 
-from exporter.alerts.fleet_rules import SLO_OBJECTIVE_RULE
-from exporter.core.slo import WINDOW_PAIRS
-from grafana import rules
-from grafana.boards.common import EXPORTER, Source, series_panel
-from grafana.panels import Query, dashed_line, targets, threshold_lines, thresholds
+from batchscope.exporter.alerts.fleet_rules import SLO_OBJECTIVE_RULE
+from batchscope.exporter.core.slo import WINDOW_PAIRS
+from batchscope.grafana import rules
+from batchscope.grafana.boards.common import EXPORTER, Source, series_panel
+from batchscope.grafana.panels import Query, dashed_line, targets, threshold_lines, thresholds
 
 
 def pairs_text(speed: str | None = None) -> str:

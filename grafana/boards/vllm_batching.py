@@ -8,11 +8,11 @@ from grafana_foundation_sdk.builders import heatmap, statetimeline, table
 from grafana_foundation_sdk.models import common
 from grafana_foundation_sdk.models.prometheus import PromQueryFormat
 
-from exporter.alerts.fleet_rules import CAP_RULE
-from exporter.core.diagnosis import DIAGNOSIS_STATES
-from exporter.engines.vllm import OUTPUT_TOKENS
-from grafana import rules
-from grafana.boards.common import (
+from batchscope.exporter.alerts.fleet_rules import CAP_RULE
+from batchscope.exporter.core.diagnosis import DIAGNOSIS_STATES
+from batchscope.exporter.engines.vllm import OUTPUT_TOKENS
+from batchscope.grafana import rules
+from batchscope.grafana.boards.common import (
     EXPORTER,
     PER_ENGINE,
     Source,
@@ -24,8 +24,8 @@ from grafana.boards.common import (
     state_mappings,
     target_variables,
 )
-from grafana.boards.slo import engine_slo_row
-from grafana.panels import (
+from batchscope.grafana.boards.slo import engine_slo_row
+from batchscope.grafana.panels import (
     Query,
     dashed_line,
     targets,

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from dashboard import ui
-from dashboard.states import STATES
-from demo_server.names import MODEL_NAME
+from batchscope.dashboard import ui
+from batchscope.dashboard.states import STATES
+from batchscope.demo_server.names import MODEL_NAME
 from tests.support import chromium
 from tests.support.demo_process import running_demo_server
 from tests.support.network import free_port, wait_http
@@ -52,7 +52,7 @@ def demo(tmp_path_factory) -> Iterator[tuple[str, subprocess.Popen, Path]]:
             start(
                 [
                     "-m",
-                    "dashboard.cli",
+                    "batchscope.dashboard.cli",
                     "--target",
                     f"{server}/metrics",
                     "--name",
@@ -86,7 +86,7 @@ def demo(tmp_path_factory) -> Iterator[tuple[str, subprocess.Popen, Path]]:
                     [
                         sys.executable,
                         "-m",
-                        "demo_server.loadgen.run",
+                        "batchscope.demo_server.loadgen.run",
                         "--url",
                         server,
                         "--endpoint",

@@ -8,8 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from dashboard.cli import streamlit_args
-from dashboard.client import get_json
+from batchscope.dashboard.cli import streamlit_args
+from batchscope.dashboard.client import get_json
 from tests.support.network import free_port, wait_http, wait_until
 from tests.support.paths import REPO
 from tests.support.scripted_fleet import ScriptedTargets
@@ -36,7 +36,7 @@ def test_target_and_exporter_together_are_refused() -> None:
         [
             sys.executable,
             "-m",
-            "dashboard.cli",
+            "batchscope.dashboard.cli",
             "--exporter",
             "http://127.0.0.1:9500",
             "--target",
@@ -64,7 +64,7 @@ def test_one_command_scrapes_the_target_inside_the_app(tmp_path: Path) -> None:
         [
             sys.executable,
             "-m",
-            "dashboard.cli",
+            "batchscope.dashboard.cli",
             "--target",
             targets.metrics_url("llm"),
             "--name",

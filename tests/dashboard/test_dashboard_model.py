@@ -8,16 +8,16 @@ import io
 import pandas as pd
 import pytest
 
-from dashboard.calculator import (
+from batchscope.dashboard.calculator import (
     TOY_EXAMPLES,
     continuous_picture,
     static_picture,
     summarize_lengths,
 )
-from dashboard.client import SourceError, check_api_version
-from dashboard.episodes import burn_episodes, burn_episodes_frame, saturation_episodes
-from dashboard.formatting import percent, plain_markdown, seconds
-from dashboard.frames import (
+from batchscope.dashboard.client import SourceError, check_api_version
+from batchscope.dashboard.episodes import burn_episodes, burn_episodes_frame, saturation_episodes
+from batchscope.dashboard.formatting import percent, plain_markdown, seconds
+from batchscope.dashboard.frames import (
     SORTS,
     first_matching,
     fleet_frame,
@@ -27,12 +27,12 @@ from dashboard.frames import (
     series_choices,
     series_points,
 )
-from dashboard.load_results import ResultError, good_share, load_result, run_from_record
-from dashboard.next_steps import advice_rows, advice_value, checklist, limit_bars
-from dashboard.prometheus import history_query, points_from_matrix
-from dashboard.states import look
-from dashboard.time_frames import TimeFrames, banner_text
-from exporter.core.static_util import exact_static_utilization
+from batchscope.dashboard.load_results import ResultError, good_share, load_result, run_from_record
+from batchscope.dashboard.next_steps import advice_rows, advice_value, checklist, limit_bars
+from batchscope.dashboard.prometheus import history_query, points_from_matrix
+from batchscope.dashboard.states import look
+from batchscope.dashboard.time_frames import TimeFrames, banner_text
+from batchscope.exporter.core.static_util import exact_static_utilization
 
 
 def test_percentages_are_percentages() -> None:

@@ -16,10 +16,10 @@ import streamlit as st
 from aiohttp import web
 from streamlit.testing.v1 import AppTest
 
-from dashboard.client import signals
-from dashboard.formatting import plain_markdown
-from exporter.alerts.specs import SLOW_SCRAPE_SECONDS
-from exporter.config.settings import Settings, Target
+from batchscope.dashboard.client import signals
+from batchscope.dashboard.formatting import plain_markdown
+from batchscope.exporter.alerts.specs import SLOW_SCRAPE_SECONDS
+from batchscope.exporter.config.settings import Settings, Target
 from tests.support.network import free_port, wait_until
 from tests.support.paths import REPO, fixture_text
 from tests.support.scripted_fleet import (

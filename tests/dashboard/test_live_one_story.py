@@ -11,14 +11,14 @@ import streamlit as st
 from aiohttp import web
 from streamlit.testing.v1 import AppTest
 
-from dashboard.formatting import plain_markdown
-from dashboard.frames import FLEET_PAGE_ROWS
-from dashboard.states import look
-from exporter.config.settings import Settings, Target
-from exporter.core.snapshot import Snapshot
-from exporter.engines import read_series
-from exporter.scrape.loop import Exporter
-from exporter.serve.app import create_app
+from batchscope.dashboard.formatting import plain_markdown
+from batchscope.dashboard.frames import FLEET_PAGE_ROWS
+from batchscope.dashboard.states import look
+from batchscope.exporter.config.settings import Settings, Target
+from batchscope.exporter.core.snapshot import Snapshot
+from batchscope.exporter.engines import read_series
+from batchscope.exporter.scrape.loop import Exporter
+from batchscope.exporter.serve.app import create_app
 from tests.support.live_stories import STORIES, serve_stories
 from tests.support.paths import REPO, fixture_text
 from tests.support.scripted_fleet import BackgroundServer

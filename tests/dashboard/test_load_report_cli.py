@@ -1,4 +1,4 @@
-"""`python -m dashboard.load_report`: the HTML report of a result file written earlier."""
+"""`python -m batchscope.dashboard.load_report`: the HTML report of a result file written earlier."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from dashboard import load_report
+from batchscope.dashboard import load_report
 
 ROOT = Path(__file__).resolve().parents[2]
 # The real sweep that docs/reading-a-load-test.md reads (vLLM, KV-bound, 5 rates).

@@ -16,9 +16,9 @@ from collections.abc import Iterator
 import pytest
 from prometheus_client import CollectorRegistry
 
-from demo_server.devices import select_device
-from demo_server.embedding import batcher as batcher_module
-from demo_server.embedding.batch_policy import (
+from batchscope.demo_server.devices import select_device
+from batchscope.demo_server.embedding import batcher as batcher_module
+from batchscope.demo_server.embedding.batch_policy import (
     DecayingPeak,
     Decision,
     adaptive_decision,
@@ -26,8 +26,8 @@ from demo_server.embedding.batch_policy import (
     predicted_drain_seconds,
     shape_class,
 )
-from demo_server.embedding.batcher_settings import BatcherSettings
-from demo_server.queueing import OverBudget
+from batchscope.demo_server.embedding.batcher_settings import BatcherSettings
+from batchscope.demo_server.queueing import OverBudget
 from tests.support.batching import (
     FakeModel,
     VirtualDevice,

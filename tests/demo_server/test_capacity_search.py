@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from demo_server.loadgen.capacity_search import CapacitySearch, meets_slo
+from batchscope.demo_server.loadgen.capacity_search import CapacitySearch, meets_slo
 
 
 def run(search: CapacitySearch, capacity: float) -> list[float]:

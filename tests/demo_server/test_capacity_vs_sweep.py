@@ -28,8 +28,8 @@ from pathlib import Path
 
 import pytest
 
-from demo_server.loadgen import run as loadgen
-from demo_server.loadgen.capacity_search import meets_slo
+from batchscope.demo_server.loadgen import run as loadgen
+from batchscope.demo_server.loadgen.capacity_search import meets_slo
 from tests.support.demo_process import running_demo_server
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]

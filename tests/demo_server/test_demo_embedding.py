@@ -18,20 +18,20 @@ import torch
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
-from demo_server.devices import H200_ENCODER_MS, interpolate_ms, select_device
-from demo_server.embedding.batch_policy import (
+from batchscope.demo_server.devices import H200_ENCODER_MS, interpolate_ms, select_device
+from batchscope.demo_server.embedding.batch_policy import (
     ArrivalRate,
     CostCurve,
     adaptive_decision,
     fixed_decision,
 )
-from demo_server.embedding.batcher import ItemError, run_isolating_failures
-from demo_server.embedding.batcher_settings import BatcherSettings
-from demo_server.embedding.service import FAIL_MARKER, EmbeddingService, Encoder
-from demo_server.loadgen import report as loadgen_report
-from demo_server.loadgen import run as loadgen
-from demo_server.loadgen import workload
-from demo_server.queueing import OverBudget, QueueFull, QueueStopping
+from batchscope.demo_server.embedding.batcher import ItemError, run_isolating_failures
+from batchscope.demo_server.embedding.batcher_settings import BatcherSettings
+from batchscope.demo_server.embedding.service import FAIL_MARKER, EmbeddingService, Encoder
+from batchscope.demo_server.loadgen import report as loadgen_report
+from batchscope.demo_server.loadgen import run as loadgen
+from batchscope.demo_server.loadgen import workload
+from batchscope.demo_server.queueing import OverBudget, QueueFull, QueueStopping
 from tests.support.batching import (
     NAME,
     FakeModel,

@@ -8,10 +8,10 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from demo_server.http.app import ServerConfig
-from exporter.config.settings import Settings, Target
-from exporter.scrape.http_client import Connections
-from exporter.scrape.loop import Exporter
+from batchscope.demo_server.http.app import ServerConfig
+from batchscope.exporter.config.settings import Settings, Target
+from batchscope.exporter.scrape.http_client import Connections
+from batchscope.exporter.scrape.loop import Exporter
 from tests.support.demo_http import completion, serve
 from tests.support.metrics_doc import DOCUMENTED, family_names
 

@@ -12,8 +12,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from demo_server.embedding.batcher_settings import BatcherSettings
-from demo_server.http.app import ServerConfig
+from batchscope.demo_server.embedding.batcher_settings import BatcherSettings
+from batchscope.demo_server.http.app import ServerConfig
 from tests.support.demo_http import serve
 
 json_leaves = st.one_of(

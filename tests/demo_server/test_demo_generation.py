@@ -17,13 +17,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from demo_server.devices import (
+from batchscope.demo_server.devices import (
     H200_DECODE_GRAPH_MS,
     h200_prefill_ms_per_token,
     interpolate_ms,
     select_device,
 )
-from demo_server.generation.decoder import (
+from batchscope.demo_server.generation.decoder import (
     BOS,
     EOS,
     KVCache,
@@ -31,8 +31,8 @@ from demo_server.generation.decoder import (
     TinyDecoder,
     encode_prompt,
 )
-from demo_server.generation.ragged import try_load
-from demo_server.generation.scheduler import (
+from batchscope.demo_server.generation.ragged import try_load
+from batchscope.demo_server.generation.scheduler import (
     CompletionResult,
     InvalidRequest,
     RequestLog,
@@ -40,9 +40,9 @@ from demo_server.generation.scheduler import (
     SchedulerConfig,
     StepRecord,
 )
-from demo_server.queueing import QueueFull
-from exporter import static_util_cli
-from exporter.core.static_util import exact_static_utilization, static_utilization
+from batchscope.demo_server.queueing import QueueFull
+from batchscope.exporter import static_util_cli
+from batchscope.exporter.core.static_util import exact_static_utilization, static_utilization
 from tests.support.paths import REPO
 
 SEED_TRACE = [3, 5, 8, 11, 4, 14, 6, 16]  # seed 003: 67 of 128 slot-steps

@@ -9,9 +9,9 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from demo_server.embedding.batcher_settings import BatcherSettings
-from demo_server.embedding.service import Encoder
-from demo_server.http.app import MAX_REQUEST_BYTES, ServerConfig
+from batchscope.demo_server.embedding.batcher_settings import BatcherSettings
+from batchscope.demo_server.embedding.service import Encoder
+from batchscope.demo_server.http.app import MAX_REQUEST_BYTES, ServerConfig
 from tests.support.demo_http import serve
 
 ADMIN_TOKEN = "demo-admin-token-2468"

@@ -15,9 +15,9 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from demo_server.embedding.batcher_settings import BatcherSettings
-from demo_server.http.app import ServerConfig, create_app
-from exporter.core.static_util import static_utilization
+from batchscope.demo_server.embedding.batcher_settings import BatcherSettings
+from batchscope.demo_server.http.app import ServerConfig, create_app
+from batchscope.exporter.core.static_util import static_utilization
 from tests.support.demo_http import completion, serve
 from tests.support.demo_process import running_demo_server
 from tests.support.network import wait_until

@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
-from demo_server.loadgen import report as loadgen_report
-from demo_server.loadgen import run as loadgen
-from demo_server.loadgen import workload
-from demo_server.loadgen.workload import LoadSpec
-from exporter.length_log import InputError
+from batchscope.demo_server.loadgen import report as loadgen_report
+from batchscope.demo_server.loadgen import run as loadgen
+from batchscope.demo_server.loadgen import workload
+from batchscope.demo_server.loadgen.workload import LoadSpec
+from batchscope.exporter.length_log import InputError
 from tests.support.network import free_port
 from tests.support.threaded_app import serve_in_thread
 
@@ -244,7 +244,7 @@ def test_sweep_max_wait_is_the_admin_setting_it_names() -> None:
 
 
 def test_the_dashboard_reads_the_result_file_loadgen_writes(tmp_path: Path) -> None:
-    from dashboard.load_results import load_result
+    from batchscope.dashboard.load_results import load_result
 
     result = loadgen_report.RunResult(
         {"max_wait_ms": 5}, 50.0, 2.0, sent=100, ok=100, elapsed_s=2.0

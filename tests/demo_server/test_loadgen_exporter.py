@@ -16,9 +16,9 @@ import pytest
 from aiohttp import web
 from hypothesis import HealthCheck, given, settings
 
-from demo_server.http.app import ServerConfig
-from demo_server.loadgen import run as loadgen
-from demo_server.loadgen.batching import (
+from batchscope.demo_server.http.app import ServerConfig
+from batchscope.demo_server.loadgen import run as loadgen
+from batchscope.demo_server.loadgen.batching import (
     BatchingReading,
     NotSignals,
     reading_of_api_target,
@@ -26,21 +26,21 @@ from demo_server.loadgen.batching import (
     readings_of_evaluations,
     step_batching,
 )
-from demo_server.loadgen.exporter_api import (
+from batchscope.demo_server.loadgen.exporter_api import (
     Evaluation,
     ExporterSignals,
     StepEvaluations,
     evaluation_of_body,
     exporter_base_url,
 )
-from demo_server.loadgen.workload import LoadSpec
-from exporter.config.settings import Settings
-from exporter.core.evaluate import TargetSignals
-from exporter.core.signals import SignalSettings
-from exporter.core.snapshot import Snapshot
-from exporter.engines import read_series
-from exporter.serve import api_json as api
-from exporter.serve.app import guard
+from batchscope.demo_server.loadgen.workload import LoadSpec
+from batchscope.exporter.config.settings import Settings
+from batchscope.exporter.core.evaluate import TargetSignals
+from batchscope.exporter.core.signals import SignalSettings
+from batchscope.exporter.core.snapshot import Snapshot
+from batchscope.exporter.engines import read_series
+from batchscope.exporter.serve import api_json as api
+from batchscope.exporter.serve.app import guard
 from tests.support.demo_http import serve
 from tests.support.evaluation import evaluate_target
 from tests.support.monitoring_stack import exporter as exporter_process

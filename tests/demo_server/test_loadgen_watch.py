@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
-from demo_server.http.app import ServerConfig
-from demo_server.loadgen import report as loadgen_report
-from demo_server.loadgen import run as loadgen
-from demo_server.loadgen.knee import CAUSES, NO_REQUEST_SEEN
-from demo_server.loadgen.oversaturation import MIN_SAMPLES
-from demo_server.loadgen.workload import LoadSpec
+from batchscope.demo_server.http.app import ServerConfig
+from batchscope.demo_server.loadgen import report as loadgen_report
+from batchscope.demo_server.loadgen import run as loadgen
+from batchscope.demo_server.loadgen.knee import CAUSES, NO_REQUEST_SEEN
+from batchscope.demo_server.loadgen.oversaturation import MIN_SAMPLES
+from batchscope.demo_server.loadgen.workload import LoadSpec
 from tests.support.demo_http import serve
 from tests.support.threaded_app import serve_in_thread
 

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from demo_server.loadgen.oversaturation import (
+from batchscope.demo_server.loadgen.oversaturation import (
     QueueSample,
     linear_fit,
     over_saturation,

@@ -11,10 +11,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from demo_server.devices import select_device
-from demo_server.generation import ragged
-from demo_server.generation.decoder import TinyDecoder
-from demo_server.generation.scheduler import Scheduler, SchedulerConfig
+from batchscope.demo_server.devices import select_device
+from batchscope.demo_server.generation import ragged
+from batchscope.demo_server.generation.decoder import TinyDecoder
+from batchscope.demo_server.generation.scheduler import Scheduler, SchedulerConfig
 from tests.support.paths import REPO
 
 ROOT = REPO
@@ -118,7 +118,7 @@ def test_loading_the_kernel_leaves_subnormal_floats_alone(tmp_path: Path) -> Non
     loads: the smallest float / 2 became 0 in the server and in every test after it. A
     fresh process, since that mode, once set, stays."""
     probe = (
-        "import sys; from pathlib import Path; from demo_server.generation import ragged; "
+        "import sys; from pathlib import Path; from batchscope.demo_server.generation import ragged; "
         "tiny = sys.float_info.min; before = tiny / 2; "
         f"ragged._load(ragged.build(Path({str(tmp_path)!r}))); "
         "print(before > 0, tiny / 2 > 0, tiny / 2 == before)"
@@ -153,7 +153,8 @@ def test_scheduler_falls_back_to_padded_attention_and_ragged_on_demand_refuses(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(
-        "demo_server.generation.scheduler.try_load", lambda: (None, "no C compiler: 'cc'")
+        "batchscope.demo_server.generation.scheduler.try_load",
+        lambda: (None, "no C compiler: 'cc'"),
     )
     device = select_device("cpu")
     scheduler = Scheduler(TinyDecoder(), device, SchedulerConfig(attention="auto"))

@@ -4,7 +4,7 @@ the load generator, on the demo server's embedding batcher.
 The batcher (fixed batches of up to 16, fired as soon as the device is free) runs on a
 simulated device whose batch of n costs 4 ms + 1 ms x n (16 items a 20 ms batch: 800
 items/s at most), in virtual time: the load generator's open-loop arrivals
-(`demo_server.loadgen.arrivals.open_loop`, Poisson) time each request from its scheduled
+(`batchscope.demo_server.loadgen.arrivals.open_loop`, Poisson) time each request from its scheduled
 arrival to its answer on the same clock the batcher's latency histogram is observed
 with. The exporter's path reads the batcher's /metrics text once a second (its
 `inhouse` adapter, its window and evaluation), from before the first request to after
@@ -25,13 +25,13 @@ from dataclasses import dataclass
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from demo_server.embedding.batcher_settings import BatcherSettings
-from exporter.core.evaluate import SeriesSignals, TargetIdentity, evaluate_window
-from exporter.core.signals import SignalSettings
-from exporter.core.snapshot import Snapshot
-from exporter.core.window import Window
-from exporter.engines import read_series
-from exporter.instrumentation import LATENCY_BUCKETS
+from batchscope.demo_server.embedding.batcher_settings import BatcherSettings
+from batchscope.exporter.core.evaluate import SeriesSignals, TargetIdentity, evaluate_window
+from batchscope.exporter.core.signals import SignalSettings
+from batchscope.exporter.core.snapshot import Snapshot
+from batchscope.exporter.core.window import Window
+from batchscope.exporter.engines import read_series
+from batchscope.exporter.instrumentation import LATENCY_BUCKETS
 from tests.support.batching import VirtualDevice, make_batcher, poisson_load
 from tests.support.virtual_time import loop_clock, run_virtual
 

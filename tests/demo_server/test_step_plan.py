@@ -6,13 +6,13 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from demo_server.generation.step_plan import Row, StepLimits, Waiting, plan_step
+from batchscope.demo_server.generation.step_plan import Row, StepLimits, Waiting, plan_step
 
 LIMITS = StepLimits(max_num_seqs=4, kv_cache_tokens=100)
 
 
 def test_torch_is_not_needed_to_plan_a_step() -> None:
-    probe = "import sys, demo_server.generation.step_plan; print('torch' in sys.modules)"
+    probe = "import sys, batchscope.demo_server.generation.step_plan; print('torch' in sys.modules)"
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "False"
 

@@ -9,12 +9,12 @@ import httpx
 import pytest
 import torch
 
-from demo_server.cli import build_parser
-from demo_server.devices import Device
-from demo_server.generation.decoder import TinyDecoder
-from demo_server.generation.scheduler import Scheduler, SchedulerConfig, StepRecord
-from demo_server.http.app import ServerConfig
-from exporter.core.signals import SignalSettings
+from batchscope.demo_server.cli import build_parser
+from batchscope.demo_server.devices import Device
+from batchscope.demo_server.generation.decoder import TinyDecoder
+from batchscope.demo_server.generation.scheduler import Scheduler, SchedulerConfig, StepRecord
+from batchscope.demo_server.http.app import ServerConfig
+from batchscope.exporter.core.signals import SignalSettings
 from tests.support.demo_http import serve
 from tests.support.demo_scenarios import Scenario, run
 from tests.support.evaluation import evaluate_target

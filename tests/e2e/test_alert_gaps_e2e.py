@@ -22,9 +22,9 @@ from pathlib import Path
 
 import pytest
 
-from grafana.build import rule_yaml
-from grafana.config import CONFIG
-from grafana.rules import exporter_alerts
+from batchscope.grafana.build import rule_yaml
+from batchscope.grafana.config import CONFIG
+from batchscope.grafana.rules import exporter_alerts
 from tests.support.monitoring_stack import (
     alertmanager,
     exporter,

@@ -25,10 +25,10 @@ from urllib.parse import urlsplit
 import pytest
 import yaml
 
-from exporter.alerts.specs import BUDGET_SATURATED, SLO_BURN_FAST, SLO_BURN_SLOW
-from grafana.build import ROOT, rule_yaml
-from grafana.config import CONFIG
-from grafana.rules import exporter_alerts, vllm_alerts, vllm_recording_rules
+from batchscope.exporter.alerts.specs import BUDGET_SATURATED, SLO_BURN_FAST, SLO_BURN_SLOW
+from batchscope.grafana.build import ROOT, rule_yaml
+from batchscope.grafana.config import CONFIG
+from batchscope.grafana.rules import exporter_alerts, vllm_alerts, vllm_recording_rules
 from tests.support.demo_process import running_demo_server
 from tests.support.monitoring_stack import (
     alertmanager,
@@ -94,7 +94,7 @@ def _rule_files(fleet: Path) -> dict[str, str]:
     }
     holds = {BUDGET_SATURATED.name: HOLD}
     targets = subprocess.run(
-        [sys.executable, "-m", "exporter.rules_cli", "--config", str(fleet)],
+        [sys.executable, "-m", "batchscope.exporter.rules_cli", "--config", str(fleet)],
         capture_output=True,
         text=True,
         env=python_env(),
@@ -112,7 +112,7 @@ def _load(base_url: str, endpoint: str, rate: str, seconds: int) -> subprocess.P
     args = [
         sys.executable,
         "-m",
-        "demo_server.loadgen.run",
+        "batchscope.demo_server.loadgen.run",
         "--url",
         base_url,
         "--endpoint",

@@ -44,11 +44,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from exporter.alerts.fleet_rules import fleet_rule_groups
-from exporter.config.settings import Target
-from grafana import rules
-from grafana.build import rule_yaml
-from grafana.config import CONFIG
+from batchscope.exporter.alerts.fleet_rules import fleet_rule_groups
+from batchscope.exporter.config.settings import Target
+from batchscope.grafana import rules
+from batchscope.grafana.build import rule_yaml
+from batchscope.grafana.config import CONFIG
 from tests.support.monitoring_stack import (
     exporter,
     payload_server,

@@ -45,7 +45,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import vllm_server as vs  # noqa: E402
 
-from demo_server.loadgen.knee import CAUSES, limits_besides_arrivals  # noqa: E402
+from batchscope.demo_server.loadgen.knee import CAUSES, limits_besides_arrivals  # noqa: E402
 from tests.support import chromium  # noqa: E402
 from tests.support.network import NotReady, free_port, wait_http, wait_until  # noqa: E402
 
@@ -70,7 +70,7 @@ def exporter_command(
     target_url: str, listen_port: int, cap: int = CAP, extra: Sequence[str] = ()
 ) -> list[str]:
     exe = vs.REPO_ROOT / ".venv" / "bin" / "batchscope-exporter"
-    base = [str(exe)] if exe.exists() else [sys.executable, "-m", "exporter.cli"]
+    base = [str(exe)] if exe.exists() else [sys.executable, "-m", "batchscope.exporter.cli"]
     return [
         *base,
         "--target",
@@ -478,7 +478,7 @@ def test_loadgen_watch_names_the_kv_bound_knee_memory_bound(vllm: VllmManager, w
     cache bound the most, the cache filled, the batch stayed under its cap, and the
     knee's sentence says memory-bound (as the step's binding limit on a quiet machine; as
     what bound the readings where requests waited, on a starved one)."""
-    from demo_server.loadgen import run as loadgen
+    from batchscope.demo_server.loadgen import run as loadgen
 
     srv = vllm.ensure(MEMORY_ARGS)
     output = workdir / "loadgen-kv-bound.json"
@@ -542,9 +542,9 @@ def alert_stack(name: str, workdir: Path, vllm_url: str, interval: float | None)
     Yields the two webhooks and the exporter's URL."""
     import yaml
 
-    from grafana.build import PROMETHEUS, rule_yaml
-    from grafana.config import CONFIG
-    from grafana.rules import exporter_alerts, vllm_alerts, vllm_recording_rules
+    from batchscope.grafana.build import PROMETHEUS, rule_yaml
+    from batchscope.grafana.config import CONFIG
+    from batchscope.grafana.rules import exporter_alerts, vllm_alerts, vllm_recording_rules
     from tests.support.monitoring_stack import (
         alertmanager,
         exporter,
@@ -562,7 +562,7 @@ def alert_stack(name: str, workdir: Path, vllm_url: str, interval: float | None)
         f"budget_seconds: {ALERT_BUDGET_S}}}\n"
     )
     targets = subprocess.run(
-        [sys.executable, "-m", "exporter.rules_cli", "--config", str(fleet)],
+        [sys.executable, "-m", "batchscope.exporter.rules_cli", "--config", str(fleet)],
         capture_output=True,
         text=True,
         env=python_env(),
@@ -664,7 +664,7 @@ def test_sustained_saturation_alerts_by_every_path_on_an_overloaded_vllm(
             [
                 sys.executable,
                 "-m",
-                "dashboard.cli",
+                "batchscope.dashboard.cli",
                 "--exporter",
                 exporter_1s.url,
                 "--port",
@@ -862,8 +862,8 @@ def vllm_read_by(prom, seconds: float) -> dict:
     that read, the slowest), and of the budget utilisation it recorded (the rules path's
     evidence) the longest span between two evaluations that recorded one, the lowest,
     and the longest run under the saturation threshold."""
-    from grafana.config import CONFIG
-    from grafana.rules import BUDGET_UTILIZATION
+    from batchscope.grafana.config import CONFIG
+    from batchscope.grafana.rules import BUDGET_UTILIZATION
     from tests.support.monitoring_stack import query
 
     span = f"[{int(seconds) + 1}s]"

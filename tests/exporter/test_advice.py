@@ -8,10 +8,10 @@ from dataclasses import replace
 
 import pytest
 
-from exporter.core.advice import AdviceInputs, advise
-from exporter.core.signals import SignalSettings
-from exporter.core.snapshot import SeriesSnapshot, Snapshot
-from exporter.core.static_util import UtilizationEstimate
+from batchscope.exporter.core.advice import AdviceInputs, advise
+from batchscope.exporter.core.signals import SignalSettings
+from batchscope.exporter.core.snapshot import SeriesSnapshot, Snapshot
+from batchscope.exporter.core.static_util import UtilizationEstimate
 from tests.support.costs import LINEAR
 from tests.support.evaluation import evaluate_target
 

@@ -8,9 +8,9 @@ import json
 import aiohttp
 from aiohttp import web
 
-from exporter.alerts.book import RESEND_SECONDS, AlertBook, delivered, payload, step
-from exporter.alerts.delivery import AlertmanagerDelivery
-from exporter.alerts.specs import (
+from batchscope.exporter.alerts.book import RESEND_SECONDS, AlertBook, delivered, payload, step
+from batchscope.exporter.alerts.delivery import AlertmanagerDelivery
+from batchscope.exporter.alerts.specs import (
     ALERTS,
     BUDGET_SATURATED,
     MEMORY_BOUND,
@@ -21,14 +21,19 @@ from exporter.alerts.specs import (
     AlertWords,
     duration_words,
 )
-from exporter.config.settings import Settings
-from exporter.core.diagnosis import Diagnosis
-from exporter.core.evaluate import SeriesSignals, TargetIdentity, TargetSignals, evaluate_window
-from exporter.core.signals import SignalSettings
-from exporter.core.slo import WINDOW_PAIRS, BurnRate, SloStatus, pair_burning
-from exporter.core.snapshot import Snapshot
-from exporter.core.window import Window
-from exporter.engines import read_series
+from batchscope.exporter.config.settings import Settings
+from batchscope.exporter.core.diagnosis import Diagnosis
+from batchscope.exporter.core.evaluate import (
+    SeriesSignals,
+    TargetIdentity,
+    TargetSignals,
+    evaluate_window,
+)
+from batchscope.exporter.core.signals import SignalSettings
+from batchscope.exporter.core.slo import WINDOW_PAIRS, BurnRate, SloStatus, pair_burning
+from batchscope.exporter.core.snapshot import Snapshot
+from batchscope.exporter.core.window import Window
+from batchscope.exporter.engines import read_series
 from tests.support.monitoring_stack import (
     alertmanager,
     exporter,

@@ -9,9 +9,9 @@ import math
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from exporter.config.settings import Settings
-from exporter.core.evaluate import TargetSignals
-from exporter.serve import api_json as api
+from batchscope.exporter.config.settings import Settings
+from batchscope.exporter.core.evaluate import TargetSignals
+from batchscope.exporter.serve import api_json as api
 from tests.support.reference_json import (
     reference_advice_json,
     reference_encode,

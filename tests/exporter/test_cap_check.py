@@ -15,7 +15,7 @@ async def _start(*args: str) -> tuple[int, str]:
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "exporter.cli",
+        "batchscope.exporter.cli",
         *args,
         cwd=ROOT,
         stdout=asyncio.subprocess.PIPE,
@@ -43,7 +43,7 @@ async def test_a_cap_that_is_not_a_whole_number_of_at_least_one_is_refused(tmp_p
 
 
 async def test_a_whole_cap_written_as_a_float_is_accepted(tmp_path) -> None:
-    from exporter.config.settings import load_config
+    from batchscope.exporter.config.settings import load_config
 
     config = tmp_path / "fleet.yaml"
     config.write_text(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from exporter.core.capacity import (
+from batchscope.exporter.core.capacity import (
     batch_cost,
     budget_headroom,
     cache_fill,

@@ -13,14 +13,14 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.utils import floatToGoString
 
-from exporter.config.reserved_labels import RESERVED_LABELS
-from exporter.core.diagnosis import DIAGNOSIS_STATES
-from exporter.core.evaluate import SeriesSignals, TargetSignals
-from exporter.core.limits import BINDING_CHOICES, Limits
-from exporter.core.signals import SignalSettings
-from exporter.core.snapshot import Snapshot
-from exporter.engines import read_series
-from exporter.serve.exposition import number_text, render_metrics
+from batchscope.exporter.config.reserved_labels import RESERVED_LABELS
+from batchscope.exporter.core.diagnosis import DIAGNOSIS_STATES
+from batchscope.exporter.core.evaluate import SeriesSignals, TargetSignals
+from batchscope.exporter.core.limits import BINDING_CHOICES, Limits
+from batchscope.exporter.core.signals import SignalSettings
+from batchscope.exporter.core.snapshot import Snapshot
+from batchscope.exporter.engines import read_series
+from batchscope.exporter.serve.exposition import number_text, render_metrics
 from tests.support.evaluation import evaluate_target
 from tests.support.paths import REPO, fixture_text
 from tests.support.reference_exposition import SignalsCollector
@@ -236,9 +236,9 @@ def test_a_series_whose_state_changes_between_renders_is_written_as_it_is_now(
 
 
 def test_padding_waste_of_an_in_house_batcher_is_read_back_and_exported() -> None:
-    from exporter.core.signals import padding_waste
-    from exporter.instrumentation import BatcherMetrics
-    from exporter.serve.api_json import series_json
+    from batchscope.exporter.core.signals import padding_waste
+    from batchscope.exporter.instrumentation import BatcherMetrics
+    from batchscope.exporter.serve.api_json import series_json
 
     registry = CollectorRegistry()
     batcher = BatcherMetrics("embed", max_batch_size=8, registry=registry)

@@ -1,4 +1,4 @@
-"""exporter.config.settings: every accepted form, every rejected one with its exact message."""
+"""batchscope.exporter.config.settings: every accepted form, every rejected one with its exact message."""
 
 from __future__ import annotations
 
@@ -10,10 +10,17 @@ from pathlib import Path
 
 import pytest
 
-from exporter.config.file_sd import expand_file_sd
-from exporter.config.flags import add_arguments, settings_from_args
-from exporter.config.settings import Auth, ConfigError, Settings, Target, load_config, load_file_sd
-from exporter.scrape.fetch import authorization_header
+from batchscope.exporter.config.file_sd import expand_file_sd
+from batchscope.exporter.config.flags import add_arguments, settings_from_args
+from batchscope.exporter.config.settings import (
+    Auth,
+    ConfigError,
+    Settings,
+    Target,
+    load_config,
+    load_file_sd,
+)
+from batchscope.exporter.scrape.fetch import authorization_header
 from tests.support.paths import REPO
 
 SECRET = "s3cr3t-t0ken-value"
@@ -929,8 +936,8 @@ _GIVEN = {
 
 
 def test_every_target_field_reaches_yaml_flags_file_sd_and_the_api(tmp_path):
-    from exporter.config.settings import TARGET_FLAGS, config_fields
-    from exporter.serve.api_json import targets_response
+    from batchscope.exporter.config.settings import TARGET_FLAGS, config_fields
+    from batchscope.exporter.serve.api_json import targets_response
 
     specs = config_fields(Target)
     assert set(specs) == set(_GIVEN), "give the new field a value in _GIVEN"
@@ -965,7 +972,7 @@ def test_every_target_field_reaches_yaml_flags_file_sd_and_the_api(tmp_path):
 
 
 def test_every_setting_has_a_flag_and_a_yaml_key(tmp_path):
-    from exporter.config.settings import SETTINGS_FLAGS, config_fields
+    from batchscope.exporter.config.settings import SETTINGS_FLAGS, config_fields
 
     specs = config_fields(Settings)
     assert set(SETTINGS_FLAGS) == set(specs)
@@ -978,7 +985,7 @@ def test_every_setting_has_a_flag_and_a_yaml_key(tmp_path):
 
 
 def test_slo_settings_are_checked_and_reach_the_signal_settings(tmp_path):
-    from exporter.scrape.loop import signal_settings
+    from batchscope.exporter.scrape.loop import signal_settings
 
     path = tmp_path / "fleet.yaml"
     path.write_text(
@@ -1010,9 +1017,9 @@ def test_slo_settings_are_checked_and_reach_the_signal_settings(tmp_path):
 
 
 def test_the_staleness_default_is_derived_once_from_the_hold_and_the_interval():
-    from exporter.alerts.book import STALE_SECONDS
-    from exporter.core.signals import SignalSettings, staleness
-    from exporter.scrape.loop import stale_seconds
+    from batchscope.exporter.alerts.book import STALE_SECONDS
+    from batchscope.exporter.core.signals import SignalSettings, staleness
+    from batchscope.exporter.scrape.loop import stale_seconds
 
     defaults = Settings(targets=())
     assert stale_seconds(defaults) == SignalSettings().stale_seconds == STALE_SECONDS == 60.0

@@ -8,12 +8,12 @@ from types import ModuleType
 
 import pytest
 
-from exporter import engines
-from exporter.config.flags import add_arguments, settings_from_args
-from exporter.config.settings import ConfigError, load_config
-from exporter.core.snapshot import SeriesSnapshot
-from exporter.engines import detect, engine_choices, latency_kinds, read_series
-from exporter.engines.grouping import SamplesByName, histograms_by_key, values_by_key
+from batchscope.exporter import engines
+from batchscope.exporter.config.flags import add_arguments, settings_from_args
+from batchscope.exporter.config.settings import ConfigError, load_config
+from batchscope.exporter.core.snapshot import SeriesSnapshot
+from batchscope.exporter.engines import detect, engine_choices, latency_kinds, read_series
+from batchscope.exporter.engines.grouping import SamplesByName, histograms_by_key, values_by_key
 from tests.support.metrics_doc import DOC, undocumented_engines
 from tests.support.paths import REPO, fixture_text
 
@@ -201,7 +201,7 @@ def _payloads_by_engine() -> dict[str, list[str]]:
     """Each adapter's real payloads (tests/fixtures), and an in-house batcher's own."""
     from prometheus_client import CollectorRegistry, generate_latest
 
-    from exporter.instrumentation import BatcherMetrics
+    from batchscope.exporter.instrumentation import BatcherMetrics
 
     registry = CollectorRegistry()
     batcher = BatcherMetrics("embed", max_batch_size=8, registry=registry)
@@ -218,7 +218,7 @@ def _payloads_by_engine() -> dict[str, list[str]]:
 def test_every_adapter_is_planned_on_its_payloads_or_listed_as_unplanned() -> None:
     # Before, inhouse, trtllm and rayserve silently never got a plan (a value steered
     # each); now a new adapter that breaks the rule fails here unless it says why.
-    from exporter.ingest import promtext
+    from batchscope.exporter.ingest import promtext
 
     payloads = _payloads_by_engine()
     assert set(payloads) == set(engines.ADAPTERS), "every adapter has a payload to plan on"

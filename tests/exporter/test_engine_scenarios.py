@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import pytest
 
-from exporter.config.settings import Settings, Target, load_config
-from exporter.core.evaluate import SeriesSignals, TargetSignals
-from exporter.core.signals import SignalSettings
-from exporter.core.snapshot import Snapshot
-from exporter.engines import detect, read_series
-from exporter.scrape.loop import Exporter
+from batchscope.exporter.config.settings import Settings, Target, load_config
+from batchscope.exporter.core.evaluate import SeriesSignals, TargetSignals
+from batchscope.exporter.core.signals import SignalSettings
+from batchscope.exporter.core.snapshot import Snapshot
+from batchscope.exporter.engines import detect, read_series
+from batchscope.exporter.scrape.loop import Exporter
 from tests.support.evaluation import evaluate_target, snapshot_from_payload
 from tests.support.paths import fixture_text
 
@@ -267,7 +267,7 @@ def test_a_mean_latency_is_exported_with_quantile_mean() -> None:
 def test_the_token_cap_flag() -> None:
     import argparse
 
-    from exporter.config.flags import add_arguments, settings_from_args
+    from batchscope.exporter.config.flags import add_arguments, settings_from_args
 
     parser = argparse.ArgumentParser()
     add_arguments(parser)

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from exporter.config.settings import Settings, Target
-from exporter.engines import UnrecognisedPayload, detect, read_series
-from exporter.scrape.fetch import ScrapeResult
-from exporter.scrape.loop import Exporter
+from batchscope.exporter.config.settings import Settings, Target
+from batchscope.exporter.engines import UnrecognisedPayload, detect, read_series
+from batchscope.exporter.scrape.fetch import ScrapeResult
+from batchscope.exporter.scrape.loop import Exporter
 from tests.support.paths import fixture_text
 from tests.support.vllm_payload import VllmState, render
 
@@ -125,7 +125,7 @@ def test_detect_finds_each_engine_and_nothing_in_html() -> None:
 def test_inhouse_batcher_read_back_from_instrumentation() -> None:
     from prometheus_client import CollectorRegistry, generate_latest
 
-    from exporter.instrumentation import BatcherMetrics
+    from batchscope.exporter.instrumentation import BatcherMetrics
 
     registry = CollectorRegistry()
     m = BatcherMetrics("embed", max_batch_size=32, latency_budget_seconds=0.06, registry=registry)

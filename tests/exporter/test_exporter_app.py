@@ -20,13 +20,13 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter.config.reserved_labels import RESERVED_LABELS
-from exporter.config.settings import ConfigError, Settings, Target, load_config
-from exporter.instrumentation import BatcherMetrics
-from exporter.scrape.http_client import Connections
-from exporter.scrape.loop import Exporter
-from exporter.serve.api_json import POINT_NUMBERS, history_point, series_json
-from exporter.serve.app import create_app
+from batchscope.exporter.config.reserved_labels import RESERVED_LABELS
+from batchscope.exporter.config.settings import ConfigError, Settings, Target, load_config
+from batchscope.exporter.instrumentation import BatcherMetrics
+from batchscope.exporter.scrape.http_client import Connections
+from batchscope.exporter.scrape.loop import Exporter
+from batchscope.exporter.serve.api_json import POINT_NUMBERS, history_point, series_json
+from batchscope.exporter.serve.app import create_app
 from tests.support.network import free_port
 from tests.support.paths import REPO, fixture_text
 
@@ -403,9 +403,9 @@ async def test_history_rows_are_the_signals_numbers(fed_exporter) -> None:
 def test_the_help_names_every_path_the_app_serves() -> None:
     # The epilog named /api/v1/signals and /history only, when the app also serves
     # /advice and /targets.
-    from exporter.cli import EPILOG
-    from exporter.config.settings import Settings, Target
-    from exporter.scrape.loop import Exporter
+    from batchscope.exporter.cli import EPILOG
+    from batchscope.exporter.config.settings import Settings, Target
+    from batchscope.exporter.scrape.loop import Exporter
 
     app = create_app(Exporter(Settings(targets=(Target("a", "http://127.0.0.1:1/metrics"),))))
     paths = {r.resource.canonical for r in app.router.routes() if r.method == "GET"} - {"/"}

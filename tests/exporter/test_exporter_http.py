@@ -16,8 +16,8 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from exporter import cli
-from exporter.config.settings import ConfigError
+from batchscope.exporter import cli
+from batchscope.exporter.config.settings import ConfigError
 from tests.support.network import free_port
 from tests.support.paths import fixture_text
 
@@ -113,7 +113,7 @@ targets:
         proc = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
-            "exporter.cli",
+            "batchscope.exporter.cli",
             "--config",
             str(config),
             "--listen",
@@ -210,7 +210,7 @@ async def test_config_error_names_file_and_line(tmp_path) -> None:
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "exporter.cli",
+        "batchscope.exporter.cli",
         "--config",
         str(config),
         stdout=asyncio.subprocess.PIPE,
@@ -242,7 +242,7 @@ async def test_listen_on_a_busy_port_is_a_clear_error(tmp_path) -> None:
         proc = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
-            "exporter.cli",
+            "batchscope.exporter.cli",
             *_dead_target_on(port),
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
@@ -255,8 +255,8 @@ async def test_listen_on_a_busy_port_is_a_clear_error(tmp_path) -> None:
 SWITCH_REPORTER = """
 import atexit, runpy, sys
 atexit.register(lambda: print("switch interval", sys.getswitchinterval(), flush=True))
-sys.argv = ["exporter.cli", *sys.argv[1:]]
-runpy.run_module("exporter.cli", run_name="__main__")
+sys.argv = ["batchscope.exporter.cli", *sys.argv[1:]]
+runpy.run_module("batchscope.exporter.cli", run_name="__main__")
 """
 
 
@@ -264,7 +264,7 @@ async def test_the_exporter_hands_the_gil_over_every_half_millisecond() -> None:
     # Renders run in a thread beside the event loop; at CPython's 5 ms switch interval a
     # /metrics request that came during a render of 1,000 targets waited 100 to 200 ms
     # (docs/benchmarks.md, /metrics latency). The process the CLI runs sets 0.5 ms.
-    from exporter.serve.app import SWITCH_INTERVAL_SECONDS
+    from batchscope.exporter.serve.app import SWITCH_INTERVAL_SECONDS
 
     assert SWITCH_INTERVAL_SECONDS == 0.0005
     port = free_port()

@@ -9,8 +9,8 @@ import ssl
 import aiohttp
 from aiohttp import web
 
-from exporter.config.exposure_warnings import exposure_warnings
-from exporter.config.settings import Auth, Settings, Target
+from batchscope.exporter.config.exposure_warnings import exposure_warnings
+from batchscope.exporter.config.settings import Auth, Settings, Target
 from tests.support.live import Targets, running_exporter, vllm_payload, wait_for
 from tests.support.system_tools import self_signed_certificate
 

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from exporter.scrape import gc_policy
+from batchscope.exporter.scrape import gc_policy
 from tests.support.paths import REPO
 from tests.support.virtual_time import loop_clock, run_virtual
 
@@ -18,7 +18,7 @@ ROOT = REPO
 
 SCRIPT = """
 import asyncio, gc, weakref
-from exporter.scrape import gc_policy
+from batchscope.exporter.scrape import gc_policy
 
 class Node:
     pass

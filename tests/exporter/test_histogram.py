@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from exporter.core.histogram import Histogram, histogram_increase, histogram_quantile
+from batchscope.exporter.core.histogram import Histogram, histogram_increase, histogram_quantile
 
 INF = math.inf
 BOUNDS = (0.1, 0.5, 1.0, INF)

@@ -9,8 +9,8 @@ import random
 
 import pytest
 
-from exporter.serve.api_json import PACKED_NUMBERS, POINT_NUMBERS, HistoryRow
-from exporter.serve.history import BLOCK_ROWS, History
+from batchscope.exporter.serve.api_json import PACKED_NUMBERS, POINT_NUMBERS, HistoryRow
+from batchscope.exporter.serve.history import BLOCK_ROWS, History
 
 STEADY = "running {} of cap 256 with {} waiting: continuous batching is doing its job"
 QUEUED = "running {} while {} wait, with 11% of the KV cache used: something else limits it"

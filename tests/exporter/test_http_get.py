@@ -15,7 +15,7 @@ import httptools
 import pytest
 import uvloop
 
-from exporter.scrape.http_client import (
+from batchscope.exporter.scrape.http_client import (
     BodyRefused,
     Connections,
     Endpoint,

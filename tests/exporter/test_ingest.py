@@ -19,13 +19,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter import engines
-from exporter.core.histogram import Histogram
-from exporter.engines import ADAPTERS, families_read, read_series, series_of, vllm
-from exporter.engines.grouping import group_by_name, histograms_by_key, values_by_key
-from exporter.ingest import promtext
-from exporter.ingest.compiled_reads import compile_plan
-from exporter.ingest.promtext import ParseError, Sample, SampleLimitExceeded
+from batchscope.exporter import engines
+from batchscope.exporter.core.histogram import Histogram
+from batchscope.exporter.engines import ADAPTERS, families_read, read_series, series_of, vllm
+from batchscope.exporter.engines.grouping import group_by_name, histograms_by_key, values_by_key
+from batchscope.exporter.ingest import promtext
+from batchscope.exporter.ingest.compiled_reads import compile_plan
+from batchscope.exporter.ingest.promtext import ParseError, Sample, SampleLimitExceeded
 from tests.support.paths import FIXTURES
 
 VLLM_FAMILIES = tuple(families_read(vllm, "e2e"))

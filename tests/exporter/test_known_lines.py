@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from exporter import engines
-from exporter.ingest import promtext
+from batchscope.exporter import engines
+from batchscope.exporter.ingest import promtext
 
 FIXTURES = Path(__file__).parent.parent / "fixtures"
 PAYLOADS = {

@@ -1,4 +1,4 @@
-"""exporter.length_log: the reader the CLI and the upload page share, chunk by chunk."""
+"""batchscope.exporter.length_log: the reader the CLI and the upload page share, chunk by chunk."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import json
 
 import pytest
 
-from exporter import length_log
-from exporter.length_log import FileReport, InputError, parse_length, read_lengths
+from batchscope.exporter import length_log
+from batchscope.exporter.length_log import FileReport, InputError, parse_length, read_lengths
 
 
 @pytest.fixture

@@ -11,17 +11,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, generate_latest
 
-from exporter.config.flags import add_arguments, settings_from_args
-from exporter.config.settings import ConfigError, load_config, load_file_sd
-from exporter.core.diagnosis import DiagnosisInputs, diagnose
-from exporter.core.evaluate import TargetSignals, trigger_shares
-from exporter.core.limits import LIMITS, LimitInputs, limits
-from exporter.core.signals import SignalSettings
-from exporter.core.snapshot import Snapshot
-from exporter.engines import read_series
-from exporter.instrumentation import BatcherMetrics
-from exporter.scrape.loop import signal_settings
-from exporter.serve.exposition import render_metrics
+from batchscope.exporter.config.flags import add_arguments, settings_from_args
+from batchscope.exporter.config.settings import ConfigError, load_config, load_file_sd
+from batchscope.exporter.core.diagnosis import DiagnosisInputs, diagnose
+from batchscope.exporter.core.evaluate import TargetSignals, trigger_shares
+from batchscope.exporter.core.limits import LIMITS, LimitInputs, limits
+from batchscope.exporter.core.signals import SignalSettings
+from batchscope.exporter.core.snapshot import Snapshot
+from batchscope.exporter.engines import read_series
+from batchscope.exporter.instrumentation import BatcherMetrics
+from batchscope.exporter.scrape.loop import signal_settings
+from batchscope.exporter.serve.exposition import render_metrics
 from tests.support.evaluation import evaluate_target
 from tests.support.paths import fixture_text
 

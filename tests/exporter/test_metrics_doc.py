@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, generate_latest
 
-from exporter.core.signals import SignalSettings
-from exporter.engines import ADAPTERS
-from exporter.instrumentation import BatcherMetrics
+from batchscope.exporter.core.signals import SignalSettings
+from batchscope.exporter.engines import ADAPTERS
+from batchscope.exporter.instrumentation import BatcherMetrics
 from tests.support.metrics_doc import DOC, DOCUMENTED, family_names, undocumented_engines
 from tests.support.signals_data import PAYLOADS, exposition
 

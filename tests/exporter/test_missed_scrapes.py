@@ -17,11 +17,11 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from exporter.alerts.book import AlertBook, delivered, step
-from exporter.alerts.specs import BUDGET_SATURATED, MEMORY_BOUND, TARGET_DOWN
-from exporter.config.settings import Settings, Target
-from exporter.core.diagnosis import Diagnosis
-from exporter.core.evaluate import (
+from batchscope.exporter.alerts.book import AlertBook, delivered, step
+from batchscope.exporter.alerts.specs import BUDGET_SATURATED, MEMORY_BOUND, TARGET_DOWN
+from batchscope.exporter.config.settings import Settings, Target
+from batchscope.exporter.core.diagnosis import Diagnosis
+from batchscope.exporter.core.evaluate import (
     TOTAL,
     SeriesSignals,
     TargetIdentity,
@@ -29,18 +29,18 @@ from exporter.core.evaluate import (
     evaluate_window,
     in_flight_unfinished,
 )
-from exporter.core.histogram import Histogram
-from exporter.core.signals import (
+from batchscope.exporter.core.histogram import Histogram
+from batchscope.exporter.core.signals import (
     SaturationState,
     SignalSettings,
     saturation_after_gap,
     saturation_through_gap,
 )
-from exporter.core.snapshot import SeriesSnapshot
-from exporter.core.window import Window
-from exporter.scrape.fetch import ScrapeResult
-from exporter.scrape.loop import Exporter, read_payload
-from exporter.serve.exposition import render_metrics
+from batchscope.exporter.core.snapshot import SeriesSnapshot
+from batchscope.exporter.core.window import Window
+from batchscope.exporter.scrape.fetch import ScrapeResult
+from batchscope.exporter.scrape.loop import Exporter, read_payload
+from batchscope.exporter.serve.exposition import render_metrics
 from tests.support.live import Targets, running_exporter, wait_for
 from tests.support.vllm_payload import VllmState, render
 

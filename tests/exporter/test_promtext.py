@@ -7,8 +7,8 @@ import math
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter.engines import ADAPTERS
-from exporter.ingest import promtext
+from batchscope.exporter.engines import ADAPTERS
+from batchscope.exporter.ingest import promtext
 from tests.support.paths import FIXTURES, fixture_text
 
 PAYLOADS = sorted(p.name for p in FIXTURES.glob("*.txt"))

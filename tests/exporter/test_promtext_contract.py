@@ -17,11 +17,11 @@ import re
 
 import pytest
 
-from exporter.config.settings import Settings, Target
-from exporter.engines import read_series
-from exporter.ingest import promtext
-from exporter.scrape.fetch import ScrapeResult
-from exporter.scrape.loop import Exporter
+from batchscope.exporter.config.settings import Settings, Target
+from batchscope.exporter.engines import read_series
+from batchscope.exporter.ingest import promtext
+from batchscope.exporter.scrape.fetch import ScrapeResult
+from batchscope.exporter.scrape.loop import Exporter
 
 
 def _refused(text: str, families: list[str], line: int, reason: str, warm: str = "") -> None:

@@ -12,10 +12,10 @@ from typing import Any
 import aiohttp
 import pytest
 
-from exporter.config.settings import Settings
-from exporter.core.evaluate import TargetSignals
-from exporter.scrape.loop import Exporter
-from exporter.serve.app import BodyKind, RoundCache
+from batchscope.exporter.config.settings import Settings
+from batchscope.exporter.core.evaluate import TargetSignals
+from batchscope.exporter.scrape.loop import Exporter
+from batchscope.exporter.serve.app import BodyKind, RoundCache
 
 # Bounds a test that would otherwise hang on a bug; no test asserts a duration.
 HANG_GUARD_SECONDS = 20

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 
-from exporter.config.settings import Settings
-from exporter.scrape.http_client import Connections
-from exporter.scrape.loop import Exporter
+from batchscope.exporter.config.settings import Settings
+from batchscope.exporter.scrape.http_client import Connections
+from batchscope.exporter.scrape.loop import Exporter
 
 
 def write_sd(path, groups) -> None:

@@ -10,10 +10,10 @@ from __future__ import annotations
 import pytest
 from aiohttp import web
 
-from exporter.config.settings import Settings, Target
-from exporter.scrape.http_client import Connections
-from exporter.scrape.loop import Exporter
-from exporter.serve.api_json import history_point, series_json
+from batchscope.exporter.config.settings import Settings, Target
+from batchscope.exporter.scrape.http_client import Connections
+from batchscope.exporter.scrape.loop import Exporter
+from batchscope.exporter.serve.api_json import history_point, series_json
 from tests.support.vllm_payload import VllmState, render
 
 INTERVAL = 5.0

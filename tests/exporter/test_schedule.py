@@ -17,10 +17,10 @@ from collections import defaultdict
 import pytest
 from aiohttp import web
 
-from exporter.config.settings import Settings, Target
-from exporter.scrape.fetch import ScrapeResult
-from exporter.scrape.http_client import Connections
-from exporter.scrape.loop import (
+from batchscope.exporter.config.settings import Settings, Target
+from batchscope.exporter.scrape.fetch import ScrapeResult
+from batchscope.exporter.scrape.http_client import Connections
+from batchscope.exporter.scrape.loop import (
     BACKOFF_AFTER_FAILURES,
     MAX_BACKOFF_INTERVALS,
     MAX_CONCURRENT_FAILING_SCRAPES,
@@ -29,7 +29,7 @@ from exporter.scrape.loop import (
     ScrapeSlots,
     backoff_intervals,
 )
-from exporter.serve.api_json import history_point
+from batchscope.exporter.serve.api_json import history_point
 from tests.support.live import Targets, vllm_payload, wait_for
 from tests.support.virtual_time import loop_clock, run_virtual
 

@@ -8,7 +8,7 @@ import json
 
 import aiohttp
 
-from exporter.config.settings import Settings
+from batchscope.exporter.config.settings import Settings
 from tests.support.live import Targets, running_exporter, vllm_payload, wait_for
 
 FLEET = 24

@@ -9,11 +9,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from exporter.core.diagnosis import Diagnosis, DiagnosisInputs, diagnose, down_diagnosis
-from exporter.core.evaluate import SeriesSignals, TargetSignals, series_signals
-from exporter.core.histogram import Histogram, histogram_increase, histogram_quantile
-from exporter.core.limits import LimitInputs, limits
-from exporter.core.signals import (
+from batchscope.exporter.core.diagnosis import Diagnosis, DiagnosisInputs, diagnose, down_diagnosis
+from batchscope.exporter.core.evaluate import SeriesSignals, TargetSignals, series_signals
+from batchscope.exporter.core.histogram import Histogram, histogram_increase, histogram_quantile
+from batchscope.exporter.core.limits import LimitInputs, limits
+from batchscope.exporter.core.signals import (
     SaturationState,
     SignalSettings,
     batch_size_distribution,
@@ -25,7 +25,7 @@ from exporter.core.signals import (
     step_saturation,
     throughput_gain,
 )
-from exporter.core.snapshot import SeriesSnapshot, merge_series
+from batchscope.exporter.core.snapshot import SeriesSnapshot, merge_series
 from tests.support.signals_data import label_values, target_signals
 
 INF = math.inf

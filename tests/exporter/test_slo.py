@@ -10,10 +10,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from exporter.core.evaluate import TargetIdentity, evaluate_window
-from exporter.core.histogram import Histogram
-from exporter.core.signals import SignalSettings
-from exporter.core.slo import (
+from batchscope.exporter.core.evaluate import TargetIdentity, evaluate_window
+from batchscope.exporter.core.histogram import Histogram
+from batchscope.exporter.core.signals import SignalSettings
+from batchscope.exporter.core.slo import (
     RESOLUTION,
     WINDOWS,
     Totals,
@@ -26,11 +26,11 @@ from exporter.core.slo import (
     measure_attainment,
     slo_status,
 )
-from exporter.core.slo import SloHistory as History
-from exporter.core.snapshot import SeriesSnapshot, Snapshot
-from exporter.core.window import Window
-from exporter.engines.vllm import REQUEST_LATENCY_BUCKETS
-from exporter.serve.api_json import history_point, history_row
+from batchscope.exporter.core.slo import SloHistory as History
+from batchscope.exporter.core.snapshot import SeriesSnapshot, Snapshot
+from batchscope.exporter.core.window import Window
+from batchscope.exporter.engines.vllm import REQUEST_LATENCY_BUCKETS
+from batchscope.exporter.serve.api_json import history_point, history_row
 
 BOUNDS = (*REQUEST_LATENCY_BUCKETS, math.inf)
 DAY = 86400.0

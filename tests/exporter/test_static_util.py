@@ -14,9 +14,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter.core import static_util
-from exporter.core.histogram import Histogram, histogram_increase
-from exporter.core.static_util import (
+from batchscope.exporter.core import static_util
+from batchscope.exporter.core.histogram import Histogram, histogram_increase
+from batchscope.exporter.core.static_util import (
     StaticBatchingAccumulator,
     estimate_from_histogram,
     estimate_in_python,

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from exporter.static_util_cli import main
+from batchscope.exporter.static_util_cli import main
 from tests.support.paths import REPO
 
 SEED_EXAMPLE = [3, 5, 8, 11, 4, 14, 6, 16]
@@ -309,7 +309,15 @@ def test_ten_million_lines_run_in_bounded_memory(tmp_path):
             f.write(block)
     start = time.monotonic()
     process = subprocess.Popen(
-        [sys.executable, "-m", "exporter.static_util_cli", str(path), "-b", "8", "--json"],
+        [
+            sys.executable,
+            "-m",
+            "batchscope.exporter.static_util_cli",
+            str(path),
+            "-b",
+            "8",
+            "--json",
+        ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         cwd=REPO,

@@ -8,10 +8,10 @@ import asyncio
 import logging
 from collections import Counter
 
-from exporter.config.settings import Settings, Target
-from exporter.scrape import loop as runtime
-from exporter.scrape.http_client import Connections
-from exporter.scrape.loop import MIN_TICKS, TICK_SECONDS, Exporter, ScrapeSlots, phase
+from batchscope.exporter.config.settings import Settings, Target
+from batchscope.exporter.scrape import loop as runtime
+from batchscope.exporter.scrape.http_client import Connections
+from batchscope.exporter.scrape.loop import MIN_TICKS, TICK_SECONDS, Exporter, ScrapeSlots, phase
 from tests.support.live import Targets, vllm_payload
 
 

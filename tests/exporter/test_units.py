@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from exporter.core.units import percent_text, seconds_text
+from batchscope.exporter.core.units import percent_text, seconds_text
 
 
 @pytest.mark.parametrize(

@@ -19,8 +19,8 @@ from collections.abc import Callable, Mapping, Sequence
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from exporter.core.diagnosis import no_data_diagnosis
-from exporter.core.evaluate import (
+from batchscope.exporter.core.diagnosis import no_data_diagnosis
+from batchscope.exporter.core.evaluate import (
     TOTAL,
     TargetIdentity,
     TargetSignals,
@@ -30,9 +30,9 @@ from exporter.core.evaluate import (
     series_signals,
     signals_without_series,
 )
-from exporter.core.histogram import Histogram, histogram_increase, histogram_restarts
-from exporter.core.signals import SaturationState, SignalSettings
-from exporter.core.snapshot import (
+from batchscope.exporter.core.histogram import Histogram, histogram_increase, histogram_restarts
+from batchscope.exporter.core.signals import SaturationState, SignalSettings
+from batchscope.exporter.core.snapshot import (
     COUNTERS,
     LabelKey,
     SeriesSnapshot,
@@ -42,7 +42,7 @@ from exporter.core.snapshot import (
     merge_series,
     total_equals_sole_series,
 )
-from exporter.core.window import SeriesTrack, Window
+from batchscope.exporter.core.window import SeriesTrack, Window
 
 INF = math.inf
 MODEL_A: LabelKey = (("model_name", "a"),)
@@ -497,9 +497,9 @@ def test_a_saturated_episode_unread_between_the_staleness_and_the_hold_is_the_re
     # A case the random sequences seldom reach: a saturated total unread for longer than
     # the staleness (10 s) but not the staleness and the hold (20 s) stands, down or read
     # again, in the exporter and in the reference alike.
-    from exporter.config.settings import Target
-    from exporter.scrape.fetch import ScrapeResult
-    from exporter.scrape.loop import read_payload
+    from batchscope.exporter.config.settings import Target
+    from batchscope.exporter.scrape.fetch import ScrapeResult
+    from batchscope.exporter.scrape.loop import read_payload
     from tests.support.vllm_payload import VllmState, render
 
     settings = SignalSettings(cap=8, budget_seconds=0.5, hold_seconds=10.0, stale_seconds=10.0)

@@ -16,10 +16,10 @@ import pytest
 import yaml
 from prometheus_client import CollectorRegistry
 
-from exporter.engines.vllm import KV_USAGE_OLD, SWAPPED
-from exporter.ingest.promtext import parse
-from exporter.instrumentation import BatcherMetrics
-from grafana.build import PROMETHEUS, ROOT
+from batchscope.exporter.engines.vllm import KV_USAGE_OLD, SWAPPED
+from batchscope.exporter.ingest.promtext import parse
+from batchscope.exporter.instrumentation import BatcherMetrics
+from batchscope.grafana.build import PROMETHEUS, ROOT
 from tests.support.paths import FIXTURES
 from tests.support.reference_exposition import SignalsCollector
 
@@ -232,9 +232,9 @@ def test_an_empty_panel_says_the_engine_may_not_expose_the_signal(name, board):
 
 
 def test_a_ray_serve_or_tensorrt_llm_series_is_never_taken_for_a_target_total():
-    from exporter.engines import ADAPTERS
-    from grafana.config import CONFIG
-    from grafana.rules import total_selector
+    from batchscope.exporter.engines import ADAPTERS
+    from batchscope.grafana.config import CONFIG
+    from batchscope.grafana.rules import total_selector
 
     selector = total_selector(CONFIG)
     for adapter in ADAPTERS.values():

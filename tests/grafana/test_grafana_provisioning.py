@@ -7,9 +7,9 @@ import subprocess
 import promql_parser
 import yaml
 
-from exporter.alerts.specs import ALERTS, EXPORTER_DOWN
-from exporter.config.settings import DEFAULT_TIMEOUT_SECONDS, load_config
-from grafana.build import PROMETHEUS, ROOT
+from batchscope.exporter.alerts.specs import ALERTS, EXPORTER_DOWN
+from batchscope.exporter.config.settings import DEFAULT_TIMEOUT_SECONDS, load_config
+from batchscope.grafana.build import PROMETHEUS, ROOT
 from tests.support.system_tools import tool
 
 PROVISIONING = ROOT / "provisioning"

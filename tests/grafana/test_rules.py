@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from exporter.alerts.fleet_rules import (
+from batchscope.exporter.alerts.fleet_rules import (
     BUDGET_RULE,
     CAP_RULE,
     SLO_BUCKET_RULE,
@@ -20,14 +20,14 @@ from exporter.alerts.fleet_rules import (
     fleet_rule_groups,
     target_rules,
 )
-from exporter.alerts.specs import ALERTS, SLO_BURN_FAST, SLO_BURN_SLOW
-from exporter.config.settings import Target, load_config
-from exporter.engines.vllm import TOKEN_LATENCY_KINDS
-from grafana import rules as rule_names
-from grafana.build import PROMETHEUS, generated_files
-from grafana.config import CONFIG
-from grafana.managed_alerts import managed_alert_rules
-from grafana.rules import exporter_alerts, vllm_alerts, vllm_recording_rules
+from batchscope.exporter.alerts.specs import ALERTS, SLO_BURN_FAST, SLO_BURN_SLOW
+from batchscope.exporter.config.settings import Target, load_config
+from batchscope.exporter.engines.vllm import TOKEN_LATENCY_KINDS
+from batchscope.grafana import rules as rule_names
+from batchscope.grafana.build import PROMETHEUS, generated_files
+from batchscope.grafana.config import CONFIG
+from batchscope.grafana.managed_alerts import managed_alert_rules
+from batchscope.grafana.rules import exporter_alerts, vllm_alerts, vllm_recording_rules
 from tests.support.paths import REPO
 from tests.support.system_tools import tool
 
@@ -45,7 +45,7 @@ def test_committed_files_are_what_the_code_generates():
         for path, text in generated_files().items()
         if not path.exists() or path.read_text(encoding="utf-8") != text
     ]
-    assert stale == [], f"run `python -m grafana.build`: {stale} differ from the code"
+    assert stale == [], f"run `python -m batchscope.grafana.build`: {stale} differ from the code"
 
 
 def test_rule_files_pass_promtool_check():
@@ -179,7 +179,7 @@ def test_a_quantile_the_rules_do_not_record_is_refused_by_name():
 
 def _rules_cli(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "exporter.rules_cli", *args],
+        [sys.executable, "-m", "batchscope.exporter.rules_cli", *args],
         cwd=ROOT,
         capture_output=True,
         text=True,

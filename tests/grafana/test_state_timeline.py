@@ -12,10 +12,10 @@ import subprocess
 import pytest
 import yaml
 
-from dashboard.states import look
-from exporter.core.diagnosis import DIAGNOSIS_STATES, DiagnosisInputs, diagnose
-from grafana.build import ROOT
-from grafana.rules import (
+from batchscope.dashboard.states import look
+from batchscope.exporter.core.diagnosis import DIAGNOSIS_STATES, DiagnosisInputs, diagnose
+from batchscope.grafana.build import ROOT
+from batchscope.grafana.rules import (
     BUDGET_SATURATED_RULE,
     BUDGET_UTILIZATION,
     MEMORY_BOUND_RULE,
@@ -166,8 +166,8 @@ def test_the_binding_limit_timeline_has_a_row_for_every_series_the_exporter_read
     """The exporter's binding-limit panel: the limit at 1, or the no-limit row where every
     limit reads 0, whatever the diagnosis: idle, or saturated while the gauges read no
     request (requests that ran between scrapes; vLLM's gauges under overload)."""
-    from exporter.core.limits import BINDING_CHOICES
-    from grafana.boards.vllm_batching import NO_LIMIT
+    from batchscope.exporter.core.limits import BINDING_CHOICES
+    from batchscope.grafana.boards.vllm_batching import NO_LIMIT
 
     binding = {"kv": "kv_cache", "idle": None, "saturated": None}
     state = {"kv": "memory_bound", "idle": "idle", "saturated": "budget_saturated"}

@@ -1,5 +1,5 @@
 """The embedding batcher in a test: a fake model, a simulated device for virtual time,
-open-loop load (`demo_server.loadgen.arrivals`), and readers of the batcher's metrics."""
+open-loop load (`batchscope.demo_server.loadgen.arrivals`), and readers of the batcher's metrics."""
 
 from __future__ import annotations
 
@@ -11,11 +11,11 @@ from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry
 
-from demo_server.embedding.batcher import Batcher, run_isolating_failures
-from demo_server.embedding.batcher_settings import BatcherSettings
-from demo_server.loadgen.arrivals import open_loop
-from demo_server.queueing import OverBudget
-from exporter.instrumentation import BatcherMetrics
+from batchscope.demo_server.embedding.batcher import Batcher, run_isolating_failures
+from batchscope.demo_server.embedding.batcher_settings import BatcherSettings
+from batchscope.demo_server.loadgen.arrivals import open_loop
+from batchscope.demo_server.queueing import OverBudget
+from batchscope.exporter.instrumentation import BatcherMetrics
 from tests.support.virtual_time import loop_clock
 
 NAME = "embeddings"

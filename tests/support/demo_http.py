@@ -11,8 +11,8 @@ from collections.abc import Iterator
 import httpx
 import uvicorn
 
-from demo_server.http.app import ServerConfig, create_app
-from demo_server.loadgen.workload import completion_body
+from batchscope.demo_server.http.app import ServerConfig, create_app
+from batchscope.demo_server.loadgen.workload import completion_body
 from tests.support.network import wait_until
 
 

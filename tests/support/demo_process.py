@@ -1,4 +1,4 @@
-"""The demo server as a user runs it: `python -m demo_server.cli`, its own process, on a free port."""
+"""The demo server as a user runs it: `python -m batchscope.demo_server.cli`, its own process, on a free port."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ def running_demo_server(*flags: str, log: Path) -> Iterator[tuple[str, subproces
     (a test may stop it itself) is left as it is.
     """
     port = free_port()
-    command = [sys.executable, "-m", "demo_server.cli", "--port", str(port), *flags]
+    command = [sys.executable, "-m", "batchscope.demo_server.cli", "--port", str(port), *flags]
     with process(
         "demo-server",
         command,

@@ -16,17 +16,17 @@ from dataclasses import dataclass
 import torch
 from prometheus_client import CollectorRegistry, generate_latest
 
-from demo_server.devices import SIMULATED_CURVES, SIMULATED_PREFILL_MS_PER_TOKEN, Device
-from demo_server.generation.decoder import TinyDecoder
-from demo_server.generation.scheduler import (
+from batchscope.demo_server.devices import SIMULATED_CURVES, SIMULATED_PREFILL_MS_PER_TOKEN, Device
+from batchscope.demo_server.generation.decoder import TinyDecoder
+from batchscope.demo_server.generation.scheduler import (
     Scheduler,
     SchedulerConfig,
     SimulatedClock,
 )
-from demo_server.generation.vllm_metrics import SchedulerCollector, VllmRequestMetrics
-from demo_server.names import MODEL_NAME
-from exporter.core.snapshot import Snapshot
-from exporter.engines import read_series
+from batchscope.demo_server.generation.vllm_metrics import SchedulerCollector, VllmRequestMetrics
+from batchscope.demo_server.names import MODEL_NAME
+from batchscope.exporter.core.snapshot import Snapshot
+from batchscope.exporter.engines import read_series
 
 
 def sim_h200() -> Device:

@@ -29,8 +29,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dashboard.client import get_json
-from dashboard.next_steps import next_step
+from batchscope.dashboard.client import get_json
+from batchscope.dashboard.next_steps import next_step
 from tests.support import chromium
 from tests.support.network import free_port
 from tests.support.paths import REPO

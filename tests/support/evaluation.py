@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from exporter.config.settings import Target
-from exporter.core.evaluate import TargetIdentity, TargetSignals, evaluate_window
-from exporter.core.signals import SaturationState, SignalSettings
-from exporter.core.snapshot import LabelKey, Snapshot
-from exporter.core.window import Window
-from exporter.scrape.fetch import ScrapeResult
-from exporter.scrape.loop import read_payload
+from batchscope.exporter.config.settings import Target
+from batchscope.exporter.core.evaluate import TargetIdentity, TargetSignals, evaluate_window
+from batchscope.exporter.core.signals import SaturationState, SignalSettings
+from batchscope.exporter.core.snapshot import LabelKey, Snapshot
+from batchscope.exporter.core.window import Window
+from batchscope.exporter.scrape.fetch import ScrapeResult
+from batchscope.exporter.scrape.loop import read_payload
 
 
 def evaluate_target(

@@ -1,7 +1,7 @@
 """Real targets served locally and the real exporter process, for end-to-end checks.
 
 `Targets` serves `/{name}/metrics` from a dict a test changes while the exporter runs;
-`running_exporter` starts `python -m exporter.cli --config FILE` and stops it.
+`running_exporter` starts `python -m batchscope.exporter.cli --config FILE` and stops it.
 """
 
 from __future__ import annotations
@@ -126,7 +126,7 @@ async def running_exporter(
         proc = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
-            "exporter.cli",
+            "batchscope.exporter.cli",
             "--config",
             str(config_path),
             "--listen",

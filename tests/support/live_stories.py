@@ -25,12 +25,12 @@ from collections.abc import Callable, Iterator
 
 from prometheus_client import CollectorRegistry, generate_latest
 
-from exporter.config.settings import Settings, Target
-from exporter.core.snapshot import Snapshot
-from exporter.engines import read_series
-from exporter.instrumentation import BatcherMetrics
-from exporter.scrape.loop import Exporter
-from exporter.serve.app import create_app
+from batchscope.exporter.config.settings import Settings, Target
+from batchscope.exporter.core.snapshot import Snapshot
+from batchscope.exporter.engines import read_series
+from batchscope.exporter.instrumentation import BatcherMetrics
+from batchscope.exporter.scrape.loop import Exporter
+from batchscope.exporter.serve.app import create_app
 from tests.support.scripted_fleet import BackgroundServer
 from tests.support.vllm_payload import VllmState, render
 

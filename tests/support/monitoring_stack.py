@@ -101,7 +101,14 @@ def python_env() -> dict[str, str]:
 @contextmanager
 def exporter(workdir: Path, *flags: str) -> Iterator[Process]:
     port = free_port()
-    args = [sys.executable, "-m", "exporter.cli", "--listen", f"127.0.0.1:{port}", *flags]
+    args = [
+        sys.executable,
+        "-m",
+        "batchscope.exporter.cli",
+        "--listen",
+        f"127.0.0.1:{port}",
+        *flags,
+    ]
     with process("exporter", args, port, workdir, "/metrics", python_env()) as proc:
         yield proc
 

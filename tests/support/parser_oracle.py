@@ -24,8 +24,8 @@ import re
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter.engines import ADAPTERS
-from exporter.ingest.promtext import ParseError, SampleLimitExceeded, parse, wanted_names
+from batchscope.exporter.engines import ADAPTERS
+from batchscope.exporter.ingest.promtext import ParseError, SampleLimitExceeded, parse, wanted_names
 
 # The families the exporter asks for: the selective path must agree with the full one.
 FAMILIES = tuple(f for adapter in ADAPTERS.values() for f in adapter.FAMILIES)

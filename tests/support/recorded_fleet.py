@@ -24,11 +24,11 @@ import json
 import re
 from collections.abc import Callable, Iterator
 
-from exporter.config.settings import Settings, Target
-from exporter.scrape.fetch import ScrapeResult
-from exporter.scrape.loop import Exporter
-from exporter.serve import api_json as api
-from exporter.serve.exposition import render_metrics
+from batchscope.exporter.config.settings import Settings, Target
+from batchscope.exporter.scrape.fetch import ScrapeResult
+from batchscope.exporter.scrape.loop import Exporter
+from batchscope.exporter.serve import api_json as api
+from batchscope.exporter.serve.exposition import render_metrics
 from tests.support.live_stories import STORIES
 from tests.support.paths import FIXTURES, fixture_text
 

@@ -14,12 +14,12 @@ from collections.abc import Callable, Iterable
 from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 
-from exporter.core.diagnosis import DIAGNOSIS_STATES
-from exporter.core.evaluate import SeriesSignals, TargetSignals
-from exporter.core.limits import BINDING_CHOICES
-from exporter.core.slo import SPEEDS
-from exporter.serve.exposition import statistic_label
-from exporter.serve.families import (
+from batchscope.exporter.core.diagnosis import DIAGNOSIS_STATES
+from batchscope.exporter.core.evaluate import SeriesSignals, TargetSignals
+from batchscope.exporter.core.limits import BINDING_CHOICES
+from batchscope.exporter.core.slo import SPEEDS
+from batchscope.exporter.serve.exposition import statistic_label
+from batchscope.exporter.serve.families import (
     ADVICE,
     BINDING_LIMIT,
     BOUNDS,

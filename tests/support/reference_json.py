@@ -7,9 +7,9 @@ import math
 from dataclasses import asdict
 from typing import Any
 
-from exporter.core.advice import Advice
-from exporter.core.evaluate import SeriesSignals
-from exporter.serve import api_json as api
+from batchscope.exporter.core.advice import Advice
+from batchscope.exporter.core.evaluate import SeriesSignals
+from batchscope.exporter.serve import api_json as api
 
 
 def reference_series_json(series: SeriesSignals) -> dict[str, Any]:

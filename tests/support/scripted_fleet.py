@@ -9,9 +9,9 @@ from collections.abc import Callable
 
 from aiohttp import web
 
-from dashboard.client import signals
-from dashboard.embedded import EmbeddedExporter
-from exporter.config.settings import Settings, Target
+from batchscope.dashboard.client import signals
+from batchscope.dashboard.embedded import EmbeddedExporter
+from batchscope.exporter.config.settings import Settings, Target
 from tests.support.network import free_port, wait_until
 from tests.support.vllm_payload import VllmState, render
 

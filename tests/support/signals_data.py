@@ -7,12 +7,12 @@ import math
 from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter.core.advice import Advice, AdviceItem
-from exporter.core.diagnosis import DIAGNOSIS_STATES, Diagnosis
-from exporter.core.evaluate import SeriesSignals, TargetSignals
-from exporter.core.limits import BINDING_CHOICES, LIMITS, LimitReading, Limits
-from exporter.core.signals import SignalSettings
-from exporter.core.slo import (
+from batchscope.exporter.core.advice import Advice, AdviceItem
+from batchscope.exporter.core.diagnosis import DIAGNOSIS_STATES, Diagnosis
+from batchscope.exporter.core.evaluate import SeriesSignals, TargetSignals
+from batchscope.exporter.core.limits import BINDING_CHOICES, LIMITS, LimitReading, Limits
+from batchscope.exporter.core.signals import SignalSettings
+from batchscope.exporter.core.slo import (
     WINDOW_PAIRS,
     WINDOWS,
     Attainment,
@@ -21,11 +21,11 @@ from exporter.core.slo import (
     BurnRate,
     SloStatus,
 )
-from exporter.core.snapshot import Snapshot
-from exporter.core.static_util import UtilizationEstimate
-from exporter.engines import read_series
-from exporter.serve.exposition import render_metrics
-from exporter.serve.families import SERIES_GAUGES
+from batchscope.exporter.core.snapshot import Snapshot
+from batchscope.exporter.core.static_util import UtilizationEstimate
+from batchscope.exporter.engines import read_series
+from batchscope.exporter.serve.exposition import render_metrics
+from batchscope.exporter.serve.families import SERIES_GAUGES
 from tests.support.evaluation import evaluate_target
 from tests.support.paths import fixture_text
 

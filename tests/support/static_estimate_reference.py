@@ -1,6 +1,6 @@
 """The two parts of the histogram estimate of static utilisation that have a fast path,
 as they were before it: the bucket walk and the buckets' weights in E[max]. The plain
-reference `exporter.core.static_util.estimate_from_histogram` must equal, to the bit
+reference `batchscope.exporter.core.static_util.estimate_from_histogram` must equal, to the bit
 (tests/exporter/test_static_util.py). Written for reading: the buckets walked with
 enumerate, a closure per rank's CDF. The rest of the estimate is the exporter's own."""
 
@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import math
 
-from exporter.core.histogram import Histogram
-from exporter.core.static_util import (
+from batchscope.exporter.core.histogram import Histogram
+from batchscope.exporter.core.static_util import (
     UtilizationEstimate,
     _Bucket,
     _estimate_and_bounds,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from exporter.engines.vllm import REQUEST_LATENCY_BUCKETS
+from batchscope.exporter.engines.vllm import REQUEST_LATENCY_BUCKETS
 
 # vLLM's own default e2e buckets, as the real payload has them.
 E2E_BOUNDS = REQUEST_LATENCY_BUCKETS
