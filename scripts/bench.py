@@ -53,9 +53,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import bench_dashboard
-import bench_evaluation
 import bench_fleet
-import bench_ingest
 import bench_metrics_latency
 import bench_parser
 import bench_prometheus
@@ -85,8 +83,6 @@ ADVICE_SCRIPT = ROOT / "scripts/bench_advice.py"
 HISTORY_SCRIPT = ROOT / "scripts/bench_history.py"
 BENCHMARKS = (
     "parser",
-    "ingest",
-    "evaluation",
     "render",
     "fleet",
     "prometheus",
@@ -103,8 +99,6 @@ BENCHMARKS = (
 # The benchmarks whose numbers --json writes (their sections are rendered from them).
 WITH_NUMBERS = (
     "parser",
-    "ingest",
-    "evaluation",
     "render",
     "schedule",
     "shortcuts",
@@ -280,11 +274,6 @@ def main(argv: list[str] | None = None) -> int:
 
     if "parser" in selected:
         add("parser", bench_parser.results(*bench_parser.run(args.quick)), bench_parser.markdown)
-    if "ingest" in selected:
-        add("ingest", bench_ingest.results(*bench_ingest.run(args.quick)), bench_ingest.markdown)
-    if "evaluation" in selected:
-        evaluation = bench_evaluation.results(bench_evaluation.run(args.quick))
-        add("evaluation", evaluation, bench_evaluation.markdown)
     if "render" in selected:
         add("render", bench_render.results(bench_render.run(args.quick)), bench_render.markdown)
     if "fleet" in selected:

@@ -129,30 +129,6 @@ def test_quick_dashboard_bench_reports_the_live_page_time(tmp_path: Path) -> Non
     assert "### The Live page at 100 targets" in text
 
 
-def test_quick_ingest_bench_reports_identical_series_against_the_baseline(tmp_path: Path) -> None:
-    text, numbers = quick_run("ingest", tmp_path)
-    assert_five_variants(numbers, text, numbers["repetitions"])
-    # a repetition reads each of its payloads once: (b) reads the simulated fleet's
-    assert all(variant["payloads"] >= 1 for variant in numbers["variants"])
-    assert numbers["variants"][1]["payloads"] > 1
-    assert "Identical series in every variant: True." in text
-
-
-def test_quick_evaluation_bench_reports_identical_signals_against_the_baseline(
-    tmp_path: Path,
-) -> None:
-    text, numbers = quick_run("evaluation", tmp_path)
-    variants = numbers["variants"]
-    assert [v["variant"] for v in variants] == ["one model series", "two model series"]
-    assert [v["scrapes_in_window"] for v in variants] == [13, 13]
-    assert_checked(variants, numbers["repetitions"])
-    assert numbers["identical"] is True
-    # the markdown renders: a row per variant
-    assert "Identical in every variant: True." in text
-    rows = [line for line in text.splitlines() if line.startswith(("| one", "| two"))]
-    assert len(rows) == 2 and all("(13 scrapes in window)" in row for row in rows)
-
-
 def test_quick_shortcuts_bench_measures_each_shortcut_with_and_without(tmp_path: Path) -> None:
     text, numbers = quick_run("shortcuts", tmp_path)
     shortcuts = numbers["shortcuts"]
