@@ -9,6 +9,7 @@ import pandas as pd
 
 from batchscope.dashboard.formatting import number
 from batchscope.dashboard.states import look
+from batchscope.exporter.core import catalog
 from batchscope.exporter.engines import ADAPTERS
 
 TOTAL_CHOICE = "all models (target total)"
@@ -34,28 +35,8 @@ FLEET_COLUMNS = (
     "budget_percent",
     "kv_percent",
 )
-HISTORY_COLUMNS = (
-    "t",
-    "up",
-    "running",
-    "waiting",
-    "cap",
-    "running_vs_cap",
-    "mean_batch_size",
-    "preemptions_per_second",
-    "kv_cache_usage",
-    "requests_per_second",
-    "generation_tokens_per_second",
-    "latency_seconds",
-    "budget_utilization",
-    "budget_saturated",
-    "throughput_gain",
-    "static_utilization",
-    "slo_attainment",
-    "slo_burning_fast",
-    "slo_burning_slow",
-    "diagnosis",
-)
+# A history point's columns: the catalog's, between its time and up flag and its state.
+HISTORY_COLUMNS = ("t", "up", *(column for column, _, _ in catalog.HISTORY_COLUMNS), "diagnosis")
 
 
 def _sort_key_missing_last(value: float | None) -> float:

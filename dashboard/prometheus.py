@@ -8,10 +8,10 @@ import re
 
 from batchscope.dashboard.client import SourceError, api_url, get_json
 from batchscope.dashboard.frames import SERIES_NAME_LABELS
-from batchscope.exporter.serve.families import SERIES_GAUGES
+from batchscope.exporter.core.catalog import GAUGES
 
 # Exporter metric name -> history field, for the gauges whose value is the field.
-FIELDS = {name: attribute for name, _, attribute in SERIES_GAUGES} | {
+FIELDS = {family.name: attribute for family, attribute in GAUGES} | {
     "batchscope_target_up": "up",
     "batchscope_latency_seconds": "latency_seconds",
     "batchscope_budget_saturated": "budget_saturated",

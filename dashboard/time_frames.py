@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from batchscope.dashboard.formatting import plain_markdown
-from batchscope.exporter.core.evaluate import RECENT_SCRAPES
+from batchscope.exporter.core.reading import RECENT_SCRAPES
 from batchscope.exporter.core.units import percent_text, seconds_text
 
 

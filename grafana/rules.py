@@ -43,8 +43,8 @@ from batchscope.exporter.alerts.specs import (
     AlertSpec,
     AlertWords,
 )
-from batchscope.exporter.core.evaluate import OBSERVED_AT_FINISH, OBSERVED_AT_FIRST_TOKEN
 from batchscope.exporter.core.limits import DEFERRED_SHARE
+from batchscope.exporter.core.reading import OBSERVED_AT_FINISH, OBSERVED_AT_FIRST_TOKEN
 from batchscope.exporter.core.slo import DAY_SECONDS, WINDOW_PAIRS, WINDOWS, window_seconds
 from batchscope.exporter.engines.vllm import LATENCY_FAMILIES, TOKEN_LATENCY_KINDS
 

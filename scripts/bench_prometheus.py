@@ -33,8 +33,8 @@ from pathlib import Path
 import psutil
 from bench_fleet import ROOT, FleetPlan, _cpu, _stop, _write_config, start_simulator
 
+from batchscope.exporter.core.catalog import TARGET_UP
 from batchscope.exporter.ingest import promtext
-from batchscope.exporter.serve.families import TARGET_UP
 from tests.support.network import free_port, wait_until  # the root is on sys.path: bench_fleet
 
 CPU_RATIO_TARGET = 0.75

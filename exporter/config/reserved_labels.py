@@ -8,8 +8,8 @@ the exporter's, so the configuration refuses it.
 
 from __future__ import annotations
 
+from batchscope.exporter.core.catalog import FAMILIES
 from batchscope.exporter.engines import ADAPTERS
-from batchscope.exporter.serve.families import FAMILIES
 
 EXPORTER_LABELS = (
     "target",

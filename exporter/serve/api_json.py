@@ -19,6 +19,7 @@ from typing import Any
 
 from batchscope.exporter.config.settings import Settings, Target, config_fields, redacted_url
 from batchscope.exporter.core.advice import Advice, AdviceItem
+from batchscope.exporter.core.catalog import HISTORY_COLUMNS, HISTORY_FLAGS, SUMMARY_FIELDS
 from batchscope.exporter.core.diagnosis import Diagnosis
 from batchscope.exporter.core.evaluate import SeriesSignals, TargetSignals
 from batchscope.exporter.core.limits import LimitReading, Limits
@@ -175,24 +176,6 @@ def signals_response(
     )
 
 
-# What a fleet's overview reads of each series: its row, its banner, its state.
-SUMMARY_FIELDS = (
-    "engine",
-    "running",
-    "running_peak",
-    "waiting",
-    "cap",
-    "kv_cache_usage",
-    "preemptions_per_second",
-    "latency_seconds",
-    "budget_seconds",
-    "budget_utilization",
-    "budget_saturated",
-    "budget_saturated_seconds",
-    "window_seconds",
-)
-
-
 def series_summary_json(series: SeriesSignals) -> dict[str, Any]:
     """The fields of one series (or total) a fleet overview shows."""
     out = {name: getattr(series, name) for name in SUMMARY_FIELDS}
@@ -272,32 +255,12 @@ def advice_response(generated_at: float, targets: Iterable[TargetSignals]) -> di
 # numbers packed in one bytes object and two strings (216 MiB for the same), and holds
 # nothing the collector tracks. Rows become the API's points (dicts) only when read.
 #
-# A point's numbers, in the order of the point's keys; None is packed as NaN, which the
-# JSON says as null either way. The flags (POINT_FLAGS) are packed as 0 or 1. The first
-# (FIELD_NUMBERS) are SeriesSignals fields of the same name; the rest (DERIVED_NUMBERS)
-# are read out of the series' estimate and SLO objects.
-FIELD_NUMBERS = (
-    "running",
-    "waiting",
-    "cap",
-    "running_vs_cap",
-    "mean_batch_size",
-    "preemptions_per_second",
-    "kv_cache_usage",
-    "requests_per_second",
-    "generation_tokens_per_second",
-    "latency_seconds",
-    "budget_utilization",
-    "budget_saturated",
-    "budget_saturated_seconds",
-    "throughput_gain",
-    "padding_waste",
-)
-DERIVED_NUMBERS = ("static_utilization", "slo_attainment", "slo_burning_fast", "slo_burning_slow")
-POINT_NUMBERS = (*FIELD_NUMBERS, *DERIVED_NUMBERS)
+# A point's numbers, the catalog's history columns (`HISTORY_COLUMNS`) in order; None is
+# packed as NaN, which the JSON says as null either way. The flags (`HISTORY_FLAGS`) are
+# packed as 0 or 1.
+POINT_NUMBERS = tuple(column for column, _, _ in HISTORY_COLUMNS)
 PACKED_NUMBERS = struct.Struct(f"<{len(POINT_NUMBERS)}d")
-# The point's flags, packed as 0 or 1.
-POINT_FLAGS = ("budget_saturated", "slo_burning_fast", "slo_burning_slow")
+POINT_FLAGS = HISTORY_FLAGS
 
 # (numbers packed, diagnosis state, diagnosis reason) of one series at one evaluation.
 SeriesRow = tuple[bytes, str, str]
@@ -310,15 +273,7 @@ HistoryRow = tuple[
 
 
 def _series_row(series: SeriesSignals) -> SeriesRow:
-    static, attained, slo = series.static_utilization, series.slo_attainment, series.slo
-    burning = slo.burning if slo is not None else ()
-    numbers = [getattr(series, name) for name in FIELD_NUMBERS]
-    numbers += [
-        static.estimate if static is not None else None,
-        attained.share.estimate if attained is not None else None,
-        "fast" in burning,
-        "slow" in burning,
-    ]
+    numbers = [number(getattr(series, name)) for _, name, number in HISTORY_COLUMNS]
     packed = PACKED_NUMBERS.pack(*[math.nan if v is None else v for v in numbers])
     # Interned: one copy of each distinct state and reason, however many rows hold it.
     return packed, sys.intern(series.diagnosis.state), sys.intern(series.diagnosis.reason)

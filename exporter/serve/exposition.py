@@ -15,23 +15,19 @@ from typing import Any
 
 from prometheus_client.utils import floatToGoString
 
+from batchscope.exporter.core.catalog import FAMILIES, GAUGES
 from batchscope.exporter.core.diagnosis import DIAGNOSIS_STATES
 from batchscope.exporter.core.evaluate import SeriesSignals, TargetSignals
-from batchscope.exporter.core.limits import BINDING_CHOICES
-from batchscope.exporter.core.slo import SPEEDS
-from batchscope.exporter.serve.families import (
+from batchscope.exporter.core.families import (
     ADVICE,
     BINDING_LIMIT,
     BOUNDS,
     CONTINUOUS_GAIN,
     DIAGNOSIS,
-    FAMILIES,
     GOODPUT,
     LATENCY,
     LIMIT_RATIO,
-    SATURATED,
     SCRAPE_DURATION,
-    SERIES_GAUGES,
     SLO_ATTAINMENT,
     SLO_BURN_RATE,
     SLO_BURNING,
@@ -43,6 +39,8 @@ from batchscope.exporter.serve.families import (
     TARGET_UP,
     WINDOW_RESETS,
 )
+from batchscope.exporter.core.limits import BINDING_CHOICES
+from batchscope.exporter.core.slo import SPEEDS
 
 
 def escape(text: str) -> str:
@@ -220,13 +218,12 @@ def render_metrics(targets: Iterable[TargetSignals]) -> bytes:
     or Sample objects; each series' labels are sorted and escaped once for all its lines,
     and a family that adds a label (`state`, `bound`, `kind`, `reason`) only slots it in."""
     lines: dict[str, list[str]] = {family.name: [] for family in FAMILIES}
-    up, duration, latency, saturated, static, gain, diagnosis, limit_ratio, binding, advice = (
+    up, duration, latency, static, gain, diagnosis, limit_ratio, binding, advice = (
         lines[family.name]
         for family in (
             TARGET_UP,
             SCRAPE_DURATION,
             LATENCY,
-            SATURATED,
             STATIC_UTILIZATION,
             CONTINUOUS_GAIN,
             DIAGNOSIS,
@@ -236,7 +233,7 @@ def render_metrics(targets: Iterable[TargetSignals]) -> bytes:
         )
     )
     counters = (TARGET_ERRORS, "errors_total"), (WINDOW_RESETS, "window_resets_total")
-    gauges = tuple((lines[name], name, attribute) for name, _, attribute in SERIES_GAUGES)
+    gauges = tuple((lines[family.name], family.name, attribute) for family, attribute in GAUGES)
     text_of = _NumberTexts().__getitem__
     kind_label = functools.cache(lambda kind: f'kind="{escape(kind)}"')
     for t in targets:
@@ -267,7 +264,6 @@ def render_metrics(targets: Iterable[TargetSignals]) -> bytes:
                 quantile = {"quantile": statistic_label(s), "histogram": s.latency_histogram}
                 latency_text = _label_texts(tuple({**labels, **quantile}.items())).text
                 latency.append(f"{LATENCY.name}{latency_text} {text_of(s.latency_seconds)}\n")
-            saturated.append(f"{SATURATED.name}{text} {text_of(s.budget_saturated)}\n")
             if s.static_utilization is not None:
                 u = s.static_utilization
                 before, after = texts.at("bound")

@@ -14,8 +14,9 @@ from prometheus_client import CollectorRegistry, generate_latest
 from batchscope.exporter.config.flags import add_arguments, settings_from_args
 from batchscope.exporter.config.settings import ConfigError, load_config, load_file_sd
 from batchscope.exporter.core.diagnosis import DiagnosisInputs, diagnose
-from batchscope.exporter.core.evaluate import TargetSignals, trigger_shares
+from batchscope.exporter.core.evaluate import TargetSignals
 from batchscope.exporter.core.limits import LIMITS, LimitInputs, limits
+from batchscope.exporter.core.reading import trigger_shares
 from batchscope.exporter.core.signals import SignalSettings
 from batchscope.exporter.core.snapshot import Snapshot
 from batchscope.exporter.engines import read_series

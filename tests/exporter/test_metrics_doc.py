@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, generate_latest
 
+from batchscope.exporter.core.catalog import FAMILIES, SERIES
 from batchscope.exporter.core.signals import SignalSettings
 from batchscope.exporter.engines import ADAPTERS
 from batchscope.exporter.instrumentation import BatcherMetrics
+from batchscope.exporter.metrics_doc import with_tables
 from tests.support.metrics_doc import DOC, DOCUMENTED, family_names, undocumented_engines
 from tests.support.signals_data import PAYLOADS, exposition
 
@@ -33,3 +35,16 @@ def test_every_instrumentation_metric_is_documented() -> None:
     emitted = family_names(generate_latest(registry).decode())
     assert len(emitted) == 14  # 11, plus rejected by reason, batch tokens, padding avoided
     assert emitted <= DOCUMENTED, emitted - DOCUMENTED
+
+
+def test_the_pages_signal_tables_are_the_catalogs() -> None:
+    """docs/metrics.md's table of families and of fields is what the catalog writes: a
+    signal declared (or changed) without `python -m batchscope.exporter.metrics_doc`
+    fails here."""
+    assert with_tables(DOC) == DOC
+    for signal in SERIES:
+        assert f"| `{signal.name}` | {signal.unit} |" in DOC
+    for family in FAMILIES:
+        assert (
+            f"`{family.name}" in DOC.split("generated from exporter/core/catalog.py: families")[1]
+        )

@@ -27,9 +27,9 @@ from batchscope.exporter.core.evaluate import (
     TargetIdentity,
     TargetSignals,
     evaluate_window,
-    in_flight_unfinished,
 )
 from batchscope.exporter.core.histogram import Histogram
+from batchscope.exporter.core.reading import in_flight_unfinished
 from batchscope.exporter.core.signals import (
     SaturationState,
     SignalSettings,

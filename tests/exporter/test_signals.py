@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from batchscope.exporter.core.diagnosis import Diagnosis, DiagnosisInputs, diagnose, down_diagnosis
-from batchscope.exporter.core.evaluate import SeriesSignals, TargetSignals, series_signals
+from batchscope.exporter.core.evaluate import TargetSignals, series_signals
 from batchscope.exporter.core.histogram import Histogram, histogram_increase, histogram_quantile
 from batchscope.exporter.core.limits import LimitInputs, limits
 from batchscope.exporter.core.signals import (
@@ -592,12 +592,9 @@ def test_preempting_at_the_cap_with_a_long_queue_names_both_limits() -> None:
 
 @settings(max_examples=50, deadline=None)
 @given(target_signals(), st.dictionaries(st.sampled_from(["team", "zone"]), label_values))
-def test_relabelled_and_with_counts_give_what_replace_gives(
+def test_with_counts_gives_what_replace_gives(
     target: TargetSignals, labels: dict[str, str]
 ) -> None:
-    series: SeriesSignals = target.total
-    assert series.relabelled(labels) == replace(series, labels=labels)
-    assert series.relabelled(labels).labels is labels
     errors, resets = {"parse": 3}, {"engine_changed": 1}
     counted = target.with_counts(errors, resets)
     assert counted == replace(target, errors_total=errors, window_resets_total=resets)

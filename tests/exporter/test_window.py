@@ -24,13 +24,13 @@ from batchscope.exporter.core.evaluate import (
     TOTAL,
     TargetIdentity,
     TargetSignals,
-    counter_increases,
     down_signals,
     evaluate_window,
     series_signals,
     signals_without_series,
 )
 from batchscope.exporter.core.histogram import Histogram, histogram_increase, histogram_restarts
+from batchscope.exporter.core.reading import counter_increases
 from batchscope.exporter.core.signals import SaturationState, SignalSettings
 from batchscope.exporter.core.snapshot import (
     COUNTERS,

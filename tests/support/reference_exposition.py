@@ -14,24 +14,19 @@ from collections.abc import Callable, Iterable
 from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 
+from batchscope.exporter.core.catalog import FAMILIES, GAUGES
 from batchscope.exporter.core.diagnosis import DIAGNOSIS_STATES
 from batchscope.exporter.core.evaluate import SeriesSignals, TargetSignals
-from batchscope.exporter.core.limits import BINDING_CHOICES
-from batchscope.exporter.core.slo import SPEEDS
-from batchscope.exporter.serve.exposition import statistic_label
-from batchscope.exporter.serve.families import (
+from batchscope.exporter.core.families import (
     ADVICE,
     BINDING_LIMIT,
     BOUNDS,
     CONTINUOUS_GAIN,
     DIAGNOSIS,
-    FAMILIES,
     GOODPUT,
     LATENCY,
     LIMIT_RATIO,
-    SATURATED,
     SCRAPE_DURATION,
-    SERIES_GAUGES,
     SLO_ATTAINMENT,
     SLO_BURN_RATE,
     SLO_BURNING,
@@ -44,6 +39,9 @@ from batchscope.exporter.serve.families import (
     WINDOW_RESETS,
     Family,
 )
+from batchscope.exporter.core.limits import BINDING_CHOICES
+from batchscope.exporter.core.slo import SPEEDS
+from batchscope.exporter.serve.exposition import statistic_label
 
 
 def _metric(family: Family) -> Metric:
@@ -87,13 +85,12 @@ class SignalsCollector(Collector):
 
     def collect(self) -> Iterable[Metric]:
         metrics = {family.name: _metric(family) for family in FAMILIES}
-        (up, duration, latency, saturated, static, gain, diagnosis, limit_ratio, binding) = (
+        (up, duration, latency, static, gain, diagnosis, limit_ratio, binding) = (
             metrics[family.name]
             for family in (
                 TARGET_UP,
                 SCRAPE_DURATION,
                 LATENCY,
-                SATURATED,
                 STATIC_UTILIZATION,
                 CONTINUOUS_GAIN,
                 DIAGNOSIS,
@@ -121,10 +118,10 @@ class SignalsCollector(Collector):
                 duration.add_sample(duration.name, target_labels, t.scrape_seconds)
             for s in (*t.series, t.total) if t.up else (t.total,):
                 labels = {**target_labels, **s.labels}
-                for name, _, attribute in SERIES_GAUGES:
+                for family, attribute in GAUGES:
                     value = getattr(s, attribute)
                     if value is not None and math.isfinite(value):
-                        metrics[name].add_sample(name, labels, float(value))
+                        metrics[family.name].add_sample(family.name, labels, float(value))
                 if s.latency_seconds is not None and math.isfinite(s.latency_seconds):
                     latency.add_sample(
                         latency.name,
@@ -135,7 +132,6 @@ class SignalsCollector(Collector):
                         },
                         s.latency_seconds,
                     )
-                saturated.add_sample(saturated.name, labels, float(s.budget_saturated))
                 if s.static_utilization is not None:
                     u = s.static_utilization
                     for bound, value in zip(BOUNDS, (u.estimate, u.lower, u.upper), strict=True):

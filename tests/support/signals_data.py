@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
 from batchscope.exporter.core.advice import Advice, AdviceItem
+from batchscope.exporter.core.catalog import GAUGES
 from batchscope.exporter.core.diagnosis import DIAGNOSIS_STATES, Diagnosis
 from batchscope.exporter.core.evaluate import SeriesSignals, TargetSignals
 from batchscope.exporter.core.limits import BINDING_CHOICES, LIMITS, LimitReading, Limits
@@ -25,7 +26,6 @@ from batchscope.exporter.core.snapshot import Snapshot
 from batchscope.exporter.core.static_util import UtilizationEstimate
 from batchscope.exporter.engines import read_series
 from batchscope.exporter.serve.exposition import render_metrics
-from batchscope.exporter.serve.families import SERIES_GAUGES
 from tests.support.evaluation import evaluate_target
 from tests.support.paths import fixture_text
 
@@ -101,7 +101,9 @@ slo_statuses = st.builds(
 
 @st.composite
 def series_signals(draw: st.DrawFn) -> SeriesSignals:
-    gauges = {attribute: draw(numbers) for _, _, attribute in SERIES_GAUGES}
+    gauges = {
+        attribute: draw(numbers) for _, attribute in GAUGES if attribute != "budget_saturated"
+    }
     static = draw(
         st.one_of(
             st.none(),
