@@ -1,18 +1,28 @@
-"""Small builders over grafana-foundation-sdk that every batchscope dashboard shares.
+"""A dashboard's panels as data, and the one builder that turns them into Grafana's JSON.
 
-A panel is built from a title, a description in the operator's terms, its queries and a
-unit; `layout` places panels on Grafana's 24-column grid and numbers them.
+A panel is a `PanelSpec`: a row of plain data (kind, title, description in the operator's
+terms, queries, unit, width, thresholds, ...). `build_panel` makes it with
+grafana-foundation-sdk's typed builders; `layout` places rows of them on Grafana's
+24-column grid and numbers them.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 
+from grafana_foundation_sdk.builders import (
+    bargauge,
+    heatmap,
+    prometheus,
+    stat,
+    statetimeline,
+    table,
+    timeseries,
+)
 from grafana_foundation_sdk.builders import common as common_builders
 from grafana_foundation_sdk.builders import dashboard as dash
-from grafana_foundation_sdk.builders import prometheus
 from grafana_foundation_sdk.cog.encoder import JSONEncoder
 from grafana_foundation_sdk.models import common
 from grafana_foundation_sdk.models.dashboard import (
@@ -21,6 +31,7 @@ from grafana_foundation_sdk.models.dashboard import (
     GridPos,
     Threshold,
     ThresholdsMode,
+    ValueMap,
     VariableRefresh,
     VariableSort,
 )
@@ -46,9 +57,12 @@ class Query:
     format: PromQueryFormat = PromQueryFormat.TIME_SERIES
 
 
-def targets(queries: Sequence[Query]) -> list[prometheus.Dataquery]:
+def targets(queries: Sequence[Query | str]) -> list[prometheus.Dataquery]:
+    """Grafana's queries, refs A, B, ... in order; a name left unresolved is a bug."""
     built = []
     for ref, q in zip("ABCDEFGH", queries, strict=False):
+        if not isinstance(q, Query):
+            raise TypeError(f"query {q!r} was not resolved to a Query")
         query = (
             prometheus.Dataquery()
             .expr(q.expr)
@@ -126,20 +140,111 @@ def threshold_lines(panel):
     )
 
 
-def layout(rows: Sequence[Sequence[tuple[object, int]]]) -> list:
-    """Place panels row by row, each (panel, width) left to right; ids follow reading order."""
+# The panel kinds, by Grafana's plugin id.
+TIMESERIES = "timeseries"
+STAT = "stat"
+TIMELINE = "state-timeline"
+HEATMAP = "heatmap"
+TABLE = "table"
+BARGAUGE = "bargauge"
+_BUILDERS = {
+    TIMESERIES: timeseries.Panel,
+    STAT: stat.Panel,
+    TIMELINE: statetimeline.Panel,
+    HEATMAP: heatmap.Panel,
+    TABLE: table.Panel,
+    BARGAUGE: bargauge.Panel,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class PanelSpec:
+    """One panel as data. `queries` are `Query`s, or names a board resolves (`resolved`);
+    `description` may name config keys as `{near_cap:.0%}`. `steps`: threshold steps,
+    (None, base colour) first, a value given as a config key where it is one; `lines`
+    draws them over a time series. `dashed`: the ref
+    id drawn as a dashed reference line; `shaded`: the ref id of a 0/1 series drawn as
+    shaded stretches. `show_values`: a state timeline writes its states in the bars."""
+
+    kind: str
+    title: str
+    description: str
+    queries: tuple[Query | str, ...]
+    width: int = 12
+    unit: str | None = None
+    min: float | None = None
+    max: float | None = None
+    steps: tuple[tuple[float | str | None, str], ...] = ()
+    lines: bool = False
+    dashed: str | None = None
+    shaded: str | None = None
+    mappings: tuple[ValueMap, ...] = ()
+    stacked: bool = False
+    show_values: bool = False
+
+    def resolved(self, queries: Mapping[str, Query], words: Mapping[str, object]) -> PanelSpec:
+        """This panel with its named queries looked up, and `words` (the config) filled
+        into its text and its threshold steps."""
+        return replace(
+            self,
+            description=self.description.format_map(words),
+            queries=tuple(queries[q] if isinstance(q, str) else q for q in self.queries),
+            steps=tuple((words[v] if isinstance(v, str) else v, c) for v, c in self.steps),
+        )
+
+
+def build_panel(spec: PanelSpec):
+    """The SDK builder of one panel spec (its place and id come from `layout`)."""
+    panel = _BUILDERS[spec.kind]().title(spec.title).description(spec.description)
+    panel = panel.targets(targets(spec.queries))
+    if spec.kind == TIMESERIES:
+        panel = panel.legend(
+            common_builders.VizLegendOptions()
+            .show_legend(True)
+            .display_mode(common.LegendDisplayMode.LIST)
+            .placement(common.LegendPlacement.BOTTOM)
+        )
+    if spec.unit is not None:
+        panel = panel.unit(spec.unit)
+    if spec.lines:
+        panel = threshold_lines(panel)
+    if spec.steps:
+        panel = panel.thresholds(thresholds(*spec.steps))
+    if spec.shaded is not None:
+        panel = panel.override_by_query(*saturated_stretches(spec.shaded))
+    if spec.dashed is not None:
+        panel = panel.override_by_query(*dashed_line(spec.dashed))
+    if spec.min is not None:
+        panel = panel.min(spec.min)
+    if spec.max is not None:
+        panel = panel.max(spec.max)
+    if spec.mappings:
+        panel = panel.mappings(list(spec.mappings))
+    if spec.stacked:
+        panel = panel.stacking(common_builders.StackingConfig().mode(common.StackingMode.NORMAL))
+    if spec.kind == TIMELINE:
+        shown = common.VisibilityMode.AUTO if spec.show_values else common.VisibilityMode.NEVER
+        panel = panel.show_value(shown)
+    if spec.kind == HEATMAP:
+        panel = panel.calculate(False)
+    return panel
+
+
+def layout(rows: Sequence[Sequence[PanelSpec]]) -> list:
+    """Build and place panels row by row, left to right; ids follow reading order."""
     placed = []
     y = 0
     for row in rows:
         x = 0
-        for panel, width in row:
+        for spec in row:
             placed.append(
-                panel.id(len(placed) + 1)
+                build_panel(spec)
+                .id(len(placed) + 1)
                 .no_value(NO_VALUE)
                 .datasource(DATASOURCE)
-                .grid_pos(GridPos(h=PANEL_HEIGHT, w=width, x=x, y=y))
+                .grid_pos(GridPos(h=PANEL_HEIGHT, w=spec.width, x=x, y=y))
             )
-            x += width
+            x += spec.width
         y += PANEL_HEIGHT
     return placed
 

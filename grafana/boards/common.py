@@ -6,35 +6,19 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from grafana_foundation_sdk.builders import common as common_builders
 from grafana_foundation_sdk.builders import dashboard as dash
-from grafana_foundation_sdk.builders import timeseries
-from grafana_foundation_sdk.models import common
-from grafana_foundation_sdk.models.dashboard import (
-    DashboardCursorSync,
-    ValueMap,
-    ValueMappingResult,
-)
+from grafana_foundation_sdk.models.dashboard import DashboardCursorSync
 
-from batchscope.dashboard.states import look
-from batchscope.exporter.core.diagnosis import DIAGNOSIS_STATES, OVER_BUDGET
-from batchscope.exporter.engines.vllm import LATENCY_FAMILIES
 from batchscope.grafana import rules
 from batchscope.grafana.panels import (
+    TIMESERIES,
+    PanelSpec,
     Query,
     datasource_variable,
     layout,
     query_variable,
-    saturated_stretches,
-    targets,
-    threshold_lines,
-    thresholds,
     to_import_json,
 )
-
-PER_ENGINE = 'target="$target", model_name=~"$model"'
-# vLLM's histograms, kept apart per target, model and engine (never `sum by (le)` alone).
-BY_ENGINE = "le, target, model_name, engine"
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,7 +99,7 @@ def target_variables(source: Source, *, multi_target: bool) -> list:
 def build_dashboard(
     uid: str, title: str, description: str, config: Mapping, variables: list, rows: list
 ) -> dict:
-    """A dashboard with these variables and rows of (panel, width), as Grafana imports it."""
+    """A dashboard with these variables and rows of panel specs, as Grafana imports it."""
     board = (
         dash.Dashboard(title)
         .uid(uid)
@@ -134,35 +118,20 @@ def build_dashboard(
     return to_import_json(board)
 
 
-def series_panel(title: str, description: str, unit: str, *queries: Query):
-    return (
-        timeseries.Panel()
-        .title(title)
-        .description(description)
-        .unit(unit)
-        .targets(targets(queries))
-        .legend(
-            common_builders.VizLegendOptions()
-            .show_legend(True)
-            .display_mode(common.LegendDisplayMode.LIST)
-            .placement(common.LegendPlacement.BOTTOM)
-        )
+def budget_spec(description: str) -> PanelSpec:
+    """Budget utilisation (the query named "utilization") against its threshold line, the
+    saturated stretches ("saturated") shaded behind."""
+    return PanelSpec(
+        TIMESERIES,
+        "Budget utilisation",
+        description,
+        ("utilization", "saturated"),
+        unit="percentunit",
+        min=0,
+        steps=((None, "green"), ("saturation_threshold", "red")),
+        lines=True,
+        shaded="B",
     )
-
-
-def budget_panel(description: str, utilization: Query, saturated: Query, threshold: float):
-    """Budget utilisation against its threshold line, saturated stretches shaded behind."""
-    return (
-        threshold_lines(
-            series_panel("Budget utilisation", description, "percentunit", utilization, saturated)
-        )
-        .thresholds(thresholds((None, "green"), (threshold, "red")))
-        .override_by_query(*saturated_stretches("B"))
-        .min(0)
-    )
-
-
-# ---------------------------------------------------------------- vLLM batching
 
 
 def state_query(source: Source, selector: str, config: Mapping) -> Query:
@@ -181,66 +150,3 @@ def state_query(source: Source, selector: str, config: Mapping) -> Query:
         for name, state in named
     ]
     return Query("\nor ".join(parts), "{{state}}")
-
-
-def state_mappings() -> list[ValueMap]:
-    """Each diagnosis state's place in DIAGNOSIS_STATES (first match first) mapped to its
-    words and colour, as the Live page shows them (`batchscope.dashboard.states`)."""
-    return [
-        ValueMap(
-            {
-                str(index): ValueMappingResult(look(state).words, look(state).hex, index=index)
-                for index, state in enumerate(DIAGNOSIS_STATES)
-            }
-        )
-    ]
-
-
-def state_index_query(source: Source, selector: str, config: Mapping) -> Query:
-    """The diagnosis as one row per engine series whose value is its state's place in
-    DIAGNOSIS_STATES (`state_mappings` names it). The exporter's: its one current state
-    (every other state reads 0). The rules': the first of the conditions they record that
-    holds, in the diagnosis' order, over budget included."""
-    by = ", ".join(config["instance_labels"])
-    if source is EXPORTER:
-        terms = [
-            f'batchscope_diagnosis{{{selector}{source.series}, state="{state}"}} * {index}'
-            for index, state in enumerate(DIAGNOSIS_STATES)
-        ]
-        return Query(f"sum by ({by}) (\n  " + "\nor ".join(terms) + "\n)", "{{model_name}}")
-
-    def worst(name: str) -> str:
-        return f"max by ({by}) ({name}{{{selector}}})"
-
-    over = f"{worst(rules.BUDGET_UTILIZATION)} > {OVER_BUDGET:g}"
-    conditions = {
-        "budget_saturated": f"{worst(rules.BUDGET_SATURATED_RULE)} == 1",
-        "stalled": f"{worst(rules.STALLED_RULE)} == 1",
-        "memory_bound": f"{worst(rules.MEMORY_BOUND_RULE)} == 1",
-        "token_budget_bound": f"{worst(rules.TOKEN_BUDGET_BOUND_RULE)} == 1",
-        "preempting": f"{worst(rules.PREEMPTIONS)} > 0",
-        "work_too_slow": f"{over} and on ({by}) {worst(rules.WAITING)} == 0 "
-        f"and on ({by}) {worst(rules.RUNNING_VS_CAP)} < {config['near_cap']:g}",
-        "over_budget": over,
-    }
-    parts = [
-        f"({conditions[state]}) * 0 + {index}"
-        for index, state in enumerate(DIAGNOSIS_STATES)
-        if state in conditions
-    ]
-    return Query("\nor ".join(parts), "{{model_name}}")
-
-
-def latency_quantiles(selector: str) -> list[Query]:
-    return [
-        Query(
-            f"histogram_quantile(0.99, sum by ({BY_ENGINE}) "
-            f"(rate({LATENCY_FAMILIES[kind]}_bucket{{{selector}}}[$__rate_interval])))",
-            f"p99 {label} {{{{model_name}}}}",
-        )
-        for kind, label in (
-            ("e2e", "end-to-end"),
-            ("ttft", "time to first token"),
-            ("queue", "queue"),
-        )
-    ]

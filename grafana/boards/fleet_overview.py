@@ -4,159 +4,163 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from grafana_foundation_sdk.builders import bargauge, table
-from grafana_foundation_sdk.builders import stat as stat_panel
 from grafana_foundation_sdk.models.prometheus import PromQueryFormat
 
 from batchscope.grafana.boards.common import (
     EXPORTER,
     Source,
     build_dashboard,
-    series_panel,
     state_query,
     target_variables,
 )
 from batchscope.grafana.boards.slo import fleet_slo_row
-from batchscope.grafana.panels import (
-    Query,
-    dashed_line,
-    targets,
-    threshold_lines,
-    thresholds,
-)
+from batchscope.grafana.panels import BARGAUGE, STAT, TABLE, TIMESERIES, PanelSpec, Query
 from batchscope.grafana.rules import total_selector
 
-
-def fleet_overview(source: Source, config: Mapping) -> dict:
-    threshold = config["saturation_threshold"]
-    if source is EXPORTER:
-        total = total_selector(config, 'target=~"$target"')
-
-        def per_target(name: str) -> str:
-            return f"max by (target) ({name}{total})"
-
-        states = Query(
-            f"batchscope_diagnosis{total} == 1", instant=True, format=PromQueryFormat.TABLE
-        )
-        down = f"count({source.up}{total} == 0) or vector(0)"
-    else:
-        selector = '{target=~"$target"}'
-
-        def per_target(name: str) -> str:
-            return f"max by (target) ({name}{selector})"
-
-        conditions = state_query(source, 'target=~"$target"', config).expr
-        states = Query(
-            f"max by (target, state) ({conditions}\n"
-            f'or label_replace({source.up}{{target=~"$target"}} == 0, "state", "down", "", ""))',
-            instant=True,
-            format=PromQueryFormat.TABLE,
-        )
-        down = f'count({source.up}{{target=~"$target"}} == 0) or vector(0)'
-    worst_first = (
-        bargauge.Panel()
-        .title("Budget utilisation, worst first")
-        .description(
+ROWS = (
+    (
+        PanelSpec(
+            STAT,
+            "Saturated targets",
+            "Targets at or over {saturation_threshold:.0%} of their budget for a minute.",
+            ("saturated count",),
+            width=6,
+            unit="short",
+            steps=((None, "green"), (1, "red")),
+        ),
+        PanelSpec(
+            STAT,
+            "Targets down",
+            "Targets whose /metrics did not answer at the last scrape.",
+            ("down",),
+            width=6,
+            unit="short",
+            steps=((None, "green"), (1, "red")),
+        ),
+        PanelSpec(
+            BARGAUGE,
+            "Budget utilisation, worst first",
             "Each target's latency quantile over its budget, highest first (rules: the worst "
-            f"engine of the target). At {threshold:.0%} for a minute a target is saturated."
-        )
-        .unit("percentunit")
-        .min(0)
-        .max(1.2)
-        .thresholds(thresholds((None, "green"), (threshold, "red")))
-        .targets(
-            targets(
-                [Query(f"sort_desc({per_target(source.utilization)})", "{{target}}", instant=True)]
-            )
-        )
-    )
-    state_table = (
-        table.Panel()
-        .title("State per target")
-        .description(
+            "engine of the target). At {saturation_threshold:.0%} for a minute a target is "
+            "saturated.",
+            ("worst first",),
+            unit="percentunit",
+            min=0,
+            max=1.2,
+            steps=((None, "green"), ("saturation_threshold", "red")),
+        ),
+    ),
+    (
+        PanelSpec(
+            TABLE,
+            "State per target",
             "The diagnosis of every target: down, budget_saturated, memory_bound and stalled "
-            "need action (docs/runbook.md); healthy means running near the cap."
-        )
-        .targets(targets([states]))
-    )
-    saturated = (
-        stat_panel.Panel()
-        .title("Saturated targets")
-        .description(f"Targets at or over {threshold:.0%} of their budget for a minute.")
-        .unit("short")
-        .thresholds(thresholds((None, "green"), (1, "red")))
-        .targets(
-            targets(
-                [Query(f"count({per_target(source.saturated)} == 1) or vector(0)", instant=True)]
-            )
-        )
-    )
-    down_stat = (
-        stat_panel.Panel()
-        .title("Targets down")
-        .description("Targets whose /metrics did not answer at the last scrape.")
-        .unit("short")
-        .thresholds(thresholds((None, "green"), (1, "red")))
-        .targets(targets([Query(down, instant=True)]))
-    )
-    ratio = (
-        series_panel(
+            "need action (docs/runbook.md); healthy means running near the cap.",
+            ("states",),
+            width=24,
+        ),
+    ),
+    (
+        PanelSpec(
+            TIMESERIES,
             "Running vs cap per target",
             "Running batch over its cap per target; the fleet's median beside. Near 100% "
             "under load: batching is doing its job. Far under it while requests wait: "
             "memory or another limit holds the batch back.",
-            "percentunit",
-            Query(per_target(source.running_vs_cap), "{{target}}"),
-            Query(f"quantile(0.5, {per_target(source.running_vs_cap)})", "fleet median"),
+            ("running vs cap", "median running vs cap"),
+            unit="percentunit",
+            min=0,
+            dashed="B",
+        ),
+        PanelSpec(
+            TIMESERIES,
+            "Waiting per target",
+            "Requests waiting for a batch slot per target; the fleet total beside.",
+            ("waiting", "fleet waiting"),
+            unit="short",
+            min=0,
+        ),
+    ),
+    (
+        PanelSpec(
+            TIMESERIES,
+            "Budget utilisation per target",
+            "Latency quantile over budget per target, over time.",
+            ("utilization",),
+            unit="percentunit",
+            min=0,
+            steps=((None, "green"), ("saturation_threshold", "red")),
+            lines=True,
+        ),
+        PanelSpec(
+            TIMESERIES,
+            "Saturation per target",
+            "1 while a target's budget utilisation has stayed at or over the threshold for a "
+            "minute.",
+            ("saturated",),
+            unit="bool",
+            min=0,
+        ),
+    ),
+)
+
+
+def _target_filter(source: Source, config: Mapping) -> str:
+    """The selector of each target's total (exporter) or of its engines (rules)."""
+    if source is EXPORTER:
+        return total_selector(config, 'target=~"$target"')
+    return '{target=~"$target"}'
+
+
+def _states(source: Source, config: Mapping, selector: str) -> Query:
+    """Every target's diagnosis now: the exporter's, or the conditions the rules record."""
+    if source is EXPORTER:
+        return Query(
+            f"batchscope_diagnosis{selector} == 1", instant=True, format=PromQueryFormat.TABLE
         )
-        .override_by_query(*dashed_line("B"))
-        .min(0)
+    conditions = state_query(source, 'target=~"$target"', config).expr
+    return Query(
+        f"max by (target, state) ({conditions}\n"
+        f'or label_replace({source.up}{selector} == 0, "state", "down", "", ""))',
+        instant=True,
+        format=PromQueryFormat.TABLE,
     )
-    waiting = series_panel(
-        "Waiting per target",
-        "Requests waiting for a batch slot per target; the fleet total beside.",
-        "short",
-        Query(f"sum by (target) ({source.waiting}{_target_filter(source, config)})", "{{target}}"),
-        Query(f"sum({source.waiting}{_target_filter(source, config)})", "fleet total"),
-    ).min(0)
-    utilization = (
-        threshold_lines(
-            series_panel(
-                "Budget utilisation per target",
-                "Latency quantile over budget per target, over time.",
-                "percentunit",
-                Query(per_target(source.utilization), "{{target}}"),
-            )
-        )
-        .thresholds(thresholds((None, "green"), (threshold, "red")))
-        .min(0)
-    )
-    saturation = series_panel(
-        "Saturation per target",
-        "1 while a target's budget utilisation has stayed at or over the threshold for a minute.",
-        "bool",
-        Query(per_target(source.saturated), "{{target}}"),
-    ).min(0)
+
+
+def _queries(source: Source, config: Mapping) -> dict[str, Query]:
+    selector = _target_filter(source, config)
+
+    def per_target(name: str) -> str:
+        return f"max by (target) ({name}{selector})"
+
+    return {
+        "saturated count": Query(
+            f"count({per_target(source.saturated)} == 1) or vector(0)", instant=True
+        ),
+        "down": Query(f"count({source.up}{selector} == 0) or vector(0)", instant=True),
+        "worst first": Query(
+            f"sort_desc({per_target(source.utilization)})", "{{target}}", instant=True
+        ),
+        "states": _states(source, config, selector),
+        "running vs cap": Query(per_target(source.running_vs_cap), "{{target}}"),
+        "median running vs cap": Query(
+            f"quantile(0.5, {per_target(source.running_vs_cap)})", "fleet median"
+        ),
+        "waiting": Query(f"sum by (target) ({source.waiting}{selector})", "{{target}}"),
+        "fleet waiting": Query(f"sum({source.waiting}{selector})", "fleet total"),
+        "utilization": Query(per_target(source.utilization), "{{target}}"),
+        "saturated": Query(per_target(source.saturated), "{{target}}"),
+    }
+
+
+def fleet_overview(source: Source, config: Mapping) -> dict:
+    queries = _queries(source, config)
+    rows = [[spec.resolved(queries, config) for spec in row] for row in ROWS]
     return build_dashboard(
         f"batchscope-fleet-{source.key}",
         f"batchscope / fleet overview ({source.title})",
         f"Every target's batching at a glance, worst first. Filled from the {source.title}.",
         config,
         target_variables(source, multi_target=True)[:2],
-        [
-            [(saturated, 6), (down_stat, 6), (worst_first, 12)],
-            [(state_table, 24)],
-            [(ratio, 12), (waiting, 12)],
-            [(utilization, 12), (saturation, 12)],
-            fleet_slo_row(source, config, _target_filter(source, config)),
-        ],
+        [*rows, fleet_slo_row(source, config, _target_filter(source, config))],
     )
-
-
-def _target_filter(source: Source, config: Mapping) -> str:
-    if source is EXPORTER:
-        return total_selector(config, 'target=~"$target"')
-    return '{target=~"$target"}'
-
-
-# ---------------------------------------------------------------- in-house batcher

@@ -167,7 +167,7 @@ def test_the_binding_limit_timeline_has_a_row_for_every_series_the_exporter_read
     limit reads 0, whatever the diagnosis: idle, or saturated while the gauges read no
     request (requests that ran between scrapes; vLLM's gauges under overload)."""
     from batchscope.exporter.core.limits import BINDING_CHOICES
-    from batchscope.grafana.boards.vllm_batching import NO_LIMIT
+    from batchscope.grafana.boards.vllm_queries import NO_LIMIT
 
     binding = {"kv": "kv_cache", "idle": None, "saturated": None}
     state = {"kv": "memory_bound", "idle": "idle", "saturated": "budget_saturated"}
