@@ -20,7 +20,7 @@ CONFIG = {
     "window": f"{_EXPORTER.window_seconds:g}s",
     "saturation_threshold": _EXPORTER.saturation_threshold,
     # Also how long a series' newest sample stands for it through failed scrapes
-    # (`rules.latest`), as the exporter holds its states through a target it cannot read,
+    # (`promql.latest`), as the exporter holds its states through a target it cannot read,
     # and how long the vLLM saturation alert keeps firing after that (`keep_firing_for`),
     # as the exporter's saturated episode outlasts it.
     "saturation_hold_seconds": _EXPORTER.hold_seconds,

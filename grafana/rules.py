@@ -47,6 +47,13 @@ from batchscope.exporter.core.limits import DEFERRED_SHARE
 from batchscope.exporter.core.reading import OBSERVED_AT_FINISH, OBSERVED_AT_FIRST_TOKEN
 from batchscope.exporter.core.slo import DAY_SECONDS, WINDOW_PAIRS, WINDOWS, window_seconds
 from batchscope.exporter.engines.vllm import LATENCY_FAMILIES, TOKEN_LATENCY_KINDS
+from batchscope.grafana.exporter_series import (
+    diagnosed,
+    exporter_burning,
+    exporter_saturated,
+    worst,
+)
+from batchscope.grafana.promql import instance_by, latest, newest, record, seconds
 
 LEVEL = "target_model_engine"
 
@@ -91,59 +98,55 @@ WAITING_NAMES = ("vllm:num_requests_waiting", "vllm:num_requests_swapped")
 KV_NAMES = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
 
 
-def _by(config: Mapping) -> str:
-    return ", ".join(config["instance_labels"])
+# The series of every scraped vLLM (a target label names it).
+SCRAPED = 'target!=""'
+
+# The signals read straight from vLLM's series, in the order Prometheus evaluates them (a
+# rule may read one recorded above it): recorded name, how (`_signal`), and what it reads.
+SIGNALS = (
+    (RUNNING, "sum of newest", ("vllm:num_requests_running",)),
+    # V0's swapped requests wait too: added where the engine has them.
+    (WAITING, "sum of newest", WAITING_NAMES),
+    (RUNNING_VS_CAP, "over the target's constant", (RUNNING, CAP_RULE)),
+    (PREEMPTIONS, "rate", ("vllm:num_preemptions_total",)),
+    # The fullest engine's view, as the exporter's total: max, never an average; the 0.9+
+    # name where an engine has both.
+    (KV_USAGE, "max of newest", KV_NAMES),
+    (REQUESTS, "rate", ("vllm:request_success_total",)),
+    (GENERATION_TOKENS, "rate", ("vllm:generation_tokens_total",)),
+    # vLLM credits a whole prompt to the step its prefill finished in: the mean over the
+    # window is what a step carried (docs/metrics.md, "What limits the batch").
+    (TOKENS_PER_STEP, "mean", ("vllm:iteration_tokens_total",)),
+    (TOKEN_BUDGET_RATIO, "over the target's constant", (TOKENS_PER_STEP, TOKEN_BUDGET_RULE)),
+    (OUTPUT_TOKENS_MEAN, "mean", ("vllm:request_generation_tokens",)),
+)
 
 
-def _seconds(duration: float) -> str:
-    """A duration as PromQL writes one: whole seconds, else whole milliseconds."""
-    if float(duration).is_integer():
-        return f"{int(duration)}s"
-    return f"{round(duration * 1000)}ms"
+def _rate(name: str, config: Mapping) -> str:
+    return f"sum by ({instance_by(config)}) (rate({name}{{{SCRAPED}}}[{config['window']}]))"
 
 
-def vllm_recording_rules(config: Mapping) -> dict:
-    """The rule file that turns vLLM's raw series into batchscope's signals."""
-    by, window = _by(config), config["window"]
-    scraped = 'target!=""'
-    # Gauges are read as their newest sample within the staleness: a scrape of vLLM that
-    # failed is a gap, not an absence (rates already read over a window). Each name is
-    # read apart: last_over_time drops the name, and two names would then collide.
-    running = _newest("sum", by, ("vllm:num_requests_running",), scraped, config)
-    rules = [
-        _record(RUNNING, running),
-        # V0's swapped requests wait too: added where the engine has them.
-        _record(WAITING, _newest("sum", by, WAITING_NAMES, scraped, config, " + ")),
-        _record(RUNNING_VS_CAP, f"{RUNNING} / on (target) group_left () {CAP_RULE}"),
-        _record(
-            PREEMPTIONS, f"sum by ({by}) (rate(vllm:num_preemptions_total{{{scraped}}}[{window}]))"
-        ),
-        # The fullest engine's view, as the exporter's total: max, never an average; the
-        # 0.9+ name where an engine has both.
-        _record(KV_USAGE, _newest("max", by, KV_NAMES, scraped, config, " or ")),
-        _record(
-            REQUESTS, f"sum by ({by}) (rate(vllm:request_success_total{{{scraped}}}[{window}]))"
-        ),
-        _record(
-            GENERATION_TOKENS,
-            f"sum by ({by}) (rate(vllm:generation_tokens_total{{{scraped}}}[{window}]))",
-        ),
-        # vLLM credits a whole prompt to the step its prefill finished in: the mean over
-        # the window is what a step carried (docs/metrics.md, "What limits the batch").
-        _record(
-            TOKENS_PER_STEP,
-            f"sum by ({by}) (rate(vllm:iteration_tokens_total_sum{{{scraped}}}[{window}]))\n"
-            f"/ sum by ({by}) (rate(vllm:iteration_tokens_total_count{{{scraped}}}[{window}]))",
-        ),
-        _record(
-            TOKEN_BUDGET_RATIO, f"{TOKENS_PER_STEP} / on (target) group_left () {TOKEN_BUDGET_RULE}"
-        ),
-        _record(
-            OUTPUT_TOKENS_MEAN,
-            f"sum by ({by}) (rate(vllm:request_generation_tokens_sum{{{scraped}}}[{window}]))\n"
-            f"/ sum by ({by}) (rate(vllm:request_generation_tokens_count{{{scraped}}}[{window}]))",
-        ),
-    ]
+def _signal(how: str, reads: tuple[str, ...], config: Mapping) -> str:
+    """One row of SIGNALS as PromQL. Gauges are read as their newest sample within the
+    staleness: a scrape of vLLM that failed is a gap, not an absence (rates already read
+    over a window). Each name is read apart: last_over_time drops the name, and two names
+    would then collide."""
+    by = instance_by(config)
+    if how == "sum of newest":
+        return newest("sum", by, reads, SCRAPED, config, " + ")
+    if how == "max of newest":
+        return newest("max", by, reads, SCRAPED, config, " or ")
+    if how == "rate":
+        return _rate(reads[0], config)
+    if how == "mean":
+        return f"{_rate(reads[0] + '_sum', config)}\n/ {_rate(reads[0] + '_count', config)}"
+    signal, constant = reads
+    return f"{signal} / on (target) group_left () {constant}"
+
+
+def _latency_rules(config: Mapping) -> list[dict]:
+    """Each latency histogram's recorded quantiles, per engine."""
+    rules = []
     for histogram, family in LATENCY_FAMILIES.items():
         # Per-token latencies only for the targets that judge them (a budget for the
         # kind): the others record no per-token series.
@@ -154,64 +157,84 @@ def vllm_recording_rules(config: Mapping) -> dict:
         )
         for quantile in RECORDED_QUANTILES:
             rules.append(
-                _record(
+                record(
                     LATENCY,
-                    f"histogram_quantile({quantile:g}, sum by (le, {by}) "
-                    f"(rate({family}_bucket{{{scraped}}}[{window}])))" + judged,
+                    f"histogram_quantile({quantile:g}, sum by (le, {instance_by(config)}) "
+                    f"(rate({family}_bucket{{{SCRAPED}}}[{config['window']}])))" + judged,
                     {"quantile": quantile_label(quantile), "histogram": histogram},
                 )
             )
-    threshold, hold = config["saturation_threshold"], _seconds(config["saturation_hold_seconds"])
-    near_cap, kv_high, stall = config["near_cap"], config["kv_high"], config["stall_rate"]
-    # Progress stopped (as the exporter's `progress_stopped`): a known generation rate
-    # under the stall rate, and finished requests, where known, too. Stalled reads it, and
-    # the carry of a window that finished nothing must not.
-    stopped = f"(({GENERATION_TOKENS} < {stall:g}) unless ({REQUESTS} >= {stall:g}))"
+    return rules
 
-    def in_flight(histogram: str) -> str:
-        """Requests the latency of `histogram` has not observed yet, in flight through the
-        window (as the exporter's `in_flight_unfinished`): waiting, or running, at every
-        evaluation, or, for a latency observed as a request finishes, tokens generated
-        (vLLM's gauges can read 0 while its token counter advances)."""
-        if histogram in OBSERVED_AT_FIRST_TOKEN:
-            return f"min_over_time({WAITING}[{window}:]) > 0"
-        gauges = f"min_over_time(({RUNNING} + {WAITING})[{window}:]) > 0"
-        if histogram not in OBSERVED_AT_FINISH:
-            return gauges
-        return f"({gauges})\nor on ({by}) ({GENERATION_TOKENS} > 0)"
 
-    rules += [
+def _progress_stopped(config: Mapping) -> str:
+    """Progress stopped (as the exporter's `progress_stopped`): a known generation rate
+    under the stall rate, and finished requests, where known, too. Stalled reads it, and
+    the carry of a window that finished nothing must not."""
+    stall = config["stall_rate"]
+    return f"(({GENERATION_TOKENS} < {stall:g}) unless ({REQUESTS} >= {stall:g}))"
+
+
+def _in_flight(histogram: str, config: Mapping) -> str:
+    """Requests the latency of `histogram` has not observed yet, in flight through the
+    window (as the exporter's `in_flight_unfinished`): waiting, or running, at every
+    evaluation, or, for a latency observed as a request finishes, tokens generated
+    (vLLM's gauges can read 0 while its token counter advances)."""
+    window = config["window"]
+    if histogram in OBSERVED_AT_FIRST_TOKEN:
+        return f"min_over_time({WAITING}[{window}:]) > 0"
+    gauges = f"min_over_time(({RUNNING} + {WAITING})[{window}:]) > 0"
+    if histogram not in OBSERVED_AT_FINISH:
+        return gauges
+    return f"({gauges})\nor on ({instance_by(config)}) ({GENERATION_TOKENS} > 0)"
+
+
+def _budget_rules(config: Mapping) -> list[dict]:
+    """Budget utilisation, carried through a window that finished nothing with requests in
+    flight, and its sustained saturation."""
+    by, window = instance_by(config), config["window"]
+    threshold, hold = config["saturation_threshold"], seconds(config["saturation_hold_seconds"])
+    rules = [
         # Requests in flight, none finished (a rate known to be 0: a vLLM Prometheus cannot
         # read has none), and the engine still generates: a stopped one is stalled, once
         # its saturation is released.
-        _record(
+        record(
             UNFINISHED,
-            f"clamp({in_flight(histogram)}, 1, 1)\nand on ({by}) "
-            f'(sum by ({by}) (rate({family}_bucket{{{scraped}, le="+Inf"}}[{window}])) == 0)\n'
-            f"unless on ({by}) {stopped}\n"
+            f"clamp({_in_flight(histogram, config)}, 1, 1)\nand on ({by}) "
+            f'(sum by ({by}) (rate({family}_bucket{{{SCRAPED}, le="+Inf"}}[{window}])) == 0)\n'
+            f"unless on ({by}) {_progress_stopped(config)}\n"
             f'and on (target) {BUDGET_RULE}{{histogram="{histogram}"}}',
             {"histogram": histogram},
         )
         for histogram, family in LATENCY_FAMILIES.items()
     ]
     measured = f"{LATENCY} / on (target, quantile, histogram) group_left () {BUDGET_RULE}"
-    rules += [
+    return [
+        *rules,
         # The measured utilisation; where nothing finished with requests in flight, the one
         # last measured stands, as the exporter's does (exporter/core/evaluate.py,
         # `in_flight_unfinished`); else NaN, as a window without a finished request reads.
-        _record(
+        record(
             BUDGET_UTILIZATION,
             f"({measured}) >= 0\n"
             f"or (\n{latest(BUDGET_UTILIZATION, config)} >= 0\n"
             f"and on ({by}, histogram) {UNFINISHED}\n)\n"
             f"or {measured}",
         ),
-        _record(ABOVE_THRESHOLD, f"{BUDGET_UTILIZATION} >= bool {threshold:g}"),
+        record(ABOVE_THRESHOLD, f"{BUDGET_UTILIZATION} >= bool {threshold:g}"),
         # 1 once every evaluation of the hold was at or above the threshold.
-        _record(BUDGET_SATURATED_RULE, f"min_over_time({ABOVE_THRESHOLD}[{hold}])"),
-        # 1 or 0 like the exporter's diagnosis, where the first matching state wins:
-        # sustained saturation comes first. A missing KV or preemption series is no evidence.
-        _record(
+        record(BUDGET_SATURATED_RULE, f"min_over_time({ABOVE_THRESHOLD}[{hold}])"),
+    ]
+
+
+def _state_rules(config: Mapping) -> list[dict]:
+    """Memory-bound and stalled, 1 or 0 like the exporter's diagnosis, where the first
+    matching state wins: sustained saturation comes first."""
+    by = instance_by(config)
+    near_cap, kv_high = config["near_cap"], config["kv_high"]
+    return [
+        # A missing KV or preemption series is no evidence.
+        record(
             MEMORY_BOUND_RULE,
             _as_bool(
                 f"({WAITING} > 0)\nand ({RUNNING_VS_CAP} < {near_cap:g})\n"
@@ -221,20 +244,33 @@ def vllm_recording_rules(config: Mapping) -> dict:
         ),
         # Stalled needs a known generation rate; no cap, KV or finished-request series
         # is not a reason to doubt it (as the exporter's diagnosis).
-        _record(
+        record(
             STALLED_RULE,
             _as_bool(
-                f"({WAITING} > 0)\nand {stopped}\n"
+                f"({WAITING} > 0)\nand {_progress_stopped(config)}\n"
                 f"unless ({RUNNING_VS_CAP} >= {near_cap:g})\nunless ({KV_USAGE} >= {kv_high:g})\n"
                 f"unless ({PREEMPTIONS} > 0)\n"
                 f"unless on ({by}) ({BUDGET_SATURATED_RULE} == 1)"
             ),
         ),
     ]
-    rules += binding_limit_rules(config)
+
+
+def vllm_recording_rules(config: Mapping) -> dict:
+    """The rule file that turns vLLM's raw series into batchscope's signals."""
+    signals = [record(name, _signal(how, reads, config)) for name, how, reads in SIGNALS]
     return {
         "groups": [
-            {"name": "batchscope-vllm-signals", "rules": rules},
+            {
+                "name": "batchscope-vllm-signals",
+                "rules": [
+                    *signals,
+                    *_latency_rules(config),
+                    *_budget_rules(config),
+                    *_state_rules(config),
+                    *binding_limit_rules(config),
+                ],
+            },
             {"name": "batchscope-vllm-slo", "rules": slo_recording_rules(config)},
         ]
     }
@@ -248,7 +284,7 @@ def _per_histogram(expr_of: dict[str, str]) -> str:
 def _slo_bucket_rate(config: Mapping, window: str) -> str:
     """The requests per second at or below each budget edge of each SLO target (weighted,
     by `edge`): its histogram's buckets joined on the edges `batchscope-rules` wrote."""
-    by = _by(config)
+    by = instance_by(config)
     return _per_histogram(
         {
             histogram: f"sum by ({by}, histogram, edge) (\n"
@@ -262,7 +298,7 @@ def _slo_bucket_rate(config: Mapping, window: str) -> str:
 
 def _slo_requests(config: Mapping, window: str) -> str:
     """The requests per second of each SLO target's histogram (its count)."""
-    by = _by(config)
+    by = instance_by(config)
     return _per_histogram(
         {
             histogram: f'sum by ({by}) (rate({family}_count{{target!=""}}[{window}]))\n'
@@ -276,7 +312,7 @@ def _slo_requests(config: Mapping, window: str) -> str:
 def slo_windows(config: Mapping) -> dict[str, str]:
     """Each standard window's name and its range as the rules write it (scaled by
     `slo_window_scale`)."""
-    return {name: _seconds(window_seconds(name, config["slo_window_scale"])) for name in WINDOWS}
+    return {name: seconds(window_seconds(name, config["slo_window_scale"])) for name in WINDOWS}
 
 
 def slo_recording_rules(config: Mapping) -> list[dict]:
@@ -284,20 +320,20 @@ def slo_recording_rules(config: Mapping) -> list[dict]:
     for the targets `batchscope-rules` wrote SLO constants for (exporter/core/slo.py
     computes the same). The exporter's window and the 5-minute window are rates of the
     buckets; 30m, 1h, 6h and 3d are averages of the 5-minute rates over them."""
-    by, windows = _by(config), slo_windows(config)
+    by, windows = instance_by(config), slo_windows(config)
     # The exporter's window carries no `window` label: a dashboard selects it as
     # `window=""`, whatever its length.
     measured = ((config["window"], {}), (windows[SLO_BASE_WINDOW], {"window": SLO_BASE_WINDOW}))
     rules = []
     for window, labels in measured:
         rules += [
-            _record(SLO_BUCKET, _slo_bucket_rate(config, window), labels),
-            _record(SLO_REQUESTS, _slo_requests(config, window), labels),
+            record(SLO_BUCKET, _slo_bucket_rate(config, window), labels),
+            record(SLO_REQUESTS, _slo_requests(config, window), labels),
         ]
     # Within the budget only where every edge it needs was found: a bucket missing from
     # the engine's layout would leave a part of the interpolation out.
     rules.append(
-        _record(
+        record(
             SLO_WITHIN,
             f"sum without (edge) ({SLO_BUCKET})\n"
             f"and on ({by}, histogram, window)\n"
@@ -310,18 +346,18 @@ def slo_recording_rules(config: Mapping) -> list[dict]:
         if name == SLO_BASE_WINDOW:
             continue
         rules += [
-            _record(series, f"avg_over_time({series}{base}[{window}])", {"window": name})
+            record(series, f"avg_over_time({series}{base}[{window}])", {"window": name})
             for series in (SLO_WITHIN, SLO_REQUESTS)
         ]
     allowed = f"on (target, histogram) group_left () (1 - {SLO_OBJECTIVE_RULE})"
-    period = _seconds(config["slo_period_days"] * DAY_SECONDS)
+    period = seconds(config["slo_period_days"] * DAY_SECONDS)
     rules += [
-        _record(SLO_ATTAINMENT, f"{SLO_WITHIN} / {SLO_REQUESTS}"),
-        _record(
+        record(SLO_ATTAINMENT, f"{SLO_WITHIN} / {SLO_REQUESTS}"),
+        record(
             SLO_BURN_RATE,
             f'(1 - {SLO_ATTAINMENT}{{window!=""}})\n/ {allowed}',
         ),
-        _record(
+        record(
             SLO_ERROR_BUDGET,
             f"1 - (\n1 - sum without (window) (sum_over_time({SLO_WITHIN}{base}[{period}]))\n"
             f"/ sum without (window) (sum_over_time({SLO_REQUESTS}{base}[{period}]))\n"
@@ -337,9 +373,9 @@ def binding_limit_rules(config: Mapping) -> list[dict]:
     near_cap of the token budget; the binding limit by the same first match, over what
     the raw series give (the request cap, the KV cache, the token budget, deferred
     requests, arrivals)."""
-    by = _by(config)
+    by = instance_by(config)
     scraped = 'target!="", reason="deferred"'
-    deferred = _newest("sum", by, ("vllm:num_requests_waiting_by_reason",), scraped, config)
+    deferred = newest("sum", by, ("vllm:num_requests_waiting_by_reason",), scraped, config)
     deferred_bind = f"({DEFERRED} >= {DEFERRED_SHARE:g} * {WAITING})"
     near_cap, kv_high = config["near_cap"], config["kv_high"]
     waits, idle = f"({WAITING} > 0)", f"({WAITING} == 0)"
@@ -351,11 +387,11 @@ def binding_limit_rules(config: Mapping) -> list[dict]:
     on = f"on ({by})"
 
     def binding(limit: str, condition: str) -> dict:
-        return _record(BINDING_LIMIT, _as_bool(condition), {"limit": limit})
+        return record(BINDING_LIMIT, _as_bool(condition), {"limit": limit})
 
     return [
-        _record(DEFERRED, deferred),
-        _record(
+        record(DEFERRED, deferred),
+        record(
             TOKEN_BUDGET_BOUND_RULE,
             _as_bool(
                 f"{waits}\nand {at_budget}\nunless {at_cap}\nunless {on} {kv_short}\n"
@@ -388,51 +424,9 @@ def binding_limit_rules(config: Mapping) -> list[dict]:
     ]
 
 
-def latest(selector: str, config: Mapping, seconds: float | None = None) -> str:
-    """The newest sample of each series of `selector` within the staleness (the hold
-    time, as the exporter's), or within `seconds` where given. A failed
-    scrape leaves Prometheus a stale marker, and an instant selector then finds nothing,
-    so an alert's `for:` would start again; the newest sample before the gap is the
-    evidence that stands until a later sample, or the staleness, ends it."""
-    window = config["saturation_hold_seconds"] if seconds is None else seconds
-    return f"last_over_time({selector}[{_seconds(window)}])"
-
-
-def _newest(
-    aggregation: str,
-    by: str,
-    names: tuple[str, ...],
-    matchers: str,
-    config: Mapping,
-    combine: str = "",
-) -> str:
-    """`aggregation by (by)` of each name's newest samples (`latest`), the names combined
-    with `combine` (" + " adds each name present to the first, " or " takes the first
-    name present); the first name alone where the others are absent."""
-    # Only series of scrape targets Prometheus still has (`up` is written at every scrape,
-    # failed or not): a replaced instance's last sample is not summed beside its successor's.
-    parts = [
-        f"{aggregation} by ({by}) ({latest(f'{name}{{{matchers}}}', config)}"
-        f" and on (job, instance) up)"
-        for name in names
-    ]
-    if len(parts) == 1:
-        return parts[0]
-    if combine == " or ":
-        return "\nor ".join(parts)
-    return "(" + combine.join(parts) + ")\nor " + parts[0]
-
-
 def _as_bool(condition: str) -> str:
     """1 where the filtering `condition` holds, 0 for every other known instance."""
     return f"clamp(\n{condition},\n1, 1)\nor {WAITING} * 0"
-
-
-def _record(name: str, expr: str, labels: Mapping[str, str] | None = None) -> dict:
-    rule = {"record": name, "expr": expr}
-    if labels:
-        rule["labels"] = dict(labels)
-    return rule
 
 
 def _templated(spec: AlertSpec, config: Mapping, holds: Mapping[str, float]) -> tuple[str, str]:
@@ -459,11 +453,11 @@ def _alert(
     evaluations whose expression came back empty."""
     hold = holds.get(spec.name, spec.hold_seconds if hold_seconds is None else hold_seconds)
     summary, description = _templated(spec, config, holds)
-    keep = {"keep_firing_for": _seconds(keep_firing_seconds)} if keep_firing_seconds else {}
+    keep = {"keep_firing_for": seconds(keep_firing_seconds)} if keep_firing_seconds else {}
     return {
         "alert": spec.name,
         "expr": expr,
-        "for": _seconds(hold),
+        "for": seconds(hold),
         **keep,
         "labels": {"severity": spec.severity},
         "annotations": {
@@ -472,25 +466,6 @@ def _alert(
             "runbook_url": f"{config['runbook_base']}#{spec.runbook_anchor}",
         },
     }
-
-
-def total_selector(config: Mapping, extra: str = "") -> str:
-    """The matchers that pick a target total among the exporter's series (no series label)."""
-    matchers = [f'{label}=""' for label in config["series_labels"]]
-    return "{" + ", ".join(([extra] if extra else []) + matchers) + "}"
-
-
-def _diagnosed(state: str, config: Mapping) -> str:
-    """A target any of whose series (or its total) was in this diagnosis state at the
-    exporter's last reading of it (an unread target exports only its down state)."""
-    selector = f'batchscope_diagnosis{{state="{state}"}}'
-    return f"max by (target) ({latest(selector, config)}) == 1"
-
-
-def _worst(series: str, config: Mapping) -> str:
-    """The worst reading of `series` over a target's series and total, each its newest
-    sample within the staleness (`latest`)."""
-    return f"max by (target) ({latest(series, config)})"
 
 
 def exporter_alerts(config: Mapping, holds: Mapping[str, float] | None = None) -> dict:
@@ -506,35 +481,35 @@ def exporter_alerts(config: Mapping, holds: Mapping[str, float] | None = None) -
     """
     holds = holds or {}
     rules = [
-        _alert(BUDGET_SATURATED, _exporter_saturated(config), config, holds, hold_seconds=0.0),
+        _alert(BUDGET_SATURATED, exporter_saturated(config), config, holds, hold_seconds=0.0),
         _alert(
             MEMORY_BOUND,
-            f"{_worst('batchscope_waiting_requests', config)}\n"
-            f"and on (target) {_diagnosed('memory_bound', config)}",
+            f"{worst('batchscope_waiting_requests', config)}\n"
+            f"and on (target) {diagnosed('memory_bound', config)}",
             config,
             holds,
         ),
         _alert(
             TOKEN_BUDGET_BOUND,
-            f"{_worst('batchscope_waiting_requests', config)}\n"
-            f"and on (target) {_diagnosed('token_budget_bound', config)}",
+            f"{worst('batchscope_waiting_requests', config)}\n"
+            f"and on (target) {diagnosed('token_budget_bound', config)}",
             config,
             holds,
         ),
         _alert(
             PREEMPTIONS_CLIMBING,
-            f"{_worst('batchscope_preemptions_per_second', config)} > 0",
+            f"{worst('batchscope_preemptions_per_second', config)} > 0",
             config,
             holds,
         ),
         _alert(
             STALLED,
-            f"{_worst('batchscope_generation_tokens_per_second', config)}\n"
-            f"and on (target) {_diagnosed('stalled', config)}",
+            f"{worst('batchscope_generation_tokens_per_second', config)}\n"
+            f"and on (target) {diagnosed('stalled', config)}",
             config,
             holds,
         ),
-        _alert(TARGET_DOWN, f"{_worst('batchscope_target_up', config)} == 0", config, holds),
+        _alert(TARGET_DOWN, f"{worst('batchscope_target_up', config)} == 0", config, holds),
         # Prometheus writes `up` at every scrape, failed or not: one failure is one 0.
         _alert(
             EXPORTER_DOWN,
@@ -545,75 +520,23 @@ def exporter_alerts(config: Mapping, holds: Mapping[str, float] | None = None) -
         ),
         _alert(
             SCRAPES_SLOW,
-            f"{_worst('batchscope_scrape_duration_seconds', config)} > "
+            f"{worst('batchscope_scrape_duration_seconds', config)} > "
             f"{config['slow_scrape_seconds']:g}",
             config,
             holds,
         ),
         *(
-            _alert(spec, _exporter_burning(speed, config), config, holds)
+            _alert(spec, exporter_burning(speed, config), config, holds)
             for spec, speed in ((SLO_BURN_FAST, "fast"), (SLO_BURN_SLOW, "slow"))
         ),
     ]
     return {"groups": [{"name": "batchscope-exporter-alerts", "rules": rules}]}
 
 
-def _exporter_saturated(config: Mapping) -> str:
-    """A target the exporter last reported saturated, at its worst series' utilisation.
-
-    Read within the staleness (`latest`). Through a run of failed scrapes of the exporter
-    that outlasts it (a starved exporter answers /metrics after the scrape timeout), a
-    series stands as its exporter last reported it for `exporter_gap_seconds`, where that
-    exporter (job and instance) has had no successful scrape for the staleness: a healthy
-    exporter beside it, or one Prometheus no longer scrapes (no `up`), holds nothing.
-    Prometheus cannot tell from a range read whether a series was in the exporter's last
-    successful scrape: one the exporter stopped reporting while it answered (a target it
-    could not read, whose state has ended) stands again through a gap of that exporter
-    that begins within `exporter_gap_seconds`, until the gap ends.
-    """
-    gap = config["exporter_gap_seconds"]
-    # The value is the newest utilisation within the gap: the exporter leaves it out while
-    # it cannot read the target and keeps the held state, which alone says saturated.
-    utilization = latest("batchscope_budget_utilization_ratio", config, gap)
-
-    def saturated(seconds: float | None, where: str = "") -> str:
-        held = latest("batchscope_budget_saturated", config, seconds)
-        return f"max by (target) (\n{utilization}\nand {held} == 1{where}\n)"
-
-    # No successful scrape of this series' own exporter within the staleness.
-    up = f"up{{{config['exporter_selector']}}}"
-    blind = (
-        f"\nand on (job, instance) "
-        f"max_over_time({up}[{_seconds(config['saturation_hold_seconds'])}]) == 0"
-    )
-    return f"{saturated(None)}\nor\n{saturated(gap, blind)}"
-
-
-def _exporter_burning(speed: str, config: Mapping) -> str:
-    """A target any of whose series (or its total) the exporter found burning at `speed`
-    (`batchscope_slo_burning`), at the highest long-window burn rate of that speed's pairs
-    whose two windows are over the pair's factor (as the exporter's own alert reads it)."""
-
-    def burn(window: str) -> str:
-        return latest(f'batchscope_slo_burn_rate_ratio{{window="{window}"}}', config)
-
-    pairs = [
-        f"({burn(p.long)} > {p.factor:g}\n and ignoring (window) {burn(p.short)} > {p.factor:g})"
-        for p in WINDOW_PAIRS
-        if p.speed == speed
-    ]
-    burning = latest(f'batchscope_slo_burning{{speed="{speed}"}}', config)
-    return (
-        "max by (target) (\n(\n"
-        + "\nor ".join(pairs)
-        + f"\n)\nand ignoring (window, speed) {burning} == 1\n)"
-    )
-
-
 def vllm_burning(speed: str, config: Mapping) -> str:
     """An engine both of whose windows of a pair of `speed` burn over the pair's factor,
     at the long window's burn rate."""
-    on = f"on ({_by(config)}, histogram)"
+    on = f"on ({instance_by(config)}, histogram)"
     pairs = [
         f'({SLO_BURN_RATE}{{window="{p.long}"}} > {p.factor:g}\n'
         f' and {on} {SLO_BURN_RATE}{{window="{p.short}"}} > {p.factor:g})'
@@ -642,20 +565,20 @@ def vllm_alerts(config: Mapping, holds: Mapping[str, float] | None = None) -> di
         ),
         _alert(
             MEMORY_BOUND,
-            f"{WAITING}\nand on ({_by(config)}) {MEMORY_BOUND_RULE} == 1",
+            f"{WAITING}\nand on ({instance_by(config)}) {MEMORY_BOUND_RULE} == 1",
             config,
             holds,
         ),
         _alert(
             TOKEN_BUDGET_BOUND,
-            f"{WAITING}\nand on ({_by(config)}) {TOKEN_BUDGET_BOUND_RULE} == 1",
+            f"{WAITING}\nand on ({instance_by(config)}) {TOKEN_BUDGET_BOUND_RULE} == 1",
             config,
             holds,
         ),
         _alert(PREEMPTIONS_CLIMBING, f"{PREEMPTIONS} > 0", config, holds),
         _alert(
             STALLED,
-            f"{GENERATION_TOKENS}\nand on ({_by(config)}) {STALLED_RULE} == 1",
+            f"{GENERATION_TOKENS}\nand on ({instance_by(config)}) {STALLED_RULE} == 1",
             config,
             holds,
         ),

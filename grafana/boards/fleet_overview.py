@@ -14,8 +14,8 @@ from batchscope.grafana.boards.common import (
     target_variables,
 )
 from batchscope.grafana.boards.slo import fleet_slo_row
+from batchscope.grafana.exporter_series import total_selector
 from batchscope.grafana.panels import BARGAUGE, STAT, TABLE, TIMESERIES, PanelSpec, Query
-from batchscope.grafana.rules import total_selector
 
 ROWS = (
     (

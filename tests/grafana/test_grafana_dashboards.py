@@ -234,7 +234,7 @@ def test_an_empty_panel_says_the_engine_may_not_expose_the_signal(name, board):
 def test_a_ray_serve_or_tensorrt_llm_series_is_never_taken_for_a_target_total():
     from batchscope.exporter.engines import ADAPTERS
     from batchscope.grafana.config import CONFIG
-    from batchscope.grafana.rules import total_selector
+    from batchscope.grafana.exporter_series import total_selector
 
     selector = total_selector(CONFIG)
     for adapter in ADAPTERS.values():
