@@ -79,8 +79,10 @@ TOKENS_PER_STEP = f"{LEVEL}:vllm_iteration_tokens:mean"
 TOKEN_BUDGET_RATIO = f"{LEVEL}:vllm_token_budget:ratio"
 TOKEN_BUDGET_BOUND_RULE = f"{LEVEL}:vllm_token_budget_bound:bool"
 DEFERRED = f"{LEVEL}:vllm_num_requests_waiting_deferred:sum"
-# 1 for the limit that binds the batch, by `limit` (exporter/core/limits.py's rule).
+# 1 for the limit that binds the batch, by `limit` (exporter/core/limits.py's rule), 0
+# for each other limit of BINDING_LIMITS (`binding_limit_rules` records them in this order).
 BINDING_LIMIT = f"{LEVEL}:vllm_binding_limit:bool"
+BINDING_LIMITS = ("kv_cache", "token_budget", "requests", "arrivals", "deferred", "unexplained")
 # The SLO, by `histogram` and `window` (a standard window's name; none: the exporter's
 # window, `config["window"]`): each budget edge's requests (`edge`), those within the
 # budget, all requests, attainment, burn rate; the error budget left.
@@ -386,9 +388,16 @@ def binding_limit_rules(config: Mapping) -> list[dict]:
     preempting = f"({PREEMPTIONS} > 0)"
     on = f"on ({by})"
 
-    def binding(limit: str, condition: str) -> dict:
-        return record(BINDING_LIMIT, _as_bool(condition), {"limit": limit})
-
+    binds = {
+        "kv_cache": f"{busy}\nand ({preempting} or ({waits} and {kv_short} unless {at_cap}))",
+        "token_budget": f"{waits}\nand {at_budget}\nunless {at_cap}\nunless {on} {kv_short}",
+        "requests": f"{busy}\nand {at_cap}\nunless {on} {preempting}",
+        "arrivals": f"{busy}\nand {idle}\nunless {on} {at_cap}\nunless {on} {preempting}",
+        "deferred": f"{waits}\nand {deferred_bind}\nunless {on} {at_cap}\n"
+        f"unless {on} {kv_short}\nunless {on} {at_budget}",
+        "unexplained": f"{waits}\nunless {on} {at_cap}\nunless {on} {kv_short}\n"
+        f"unless {on} {at_budget}\nunless {on} {deferred_bind}",
+    }
     return [
         record(DEFERRED, deferred),
         record(
@@ -398,28 +407,9 @@ def binding_limit_rules(config: Mapping) -> list[dict]:
                 f"unless {on} ({BUDGET_SATURATED_RULE} == 1)"
             ),
         ),
-        binding(
-            "kv_cache",
-            f"{busy}\nand ({preempting} or ({waits} and {kv_short} unless {at_cap}))",
-        ),
-        binding(
-            "token_budget",
-            f"{waits}\nand {at_budget}\nunless {at_cap}\nunless {on} {kv_short}",
-        ),
-        binding("requests", f"{busy}\nand {at_cap}\nunless {on} {preempting}"),
-        binding(
-            "arrivals",
-            f"{busy}\nand {idle}\nunless {on} {at_cap}\nunless {on} {preempting}",
-        ),
-        binding(
-            "deferred",
-            f"{waits}\nand {deferred_bind}\nunless {on} {at_cap}\nunless {on} {kv_short}\n"
-            f"unless {on} {at_budget}",
-        ),
-        binding(
-            "unexplained",
-            f"{waits}\nunless {on} {at_cap}\nunless {on} {kv_short}\nunless {on} {at_budget}\n"
-            f"unless {on} {deferred_bind}",
+        *(
+            record(BINDING_LIMIT, _as_bool(binds[limit]), {"limit": limit})
+            for limit in BINDING_LIMITS
         ),
     ]
 

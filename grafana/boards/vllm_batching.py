@@ -19,8 +19,20 @@ from batchscope.grafana.boards.common import (
     target_variables,
 )
 from batchscope.grafana.boards.slo import ENGINE_ROW
-from batchscope.grafana.boards.vllm_queries import state_mappings, vllm_queries
-from batchscope.grafana.panels import HEATMAP, TABLE, TIMELINE, TIMESERIES, PanelSpec
+from batchscope.grafana.boards.vllm_queries import (
+    binding_mappings,
+    state_mappings,
+    vllm_queries,
+)
+from batchscope.grafana.panels import (
+    BARGAUGE,
+    HEATMAP,
+    STAT,
+    TABLE,
+    TIMELINE,
+    TIMESERIES,
+    PanelSpec,
+)
 
 RUNNING = PanelSpec(
     TIMESERIES,
@@ -40,6 +52,7 @@ RATIO = PanelSpec(
     "The running batch as a share of its cap. At or over {near_cap:.0%} continuous "
     "batching is doing its job and the next limit is elsewhere.",
     ("running vs cap",),
+    width=8,
     unit="percentunit",
     min=0,
     steps=((None, "orange"), ("near_cap", "green")),
@@ -62,6 +75,7 @@ PREEMPTIONS = PanelSpec(
     "rate). When the KV cache fills, the scheduler pulls a running request out and "
     "requeues it. Climbing at a load the server used to handle: it is short of memory.",
     ("preemptions",),
+    width=8,
     unit="ops",
     min=0,
 )
@@ -72,6 +86,7 @@ KV = PanelSpec(
     "before 0.9). Raise --max-num-seqs only when this has room: at {kv_high:.0%} or more, "
     "KV memory decides how many requests fit.",
     ("kv",),
+    width=8,
     unit="percentunit",
     min=0,
     max=1,
@@ -96,13 +111,42 @@ LIMITS = PanelSpec(
 BINDING = PanelSpec(
     TIMELINE,
     "The binding limit",
-    "The limit that binds the batch now, first match: kv_cache (full or preempting "
-    "below the cap), token_budget (steps at the token budget below the cap, KV with "
-    "room), requests (at the cap), arrivals (nothing waits), unexplained (requests "
-    "wait and no limit the metrics show is at its bound), none while the gauges read "
-    "nothing running or waiting (idle, or requests that ran between scrapes: the "
-    'diagnosis says which). docs/metrics.md, "What limits the batch".',
+    "The limit that binds the batch now, per model, first match: kv_cache (full or "
+    "preempting below the cap), token_budget (steps at the token budget below the cap, KV "
+    "with room), requests (at the cap: batching is doing its job), arrivals (nothing "
+    "waits), deferred, unexplained (requests wait and no limit the metrics show is at its "
+    "bound), none while the gauges read nothing running or waiting (idle, or requests that "
+    'ran between scrapes: the diagnosis says which). docs/metrics.md, "What limits the '
+    'batch".',
     ("binding",),
+    width=6,
+    mappings=binding_mappings(),
+    show_values=True,
+)
+LIMITS_NOW = PanelSpec(
+    BARGAUGE,
+    "Each limit against its bound, now",
+    "requests (running / --max-num-seqs), kv_cache (KV cache usage) and token_budget "
+    "(tokens per step / --max-num-batched-tokens) as a share of their bound; orange from "
+    "{near_cap:.0%}, where a limit is at its bound. A missing bar: a limit this engine or "
+    "configuration does not let batchscope judge.",
+    ("limit ratios now",),
+    width=5,
+    unit="percentunit",
+    min=0,
+    max=1,
+    steps=((None, "green"), ("near_cap", "orange")),
+)
+BUDGET_USED = PanelSpec(
+    STAT,
+    "Budget used",
+    "The window's latency quantile (p99 of end-to-end latency unless configured) over the "
+    "latency budget, per model, with its trend: red from {saturation_threshold:.0%}, "
+    "where a minute there is a saturated budget.",
+    ("budget used",),
+    width=5,
+    unit="percentunit",
+    steps=((None, "green"), ("saturation_threshold", "red")),
 )
 BUDGET = budget_spec(
     "The window's latency quantile (p99 of end-to-end latency unless configured) over "
@@ -123,8 +167,9 @@ DIAGNOSIS = PanelSpec(
     "over_budget: over budget, not yet for the hold; healthy: running near the cap. "
     "docs/metrics.md explains each.",
     ("state",),
-    width=24,
+    width=8,
     mappings=state_mappings(),
+    show_values=True,
 )
 DIAGNOSIS_FROM_RULES = replace(
     DIAGNOSIS,
@@ -204,17 +249,23 @@ ADVICE = PanelSpec(
     ("advice",),
 )
 
-_TOP = ((RUNNING, WAITING), (RATIO, KV), (LIMITS, BINDING), (BUDGET, PREEMPTIONS), ENGINE_ROW)
+# The first row answers the question (the state, what binds, the budget); detail below.
+DETAIL = ((RUNNING, WAITING), (RATIO, KV, PREEMPTIONS), (LIMITS, BUDGET), ENGINE_ROW)
 # Each source's rows, top to bottom; a panel's width is in its spec (12 unless said).
 ROWS = {
     EXPORTER.key: (
-        *_TOP,
-        (DIAGNOSIS,),
+        (DIAGNOSIS, BINDING, LIMITS_NOW, BUDGET_USED),
+        *DETAIL,
         (LENGTHS, STATIC),
         (LATENCY, THROUGHPUT),
         (KV_ADVICE, ADVICE),
     ),
-    RULES.key: (*_TOP, (DIAGNOSIS_FROM_RULES,), (LENGTHS, MEAN_OUTPUT), (LATENCY, THROUGHPUT)),
+    RULES.key: (
+        (DIAGNOSIS_FROM_RULES, BINDING, LIMITS_NOW, BUDGET_USED),
+        *DETAIL,
+        (LENGTHS, MEAN_OUTPUT),
+        (LATENCY, THROUGHPUT),
+    ),
 }
 
 

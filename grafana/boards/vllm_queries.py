@@ -8,6 +8,7 @@ the static-utilisation estimate and the advice differ in shape, and are built ap
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 
 from grafana_foundation_sdk.models.dashboard import ValueMap, ValueMappingResult
 from grafana_foundation_sdk.models.prometheus import PromQueryFormat
@@ -15,6 +16,7 @@ from grafana_foundation_sdk.models.prometheus import PromQueryFormat
 from batchscope.dashboard.states import look
 from batchscope.exporter.alerts.fleet_rules import CAP_RULE
 from batchscope.exporter.core.diagnosis import DIAGNOSIS_STATES, OVER_BUDGET
+from batchscope.exporter.core.limits import BINDING_CHOICES
 from batchscope.exporter.engines.vllm import LATENCY_FAMILIES, OUTPUT_TOKENS
 from batchscope.grafana import rules
 from batchscope.grafana.boards.common import EXPORTER, Source
@@ -25,8 +27,24 @@ from batchscope.grafana.panels import Query
 PER_ENGINE = 'target="$target", model_name=~"$model"'
 # vLLM's histograms, kept apart per target, model and engine (never `sum by (le)` alone).
 BY_ENGINE = "le, target, model_name, engine"
-# The binding-limit row where no limit binds: idle, or requests ran between scrapes.
+# The binding-limit timeline's words where no limit binds: idle, or requests ran
+# between scrapes (the diagnosis says which).
 NO_LIMIT = "none (the gauges read no request)"
+# Each binding limit coloured as the diagnosis state it goes with (the Live page's).
+LIMIT_COLOURS = {
+    NO_LIMIT: look("idle").hex,
+    "requests": look("healthy").hex,
+    "kv_cache": look("memory_bound").hex,
+    "token_budget": look("token_budget_bound").hex,
+    "batch_tokens": look("token_budget_bound").hex,
+    "deferred": look("queueing").hex,
+    "max_wait": look("batch_limited").hex,
+    "latency_budget": look("over_budget").hex,
+    "arrivals": look("underloaded").hex,
+    "unexplained": look("stalled").hex,
+}
+# The binding limit's value in the timeline: 0 for none, then BINDING_CHOICES in order.
+BINDING_VALUES = (NO_LIMIT, *BINDING_CHOICES)
 # The limits with a ratio the rules record, each by its recorded series.
 RULE_RATIOS = (
     (rules.RUNNING_VS_CAP, "requests"),
@@ -46,6 +64,29 @@ def state_mappings() -> tuple[ValueMap, ...]:
             }
         ),
     )
+
+
+def binding_mappings() -> tuple[ValueMap, ...]:
+    """Each binding limit's value (`BINDING_VALUES`) mapped to its name and colour."""
+    return (
+        ValueMap(
+            {
+                str(index): ValueMappingResult(limit, LIMIT_COLOURS[limit], index=index)
+                for index, limit in enumerate(BINDING_VALUES)
+            }
+        ),
+    )
+
+
+def binding_index_query(name: str, limits: tuple[str, ...], selector: str, by: str) -> Query:
+    """The binding limit as one row per engine series whose value is its place in
+    BINDING_VALUES: the exporter's `batchscope_binding_limit` and the rules' record a 1
+    for the limit that binds and a 0 for each other (`limits`), so their weighted sum is
+    the binding one's place, 0 where none binds."""
+    terms = [
+        f'{name}{{{selector}, limit="{limit}"}} * {BINDING_VALUES.index(limit)}' for limit in limits
+    ]
+    return Query(f"sum by ({by}) (\n  " + "\nor ".join(terms) + "\n)", "{{model_name}}")
 
 
 def state_index_query(source: Source, selector: str, config: Mapping) -> Query:
@@ -108,13 +149,6 @@ def _exporter_only(series: str) -> dict[str, Query]:
             f'batchscope_limit_ratio{{{series}, limit=~"requests|kv_cache|token_budget"}}',
             "{{limit}} {{model_name}}",
         ),
-        # Every binding-limit line at 0: its own row, not a gap, whatever the diagnosis.
-        "binding": Query(
-            f"batchscope_binding_limit{{{series}}} == 1\nor label_replace("
-            f"max without (limit) (batchscope_binding_limit{{{series}}}) == 0, "
-            f'"limit", "{NO_LIMIT}", "", "")',
-            "{{limit}}",
-        ),
         "static": Query(
             f"batchscope_static_utilization_ratio{{{series}}}", "{{bound}} {{model_name}}"
         ),
@@ -141,12 +175,6 @@ def _rules_only(sel: str) -> dict[str, Query]:
             ),
             "{{limit}} {{model_name}}",
         ),
-        "binding": Query(
-            f"max by (limit) ({rules.BINDING_LIMIT}{{{sel}}}) == 1\nor label_replace("
-            f"max by (target) ({rules.RUNNING}{{{sel}}} + {rules.WAITING}{{{sel}}}) == 0, "
-            f'"limit", "{NO_LIMIT}", "", "")',
-            "{{limit}}",
-        ),
         "mean output": Query(f"{rules.OUTPUT_TOKENS_MEAN}{{{sel}}}", "{{model_name}}"),
     }
 
@@ -155,6 +183,8 @@ def vllm_queries(source: Source, config: Mapping) -> dict[str, Query]:
     """Every query of the vLLM board, by the name its panel table uses."""
     sel = PER_ENGINE
     series = f"{sel}{source.series}"
+    by = ", ".join(config["instance_labels"])
+    only = _exporter_only(series) if source is EXPORTER else _rules_only(sel)
     return {
         "running": Query(f"{source.running}{{{series}}}", "running {{model_name}}"),
         "waiting": Query(f"{source.waiting}{{{series}}}", "waiting {{model_name}}"),
@@ -162,6 +192,7 @@ def vllm_queries(source: Source, config: Mapping) -> dict[str, Query]:
         "preemptions": Query(f"{source.preemptions}{{{series}}}", "{{model_name}}"),
         "kv": Query(f"{source.kv_usage}{{{series}}}", "{{model_name}}"),
         "utilization": Query(f"{source.utilization}{{{series}}}", "utilisation {{model_name}}"),
+        "budget used": Query(f"{source.utilization}{{{series}}}", "{{model_name}}"),
         "saturated": Query(f"{source.saturated}{{{series}}}", "saturated {{model_name}}"),
         "state": state_index_query(source, sel, config),
         "lengths": Query(
@@ -172,5 +203,11 @@ def vllm_queries(source: Source, config: Mapping) -> dict[str, Query]:
         "throughput": Query(f"{source.generation_tokens}{{{series}}}", "tokens/s {{model_name}}"),
         **latency_quantiles(sel),
         **engine_slo_queries(source, series),
-        **(_exporter_only(series) if source is EXPORTER else _rules_only(sel)),
+        "binding": (
+            binding_index_query("batchscope_binding_limit", BINDING_CHOICES, series, by)
+            if source is EXPORTER
+            else binding_index_query(rules.BINDING_LIMIT, rules.BINDING_LIMITS, sel, by)
+        ),
+        "limit ratios now": replace(only["limit ratios"], instant=True),
+        **only,
     }

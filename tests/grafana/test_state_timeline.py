@@ -1,7 +1,7 @@
-"""The Grafana Diagnosis state timelines mirror the exporter's diagnosis: every state in
-first-match order, mapped to the Live page's words and colours, and both queries (the
-exporter's series, the recording rules') evaluated by promtool to the state `diagnose`
-gives for the same numbers."""
+"""The vLLM board's first-row state timelines mirror the exporter: the Diagnosis shows every
+state in first-match order, mapped to the Live page's words and colours, and the binding
+limit names the limit that binds; both queries (the exporter's series, the recording
+rules') evaluated by promtool to what the exporter gives for the same numbers."""
 
 from __future__ import annotations
 
@@ -14,8 +14,13 @@ import yaml
 
 from batchscope.dashboard.states import look
 from batchscope.exporter.core.diagnosis import DIAGNOSIS_STATES, DiagnosisInputs, diagnose
+from batchscope.exporter.core.limits import BINDING_CHOICES
+from batchscope.grafana.boards.vllm_queries import NO_LIMIT
 from batchscope.grafana.build import ROOT
+from batchscope.grafana.config import CONFIG
 from batchscope.grafana.rules import (
+    BINDING_LIMIT,
+    BINDING_LIMITS,
     BUDGET_SATURATED_RULE,
     BUDGET_UTILIZATION,
     MEMORY_BOUND_RULE,
@@ -24,6 +29,7 @@ from batchscope.grafana.rules import (
     STALLED_RULE,
     TOKEN_BUDGET_BOUND_RULE,
     WAITING,
+    vllm_recording_rules,
 )
 from tests.support.system_tools import tool
 
@@ -160,34 +166,62 @@ def test_the_exporter_timeline_reads_each_models_one_state(tmp_path) -> None:
     assert {model: DIAGNOSIS_STATES[int(v)] for model, v in got.items()} == current
 
 
-def test_the_binding_limit_timeline_has_a_row_for_every_series_the_exporter_read(
-    tmp_path,
-) -> None:
-    """The exporter's binding-limit panel: the limit at 1, or the no-limit row where every
-    limit reads 0, whatever the diagnosis: idle, or saturated while the gauges read no
-    request (requests that ran between scrapes; vLLM's gauges under overload)."""
-    from batchscope.exporter.core.limits import BINDING_CHOICES
-    from batchscope.grafana.boards.vllm_queries import NO_LIMIT
+def _binding_rows(board: str, series: dict[str, float], tmp_path) -> dict[str, str]:
+    """The binding-limit timeline over `series`, each model's row as the limit it names."""
+    (mapping,) = timeline_panel(board, "The binding limit")["fieldConfig"]["defaults"]["mappings"]
+    got = promtool_eval(timeline_expr(board, "The binding limit"), series, tmp_path)
+    return {model: mapping["options"][str(int(value))]["text"] for model, value in got.items()}
 
-    binding = {"kv": "kv_cache", "idle": None, "saturated": None}
-    state = {"kv": "memory_bound", "idle": "idle", "saturated": "budget_saturated"}
+
+@pytest.mark.parametrize("board", BOARDS)
+def test_every_binding_limit_is_mapped_to_its_name_with_none_first(board) -> None:
+    (mapping,) = timeline_panel(board, "The binding limit")["fieldConfig"]["defaults"]["mappings"]
+    names = [mapping["options"][str(i)]["text"] for i in range(len(mapping["options"]))]
+    assert names == [NO_LIMIT, *BINDING_CHOICES]
+    assert mapping["options"]["1"]["color"] == look("healthy").hex  # requests: at the cap
+    assert mapping["options"]["2"]["color"] == look("memory_bound").hex  # kv_cache
+
+
+def test_the_exporter_binding_timeline_has_a_row_for_every_series_it_read(tmp_path) -> None:
+    """One row a series: the limit at 1, or none where every limit reads 0, whatever the
+    diagnosis: idle, or saturated while the gauges read no request (requests that ran
+    between scrapes; vLLM's gauges under overload)."""
+    binding = {"kv": "kv_cache", "cap": "requests", "idle": None, "saturated": None}
     series = {}
     for model, limit in binding.items():
         labels = f'target="t", model_name="{model}", engine="0"'
         for name in BINDING_CHOICES:  # as the exporter writes them: one line a limit
             line = f'batchscope_binding_limit{{{labels}, limit="{name}"}}'
             series[line] = 1.0 if name == limit else 0.0
-        for name in DIAGNOSIS_STATES:
-            line = f'batchscope_diagnosis{{{labels}, state="{name}"}}'
-            series[line] = 1.0 if name == state[model] else 0.0
-    expr = timeline_expr("vllm-batching.json", "The binding limit")
-    got = promtool_got(expr, series, tmp_path)
-    rows = [
-        (model, limit) for limit, model in re.findall(r'limit="([^"]+)", model_name="([^"]+)"', got)
-    ]
-    assert dict(rows) == {
+    assert _binding_rows("vllm-batching.json", series, tmp_path) == {
         "kv": "kv_cache",
+        "cap": "requests",
         "idle": NO_LIMIT,
         "saturated": NO_LIMIT,
-    }, got
-    assert len(rows) == len(binding), got  # one row a series
+    }
+
+
+def test_the_rules_binding_timeline_names_the_limit_the_rules_record(tmp_path) -> None:
+    binding = {"kv": "kv_cache", "budget": "token_budget", "quiet": "arrivals", "idle": None}
+    series = {}
+    for model, limit in binding.items():
+        labels = f'target="t", model_name="{model}", engine="0"'
+        for name in BINDING_LIMITS:  # as the rules record them: 1 or 0 a limit
+            series[f'{BINDING_LIMIT}{{{labels}, limit="{name}"}}'] = float(name == limit)
+    assert _binding_rows("vllm-batching-rules.json", series, tmp_path) == {
+        "kv": "kv_cache",
+        "budget": "token_budget",
+        "quiet": "arrivals",
+        "idle": NO_LIMIT,
+    }
+
+
+def test_the_rules_record_a_binding_line_for_each_limit_the_board_reads() -> None:
+    recorded = [
+        rule["labels"]["limit"]
+        for group in vllm_recording_rules(CONFIG)["groups"]
+        for rule in group["rules"]
+        if rule.get("record") == BINDING_LIMIT
+    ]
+    assert recorded == list(BINDING_LIMITS)
+    assert set(BINDING_LIMITS) <= set(BINDING_CHOICES)
