@@ -32,6 +32,9 @@ class VllmState:
     kv_cache_tokens: float | None = None  # stated in cache_config_info when set
     steps: float = 0.0  # engine steps (iteration_tokens' count) and the tokens they carried
     step_tokens: float = 0.0
+    # Waiting requests vLLM 0.32 deferred by a transient constraint; stated, with the rest
+    # as `capacity`, in num_requests_waiting_by_reason when set.
+    deferred: float | None = None
 
     @property
     def finished(self) -> float:
@@ -84,6 +87,18 @@ def render(s: VllmState) -> str:
         "# TYPE vllm:generation_tokens_total counter",
         f"vllm:generation_tokens_total{{{LABELS}}} {s.tokens_sum}",
     ]
+    if s.deferred is not None:
+        lines += [
+            "# HELP vllm:num_requests_waiting_by_reason Number of waiting requests by reason.",
+            "# TYPE vllm:num_requests_waiting_by_reason gauge",
+            *(
+                f'vllm:num_requests_waiting_by_reason{{{LABELS},reason="{reason}"}} {value}'
+                for reason, value in (
+                    ("capacity", s.waiting - s.deferred),
+                    ("deferred", s.deferred),
+                )
+            ),
+        ]
     if s.kv_cache_tokens is not None:
         lines += [
             "# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig",

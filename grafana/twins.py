@@ -1,0 +1,139 @@
+"""Each recorded series that mirrors an exporter signal, and the exporter's reading it equals.
+
+The recording rules (grafana/rules.py) compute the exporter's signals a second time, on
+purpose: Prometheus evaluates them at fleet scale. `TWINS` says, one line a signal, which
+recorded series (picked by its own labels) equals which reading of the exporter's
+`SeriesSignals` for the same engine series. tests/grafana/test_rule_twins.py holds every
+line equal on fixed series through `promtool test rules`; tests/e2e holds the rules equal
+to the exporter through a real Prometheus. A new signal with a rule adds one line here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+from batchscope.exporter.core.evaluate import SeriesSignals
+from batchscope.grafana import rules
+
+# The labels the latency rules carry for a target judged by its default quantile and
+# histogram (p99 of end-to-end latency).
+P99_E2E = {"quantile": "0.99", "histogram": "e2e"}
+# Inside a quantile's bucket PromQL multiplies the bucket's width by the rank's share of
+# the bucket; the exporter multiplies by the rank, then divides: the last bits can differ.
+INTERPOLATED = 1e-12
+# The SLO rules over the exporter's window (no `window` label) and over the 5-minute one.
+SLO_WINDOW = {"histogram": "e2e", "window": ""}
+SLO_5M = {"histogram": "e2e", "window": "5m"}
+
+
+@dataclass(frozen=True, slots=True)
+class Twin:
+    """`record` (with `labels`; "" for a label that must be absent) equals `read` of the
+    exporter's signals, which /metrics exports as `exported`. `read` gives None where the
+    exporter knows no value: nothing is compared there. `peak`: the exporter judges the
+    running batch at its peak over the last few scrapes (`running_peak`), a rule at the
+    instant, so the two agree where the batch held still. `rel_tol`: how far apart the two
+    may be, relatively, where the arithmetic's order differs (0: to the last bit)."""
+
+    exported: str
+    record: str
+    read: Callable[[SeriesSignals], float | None]
+    labels: Mapping[str, str] = field(default_factory=dict)
+    peak: bool = False
+    rel_tol: float = 0.0
+
+
+def _state(name: str) -> Callable[[SeriesSignals], float]:
+    return lambda s: float(s.diagnosis.state == name)
+
+
+def _binding(limit: str) -> Callable[[SeriesSignals], float]:
+    return lambda s: float(s.limits.binding == limit)
+
+
+def _known(value: object, read: Callable) -> float | None:
+    """`read(value)`, or None where the exporter has no `value` (no request, no objective)."""
+    return None if value is None else read(value)
+
+
+TWINS = (
+    Twin("batchscope_running_requests", rules.RUNNING, lambda s: s.running),
+    Twin("batchscope_waiting_requests", rules.WAITING, lambda s: s.waiting),
+    Twin("batchscope_running_vs_cap_ratio", rules.RUNNING_VS_CAP, lambda s: s.running_vs_cap),
+    Twin("batchscope_kv_cache_usage_ratio", rules.KV_USAGE, lambda s: s.kv_cache_usage),
+    Twin("batchscope_deferred_requests", rules.DEFERRED, lambda s: s.waiting_deferred),
+    Twin(
+        "batchscope_preemptions_per_second",
+        rules.PREEMPTIONS,
+        lambda s: s.preemptions_per_second,
+    ),
+    Twin("batchscope_requests_per_second", rules.REQUESTS, lambda s: s.requests_per_second),
+    Twin(
+        "batchscope_generation_tokens_per_second",
+        rules.GENERATION_TOKENS,
+        lambda s: s.generation_tokens_per_second,
+    ),
+    Twin("batchscope_tokens_per_step", rules.TOKENS_PER_STEP, lambda s: s.tokens_per_step),
+    Twin(
+        'batchscope_limit_ratio{limit="token_budget"}',
+        rules.TOKEN_BUDGET_RATIO,
+        lambda s: s.token_budget_ratio,
+    ),
+    Twin(
+        "batchscope_latency_seconds",
+        rules.LATENCY,
+        lambda s: s.latency_seconds,
+        P99_E2E,
+        rel_tol=INTERPOLATED,
+    ),
+    Twin(
+        "batchscope_budget_utilization_ratio",
+        rules.BUDGET_UTILIZATION,
+        lambda s: s.budget_utilization,
+        P99_E2E,
+        rel_tol=INTERPOLATED,
+    ),
+    Twin(
+        "batchscope_budget_saturated",
+        rules.BUDGET_SATURATED_RULE,
+        lambda s: float(s.budget_saturated),
+        P99_E2E,
+    ),
+    *(
+        Twin(f'batchscope_diagnosis{{state="{state}"}}', record, _state(state), peak=True)
+        for state, record in (
+            ("memory_bound", rules.MEMORY_BOUND_RULE),
+            ("stalled", rules.STALLED_RULE),
+            ("token_budget_bound", rules.TOKEN_BUDGET_BOUND_RULE),
+        )
+    ),
+    *(
+        Twin(
+            f'batchscope_binding_limit{{limit="{limit}"}}',
+            rules.BINDING_LIMIT,
+            _binding(limit),
+            {"limit": limit},
+            peak=True,
+        )
+        for limit in rules.BINDING_LIMITS
+    ),
+    Twin(
+        'batchscope_slo_attainment_ratio{bound="estimate"}',
+        rules.SLO_ATTAINMENT,
+        lambda s: _known(s.slo_attainment, lambda a: a.share.estimate),
+        SLO_WINDOW,
+    ),
+    Twin(
+        'batchscope_goodput_requests_per_second{bound="estimate"}',
+        rules.SLO_WITHIN,
+        lambda s: _known(s.goodput_per_second, lambda g: g.estimate),
+        SLO_WINDOW,
+    ),
+    Twin(
+        'batchscope_slo_burn_rate_ratio{window="5m"}',
+        rules.SLO_BURN_RATE,
+        lambda s: _known(s.slo, lambda slo: slo.rate("5m")),
+        SLO_5M,
+    ),
+)
