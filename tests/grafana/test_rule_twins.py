@@ -26,12 +26,12 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from batchscope.exporter.alerts.fleet_rules import fleet_rule_groups
-from batchscope.exporter.config.settings import Target
+from batchscope.exporter.config.settings import Settings, Target
 from batchscope.exporter.core.evaluate import SeriesSignals, TargetIdentity, evaluate_window
-from batchscope.exporter.core.signals import SignalSettings
 from batchscope.exporter.core.snapshot import Snapshot
 from batchscope.exporter.core.window import Window
 from batchscope.exporter.engines import read_series
+from batchscope.exporter.scrape.loop import signal_settings
 from batchscope.grafana.build import rule_yaml
 from batchscope.grafana.config import CONFIG
 from batchscope.grafana.rules import BINDING_LIMITS, vllm_recording_rules
@@ -123,15 +123,10 @@ def compared_instants() -> list[float]:
 
 def exporter_signals(scrapes: list[tuple[float, str]]) -> dict[float, SeriesSignals]:
     """The exporter's signals of the target's one engine series after each scrape."""
-    settings = SignalSettings(
-        cap=TARGET.cap,
-        token_budget=TARGET.max_num_batched_tokens,
-        budget_seconds=TARGET.budget_seconds,
-        hold_seconds=HOLD,
-        slo_objective=TARGET.slo_objective,
-        slo_window_scale=SLO_SCALE,
+    settings = Settings(
+        targets=(TARGET,), window_seconds=WINDOW, hold_seconds=HOLD, slo_window_scale=SLO_SCALE
     )
-    window = Window(WINDOW, settings)
+    window = Window(settings.window_seconds, signal_settings(TARGET, settings))
     identity = TargetIdentity(TARGET.name, TARGET.url)
     saturation: dict = {}
     signals = {}
