@@ -1,7 +1,8 @@
 """The advice held against the truth on the demo server, in one run.
 
-KV cache (seed 003): the demo server with a small KV cache (`--kv-cache-tokens`) under
-the load generator at a fixed length mix, requests always waiting. Three phases:
+KV cache (the checklist of "Continuous Batching: Why Your GPU Waits for the Slowest
+Request"): the demo server with a small KV cache (`--kv-cache-tokens`) under the load
+generator at a fixed length mix, requests always waiting. Three phases:
 
 1. cap C, small cache: the exporter's advised sustainable concurrency against the running
    count the server settles at (its own /metrics, sampled while requests wait);
@@ -9,11 +10,16 @@ the load generator at a fixed length mix, requests always waiting. Three phases:
 3. the server restarted with the advised `--kv-cache-tokens` for cap C: running should
    reach the cap.
 
-In-house batcher (seeds 000 and 001): the embedding batcher on `sim:h200` with a fixed
-pair that is wrong for the traffic; the exporter's advised pair is applied through the
-admin endpoint and the p99 at the same rate is held against the budget.
+In-house batcher (the fixed policy of "Batching Requests to a Model Server"): the
+embedding batcher on `sim:h200` with a fixed pair that is wrong for the traffic; the
+exporter's advised pair is applied through the admin endpoint and the p99 at the same
+rate is held against the budget.
 
-    .venv/bin/python scripts/bench_advice.py --output /tmp/advice.md [--quick]
+Gates: the advised sustainable concurrency within 10% of the running batch the server
+measures; the cap raised, tokens per step at most 1.25x; with the advised KV tokens,
+running at least 90% of the cap; the advised pair's p99 within the budget.
+
+    .venv/bin/python scripts/bench_advice.py [--quick] [--output FILE] [--json FILE]
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import math
 import os
 import statistics
@@ -33,15 +40,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import aiohttp
+import benchmark
 
 from batchscope.demo_server.loadgen import report as loadgen_report
 from batchscope.demo_server.loadgen import run as loadgen
 from batchscope.demo_server.loadgen.workload import LoadSpec
 from batchscope.exporter.config.settings import Settings, Target
-from batchscope.exporter.core.evaluate import SeriesSignals
+from batchscope.exporter.core.evaluate import SeriesSignals, TargetSignals
 from batchscope.exporter.engines import read_series
 from batchscope.exporter.ingest import promtext
-from batchscope.exporter.scrape.http_client import Connections
 from batchscope.exporter.scrape.loop import Exporter
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests.support
@@ -126,32 +133,33 @@ async def drive(
     warmup_seconds: float,
     make_load,
     on_sample,
-) -> tuple[loadgen_report.RunResult, SeriesSignals | None]:
-    """Run `make_load(session)` while the exporter scrapes every INTERVAL_S and
+) -> tuple[loadgen_report.RunResult, TargetSignals | None]:
+    """Run `make_load(session)` while the exporter scrapes on its schedule and
     `on_sample(text, t)` reads the server's /metrics every SAMPLE_S (after the warm-up,
-    while load is offered). Returns the load's result and the signals of the last round
-    that reached the server while load was offered."""
+    while load is offered). Returns the load's result and the exporter's last signals
+    with the server up while load was offered."""
     timeout = aiohttp.ClientTimeout(total=120)
-    async with aiohttp.ClientSession(timeout=timeout) as session, Connections() as connections:
-        task = asyncio.create_task(make_load(session))
-        start = time.monotonic()
-        next_round = start
-        last = None
-        while not task.done():
-            now = time.monotonic()
-            elapsed = now - start
-            if now >= next_round:
-                await exporter.run_round(connections)
-                next_round += INTERVAL_S
-                current = exporter.current()[0]
-                # A scrape can time out on a loaded machine: keep the last answered round.
-                if elapsed < phase_seconds and current.up:
-                    last = current
-            if warmup_seconds <= elapsed < phase_seconds:
-                async with session.get(f"{url}/metrics") as response:
-                    on_sample(await response.text(), elapsed)
-            await asyncio.sleep(SAMPLE_S)
-        return await task, last
+    stop = asyncio.Event()
+    scraping = asyncio.create_task(exporter.run_forever(stop))
+    try:
+        async with aiohttp.ClientSession(timeout=timeout) as session:
+            task = asyncio.create_task(make_load(session))
+            start = time.monotonic()
+            last = None
+            while not task.done():
+                elapsed = time.monotonic() - start
+                current = exporter.current()
+                # A scrape can time out on a loaded machine: keep the last answered one.
+                if elapsed < phase_seconds and current and current[0].up:
+                    last = current[0]
+                if warmup_seconds <= elapsed < phase_seconds:
+                    async with session.get(f"{url}/metrics") as response:
+                        on_sample(await response.text(), elapsed)
+                await asyncio.sleep(SAMPLE_S)
+            return await task, last
+    finally:
+        stop.set()
+        await scraping
 
 
 def kv_window_seconds(args: argparse.Namespace) -> float:
@@ -309,9 +317,7 @@ def kv_markdown(phases: Sequence[Phase], args: argparse.Namespace) -> str:
     small = phases[0]
     sustainable = small.advice.get("sustainable_concurrency", math.nan)
     lines = [
-        "# Advice against the truth (demo server)",
-        "",
-        f"`scripts/bench_advice.py`: the demo server on `{args.device}`, continuous "
+        f"KV cache: the demo server on `{args.device}`, continuous "
         f"batching, the load generator at {args.rate:g} requests/s offered with at most "
         f"{args.in_flight} in flight, prompts of 3-12 words, max_tokens {args.max_tokens} "
         f"(ignore_eos), {args.phase_seconds:g} s per phase ({args.warmup_seconds:g} s "
@@ -322,8 +328,6 @@ def kv_markdown(phases: Sequence[Phase], args: argparse.Namespace) -> str:
         "whatever the shared CPU's speed), and the mean of `vllm:num_requests_running` "
         f"sampled every {SAMPLE_S:g} s (a scrape can fall between a finish and the next "
         "admission). Tokens/s: wall clock, noisy on a shared machine.",
-        "",
-        "## KV cache: sustainable concurrency, the cap, the memory",
         "",
         "| phase | cap | KV tokens | running per step | running sampled | tokens/s | advised "
         "sustainable | advice |",
@@ -367,9 +371,7 @@ def kv_markdown(phases: Sequence[Phase], args: argparse.Namespace) -> str:
 
 def batcher_markdown(runs: Sequence[BatcherRun], args: argparse.Namespace) -> str:
     lines = [
-        "## In-house batcher: the advised fixed pair (sim:h200, SIMULATED device)",
-        "",
-        f"Embeddings at {args.embed_rate:g} requests/s (Poisson) for {args.phase_seconds:g} s, "
+        f"In-house batcher, the advised fixed pair (sim:h200, a SIMULATED device): embeddings at {args.embed_rate:g} requests/s (Poisson) for {args.phase_seconds:g} s, "
         f"budget {args.budget_ms:g} ms (the exporter target's), fixed batching. The device is "
         "simulated: the CPU paced to the H200 cost curve, or slower where the CPU overruns "
         "it (DESIGN.md). p99 (batcher): the exporter's p99 of "
@@ -394,43 +396,87 @@ def _ms(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.1f} ms"
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--output", type=Path, help="write the report here (else stdout)")
-    parser.add_argument("--quick", action="store_true", help="shorter phases: a smoke run")
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default="sim:h200")
     parser.add_argument("--cap", type=int, default=16)
     parser.add_argument("--kv-tokens", type=int, default=400)
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--rate", type=float, default=100.0)
     parser.add_argument("--in-flight", type=int, default=48)
-    parser.add_argument("--phase-seconds", type=float, default=35.0)
-    parser.add_argument("--warmup-seconds", type=float, default=10.0)
-    parser.add_argument("--seed", type=int, default=3)
+    parser.add_argument("--phase-seconds", type=float, help="a phase's length (35; quick 20)")
+    parser.add_argument("--warmup-seconds", type=float, help="its warm-up (10; quick 8)")
+    parser.add_argument("--seed", type=int, default=3, help="random seed of the load")
     parser.add_argument("--embed-rate", type=float, default=50.0)
     parser.add_argument("--embed-max-batch", type=int, default=64)
     parser.add_argument("--embed-max-wait-ms", type=float, default=80.0)
     parser.add_argument("--budget-ms", type=float, default=50.0)
     parser.add_argument("--skip-batcher", action="store_true")
     parser.add_argument("--skip-kv", action="store_true")
-    return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if args.quick:
-        args.phase_seconds, args.warmup_seconds = 20.0, 8.0
+def build_parser() -> argparse.ArgumentParser:
+    return benchmark.parser(__doc__, add_arguments)
+
+
+def with_lengths(args: argparse.Namespace) -> argparse.Namespace:
+    """`args` with the phases' lengths filled in where not given (shorter when quick)."""
+    phase, warmup = (20.0, 8.0) if args.quick else (35.0, 10.0)
+    args.phase_seconds = args.phase_seconds or phase
+    args.warmup_seconds = warmup if args.warmup_seconds is None else args.warmup_seconds
     if not 0 <= args.warmup_seconds < args.phase_seconds:
-        parser.error("--warmup-seconds must be at least 0 and under --phase-seconds")
-    report = "" if args.skip_kv else kv_markdown(asyncio.run(kv_check(args)), args)
+        raise SystemExit("--warmup-seconds must be at least 0 and under --phase-seconds")
+    return args
+
+
+def gates(phases: Sequence[Phase], runs: Sequence[BatcherRun], args) -> dict:
+    """Each claim of the advice against what the server measured."""
+    small = phases[0] if phases else None
+    apart = None
+    if small is not None and small.advice:
+        low, high = sorted((small.sampled_running, small.tokens_per_step))
+        sustainable = small.advice.get("sustainable_concurrency", math.nan)
+        apart = 100 * max(0.0, (low - sustainable) / low, (sustainable - high) / high)
+    raised = phases[1].tokens_per_step / small.tokens_per_step if len(phases) > 1 else None
+    reached = 100 * phases[2].tokens_per_step / phases[2].cap if len(phases) > 2 else None
+    after = runs[1].server_p99_ms if len(runs) > 1 else None
+    found = {}
+    if not args.skip_kv:
+        found["advised sustainable concurrency, off the running batch measured"] = benchmark.gate(
+            apart, 10.0, "%"
+        )
+        found["cap raised past it: tokens per step against before"] = benchmark.gate(
+            raised, 1.25, "x"
+        )
+        found["advised KV tokens: running batch, share of the cap"] = benchmark.gate(
+            reached, 90.0, "%", at_most=False
+        )
     if not args.skip_batcher:
-        report += "\n" + batcher_markdown(asyncio.run(batcher_check(args)), args)
-    if args.output:
-        args.output.write_text(report, encoding="utf-8")
-    print(report)
-    return 0
+        found["advised fixed pair: batcher p99"] = benchmark.gate(after, args.budget_ms, "ms")
+    return found
+
+
+def run(args: argparse.Namespace) -> benchmark.Results:
+    args = with_lengths(args)
+    phases = [] if args.skip_kv else asyncio.run(kv_check(args))
+    runs = [] if args.skip_batcher else asyncio.run(batcher_check(args))
+    settings = {k: v for k, v in vars(args).items() if k not in ("output", "json")}
+    return {
+        "settings": settings,
+        "kv": [dataclasses.asdict(p) for p in phases],
+        "batcher": [dataclasses.asdict(r) for r in runs],
+        "gates": gates(phases, runs, args),
+    }
+
+
+def markdown(r: benchmark.Results) -> str:
+    args = argparse.Namespace(**r["settings"])
+    text = "## Advice against the truth (demo server)\n\n" + "\n".join(benchmark.gate_rows(r))
+    if r["kv"]:
+        text += "\n\n" + kv_markdown([Phase(**p) for p in r["kv"]], args)
+    if r["batcher"]:
+        text += "\n" + batcher_markdown([BatcherRun(**b) for b in r["batcher"]], args)
+    return text
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(benchmark.main(__doc__, run, markdown, add_arguments))

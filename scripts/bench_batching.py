@@ -1,37 +1,34 @@
-"""Benchmark: static vs continuous batching on one trace of output lengths.
+"""Continuous against static batching on one trace of output lengths, held to the prediction.
 
-The same seeded trace (log-normal output lengths, clipped) goes through the demo
+The trace (log-normal output lengths, clipped; `--seed` draws it) goes through the demo
 server's scheduler in static and in continuous mode, in-process (no HTTP, so transport
 overhead does not dilute the step cost), every request submitted at t=0 so the queue is
 never empty until its end. The two modes run side by side, stepped in turns on one
 thread, so the machine's noise falls on both alike. The measured tokens/s ratio
 continuous/static is held against the gain predicted from the trace alone by the exact
-static-utilisation formula (consecutive groups of B; gain = 1 / utilisation,
-`batchscope.exporter.core.static_util`, the same numbers `batchscope-static-util` prints). Target:
-measured >= 0.9 of predicted.
+static-utilisation formula of "Continuous Batching: Why Your GPU Waits for the Slowest
+Request" (consecutive groups of B; gain = 1 / utilisation,
+`batchscope.exporter.core.static_util`, what `batchscope-static-util` prints). Gate:
+measured >= 0.9 of predicted, on every device and B.
 
 The measured ratio decomposes exactly as
     ratio = (static steps / continuous steps) * (static step time / continuous step time)
 The first factor is the slot arithmetic: the prediction, less continuous batching's own
 tail once the queue runs dry. The second is how the step cost moved between the modes.
 
-    .venv/bin/python scripts/bench_batching.py      # prints the report
-    make bench                                     # puts it in docs/benchmarks.md
+    .venv/bin/python scripts/bench_batching.py [--quick] [--output FILE] [--json FILE]
 """
 
 from __future__ import annotations
 
 import argparse
 import math
-import os
-import platform
 import random
-import shlex
 import sys
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
+import benchmark
 import torch
 
 from batchscope.demo_server.devices import Device, select_device
@@ -229,73 +226,69 @@ def measure(
     )
 
 
-def table(rows: list[Row]) -> str:
-    """The results as a markdown table."""
+def row_results(r: Row) -> dict:
+    """One row's figures, as `--json` writes them and the report reads them."""
+    return {
+        "device": r.device,
+        "slots": r.slots,
+        "static_utilization": r.static_utilization,
+        "predicted_gain": r.predicted_gain,
+        "tokens_per_s": {"static": r.static.tokens_per_s, "continuous": r.continuous.tokens_per_s},
+        "measured_gain": r.ratio,
+        "share": r.share,
+        "steps": {"static": r.static.steps, "continuous": r.continuous.steps},
+        "step_ms": {"static": r.static.step_ms, "continuous": r.continuous.step_ms},
+        "kv_read_per_row": {"static": r.static.mean_span, "continuous": r.continuous.mean_span},
+        "continuous_slot_utilization": r.continuous.slot_utilization,
+        "simulated_gain": r.simulated_gain,
+        "overruns": {"static": r.static.overruns, "continuous": r.continuous.overruns},
+    }
+
+
+def table(rows: list[dict]) -> list[str]:
+    """The rows as a markdown table."""
     lines = [
         "| device | B | static util. (trace) | predicted gain | static tok/s | continuous tok/s "
         "| measured gain | measured / predicted | steps static / cont. "
         "| ms per step static / cont. | KV positions read per row static / cont. "
-        "| cont. slot util. | gain on simulated clock "
-        "| overrun steps static / cont. | >= 0.9 |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+        "| cont. slot util. | gain on simulated clock | overrun steps static / cont. |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
-        simulated = "-" if r.simulated_gain is None else f"{r.simulated_gain:.3f}x"
-        overruns = (
-            f"{r.static.overruns:,} / {r.continuous.overruns:,}"
-            if r.simulated_gain is not None
-            else "-"
-        )
+        simulated = r["simulated_gain"] is not None
+        gain = f"{r['simulated_gain']:.3f}x" if simulated else "-"
+        overruns = f"{r['overruns']['static']:,} / {r['overruns']['continuous']:,}"
+        tokens, steps, ms, kv = r["tokens_per_s"], r["steps"], r["step_ms"], r["kv_read_per_row"]
         lines.append(
-            f"| {r.device} | {r.slots} | {r.static_utilization:.4f} | {r.predicted_gain:.3f}x "
-            f"| {r.static.tokens_per_s:,.0f} | {r.continuous.tokens_per_s:,.0f} "
-            f"| {r.ratio:.3f}x | {r.share:.3f} "
-            f"| {r.static.steps:,} / {r.continuous.steps:,} "
-            f"| {r.static.step_ms:.3f} / {r.continuous.step_ms:.3f} "
-            f"| {r.static.mean_span:.0f} / {r.continuous.mean_span:.0f} "
-            f"| {r.continuous.slot_utilization:.4f} | {simulated} | {overruns} "
-            f"| {'met' if r.share >= TARGET else 'missed'} |"
+            f"| {r['device']} | {r['slots']} | {r['static_utilization']:.4f} "
+            f"| {r['predicted_gain']:.3f}x | {tokens['static']:,.0f} | {tokens['continuous']:,.0f} "
+            f"| {r['measured_gain']:.3f}x | {r['share']:.3f} "
+            f"| {steps['static']:,} / {steps['continuous']:,} "
+            f"| {ms['static']:.3f} / {ms['continuous']:.3f} "
+            f"| {kv['static']:.0f} / {kv['continuous']:.0f} "
+            f"| {r['continuous_slot_utilization']:.4f} | {gain} | {overruns if simulated else '-'} |"
         )
-    return "\n".join(lines)
+    return lines
 
 
-def explain(row: Row) -> str:
+def explain(r: dict) -> str:
     """One row's share split into its two exact factors."""
-    step_factor = row.static.step_ms / row.continuous.step_ms
+    step_factor = r["step_ms"]["static"] / r["step_ms"]["continuous"]
     return (
-        f"- {row.device}, B={row.slots}: {row.share:.3f} = "
-        f"{row.continuous.slot_utilization:.4f} (continuous slot utilisation) x "
+        f"- {r['device']}, B={r['slots']}: {r['share']:.3f} = "
+        f"{r['continuous_slot_utilization']:.4f} (continuous slot utilisation) x "
         f"{step_factor:.3f} (static / continuous ms per step)"
     )
 
 
-def machine() -> str:
-    """Where the numbers come from, one line."""
-    cpu = platform.processor() or "unknown"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "none"
-    return (
-        f"nproc {os.cpu_count()}, CPU {cpu}, GPU {gpu}, torch {torch.__version__} "
-        f"({torch.get_num_threads()} intra-op thread(s)), Python {platform.python_version()}"
-    )
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Run the benchmark, print the table, write the report; exit 1 if a target is missed."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--requests", type=int, default=1024)
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--requests", type=int, help="requests in the trace (1024; quick 64)")
     parser.add_argument("--slots", type=int, nargs="+", default=[8, 32], help="max_num_seqs values")
     parser.add_argument("--devices", nargs="+", default=["cpu", "sim:h200"])
     parser.add_argument("--median", type=float, default=40.0, help="median output length")
     parser.add_argument("--sigma", type=float, default=1.0, help="log-normal sigma")
     parser.add_argument("--max-len", type=int, default=400)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=0, help="random seed of the trace")
     parser.add_argument(
         "--prompt-tokens",
         type=int,
@@ -303,106 +296,88 @@ def main(argv: list[str] | None = None) -> int:
         help="prompt length of every request, BOS included (default %(default)s)",
     )
     parser.add_argument(
-        "--repeat", type=int, default=3, help="side-by-side runs; each mode's fastest counts"
+        "--repeat", type=int, help="side-by-side runs, each mode's fastest counts (3; quick 1)"
     )
     parser.add_argument("--torch-threads", type=int, default=1)
     parser.add_argument(
         "--report-only",
         action="store_true",
-        help="exit 0 whether or not the throughput target is met (a smoke run on a busy machine)",
+        help="exit 0 whether or not the gate is met (a smoke run on a busy machine)",
     )
-    parser.add_argument(
-        "--output",
-        default=None,
-        help="also write the report here (make bench puts it in docs/benchmarks.md)",
-    )
-    args = parser.parse_args(argv)
-    torch.set_num_threads(args.torch_threads)
 
-    lengths = trace(args.requests, args.seed, args.median, args.sigma, args.max_len)
+
+def run(args: argparse.Namespace) -> benchmark.Results:
+    """Both modes on every device and B; the rows and a gate per row."""
+    torch.set_num_threads(args.torch_threads)
+    requests = args.requests or (64 if args.quick else 1024)
+    repeat = args.repeat or (1 if args.quick else 3)
+    lengths = trace(requests, args.seed, args.median, args.sigma, args.max_len)
     prompt = prompt_tokens(args.prompt_tokens)
     kernel, why = try_load()
-    attention = (
-        f"ragged (the C kernel, {kernel.path.name})" if kernel else f"padded (no kernel: {why})"
-    )
     rows = []
     for name in args.devices:
         device = select_device(name)
         for slots in args.slots:
-            rows.append(measure(device, lengths, slots, args.seed, args.repeat, prompt))
-            print(table(rows[-1:]).splitlines()[-1], flush=True)
-    print()
-    print(table(rows))
+            rows.append(row_results(measure(device, lengths, slots, args.seed, repeat, prompt)))
+            print(table(rows[-1:])[-1], file=sys.stderr, flush=True)
+    return {
+        "trace": {
+            "requests": len(lengths),
+            "median": args.median,
+            "sigma": args.sigma,
+            "max_len": args.max_len,
+            "tokens": sum(lengths),
+            "max": max(lengths),
+            "prompt_tokens": len(prompt),
+        },
+        "attention": "ragged (the C kernel)" if kernel else f"padded (no kernel: {why})",
+        "repeat": repeat,
+        "torch_threads": torch.get_num_threads(),
+        "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+        "rows": rows,
+        "gates": {
+            f"{r['device']}, B={r['slots']}: measured / predicted gain": benchmark.gate(
+                r["share"], TARGET, "", at_most=False
+            )
+            for r in rows
+        },
+    }
 
-    command = "python scripts/bench_batching.py " + shlex.join(
-        sys.argv[1:] if argv is None else argv
+
+def markdown(r: benchmark.Results) -> str:
+    t = r["trace"]
+    return (
+        "\n".join(
+            [
+                "## Continuous vs static batching (demo server)",
+                "",
+                f"A trace of {t['requests']:,} requests, log-normal output lengths (median "
+                f"{t['median']:g}, sigma {t['sigma']:g}) clipped to [1, {t['max_len']}]: "
+                f"{t['tokens']:,} tokens, max {t['max']}; all submitted at t=0 with `ignore_eos`, "
+                f"prompts of {t['prompt_tokens']} tokens, decode attention {r['attention']}, "
+                f"{r['torch_threads']} torch thread(s), GPU {r['gpu'] or 'none'}. Both modes "
+                f"in-process, side by side in turns of {SLICE_SECONDS * 1000:.0f} ms on one thread; "
+                f"each mode's fastest of {r['repeat']} run(s). Predicted gain: 1 / the exact static "
+                'utilisation of the trace in consecutive groups of B ("Continuous Batching: Why '
+                'Your GPU Waits for the Slowest Request"; `batchscope-static-util` prints it).',
+                "",
+                *benchmark.gate_rows(r),
+                "",
+                *table(r["rows"]),
+                "",
+                "Measured / predicted = (continuous slot utilisation: its tail once the queue runs "
+                "dry) x (static / continuous ms per step: prefill lowers it, the KV a static "
+                "group's finished rows still read raises it on the CPU). A simulated step never "
+                "costs less than the CPU compute under it: where steps overran, the gain on the "
+                "simulated clock is the figure without that.",
+                "",
+                *(explain(row) for row in r["rows"]),
+            ]
+        )
+        + "\n"
     )
-    report = [
-        "# Benchmark: static vs continuous batching (demo server)",
-        "",
-        f"Command: `{command.strip()}`. Date: "
-        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.",
-        "",
-        f"Machine: {machine()}.",
-        "",
-        f"Trace: {len(lengths)} requests, log-normal output lengths (median {args.median:g}, "
-        f"sigma {args.sigma:g}, seed {args.seed}) clipped to [1, {args.max_len}]: "
-        f"{sum(lengths):,} tokens, mean {sum(lengths) / len(lengths):.1f}, max {max(lengths)}. "
-        f"All submitted at t=0 with `ignore_eos`, prompt of {len(prompt)} tokens; decode "
-        f"attention {attention}. Both modes run in-process (no HTTP), side by side: one "
-        f"thread steps one mode for {SLICE_SECONDS * 1000:.0f} ms, then whichever is least far "
-        "through its tokens, so a busy moment on this shared machine slows both alike; a "
-        "mode's time is the sum of its own steps. "
-        f"{args.repeat} side-by-side run(s); each mode's fastest counts.",
-        "",
-        table(rows),
-        "",
-        "- predicted gain: 1 / exact static utilisation of the trace in consecutive groups of "
-        "B (`batchscope.exporter.core.static_util.exact_static_utilization`, what `batchscope-static-util` "
-        "prints for this trace).",
-        "- measured gain = continuous tok/s / static tok/s = (static steps / continuous steps) "
-        "x (static ms per step / continuous ms per step).",
-        "- cont. slot util.: the continuous run's true slot utilisation; below 1 only for the "
-        "tail, once the queue has run dry.",
-        "- gain on simulated clock: the same steps priced on the simulated device alone (decode "
-        "rows on the H200 curve, prompt tokens at the H200's compute rate); the wall clock "
-        "follows it where no step overran (real CPU compute above the simulated cost).",
-        "- KV positions read per row: cache positions a decode row attends over, per step. "
-        "Ragged attention reads each row's own length; a static group's finished rows stay "
-        "padded rows and read as far as the group's longest, as a padded batch does.",
-        "",
-        "## Where measured and predicted part",
-        "",
-        "Static steps count exactly the slot-steps of the formula, so the share decomposes "
-        "exactly: measured / predicted = (continuous slot utilisation) x (static ms per step / "
-        "continuous ms per step).",
-        "",
-        *(explain(r) for r in rows),
-        "",
-        "The first factor is continuous batching's own tail: once the queue is empty, its "
-        "last requests run with free slots (the prediction assumes a queue that never "
-        "empties; more requests shrink the tail). The second is the step cost moving between "
-        "the modes. Prefill lowers it: every request's prompt is computed once in either "
-        "mode, so that work does not shrink with continuous batching (the scheduler runs one "
-        "forward per step, admitted prompts riding along with the decode rows as vLLM runs a "
-        "step). KV reads raise it: a continuous batch's rows are, on average, part-way "
-        "through their requests, while a static group keeps reading its longest row's "
-        "context for every slot until the group ends, so where attention costs time (the "
-        "CPU) continuous steps get cheaper and the share can pass 1. On the simulated device "
-        "a decode step costs the H200 curve's price for its row count whatever the contexts, "
-        "so there only the tail and prefill remain. A simulated step cannot be cheaper than "
-        "the real CPU compute under it: where steps overran (the overrun column), the wall "
-        "clock ran slower than the curve for them, and the gain on the simulated clock is "
-        "the figure without that.",
-    ]
-    if args.output is None:
-        print("\n".join(report))
-    else:
-        Path(args.output).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.output).write_text("\n".join(report) + "\n")
-        print(f"\nwrote {args.output}")
-    return 0 if args.report_only or all(r.share >= TARGET for r in rows) else 1
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = benchmark.main(__doc__, run, markdown, add_arguments)
+    sys.exit(0 if code == 1 and "--report-only" in sys.argv else code)

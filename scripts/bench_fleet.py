@@ -1,144 +1,213 @@
-"""Fleet benchmark: the real exporter process scraping 1000 simulated vLLM servers.
+"""The exporter on a fleet of 1,000 simulated vLLM servers, beside Prometheus: its budgets.
 
-`fleet_sim.py` serves the targets from a separate process; the exporter runs as
-`python -m batchscope.exporter.cli --config FLEET.yaml`, exactly as deployed. While it runs, the
-benchmark samples the CPU time (user + system, psutil) of the exporter, the simulator
-and the whole machine every few milliseconds, and fetches the exporter's /metrics and
-/api/v1/signals from a thread, as a Prometheus scrape and a dashboard poll would.
-Afterwards the exporter's own /api/v1/history gives when each round evaluated each
-target: a round starts at its first evaluation, so the CPU time between two round
-starts is one round's cost, whatever the rounds' phase or length on a loaded machine.
+`fleet_sim.py` serves the targets. In turn, each alone with the fleet and scraping every
+target every 5 s: the exporter as deployed (`python -m batchscope.exporter.cli`),
+Debian's Prometheus, the exporter without tick batching, and the exporter on asyncio's
+event loop instead of uvloop; `--runs` rounds of the four, the order rotated each round.
+A run starts its process, waits for every target up, warms up for a full window, then
+reads the process's CPU time (user + system) over the measured span, while `/metrics`
+is fetched with `Accept-Encoding: gzip` every second, as a Prometheus would. Then the
+soak: the exporter as deployed for `--soak-minutes`, `/metrics` every second, its
+resident memory sampled every minute.
+
+Gates: the exporter's CPU at most 1.25x Prometheus's (the ratio of the medians over the
+runs); the `/metrics` p99 of the exporter as deployed (its runs and the soak) at most
+100 ms; its resident memory after the soak at most 400 MiB.
+
+    .venv/bin/python scripts/bench_fleet.py                      # about 90 minutes
+    .venv/bin/python scripts/bench_fleet.py --soak-minutes 10    # a shorter soak
+    .venv/bin/python scripts/bench_fleet.py --quick              # 100 targets, 3 minutes
 """
 
 from __future__ import annotations
 
-import bisect
+import argparse
 import contextlib
+import functools
 import json
+import re
+import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
+import urllib.parse
 import urllib.request
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+import benchmark
 import psutil
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests.support
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # tests.support
 from tests.support.network import free_port, wait_until  # noqa: E402
 
-ROOT = Path(__file__).resolve().parent.parent
 SIMULATOR = ROOT / "scripts/fleet_sim.py"
-# The issue's target: 1000 targets at a 5 s interval within half of one core.
-TARGET_CORE_FRACTION = 0.5
-SAMPLE_SECONDS = 0.02
-# How often a wait asks the exporter whether its rounds are done.
-DONE_CHECK_SECONDS = 0.5
-# Probes drift against the rounds (period 1.1 intervals) so they meet rounds at every phase.
-PROBE_PERIOD_INTERVALS = 1.1
-STARTUP_TIMEOUT_SECONDS = 180.0
-# How long the measured rounds may overrun their schedule on a loaded machine.
-OVERRUN_SECONDS = 120.0
+CPU_RATIO_BOUND = 1.25
+P99_BOUND_MS = 100.0
+RSS_BOUND_MIB = 400.0
+PROBE_SECONDS = 1.0
+RSS_SAMPLE_SECONDS = 60.0
+STARTUP_SECONDS = 300.0
+MIB = 2**20
+# What runs in turn on the fleet. The last two are the exporter without one of its
+# fast paths each: what that fast path saves is their CPU against the deployed one's.
+EXPORTER, PROMETHEUS = "exporter", "prometheus"
+WITHOUT_TICK_BATCHING, ASYNCIO_LOOP = "without tick batching", "asyncio event loop"
+KINDS = (EXPORTER, PROMETHEUS, WITHOUT_TICK_BATCHING, ASYNCIO_LOOP)
+# The child that runs the exporter's own command line with tick batching off.
+WITHOUT_TICK_BATCHING_FLAG = "--exporter-without-tick-batching"
 
 
 @dataclass(frozen=True)
-class FleetPlan:
-    """How big a run is: `rounds` are measured after a warm-up round."""
-
+class Plan:
     targets: int
-    rounds: int
     interval_seconds: float
-
-
-FULL = FleetPlan(targets=1000, rounds=6, interval_seconds=5.0)
-QUICK = FleetPlan(targets=100, rounds=2, interval_seconds=5.0)
-
-
-@dataclass(frozen=True)
-class Round:
-    """One measured round, from its start to the next round's start."""
-
-    exporter_cpu: float
-    simulator_cpu: float
-    benchmark_cpu: float  # this process: sampling and probing
-    other_cpu: float  # every other process on the machine
-    duration: float  # first to last target evaluated
-    cycle: float  # this round's start to the next one's
-    up: int
-
-
-@dataclass(frozen=True)
-class Probe:
-    """One fetch of the exporter's endpoints."""
-
-    started: float
-    metrics_seconds: float
-    metrics_bytes: int
-    signals_seconds: float
-    signals_bytes: int
-    up: int
-
-
-@dataclass(frozen=True)
-class FleetResult:
-    """A fleet run: its measured rounds, its probes and every round's span."""
-
-    plan: FleetPlan
-    rounds: list[Round]
-    probes: list[Probe]
-    round_spans: list[tuple[float, float]]  # (first, last evaluation) of every round seen
+    runs: int
     warmup_seconds: float
-    exporter_rss_bytes: int
-    load_before: tuple[float, float, float]
+    measure_seconds: float
+    soak_minutes: float
+
+
+# The warm-up fills the default 60 s window, so every run evaluates full windows.
+FULL = Plan(1000, 5.0, runs=3, warmup_seconds=65.0, measure_seconds=60.0, soak_minutes=60.0)
+QUICK = Plan(100, 5.0, runs=1, warmup_seconds=5.0, measure_seconds=15.0, soak_minutes=0.5)
+
+
+@dataclass
+class Run:
+    """One process on the fleet over its measured span."""
+
+    kind: str
+    cpu_seconds: float = 0.0
+    seconds: float = 0.0
+    latencies: list[float] = field(default_factory=list)  # /metrics answers, seconds
+    rss_bytes: list[int] = field(default_factory=list)  # every RSS_SAMPLE_SECONDS, and last
+    up_at_end: int = 0
 
     @property
-    def cpu_per_round(self) -> float:
-        return statistics.median(r.exporter_cpu for r in self.rounds)
+    def cores(self) -> float:
+        return self.cpu_seconds / self.seconds
 
-    @property
-    def cpu_per_round_mean(self) -> float:
-        return statistics.fmean(r.exporter_cpu for r in self.rounds)
 
-    @property
-    def meets_target(self) -> bool:
-        """Both the median round and the mean fit the CPU budget."""
-        budget = TARGET_CORE_FRACTION * self.plan.interval_seconds
-        return max(self.cpu_per_round, self.cpu_per_round_mean) <= budget
+def exporter_without_tick_batching(argv: list[str]) -> int:
+    """The exporter's own command line, its Exporter built with tick batching off."""
+    from batchscope.exporter import cli
 
-    @property
-    def all_up(self) -> bool:
-        return all(r.up == self.plan.targets for r in self.rounds) and all(
-            p.up == self.plan.targets for p in self.probes
+    cli.Exporter = functools.partial(cli.Exporter, tick_batching=False)
+    return cli.main(argv)
+
+
+def _get(url: str, headers: dict[str, str] | None = None) -> tuple[float, bytes]:
+    started = time.perf_counter()
+    with urllib.request.urlopen(
+        urllib.request.Request(url, headers=headers or {}), timeout=60
+    ) as r:
+        body = r.read()
+    return time.perf_counter() - started, body
+
+
+def exporter_up(base: str) -> int:
+    """Targets up, read from the exporter's /metrics as Prometheus reads it."""
+    body = _get(f"{base}/metrics")[1]
+    return sum(
+        1
+        for line in body.splitlines()
+        if line.startswith(b"batchscope_target_up{") and line.rsplit(b" ", 1)[1] in (b"1", b"1.0")
+    )
+
+
+def prometheus_up(base: str) -> int:
+    query = urllib.parse.urlencode({"query": "count(up == 1)"})
+    result = json.loads(_get(f"{base}/api/v1/query?{query}")[1])["data"]["result"]
+    return int(float(result[0]["value"][1])) if result else 0
+
+
+def _exporter_config(folder: Path, plan: Plan, address: str) -> Path:
+    lines = [f"interval_seconds: {plan.interval_seconds:g}", "targets:"]
+    for i in range(plan.targets):
+        lines.append(
+            f"  - {{name: t{i}, url: 'http://{address}/t/{i}/metrics', engine: vllm, "
+            "cap: 256, budget_seconds: 1.0}"
         )
+    path = folder / "fleet.yaml"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
 
-    def during_round(self, probe: Probe) -> bool:
-        return any(first <= probe.started <= last for first, last in self.round_spans)
+
+def _prometheus_config(folder: Path, plan: Plan, address: str) -> Path:
+    """One static group per target: the simulator serves them all on one port, by path."""
+    groups = [
+        {"targets": [address], "labels": {"__metrics_path__": f"/t/{i}/metrics", "t": f"t{i}"}}
+        for i in range(plan.targets)
+    ]
+    interval = f"{plan.interval_seconds:g}s"
+    config = {
+        "global": {"scrape_interval": interval, "scrape_timeout": "4s"},
+        "scrape_configs": [{"job_name": "fleet", "static_configs": groups}],
+    }
+    path = folder / "prometheus.yml"
+    path.write_text(json.dumps(config), encoding="utf-8")  # JSON is YAML
+    return path
 
 
-class CpuLog:
-    """CPU-seconds of the exporter, the simulator, this process and the machine, over time."""
+def command(kind: str, plan: Plan, address: str, folder: Path, port: int) -> list[str]:
+    """The command line of `kind` scraping the fleet at `address`, serving on `port`."""
+    if kind == PROMETHEUS:
+        data = Path(tempfile.mkdtemp(dir=folder))  # a fresh store each run
+        return [
+            shutil.which("prometheus") or "prometheus",
+            f"--config.file={_prometheus_config(folder, plan, address)}",
+            f"--storage.tsdb.path={data}",
+            f"--web.listen-address=127.0.0.1:{port}",
+            "--log.level=error",
+        ]
+    exporter = [sys.executable, "-m", "batchscope.exporter.cli"]
+    if kind == WITHOUT_TICK_BATCHING:
+        exporter = [sys.executable, __file__, WITHOUT_TICK_BATCHING_FLAG]
+    flags = ["--event-loop", "asyncio"] if kind == ASYNCIO_LOOP else []
+    config = _exporter_config(folder, plan, address)
+    listen = f"127.0.0.1:{port}"
+    return [
+        *exporter,
+        "--config",
+        str(config),
+        "--listen",
+        listen,
+        "--log-level",
+        "warning",
+        *flags,
+    ]
 
-    def __init__(self, exporter: psutil.Process, simulator: psutil.Process) -> None:
-        self.processes = (exporter, simulator, psutil.Process())
-        self.times: list[float] = []
-        self.values: list[tuple[float, float, float]] = []
 
-    def sample(self) -> None:
-        machine = psutil.cpu_times()
-        busy = machine.user + machine.nice + machine.system + machine.irq + machine.softirq
-        self.values.append((*(_cpu(p) for p in self.processes), busy))
-        self.times.append(time.time())
+def _stop(process: subprocess.Popen) -> None:
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
 
-    def at(self, when: float) -> tuple[float, ...]:
-        """The readings at `when`, interpolated between the two nearest samples."""
-        i = min(max(bisect.bisect_left(self.times, when), 1), len(self.times) - 1)
-        t0, t1 = self.times[i - 1], self.times[i]
-        share = 0.0 if t1 == t0 else min(max((when - t0) / (t1 - t0), 0.0), 1.0)
-        return tuple(a + (b - a) * share for a, b in zip(*self.values[i - 1 : i + 1], strict=True))
+
+@contextlib.contextmanager
+def simulator(targets: int) -> Iterator[str]:
+    """fleet_sim.py serving `targets`; yields its HOST:PORT."""
+    sim = subprocess.Popen(
+        [sys.executable, str(SIMULATOR), "--targets", str(targets)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        line = sim.stdout.readline() if sim.stdout else ""
+        if not line.startswith("listening on "):
+            raise RuntimeError(f"fleet_sim.py did not start (exit code {sim.poll()})")
+        yield line.split()[-1]
+    finally:
+        _stop(sim)
 
 
 def _cpu(process: psutil.Process) -> float:
@@ -146,302 +215,168 @@ def _cpu(process: psutil.Process) -> float:
     return times.user + times.system
 
 
-def _fetch(url: str) -> tuple[float, bytes]:
-    started = time.perf_counter()
-    with urllib.request.urlopen(url, timeout=60) as response:
-        body = response.read()
-    return time.perf_counter() - started, body
+def measure(kind: str, plan: Plan, address: str, folder: Path, seconds: float) -> Run:
+    """Start `kind`, wait for every target up and the warm-up, then measure for `seconds`."""
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    up = prometheus_up if kind == PROMETHEUS else exporter_up
+    process = subprocess.Popen(command(kind, plan, address, folder, port), cwd=ROOT)
+    try:
+        wait_until(
+            lambda: up(base) == plan.targets,
+            STARTUP_SECONDS,
+            f"{kind}: every target up",
+            processes=[process],
+            interval=2.0,
+        )
+        time.sleep(plan.warmup_seconds)
+        print(f"fleet: measuring {kind} for {seconds:g} s", file=sys.stderr, flush=True)
+        return _measured(Run(kind), psutil.Process(process.pid), base, seconds, up)
+    finally:
+        _stop(process)
 
 
-def _stop(process: subprocess.Popen) -> None:
-    if process.poll() is None:
-        process.terminate()
-        try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+def _measured(run: Run, process: psutil.Process, base: str, seconds: float, up) -> Run:
+    """`run` filled over `seconds`: CPU, /metrics answers (the exporters), resident memory."""
+    cpu, started = _cpu(process), time.monotonic()
+    next_probe = next_rss = started
+    while (now := time.monotonic()) - started < seconds:
+        if now >= next_rss:
+            run.rss_bytes.append(process.memory_info().rss)
+            next_rss += RSS_SAMPLE_SECONDS
+        if run.kind != PROMETHEUS:
+            run.latencies.append(_get(f"{base}/metrics", {"Accept-Encoding": "gzip"})[0])
+        next_probe += PROBE_SECONDS
+        time.sleep(max(0.0, next_probe - time.monotonic()))
+    run.cpu_seconds, run.seconds = _cpu(process) - cpu, time.monotonic() - started
+    run.rss_bytes.append(process.memory_info().rss)
+    run.up_at_end = up(base)
+    return run
 
 
-def start_simulator(plan: FleetPlan, stack: contextlib.ExitStack) -> tuple[psutil.Process, str]:
-    """Start fleet_sim.py; returns its process and HOST:PORT once it serves."""
-    # Enough bodies that counters keep growing through warm-up, the rounds and some slack.
-    variants = plan.rounds + 4
-    sim = subprocess.Popen(
-        [
-            sys.executable,
-            str(SIMULATOR),
-            "--targets",
-            str(plan.targets),
-            "--variants",
-            str(variants),
-        ],
-        stdout=subprocess.PIPE,
-        text=True,
+def run(args: argparse.Namespace) -> benchmark.Results:
+    plan = QUICK if args.quick else FULL
+    plan = Plan(
+        plan.targets,
+        plan.interval_seconds,
+        args.runs or plan.runs,
+        plan.warmup_seconds,
+        plan.measure_seconds,
+        plan.soak_minutes if args.soak_minutes is None else args.soak_minutes,
     )
-    stack.callback(_stop, sim)
-    line = sim.stdout.readline() if sim.stdout else ""
-    if not line.startswith("listening on "):
-        raise RuntimeError(f"fleet_sim.py did not start (exit code {sim.poll()})")
-    return psutil.Process(sim.pid), line.split()[-1]
+    if shutil.which("prometheus") is None:
+        raise SystemExit("bench_fleet.py: prometheus is not installed (Debian package prometheus)")
+    version = subprocess.run(["prometheus", "--version"], capture_output=True, text=True)
+    runs: list[Run] = []
+    with tempfile.TemporaryDirectory() as tmp, simulator(plan.targets) as address:
+        for round_ in range(plan.runs):
+            for kind in KINDS[round_ % 4 :] + KINDS[: round_ % 4]:
+                runs.append(measure(kind, plan, address, Path(tmp), plan.measure_seconds))
+        soak = None
+        if plan.soak_minutes > 0:
+            soak = measure(EXPORTER, plan, address, Path(tmp), plan.soak_minutes * 60)
+    found = re.search(r"version (\S+)", version.stdout or version.stderr)
+    return results(plan, runs, soak, f"Prometheus {found[1] if found else '(version unknown)'}")
 
 
-def _write_config(folder: Path, plan: FleetPlan, address: str) -> Path:
-    lines = ["targets:"]
-    for i in range(plan.targets):
-        lines += [
-            f"  - name: t{i}",
-            f"    url: http://{address}/t/{i}/metrics",
-            "    engine: vllm",
-            "    cap: 256",
-            "    budget_seconds: 1.0",
-        ]
-    path = folder / "fleet.yaml"
-    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    return path
+def results(plan: Plan, runs: list[Run], soak: Run | None, prometheus: str) -> benchmark.Results:
+    """The figures and gates of the runs and the soak."""
+    cores = {kind: [r.cores for r in runs if r.kind == kind] for kind in KINDS}
+    median = {kind: statistics.median(values) for kind, values in cores.items()}
+    deployed = [r for r in runs if r.kind == EXPORTER] + ([soak] if soak else [])
+    latencies_ms = [s * 1000 for r in deployed for s in r.latencies] or [float("nan")]
+    p99 = benchmark.percentile(latencies_ms, 0.99)
+    rss_mib = soak.rss_bytes[-1] / MIB if soak else None
+    return {
+        "targets": plan.targets,
+        "interval_seconds": plan.interval_seconds,
+        "warmup_seconds": plan.warmup_seconds,
+        "measure_seconds": plan.measure_seconds,
+        "soak_minutes": plan.soak_minutes,
+        "prometheus": prometheus,
+        "runs": [{**asdict(r), "cores": r.cores} for r in runs],
+        "cores_median": median,
+        "cpu_ratio": median[EXPORTER] / median[PROMETHEUS],
+        "without": {
+            "tick batching": median[WITHOUT_TICK_BATCHING] / median[EXPORTER],
+            "uvloop": median[ASYNCIO_LOOP] / median[EXPORTER],
+        },
+        "metrics_ms": {
+            "answers": sum(len(r.latencies) for r in deployed),
+            "p50": benchmark.percentile(latencies_ms, 0.5),
+            "p99": p99,
+            "max": max(latencies_ms),
+            "over_bound": sum(1 for ms in latencies_ms if ms > P99_BOUND_MS),
+        },
+        "soak": None if soak is None else {**asdict(soak), "rss_mib": rss_mib},
+        "gates": {
+            "exporter CPU / Prometheus CPU": benchmark.gate(
+                median[EXPORTER] / median[PROMETHEUS], CPU_RATIO_BOUND, "x"
+            ),
+            "/metrics p99": benchmark.gate(p99, P99_BOUND_MS, "ms"),
+            f"exporter memory after the {plan.soak_minutes:g}-minute soak": benchmark.gate(
+                rss_mib, RSS_BOUND_MIB, "MiB"
+            ),
+        },
+        "checks": {
+            "every target up at the end of every run": all(
+                r.up_at_end == plan.targets for r in runs + ([soak] if soak else [])
+            ),
+        },
+    }
 
 
-def _rounds_seen(base: str) -> int:
-    """Rounds that have evaluated target t0: each round evaluates every target once."""
-    with contextlib.suppress(OSError, ValueError):
-        return len(json.loads(_fetch(base + "/api/v1/history?target=t0")[1])["points"])
-    return 0
-
-
-def _probe(base: str) -> Probe:
-    started = time.time()
-    metrics_seconds, metrics = _fetch(base + "/metrics")
-    signals_seconds, signals = _fetch(base + "/api/v1/signals")
-    up = sum(1 for t in json.loads(signals)["targets"] if t["up"])
-    return Probe(started, metrics_seconds, len(metrics), signals_seconds, len(signals), up)
-
-
-def _probe_every(
-    base: str, period: float, stop: threading.Event, probes: list[Probe], errors: list[str]
-) -> None:
-    """Probe every `period` seconds until `stop`; a probe that fails ends the probing."""
-    while not stop.wait(period):
-        try:
-            probes.append(_probe(base))
-        except (OSError, ValueError) as err:
-            errors.append(f"{type(err).__name__}: {err}")
-            return
-
-
-def _round_spans(base: str) -> tuple[list[tuple[float, float]], list[int]]:
-    """(first, last evaluation) and targets up, of every round in the exporter's history.
-
-    The last round may still be running: its start is known, its end and count are not.
-    """
-    histories: list[list[dict]] = []
-    page, pages = 0, 1
-    while page < pages:  # the history comes a page of targets at a time
-        body = json.loads(_fetch(f"{base}/api/v1/history?points=720&page={page}")[1])
-        histories.extend(body["targets"].values())
-        page, pages = page + 1, body["pages"]
-    spans, up = [], []
-    for k in range(max(len(h) for h in histories)):
-        points = [h[k] for h in histories if len(h) > k]
-        spans.append((min(p["t"] for p in points), max(p["t"] for p in points)))
-        up.append(sum(1 for p in points if p["up"]))
-    return spans, up
-
-
-def _wait(
-    seconds: float, what: str, cpu: CpuLog, exporter: subprocess.Popen, done: Callable[[], bool]
-) -> None:
-    """Sample CPU every SAMPLE_SECONDS until `done()` (asked every DONE_CHECK_SECONDS, as it
-    costs the exporter a request); raises NotReady if the exporter exits or is late."""
-    asked = 0.0
-
-    def sampled_done() -> bool:
-        nonlocal asked
-        cpu.sample()
-        if time.monotonic() - asked <= DONE_CHECK_SECONDS:
-            return False
-        asked = time.monotonic()
-        return done()
-
-    wait_until(sampled_done, seconds, what, processes=[exporter], interval=SAMPLE_SECONDS)
-
-
-def run(quick: bool = False) -> FleetResult:
-    """Run the simulator and the exporter, measure `plan.rounds` rounds after a warm-up."""
-    plan = QUICK if quick else FULL
-    load_before = psutil.getloadavg()
-    with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack:
-        print(f"fleet: rendering payloads for {plan.targets} targets", file=sys.stderr, flush=True)
-        simulator, address = start_simulator(plan, stack)
-        config = _write_config(Path(tmp), plan, address)
-        port = free_port()
-        exporter_proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "batchscope.exporter.cli",
-                "--config",
-                str(config),
-                "--interval",
-                f"{plan.interval_seconds:g}",
-                "--listen",
-                f"127.0.0.1:{port}",
-                "--log-level",
-                "warning",
-            ],
-            cwd=ROOT,
-        )
-        stack.callback(_stop, exporter_proc)
-        base = f"http://127.0.0.1:{port}"
-        cpu = CpuLog(psutil.Process(exporter_proc.pid), simulator)
-        launched = time.time()
-        _wait(
-            STARTUP_TIMEOUT_SECONDS,
-            "the exporter's warm-up round",
-            cpu,
-            exporter_proc,
-            lambda: _rounds_seen(base) >= 1,
-        )
-        print("fleet: warm-up round started", file=sys.stderr, flush=True)
-        probes: list[Probe] = []
-        errors: list[str] = []
-        stop = threading.Event()
-        prober = threading.Thread(
-            target=_probe_every,
-            args=(base, PROBE_PERIOD_INTERVALS * plan.interval_seconds, stop, probes, errors),
-        )
-        prober.start()
-        try:
-            # Round rounds + 1 starting closes the last measured round.
-            _wait(
-                (plan.rounds + 2) * plan.interval_seconds + OVERRUN_SECONDS,
-                "the exporter's measured rounds",
-                cpu,
-                exporter_proc,
-                lambda: _rounds_seen(base) >= plan.rounds + 2,
-            )
-        finally:
-            stop.set()
-            prober.join()
-        if errors:
-            raise RuntimeError(f"the exporter did not answer a probe: {errors[0]}")
-        cpu.sample()
-        spans, up = _round_spans(base)
-        rss = cpu.processes[0].memory_info().rss
-    rounds = []
-    for k in range(1, plan.rounds + 1):
-        start, end = cpu.at(spans[k][0]), cpu.at(spans[k + 1][0])
-        exporter_cpu, simulator_cpu, benchmark_cpu, machine_cpu = (
-            b - a for a, b in zip(start, end, strict=True)
-        )
-        other_cpu = machine_cpu - exporter_cpu - simulator_cpu - benchmark_cpu
-        rounds.append(
-            Round(
-                exporter_cpu,
-                simulator_cpu,
-                benchmark_cpu,
-                other_cpu,
-                duration=spans[k][1] - spans[k][0],
-                cycle=spans[k + 1][0] - spans[k][0],
-                up=up[k],
-            )
-        )
-        print(f"fleet: round {k}: exporter {exporter_cpu:.2f} CPU-s", file=sys.stderr)
-    warmup_seconds = spans[0][1] - launched
-    return FleetResult(plan, rounds, probes, spans, warmup_seconds, rss, load_before)
-
-
-def markdown(result: FleetResult) -> str:
-    """The report section: the verdict, then one row per measured round."""
-    plan, rounds, probes = result.plan, result.rounds, result.probes
-    budget = TARGET_CORE_FRACTION * plan.interval_seconds
-    interval = plan.interval_seconds
-    exporter_cpu = [r.exporter_cpu for r in rounds]
-    worst_up = min([r.up for r in rounds] + [p.up for p in probes])
-    measures = [
-        (
-            "exporter CPU per round, median (min - max)",
-            f"{result.cpu_per_round:.2f} CPU-s ({min(exporter_cpu):.2f} - {max(exporter_cpu):.2f})",
-        ),
-        ("exporter CPU per round, mean", f"{result.cpu_per_round_mean:.2f} CPU-s"),
-        (
-            f"fraction of one core at a {interval:g} s interval, median (mean)",
-            f"{result.cpu_per_round / interval:.2f} ({result.cpu_per_round_mean / interval:.2f})",
-        ),
-        (
-            f"target: <= {budget:g} CPU-s per round ({TARGET_CORE_FRACTION:g} core), median and "
-            "mean",
-            "met" if result.meets_target else "missed",
-        ),
-        (
-            "simulator CPU per round, median",
-            f"{statistics.median(r.simulator_cpu for r in rounds):.2f} CPU-s",
-        ),
-        (
-            "targets up in every measured round and probe",
-            f"{'yes' if result.all_up else 'NO'} ({worst_up} of {plan.targets} at worst)",
-        ),
-        (
-            "round duration (first to last target evaluated), median (max)",
-            f"{statistics.median(r.duration for r in rounds):.2f} s "
-            f"({max(r.duration for r in rounds):.2f} s)",
-        ),
-    ]
-    for endpoint, seconds in (
-        ("/metrics", "metrics_seconds"),
-        ("/api/v1/signals", "signals_seconds"),
-    ):
-        for when, during in (("between rounds", False), ("during a round", True)):
-            values = [getattr(p, seconds) * 1e3 for p in probes if result.during_round(p) == during]
-            shown = (
-                f"{statistics.median(values):.0f} ms (max {max(values):.0f}, n={len(values)})"
-                if values
-                else "no probe fell there"
-            )
-            measures.append((f"{endpoint} latency {when}, median", shown))
-    if probes:
-        measures.append(
-            (
-                "/metrics and /api/v1/signals body sizes",
-                f"{probes[-1].metrics_bytes / 1e6:.2f} MB, {probes[-1].signals_bytes / 1e6:.2f} MB",
-            )
-        )
-    measures.append(
-        ("exporter resident memory at the end", f"{result.exporter_rss_bytes / 2**20:.0f} MiB")
-    )
+def markdown(r: benchmark.Results) -> str:
+    targets, runs = r["targets"], len(r["runs"]) // len(KINDS)
+    metrics, soak = r["metrics_ms"], r["soak"]
+    cores = r["cores_median"]
     lines = [
-        f"## Fleet: {plan.targets} simulated vLLM targets, one exporter process",
+        f"## Fleet: the exporter beside Prometheus ({targets:,} simulated vLLM targets)",
         "",
-        f"`scripts/fleet_sim.py` serves {plan.targets} targets (`/t/{{i}}/metrics` on one "
-        "port, one process) with the real vLLM 0.32 load payload (~53 KB, 420 samples), "
-        "each target with its own model name, counters growing and gauges moving on every "
-        "scrape, gzipped as vLLM does when the client accepts it. The exporter runs as "
-        f"`python -m batchscope.exporter.cli --config fleet.yaml --interval {interval:g}` "
-        "(engine vllm, cap 256, budget 1 s per target). After a warm-up round "
-        f"({result.warmup_seconds:.1f} s from launch to its last target evaluated), "
-        f"{plan.rounds} rounds are measured. A round's CPU is the exporter's user + system "
-        "CPU time from its first target evaluated to the next round's first (from the "
-        "exporter's /api/v1/history), so it includes the idle wait and the probes that fell "
-        "in it. Probes: /metrics then /api/v1/signals every "
-        f"{PROBE_PERIOD_INTERVALS * interval:g} s from another thread, as Prometheus and a "
-        "dashboard would poll. Simulator, exporter and benchmark share the machine's cores "
-        "with whatever else runs: load average before the run "
-        f"{', '.join(f'{x:.2f}' for x in result.load_before)} (the per-round table shows the "
-        "CPU the benchmark itself and every other process took).",
+        f"`scripts/fleet_sim.py` serves {targets:,} simulated vLLM 0.32 targets (the real 53 KB "
+        "payload, each target its own model, counters growing and gauges moving at every "
+        f"scrape). In turn, each alone with the fleet, scraping every target every "
+        f"{r['interval_seconds']:g} s: the exporter as deployed, {r['prometheus']}, the "
+        "exporter without tick batching, and on asyncio's event loop; "
+        f"{runs} run{'s' if runs > 1 else ''} of each, measured for {r['measure_seconds']:g} s after every target "
+        f"was up and a {r['warmup_seconds']:g} s warm-up. CPU: user + system of the process. "
+        "`/metrics` fetched with gzip every second. Then the soak: the exporter as deployed "
+        f"for {r['soak_minutes']:g} minutes.",
         "",
-        "| measure | value |",
-        "|---|---|",
-        *(f"| {measure} | {value} |" for measure, value in measures),
+        *benchmark.gate_rows(r),
         "",
-        "| round | exporter CPU-s | simulator CPU-s | benchmark CPU-s | other processes CPU-s "
-        "| duration (s) "
-        "| to next round (s) | up |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|",
+        f"`/metrics` over {metrics['answers']} answers: p50 {metrics['p50']:.1f} ms, p99 "
+        f"{metrics['p99']:.1f} ms, max {metrics['max']:.0f} ms, {metrics['over_bound']} over "
+        f"{P99_BOUND_MS:g} ms. CPU, the median run, in cores: exporter {cores[EXPORTER]:.3f}, "
+        f"Prometheus {cores[PROMETHEUS]:.3f}.",
     ]
-    for i, r in enumerate(rounds, 1):
+    if soak is not None:
+        rss = [b / MIB for b in soak["rss_bytes"]]
         lines.append(
-            f"| {i} | {r.exporter_cpu:.2f} | {r.simulator_cpu:.2f} | "
-            f"{r.benchmark_cpu:.2f} | {r.other_cpu:.2f} | {r.duration:.2f} | "
-            f"{r.cycle:.2f} | {r.up} |"
+            f"Soak: resident memory {rss[0]:.0f} MiB at its start, {max(rss):.0f} at most, "
+            f"{rss[-1]:.0f} at the end; every target up at the end: "
+            f"{'yes' if soak['up_at_end'] == targets else 'no'}."
         )
-    lines.append("")
-    return "\n".join(lines)
+    lines += [
+        "",
+        "| the exporter without | CPU, median run (cores) | against as deployed |",
+        "|---|---:|---:|",
+        f"| tick batching | {cores[WITHOUT_TICK_BATCHING]:.3f} | "
+        f"{r['without']['tick batching']:.2f}x |",
+        f"| uvloop (asyncio's event loop) | {cores[ASYNCIO_LOOP]:.3f} | "
+        f"{r['without']['uvloop']:.2f}x |",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--runs", type=int, help="rounds of the four (default 3; quick 1)")
+    parser.add_argument(
+        "--soak-minutes", type=float, help="the soak's length (default 60; quick 0.5; 0: none)"
+    )
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == [WITHOUT_TICK_BATCHING_FLAG]:
+        sys.exit(exporter_without_tick_batching(sys.argv[2:]))
+    sys.exit(benchmark.main(__doc__, run, markdown, add_arguments))

@@ -3,7 +3,7 @@
 Starts `scripts/demo.py` (at `--phase-scale`, 1 by default: the demo as documented, about
 four minutes), opens the Live page at 1400 px two thirds into each phase, and
 saves a full-page screenshot per phase (docs/img/live-<phase>.png by default: the
-README's). Reports what issue 22 looked for on each view: "None", a cut-off tile,
+README's). Reports what a reader of the page must never see: "None", a cut-off tile,
 "nothing to fix" beside a budget used above 100%, a fleet table wider than the page; exit
 code 1 when any view shows one.
 
@@ -38,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"demo_walk: starting the demo at phase scale {args.phase_scale:g}", flush=True)
     views = walk(args.phase_scale, args.output, len(PHASES))
     for view in views:
-        verdict = "; ".join(view.problems) or "nothing issue 22 looks for"
+        verdict = "; ".join(view.problems) or "none of those problems"
         print(f"{view.phase}: {view.shown_state} -> {view.screenshot}: {verdict}")
     return 1 if any(view.problems for view in views) else 0
 

@@ -3,7 +3,7 @@
 Each input is decoded as UTF-8 and parsed: anything but ParseError, a text read that
 breaks a rule of the format, or samples other than prometheus_client's where it reads
 the text, is a crash with the input saved (tests/support/parser_oracle.py).
-The real payloads in tests/fixtures seed the corpus. libFuzzer's flags pass through:
+The corpus starts from the real payloads in tests/fixtures. libFuzzer's flags pass through:
 
     .venv/bin/python scripts/fuzz_parser.py -max_total_time=300
 """
