@@ -220,8 +220,8 @@ def markdown(r: benchmark.Results) -> str:
                 f"points a target | {h['packed_bytes'] / MIB:.1f} MiB | "
                 f"{h['plain_bytes'] / MIB:.1f} MiB | {h['ratio']:.1f}x | "
                 f"{'yes' if h['identical'] else '**no**'} |",
-                f"| history: bytes a point | {h['packed_bytes'] / per_point:.0f} B | "
-                f"{h['plain_bytes'] / per_point:.0f} B | | |",
+                f"| history: bytes a point | {h['packed_bytes'] / per_point:,.0f} B | "
+                f"{h['plain_bytes'] / per_point:,.0f} B | | |",
                 f"| history: objects the garbage collector walks | {h['packed_objects']:,.0f} | "
                 f"{h['plain_objects']:,.0f} | | |",
                 "",
