@@ -89,6 +89,104 @@ def write_fleet(server: str) -> Path:
     return path
 
 
+class Processes:
+    """The demo's processes: started in order, stopped together."""
+
+    def __init__(self) -> None:
+        self.started: list[subprocess.Popen] = []
+
+    def start(self, *cmd: str) -> subprocess.Popen:
+        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.started.append(proc)
+        return proc
+
+    def stop_all(self) -> None:
+        for proc in self.started:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        for proc in self.started:
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+def start_services(args: argparse.Namespace, procs: Processes) -> tuple[str, str]:
+    """The demo server, the exporter on it and the dashboard on the exporter, each up
+    before the next starts; the server's and the exporter's URLs."""
+    server_port = free_port()
+    server = f"http://127.0.0.1:{server_port}"
+    exporter = f"http://127.0.0.1:{args.exporter_port}"
+    dashboard = f"http://127.0.0.1:{args.dashboard_port}"
+    print(f"demo: open the dashboard at {dashboard} (it comes up in about a minute)")
+    print(f"demo: starting the demo server on {server} (device {args.device})")
+    procs.start(
+        str(BIN / "batchscope-demo-server"),
+        *("--port", str(server_port), "--batching", "continuous", "--max-num-seqs", "8"),
+        *("--kv-cache-tokens", "2048", "--embed-batching", "adaptive"),
+        *("--latency-budget-ms", "50", "--device", args.device),
+    )
+    wait_http(f"{server}/health", 120, processes=procs.started)
+    print(f"demo: starting the exporter on {exporter}")
+    procs.start(
+        str(BIN / "batchscope-exporter"),
+        *("--config", str(write_fleet(server)), "--listen", f"127.0.0.1:{args.exporter_port}"),
+        *exporter_timing(args.phase_scale),
+    )
+    wait_http(f"{exporter}/health", 30, processes=procs.started)
+    print(f"demo: starting the dashboard on {dashboard}")
+    procs.start(
+        sys.executable,
+        *("-m", "batchscope.dashboard.cli", "--exporter", exporter),
+        *("--port", str(args.dashboard_port)),
+    )
+    wait_http(f"{dashboard}/_stcore/health", 60, processes=procs.started)
+    print(f"demo: dashboard ready at {dashboard}")
+    print(f"demo: signals at {exporter}/api/v1/signals, Prometheus text at {exporter}/metrics")
+    print("demo: Ctrl-C stops everything\n")
+    return server, exporter
+
+
+def start_load(
+    procs: Processes, server: str, phase: tuple, seconds: float, seed: int
+) -> list[subprocess.Popen]:
+    """One phase's load generators: completions and embeddings at the phase's rates."""
+    name, _, rate, max_tokens, embed_rate = phase
+    print(
+        f"demo: phase {name}: {rate} completions/s of {max_tokens} tokens, "
+        f"{embed_rate} embeddings/s, {seconds:g} s"
+    )
+    loadgen = (str(BIN / "batchscope-loadgen"), "--url", server)
+    every = ("--duration", f"{seconds:g}", "--seed", str(seed))
+    return [
+        procs.start(
+            *loadgen,
+            *("--endpoint", "completions", "--rates", str(rate), "--max-tokens", max_tokens),
+            *every,
+        ),
+        procs.start(*loadgen, "--endpoint", "embeddings", "--rates", str(embed_rate), *every),
+    ]
+
+
+def run_phases(args: argparse.Namespace, procs: Processes, server: str, exporter: str) -> None:
+    """The phases in a loop, the exporter's signals shown every 5 s, until --duration."""
+    started = time.monotonic()
+    phase_index = 0
+    while not args.duration or time.monotonic() - started < args.duration:
+        phase = PHASES[phase_index % len(PHASES)]
+        phase_index += 1
+        load = start_load(procs, server, phase, phase[1] * args.phase_scale, phase_index)
+        while any(p.poll() is None for p in load):
+            time.sleep(5)
+            try:
+                with urllib.request.urlopen(f"{exporter}/api/v1/signals", timeout=5) as r:
+                    show(json.load(r))
+            except (urllib.error.URLError, OSError) as err:
+                print(f"  exporter unreachable: {err}")
+            if args.duration and time.monotonic() - started >= args.duration:
+                break
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cpu", help="demo server device: cpu or sim:h200")
@@ -105,130 +203,17 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.phase_scale <= 0:
         parser.error(f"--phase-scale must be above 0 (got {args.phase_scale:g})")
-
-    server_port = free_port()
-    server = f"http://127.0.0.1:{server_port}"
-    exporter = f"http://127.0.0.1:{args.exporter_port}"
-    dashboard = f"http://127.0.0.1:{args.dashboard_port}"
-    procs: list[subprocess.Popen] = []
-
-    def start(*cmd: str) -> subprocess.Popen:
-        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        procs.append(proc)
-        return proc
-
-    def stop_all(*_: object) -> None:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-        for proc in procs:
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-
+    procs = Processes()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     try:
-        print(f"demo: open the dashboard at {dashboard} (it comes up in about a minute)")
-        print(f"demo: starting the demo server on {server} (device {args.device})")
-        start(
-            str(BIN / "batchscope-demo-server"),
-            "--port",
-            str(server_port),
-            "--batching",
-            "continuous",
-            "--max-num-seqs",
-            "8",
-            "--kv-cache-tokens",
-            "2048",
-            "--embed-batching",
-            "adaptive",
-            "--latency-budget-ms",
-            "50",
-            "--device",
-            args.device,
-        )
-        wait_http(f"{server}/health", 120, processes=procs)
-        print(f"demo: starting the exporter on {exporter}")
-        fleet = write_fleet(server)
-        start(
-            str(BIN / "batchscope-exporter"),
-            "--config",
-            str(fleet),
-            "--listen",
-            f"127.0.0.1:{args.exporter_port}",
-            *exporter_timing(args.phase_scale),
-        )
-        wait_http(f"{exporter}/health", 30, processes=procs)
-        print(f"demo: starting the dashboard on {dashboard}")
-        start(
-            sys.executable,
-            "-m",
-            "batchscope.dashboard.cli",
-            "--exporter",
-            exporter,
-            "--port",
-            str(args.dashboard_port),
-        )
-        wait_http(f"{dashboard}/_stcore/health", 60, processes=procs)
-        print(f"demo: dashboard ready at {dashboard}")
-        print(f"demo: signals at {exporter}/api/v1/signals, Prometheus text at {exporter}/metrics")
-        print("demo: Ctrl-C stops everything\n")
-        started = time.monotonic()
-        phase_index = 0
-        while not args.duration or time.monotonic() - started < args.duration:
-            name, seconds, rate, max_tokens, embed_rate = PHASES[phase_index % len(PHASES)]
-            seconds = seconds * args.phase_scale
-            phase_index += 1
-            print(
-                f"demo: phase {name}: {rate} completions/s of {max_tokens} tokens, "
-                f"{embed_rate} embeddings/s, {seconds:g} s"
-            )
-            load = [
-                start(
-                    str(BIN / "batchscope-loadgen"),
-                    "--url",
-                    server,
-                    "--endpoint",
-                    "completions",
-                    "--rates",
-                    str(rate),
-                    "--duration",
-                    f"{seconds:g}",
-                    "--max-tokens",
-                    max_tokens,
-                    "--seed",
-                    str(phase_index),
-                ),
-                start(
-                    str(BIN / "batchscope-loadgen"),
-                    "--url",
-                    server,
-                    "--endpoint",
-                    "embeddings",
-                    "--rates",
-                    str(embed_rate),
-                    "--duration",
-                    f"{seconds:g}",
-                    "--seed",
-                    str(phase_index),
-                ),
-            ]
-            while any(p.poll() is None for p in load):
-                time.sleep(5)
-                try:
-                    with urllib.request.urlopen(f"{exporter}/api/v1/signals", timeout=5) as r:
-                        show(json.load(r))
-                except (urllib.error.URLError, OSError) as err:
-                    print(f"  exporter unreachable: {err}")
-                if args.duration and time.monotonic() - started >= args.duration:
-                    break
+        server, exporter = start_services(args, procs)
+        run_phases(args, procs, server, exporter)
     except KeyboardInterrupt:
         print("\ndemo: stopping")
     except NotReady as err:
         raise SystemExit(f"demo: {err}") from None
     finally:
-        stop_all()
+        procs.stop_all()
     return 0
 
 
