@@ -40,6 +40,8 @@ class Benchmark:
     claims: str  # what it backs on the page
 
 
+# At most six, each backing a claim on the page. The sixth to come: the replica
+# recommendation's truth table (the demo server at k-1, k and k+1 replicas).
 BENCHMARKS = (
     Benchmark(
         "fleet",

@@ -169,3 +169,14 @@ def test_the_fleet_gates_read_the_ratio_of_the_medians_the_p99_and_the_soak_s_me
     assert benchmark.missed(bench_fleet.results(plan, runs, None, "Prometheus 2.42.0")) == [
         "exporter memory after the 60-minute soak"
     ]
+
+
+def test_at_most_six_benchmarks_each_a_script_with_its_section_on_the_page() -> None:
+    assert len(bench.BENCHMARKS) <= 6
+    page = (REPO / "docs/benchmarks.md").read_text(encoding="utf-8")
+    assert len(page.splitlines()) < 250
+    for b in bench.BENCHMARKS:
+        assert (REPO / "scripts" / b.script).exists(), b.script
+        assert page.count(f"<!-- bench:{b.name} -->\n") == 1, b.name
+        assert page.count(f"<!-- /bench:{b.name} -->\n") == 1, b.name
+        assert f"| `{b.name}` |" in page, b.name  # the page's index names it
