@@ -25,6 +25,7 @@ import argparse
 import contextlib
 import functools
 import json
+import math
 import re
 import shutil
 import statistics
@@ -246,7 +247,9 @@ def _measured(run: Run, process: psutil.Process, base: str, seconds: float, up) 
             next_rss += RSS_SAMPLE_SECONDS
         if run.kind != PROMETHEUS:
             run.latencies.append(_get(f"{base}/metrics", {"Accept-Encoding": "gzip"})[0])
-        next_probe += PROBE_SECONDS
+        # On a 1 s schedule, as Prometheus scrapes: a tick missed behind a slow answer is skipped.
+        behind = time.monotonic() - next_probe
+        next_probe += PROBE_SECONDS * max(1, math.ceil(behind / PROBE_SECONDS))
         time.sleep(max(0.0, next_probe - time.monotonic()))
     run.cpu_seconds, run.seconds = _cpu(process) - cpu, time.monotonic() - started
     run.rss_bytes.append(process.memory_info().rss)
