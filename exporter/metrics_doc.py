@@ -54,6 +54,7 @@ def _shown(signal: Signal) -> str:
     places += ["summary"] if signal.summary else []
     places += [f"history `{column}`" for column, _ in signal.history]
     places += [f"Live ({signal.live})"] if signal.live else []
+    places += [f"recorded as `{signal.rule}`"] if signal.rule else []
     return ", ".join(places) or "the JSON API only"
 
 

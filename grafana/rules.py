@@ -43,6 +43,7 @@ from batchscope.exporter.alerts.specs import (
     AlertSpec,
     AlertWords,
 )
+from batchscope.exporter.core.catalog import rule_of
 from batchscope.exporter.core.limits import DEFERRED_SHARE
 from batchscope.exporter.core.reading import OBSERVED_AT_FINISH, OBSERVED_AT_FIRST_TOKEN
 from batchscope.exporter.core.slo import DAY_SECONDS, WINDOW_PAIRS, WINDOWS, window_seconds
@@ -57,14 +58,15 @@ from batchscope.grafana.promql import instance_by, latest, newest, record, secon
 
 LEVEL = "target_model_engine"
 
-# Recorded names, level:metric:operations. The dashboards read these too.
-RUNNING = f"{LEVEL}:vllm_num_requests_running:sum"
-WAITING = f"{LEVEL}:vllm_num_requests_waiting:sum"
-RUNNING_VS_CAP = f"{LEVEL}:vllm_running_vs_cap:ratio"
-PREEMPTIONS = f"{LEVEL}:vllm_num_preemptions:rate"
-KV_USAGE = f"{LEVEL}:vllm_kv_cache_usage:ratio"
-REQUESTS = f"{LEVEL}:vllm_request_success:rate"
-GENERATION_TOKENS = f"{LEVEL}:vllm_generation_tokens:rate"
+# Recorded names, level:metric:operations. The dashboards read these too; a signal the
+# exporter also computes one for one is named in its catalog entry (`rule_of`).
+RUNNING = rule_of("running")
+WAITING = rule_of("waiting")
+RUNNING_VS_CAP = rule_of("running_vs_cap")
+PREEMPTIONS = rule_of("preemptions_per_second")
+KV_USAGE = rule_of("kv_cache_usage")
+REQUESTS = rule_of("requests_per_second")
+GENERATION_TOKENS = rule_of("generation_tokens_per_second")
 LATENCY = f"{LEVEL}:vllm_latency_seconds:quantile"
 BUDGET_UTILIZATION = f"{LEVEL}:vllm_budget_utilization:ratio"
 # 1 where requests were in flight through the window and none finished, by `histogram`:
@@ -75,10 +77,10 @@ BUDGET_SATURATED_RULE = f"{LEVEL}:vllm_budget_saturated:min_over_hold"
 OUTPUT_TOKENS_MEAN = f"{LEVEL}:vllm_request_generation_tokens:mean"
 MEMORY_BOUND_RULE = f"{LEVEL}:vllm_memory_bound:bool"
 STALLED_RULE = f"{LEVEL}:vllm_stalled:bool"
-TOKENS_PER_STEP = f"{LEVEL}:vllm_iteration_tokens:mean"
+TOKENS_PER_STEP = rule_of("tokens_per_step")
 TOKEN_BUDGET_RATIO = f"{LEVEL}:vllm_token_budget:ratio"
 TOKEN_BUDGET_BOUND_RULE = f"{LEVEL}:vllm_token_budget_bound:bool"
-DEFERRED = f"{LEVEL}:vllm_num_requests_waiting_deferred:sum"
+DEFERRED = rule_of("waiting_deferred")
 # 1 for the limit that binds the batch, by `limit` (exporter/core/limits.py's rule), 0
 # for each other limit of BINDING_LIMITS (`binding_limit_rules` records them in this order).
 BINDING_LIMIT = f"{LEVEL}:vllm_binding_limit:bool"

@@ -5,14 +5,17 @@ purpose: Prometheus evaluates them at fleet scale. `TWINS` says, one line a sign
 recorded series (picked by its own labels) equals which reading of the exporter's
 `SeriesSignals` for the same engine series. tests/grafana/test_rule_twins.py holds every
 line equal on fixed series through `promtool test rules`; tests/e2e holds the rules equal
-to the exporter through a real Prometheus. A new signal with a rule adds one line here.
+to the exporter through a real Prometheus. A signal whose catalog entry names its `rule` is paired from the catalog; the
+others (labels, tolerances, states) are paired here, one line each.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from operator import attrgetter
 
+from batchscope.exporter.core.catalog import SERIES
 from batchscope.exporter.core.evaluate import SeriesSignals
 from batchscope.grafana import rules
 
@@ -58,23 +61,8 @@ def _known(value: object, read: Callable) -> float | None:
 
 
 TWINS = (
-    Twin("batchscope_running_requests", rules.RUNNING, lambda s: s.running),
-    Twin("batchscope_waiting_requests", rules.WAITING, lambda s: s.waiting),
-    Twin("batchscope_running_vs_cap_ratio", rules.RUNNING_VS_CAP, lambda s: s.running_vs_cap),
-    Twin("batchscope_kv_cache_usage_ratio", rules.KV_USAGE, lambda s: s.kv_cache_usage),
-    Twin("batchscope_deferred_requests", rules.DEFERRED, lambda s: s.waiting_deferred),
-    Twin(
-        "batchscope_preemptions_per_second",
-        rules.PREEMPTIONS,
-        lambda s: s.preemptions_per_second,
-    ),
-    Twin("batchscope_requests_per_second", rules.REQUESTS, lambda s: s.requests_per_second),
-    Twin(
-        "batchscope_generation_tokens_per_second",
-        rules.GENERATION_TOKENS,
-        lambda s: s.generation_tokens_per_second,
-    ),
-    Twin("batchscope_tokens_per_step", rules.TOKENS_PER_STEP, lambda s: s.tokens_per_step),
+    # Each signal the catalog pairs with a recorded series one for one.
+    *(Twin(s.metric, s.rule, attrgetter(s.name)) for s in SERIES if s.rule and s.metric),
     Twin(
         'batchscope_limit_ratio{limit="token_budget"}',
         rules.TOKEN_BUDGET_RATIO,

@@ -68,7 +68,10 @@ class Signal:
     `summary`: a field of the fleet's summary rows. `history`: the columns a history
     point keeps of it (`keep()` for its own value). `live`: the Live page's group of
     numbers it shows in. `published`: whether an engine publishes what it needs, where
-    that can be absent (the API lists the signal under `not_exposed` then).
+    that can be absent (the API lists the signal under `not_exposed` then). `rule`: the
+    series grafana/rules.py records with the same number for each vLLM engine series, on
+    the fleet path (grafana/twins.py holds the two equal); where the twin needs labels or a
+    tolerance, twins.py pairs them itself.
     """
 
     name: str
@@ -83,6 +86,7 @@ class Signal:
     history: tuple[Column, ...] = ()
     live: str | None = None
     published: Callable[[SeriesSnapshot, Any], bool] | None = None
+    rule: str | None = None
 
     def gauge(self) -> Family:
         """The one-gauge family of `metric`."""
@@ -143,6 +147,7 @@ SERIES: tuple[Signal, ...] = (
         history=keep("running"),
         live=NOW,
         published=_counter("running"),
+        rule="target_model_engine:vllm_num_requests_running:sum",
     ),
     Signal(
         "running_peak",
@@ -164,6 +169,7 @@ SERIES: tuple[Signal, ...] = (
         history=keep("waiting"),
         live=NOW,
         published=_counter("waiting"),
+        rule="target_model_engine:vllm_num_requests_waiting:sum",
     ),
     Signal(
         "cap",
@@ -183,6 +189,7 @@ SERIES: tuple[Signal, ...] = (
         lambda w: running_vs_cap(w.batch, w.cap),
         metric="batchscope_running_vs_cap_ratio",
         history=keep("running_vs_cap"),
+        rule="target_model_engine:vllm_running_vs_cap:ratio",
     ),
     Signal(
         "batch_tokens",
@@ -232,6 +239,7 @@ SERIES: tuple[Signal, ...] = (
         history=keep("preemptions_per_second"),
         live=WINDOW,
         published=_counter("preemptions_total"),
+        rule="target_model_engine:vllm_num_preemptions:rate",
     ),
     Signal(
         "kv_cache_usage",
@@ -244,6 +252,7 @@ SERIES: tuple[Signal, ...] = (
         history=keep("kv_cache_usage"),
         live=NOW,
         published=_counter("kv_usage"),
+        rule="target_model_engine:vllm_kv_cache_usage:ratio",
     ),
     Signal(
         "requests_per_second",
@@ -255,6 +264,7 @@ SERIES: tuple[Signal, ...] = (
         history=keep("requests_per_second"),
         live=WINDOW,
         published=_counter("requests_total"),
+        rule="target_model_engine:vllm_request_success:rate",
     ),
     Signal(
         "generation_tokens_per_second",
@@ -266,6 +276,7 @@ SERIES: tuple[Signal, ...] = (
         history=keep("generation_tokens_per_second"),
         live=WINDOW,
         published=_counter("generation_tokens_total"),
+        rule="target_model_engine:vllm_generation_tokens:rate",
     ),
     Signal(
         "window_seconds",
@@ -417,6 +428,7 @@ SERIES: tuple[Signal, ...] = (
         lambda w: w.tokens_per_step,
         metric="batchscope_tokens_per_step",
         live=WINDOW,
+        rule="target_model_engine:vllm_iteration_tokens:mean",
     ),
     Signal(
         "token_budget",
@@ -441,6 +453,7 @@ SERIES: tuple[Signal, ...] = (
         lambda w: w.last.waiting_deferred,
         metric="batchscope_deferred_requests",
         live=NOW,
+        rule="target_model_engine:vllm_num_requests_waiting_deferred:sum",
     ),
     Signal(
         "rejections_per_second",
@@ -531,6 +544,15 @@ SeriesSignals = make_dataclass(
     slots=True,
 )
 SeriesSignals.__doc__ = "Every signal of one series (or a target total) at one evaluation."
+
+
+def rule_of(name: str) -> str:
+    """The recorded series of the signal called `name` (its `rule`)."""
+    rule = next(s.rule for s in SERIES if s.name == name)
+    if rule is None:
+        raise ValueError(f"signal {name} has no recording rule")
+    return rule
+
 
 # What /metrics writes one gauge sample of per series: (family, SeriesSignals field).
 GAUGES: tuple[tuple[Family, str], ...] = tuple((s.gauge(), s.name) for s in SERIES if s.metric)
