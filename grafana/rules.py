@@ -81,6 +81,8 @@ TOKENS_PER_STEP = rule_of("tokens_per_step")
 TOKEN_BUDGET_RATIO = f"{LEVEL}:vllm_token_budget:ratio"
 TOKEN_BUDGET_BOUND_RULE = f"{LEVEL}:vllm_token_budget_bound:bool"
 DEFERRED = rule_of("waiting_deferred")
+PREFIX_CACHE_HIT = rule_of("prefix_cache_hit_rate")
+SPEC_ACCEPTANCE = rule_of("spec_decode_acceptance_rate")
 # 1 for the limit that binds the batch, by `limit` (exporter/core/limits.py's rule), 0
 # for each other limit of BINDING_LIMITS (`binding_limit_rules` records them in this order).
 BINDING_LIMIT = f"{LEVEL}:vllm_binding_limit:bool"
@@ -123,6 +125,16 @@ SIGNALS = (
     (TOKENS_PER_STEP, "mean", ("vllm:iteration_tokens_total",)),
     (TOKEN_BUDGET_RATIO, "over the target's constant", (TOKENS_PER_STEP, TOKEN_BUDGET_RULE)),
     (OUTPUT_TOKENS_MEAN, "mean", ("vllm:request_generation_tokens",)),
+    (
+        PREFIX_CACHE_HIT,
+        "share",
+        ("vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total"),
+    ),
+    (
+        SPEC_ACCEPTANCE,
+        "share",
+        ("vllm:spec_decode_num_accepted_tokens_total", "vllm:spec_decode_num_draft_tokens_total"),
+    ),
 )
 
 
@@ -144,6 +156,8 @@ def _signal(how: str, reads: tuple[str, ...], config: Mapping) -> str:
         return _rate(reads[0], config)
     if how == "mean":
         return f"{_rate(reads[0] + '_sum', config)}\n/ {_rate(reads[0] + '_count', config)}"
+    if how == "share":  # one counter's increase over another's, none while that is 0
+        return f"{_rate(reads[0], config)}\n/ ({_rate(reads[1], config)} > 0)"
     signal, constant = reads
     return f"{signal} / on (target) group_left () {constant}"
 

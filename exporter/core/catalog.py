@@ -111,12 +111,20 @@ def _has_latency(last: SeriesSnapshot, settings: Any) -> bool:
     return kind in last.latency or kind in last.latency_quantiles or kind in last.latency_means
 
 
+def _share(w: Any, part: str, whole: str) -> float | None:
+    """One counter's increase over the window as a share of another's; None while the
+    whole did not increase."""
+    p, q = w.increases[part], w.increases[whole]
+    return None if p is None or not q or q <= 0 else p / q
+
+
 def _counter(name: str) -> Callable[[SeriesSnapshot, Any], bool]:
     return lambda last, _settings: getattr(last, name) is not None
 
 
-# The Live page's groups of numbers (`live`): the last scrape's, the window's.
-NOW, WINDOW = "now", "window"
+# The Live page's groups of numbers (`live`): the last scrape's, the window's, the
+# caches' (the vLLM board shows that group in a row of its own).
+NOW, WINDOW, CACHES = "now", "window", "caches"
 
 SERIES: tuple[Signal, ...] = (
     Signal(
@@ -463,6 +471,32 @@ SERIES: tuple[Signal, ...] = (
         lambda w: w.rates.rejections,
         metric="batchscope_admission_rejections_per_second",
         live=WINDOW,
+    ),
+    Signal(
+        "prefix_cache_hit_rate",
+        "prefix cache hits",
+        "ratio",
+        "Share of the prompt tokens looked up in the prefix cache that it held, over the "
+        "window (vLLM prefix_cache_hits / prefix_cache_queries).",
+        lambda w: _share(w, "prefix_cache_hits_total", "prefix_cache_queries_total"),
+        metric="batchscope_prefix_cache_hit_ratio",
+        history=keep("prefix_cache_hit_rate"),
+        live=CACHES,
+        published=_counter("prefix_cache_queries_total"),
+        rule="target_model_engine:vllm_prefix_cache_hit:ratio",
+    ),
+    Signal(
+        "spec_decode_acceptance_rate",
+        "draft tokens accepted",
+        "ratio",
+        "Share of the speculative decoder's draft tokens the target model accepted, over "
+        "the window (vLLM spec_decode_num_accepted_tokens / spec_decode_num_draft_tokens).",
+        lambda w: _share(w, "spec_accepted_tokens_total", "spec_draft_tokens_total"),
+        metric="batchscope_spec_decode_acceptance_ratio",
+        history=keep("spec_decode_acceptance_rate"),
+        live=CACHES,
+        published=_counter("spec_draft_tokens_total"),
+        rule="target_model_engine:vllm_spec_decode_acceptance:ratio",
     ),
     Signal(
         "limits",

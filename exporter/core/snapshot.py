@@ -71,6 +71,12 @@ class SeriesSnapshot:
     rejections_total: float | None = None
     # In-house batchers: batches fired by trigger (full, timeout, budget), cumulative.
     batches_by_trigger: Mapping[str, float] = field(default_factory=dict)
+    # Prompt tokens the prefix cache was asked for and held; a speculative decoder's draft
+    # tokens and those the model accepted (vLLM), cumulative.
+    prefix_cache_queries_total: float | None = None
+    prefix_cache_hits_total: float | None = None
+    spec_draft_tokens_total: float | None = None
+    spec_accepted_tokens_total: float | None = None
 
     @property
     def labels(self) -> dict[str, str]:
@@ -121,6 +127,10 @@ COUNTERS = (
     "batch_tokens_total",
     "padding_tokens_total",
     "rejections_total",
+    "prefix_cache_queries_total",
+    "prefix_cache_hits_total",
+    "spec_draft_tokens_total",
+    "spec_accepted_tokens_total",
 )
 
 # The counts and gauges a target total adds up over its series.

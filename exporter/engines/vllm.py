@@ -58,6 +58,11 @@ CACHE_CONFIG = "vllm:cache_config_info"
 STEP_TOKENS = "vllm:iteration_tokens_total"
 WAITING_BY_REASON = "vllm:num_requests_waiting_by_reason"
 REJECTIONS = "vllm:admission_rejections"
+PREFIX_CACHE_QUERIES = "vllm:prefix_cache_queries"
+PREFIX_CACHE_HITS = "vllm:prefix_cache_hits"
+# Only with speculative decoding configured (--speculative-config).
+SPEC_DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens"
+SPEC_ACCEPTED_TOKENS = "vllm:spec_decode_num_accepted_tokens"
 LATENCY_FAMILIES = {
     "e2e": "vllm:e2e_request_latency_seconds",
     "ttft": "vllm:time_to_first_token_seconds",
@@ -165,6 +170,10 @@ FAMILIES = (
     STEP_TOKENS,
     WAITING_BY_REASON,
     REJECTIONS,
+    PREFIX_CACHE_QUERIES,
+    PREFIX_CACHE_HITS,
+    SPEC_DRAFT_TOKENS,
+    SPEC_ACCEPTED_TOKENS,
     *LATENCY_FAMILIES.values(),
 )
 
@@ -223,6 +232,15 @@ def to_series(by_name: SamplesByName) -> list[SeriesSnapshot]:
     step_tokens = histograms_by_key(by_name, STEP_TOKENS, KEY_LABELS)
     deferred = values_by_key(by_name, WAITING_BY_REASON, KEY_LABELS, where={"reason": "deferred"})
     rejections = values_by_key(by_name, REJECTIONS + "_total", ("model_name",))
+    counted = {
+        field: values_by_key(by_name, family + "_total", KEY_LABELS)
+        for field, family in (
+            ("prefix_cache_queries_total", PREFIX_CACHE_QUERIES),
+            ("prefix_cache_hits_total", PREFIX_CACHE_HITS),
+            ("spec_draft_tokens_total", SPEC_DRAFT_TOKENS),
+            ("spec_accepted_tokens_total", SPEC_ACCEPTED_TOKENS),
+        )
+    }
     keys = sorted(set(running) | set(waiting) | set(kv) | set(preemptions) | set(finished))
     first_of_model = _first_of_model(keys)
     return [
@@ -242,6 +260,7 @@ def to_series(by_name: SamplesByName) -> list[SeriesSnapshot]:
             step_tokens=step_tokens.get(key),
             waiting_deferred=deferred.get(key),
             rejections_total=rejections.get(_model_key(key)) if key in first_of_model else None,
+            **{field: values.get(key) for field, values in counted.items()},
             **_cache_config_of(key, cache_configs),
         )
         for key in keys

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import replace
 
+from batchscope.exporter.core.catalog import CACHES, SERIES
 from batchscope.exporter.core.diagnosis import DIAGNOSIS_STATES
 from batchscope.grafana.boards.common import (
     EXPORTER,
@@ -20,6 +21,7 @@ from batchscope.grafana.boards.common import (
 )
 from batchscope.grafana.boards.slo import ENGINE_ROW
 from batchscope.grafana.boards.vllm_queries import (
+    PER_ENGINE,
     binding_mappings,
     state_mappings,
     vllm_queries,
@@ -32,6 +34,7 @@ from batchscope.grafana.panels import (
     TIMELINE,
     TIMESERIES,
     PanelSpec,
+    Query,
 )
 
 RUNNING = PanelSpec(
@@ -249,6 +252,35 @@ ADVICE = PanelSpec(
     ("advice",),
 )
 
+# The catalog's caches group, as the Live page shows it: one panel a signal, a row of their
+# own, from the exporter's series or the recorded one (the signal's `rule`).
+CACHE_SIGNALS = tuple(s for s in SERIES if s.live == CACHES)
+CACHE_ROW = tuple(
+    PanelSpec(
+        TIMESERIES,
+        s.title[:1].upper() + s.title[1:],
+        s.help,
+        (s.name,),
+        width=24 // len(CACHE_SIGNALS),
+        unit="percentunit",
+        min=0,
+        max=1,
+    )
+    for s in CACHE_SIGNALS
+)
+
+
+def cache_queries(source: Source) -> dict[str, Query]:
+    """The caches row's queries: each signal's series, one line a model."""
+    return {
+        s.name: Query(
+            f"{s.metric if source is EXPORTER else s.rule}{{{PER_ENGINE}{source.series}}}",
+            "{{model_name}}",
+        )
+        for s in CACHE_SIGNALS
+    }
+
+
 # The first row answers the question (the state, what binds, the budget); detail below.
 DETAIL = ((RUNNING, WAITING), (RATIO, KV, PREEMPTIONS), (LIMITS, BUDGET), ENGINE_ROW)
 # Each source's rows, top to bottom; a panel's width is in its spec (12 unless said).
@@ -258,6 +290,7 @@ ROWS = {
         *DETAIL,
         (LENGTHS, STATIC),
         (LATENCY, THROUGHPUT),
+        CACHE_ROW,
         (KV_ADVICE, ADVICE),
     ),
     RULES.key: (
@@ -265,12 +298,13 @@ ROWS = {
         *DETAIL,
         (LENGTHS, MEAN_OUTPUT),
         (LATENCY, THROUGHPUT),
+        CACHE_ROW,
     ),
 }
 
 
 def vllm_batching(source: Source, config: Mapping) -> dict:
-    queries = vllm_queries(source, config)
+    queries = {**vllm_queries(source, config), **cache_queries(source)}
     rows = [[spec.resolved(queries, config) for spec in row] for row in ROWS[source.key]]
     return build_dashboard(
         f"batchscope-vllm-{source.key}",

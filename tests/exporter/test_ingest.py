@@ -136,7 +136,9 @@ def test_a_known_layout_with_an_edited_head_reads_as_its_lines_one_by_one(
 
 def test_a_known_layout_keeps_the_sample_limit(vllm_load: str) -> None:
     wanted = len(promtext.parse(vllm_load, VLLM_FAMILIES))
-    assert wanted == 92  # 69, and iteration_tokens (17), waiting_by_reason (2), rejections (4)
+    # 69, and iteration_tokens (17), waiting_by_reason (2), rejections (4), and the prefix
+    # cache's queries and hits (each _total and _created)
+    assert wanted == 96
     assert len(promtext.parse(vllm_load, VLLM_FAMILIES, limit=wanted)) == wanted
     with pytest.raises(SampleLimitExceeded):
         promtext.parse(vllm_load, VLLM_FAMILIES, limit=wanted - 1)
@@ -317,7 +319,7 @@ def test_every_adapter_reads_its_fixtures_as_on_parsed_samples_with_or_without_a
 
 def test_the_vllm_payloads_are_read_by_a_plan(vllm_load: str) -> None:
     layout, values = promtext.read_values(vllm_load, families_read(vllm, "e2e"))
-    assert len(layout) == 92
+    assert len(layout) == 96
     engines._plan(("vllm",), layout)
     plan = engines._plan(("vllm",), layout)
     assert plan is not None

@@ -413,7 +413,10 @@ COUNTER_MOVES = st.sampled_from([0.1, 0.7, 1.0, 3.0, 1e16] * 4 + ["restart", Non
 @settings(max_examples=300, deadline=None)
 @given(
     steps=st.lists(
-        st.tuples(st.booleans(), st.lists(COUNTER_MOVES, min_size=8, max_size=8)),
+        st.tuples(
+            st.booleans(),
+            st.lists(COUNTER_MOVES, min_size=len(COUNTERS), max_size=len(COUNTERS)),
+        ),
         min_size=1,
         max_size=30,
     )

@@ -75,8 +75,13 @@ class Phase:
     steps: float = 0.0
     tokens_per_step: float = 0.0
     deferred: float | None = None
+    # Shares of the prompt tokens the prefix cache held and of the draft tokens accepted.
+    cached: float = 0.0
+    accepted: float = 0.0
 
 
+# Prompt tokens looked up in the prefix cache and draft tokens proposed, per scrape.
+PROMPT_TOKENS, DRAFT_TOKENS = 1024.0, 256.0
 # 4 requests a second, 64 a scrape: 48 at 0.4 s and 16 at 0.9 s, so the window's p99
 # bucket, (0.8, 1.0], holds 64; p99 0.992 s, half the budget.
 CALM = ((48, 0.4, 40), (16, 0.9, 150))
@@ -84,19 +89,21 @@ CALM = ((48, 0.4, 40), (16, 0.9, 150))
 # (1.24 of the budget), 75% of requests within 2 s.
 SLOW = ((32, 1.2, 40), (16, 1.9, 150), (16, 2.3, 150))
 PHASES = (
-    Phase("underloaded", 12, 0, 0.5, CALM, steps=800, tokens_per_step=400),
+    Phase(
+        "underloaded", 12, 0, 0.5, CALM, steps=800, tokens_per_step=400, cached=0.25, accepted=0.5
+    ),
     Phase("stalled", 2, 10, 0.3),
-    Phase("memory_bound", 9, 20, 0.95, CALM, preemptions=8, steps=800, tokens_per_step=480),
-    Phase("token_budget_bound", 9, 20, 0.5, CALM, steps=800, tokens_per_step=496),
-    Phase("deferred", 9, 20, 0.5, CALM, steps=800, tokens_per_step=400, deferred=12),
-    Phase("budget_saturated", 16, 20, 0.5, SLOW, steps=800, tokens_per_step=400),
-    Phase("underloaded again", 12, 0, 0.5, CALM, steps=800, tokens_per_step=400),
+    Phase("memory_bound", 9, 20, 0.95, CALM, 8, 800, 480, cached=0.5, accepted=0.75),
+    Phase("token_budget_bound", 9, 20, 0.5, CALM, steps=800, tokens_per_step=496, cached=0.125),
+    Phase("deferred", 9, 20, 0.5, CALM, steps=800, tokens_per_step=400, deferred=12, accepted=0.25),
+    Phase("budget_saturated", 16, 20, 0.5, SLOW, steps=800, tokens_per_step=400, cached=0.0625),
+    Phase("underloaded again", 12, 0, 0.5, CALM, steps=800, tokens_per_step=400, accepted=0.875),
 )
 
 
 def payloads() -> Iterator[tuple[float, str]]:
     """(time, payload) of every scrape, phase after phase; counters carry over."""
-    state = VllmState()
+    state = VllmState(prefix_queries=0.0, draft_tokens=0.0)
     for index, phase in enumerate(PHASES):
         for step in range(SCRAPES_A_PHASE):
             t = (index * SCRAPES_A_PHASE + step) * SCRAPE
@@ -106,6 +113,11 @@ def payloads() -> Iterator[tuple[float, str]]:
                 state.preemptions += phase.preemptions
                 state.steps += phase.steps
                 state.step_tokens += phase.steps * phase.tokens_per_step
+                if phase.finished:  # a phase that finishes nothing looks nothing up
+                    state.prefix_queries += PROMPT_TOKENS
+                    state.prefix_hits += PROMPT_TOKENS * phase.cached
+                    state.draft_tokens += DRAFT_TOKENS
+                    state.accepted_tokens += DRAFT_TOKENS * phase.accepted
             state.running, state.waiting, state.kv_usage = phase.running, phase.waiting, phase.kv
             state.deferred = phase.deferred
             yield t, render(state)

@@ -35,6 +35,12 @@ class VllmState:
     # Waiting requests vLLM 0.32 deferred by a transient constraint; stated, with the rest
     # as `capacity`, in num_requests_waiting_by_reason when set.
     deferred: float | None = None
+    # Prompt tokens looked up in the prefix cache and those it held; a speculative
+    # decoder's draft tokens and those accepted: rendered when set.
+    prefix_queries: float | None = None
+    prefix_hits: float = 0.0
+    draft_tokens: float | None = None
+    accepted_tokens: float = 0.0
 
     @property
     def finished(self) -> float:
@@ -99,6 +105,21 @@ def render(s: VllmState) -> str:
                 )
             ),
         ]
+    counters = (
+        ("vllm:prefix_cache_queries_total", s.prefix_queries, "Prefix cache queries."),
+        ("vllm:prefix_cache_hits_total", s.prefix_hits, "Prefix cache hits."),
+        ("vllm:spec_decode_num_draft_tokens_total", s.draft_tokens, "Number of draft tokens."),
+        ("vllm:spec_decode_num_accepted_tokens_total", s.accepted_tokens, "Accepted tokens."),
+    )
+    for (name, value, help_text), given in zip(
+        counters, (s.prefix_queries, s.prefix_queries, s.draft_tokens, s.draft_tokens), strict=True
+    ):
+        if given is not None:
+            lines += [
+                f"# HELP {name} {help_text}",
+                f"# TYPE {name} counter",
+                f"{name}{{{LABELS}}} {value}",
+            ]
     if s.kv_cache_tokens is not None:
         lines += [
             "# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig",
