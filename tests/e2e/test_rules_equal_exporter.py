@@ -1,26 +1,7 @@
 """Rules equal the exporter: the same vLLM series, fed to both, give the same signals.
 
-A scripted vLLM 0.32 payload (tests/support/vllm_payload.py) is served from a local HTTP
-target. The exporter scrapes it every second, and a real Prometheus scrapes both the
-target (with the recording rules of grafana/prometheus/, window and hold shortened for
-the test exactly as a user would set them) and the exporter. Each signal is then read
-from Prometheus at the same instants, as the rule computed it and as the exporter
-exported it, and compared.
-
-The script, three PHASE (40 s) phases: calm (4 req/s, p99 0.99 s of a 2 s budget, 12 of 16
-running, nothing waits, steps at 400 of a 512-token budget: arrivals bind); memory-bound
-(9 of 16 running, 20 waiting, KV 95%, 0.5 preemptions/s, same latency, steps at 480
-tokens: the KV cache binds, not the budget); saturated (the same, with p99 1.99 s:
-saturated once held 5 s, and then the diagnosis says budget_saturated, not memory_bound).
-Counters grow linearly within a phase, so any two samplers see the same slopes.
-
-The same payload is scraped again as a second target, `llm-slo`, held to an SLO: 90% of
-requests within 1.2 s, between the e2e histogram's edges at 1.0 and 1.5 s (the `llm`
-target promises 99% within 2 s, an edge: exact). Its attainment, goodput and 5-minute
-burn rate (the SLO windows scaled to a twentieth: 5 minutes is the 15 s window) are
-compared too: attainment 1, goodput 4/s and a burn of 0 until the saturated phase, then
-(its 4 requests a second at 1.2 and 1.9 s: none within 1.0 s, 2 within 1.5 s, the budget
-40% of the way) 20%, bounded by 0 and 50%, 0.8/s, and a burn of 8.
+The scripted run of tests/support/rules_equal.py, with a real Prometheus evaluating the
+recording rules of grafana/prometheus/.
 
 Tolerance (plus 0.001 for values near zero): gauges and states exactly; rates and
 quantiles 7.7% (TOLERANCE below). Where both windows lie inside one phase the two
@@ -30,327 +11,56 @@ samples to the window's edges (the same slope for linear counters; the few ms be
 scrape's timestamp and the moment the payload is rendered are under 0.1% of a 15 s
 window), and (2) histogram interpolation, PromQL's linear interpolation in both
 (exporter/core/histogram.py follows it). Measured: under 0.1% for every rate, 0 for the rest.
-Compared: instants where both windows lie inside one phase (gauges two seconds after a
-switch, states after the hold too) and Prometheus' window holds every scrape: on this
-shared 2-core machine a scrape is now and then late by seconds, and rate() then
-extrapolates a shorter run of samples (7% off once), which is the scheduler, not the rule.
+A scrape late by seconds makes rate() extrapolate a shorter run of samples (7% off once),
+which is the scheduler, not the rule: the comparison skips windows with a gap.
 """
 
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 import pytest
 import yaml
 
-from batchscope.exporter.alerts.fleet_rules import fleet_rule_groups
-from batchscope.exporter.config.settings import Target
-from batchscope.grafana import rules
-from batchscope.grafana.build import rule_yaml
-from batchscope.grafana.config import CONFIG
-from tests.support.monitoring_stack import (
-    exporter,
-    payload_server,
-    prometheus,
-    query,
-    query_range,
-)
+from tests.support.monitoring_stack import exporter, payload_server, prometheus
 from tests.support.network import wait_until
-from tests.support.vllm_payload import VllmState, render
+from tests.support.rules_equal import (
+    MAX_GAP,
+    RUN,
+    SCRAPE,
+    WINDOW,
+    check_phases,
+    compare_signals,
+    fleet_file,
+    rule_files,
+    scrape_jobs,
+    scripted_targets,
+    state_at,
+)
+from tests.support.vllm_payload import render
 
 pytestmark = pytest.mark.slow
 
-WINDOW = 15.0
-HOLD = 5.0
-PHASE = 40.0  # long enough for 12+ comparable instants of a state on a loaded machine
-RUN = 3 * PHASE
-CAP, BUDGET = 16, 2.0
-TOKEN_BUDGET = 512
-SCRAPE = 1.0
 # Gauges and states are the same numbers read twice. A rate can differ by a late scrape at
 # the window's edge: when the first sample in Prometheus' window lies more than 1.1
 # intervals past its start, rate() extrapolates half an interval instead of to the edge.
-# `_comparable` admits gaps up to MAX_GAP, so up to MAX_GAP - SCRAPE / 2 of the window is
+# The comparison admits gaps up to MAX_GAP, so up to MAX_GAP - SCRAPE / 2 of the window is
 # lost (a clean-clone run under load read 4.8%), plus 1% for timestamp jitter.
-MAX_GAP = 1.5 * SCRAPE
 TOLERANCE = {"gauge": 1e-9, "state": 1e-9, "rate": (MAX_GAP - SCRAPE / 2) / WINDOW + 0.01}
-SELECT = 'target="llm", model_name="tiny", engine="0"'
-SLO_SELECT = 'target="llm-slo", model_name="tiny", engine="0"'
-# The rules' series of `llm` (Prometheus scrapes the server as both targets).
-LLM = '{target="llm"}'
-SLO_BUDGET, SLO_OBJECTIVE = 1.2, 0.9
-SLO_SCALE = WINDOW / 300  # the standard 5-minute window becomes the 15 s window
-# llm-slo's SLO signals as the rules record them.
-SLO_ATTAINED = f'{rules.SLO_ATTAINMENT}{{target="llm-slo", window=""}}'
-SLO_GOODPUT = f'{rules.SLO_WITHIN}{{target="llm-slo", window=""}}'
-SLO_BURN_5M = f'{rules.SLO_BURN_RATE}{{target="llm-slo", window="5m"}}'
-
-
-def state_at(t: float) -> VllmState:
-    """The scripted server's state t seconds after it started."""
-    calm = min(t, 2 * PHASE)
-    pressed, saturated = max(0.0, t - PHASE), max(0.0, t - 2 * PHASE)
-    state = VllmState()
-    state.finish(3 * calm, 0.4, 40)  # p99 = 0.8 + 0.2 * (0.99 * 4 - 3) = 0.992 s
-    state.finish(1 * calm, 0.9, 150)
-    state.finish(2 * saturated, 1.2, 40)  # p99 = 1.5 + 0.5 * (0.99 * 4 - 2) / 2 = 1.99 s
-    state.finish(2 * saturated, 1.9, 300)
-    state.preemptions = 0.5 * pressed
-    # 50 engine steps a second, of 400 tokens while calm and 480 (94% of the token budget)
-    # under pressure: the KV cache, not the budget, binds there (first match).
-    state.steps = 50 * t
-    state.step_tokens = 50 * (400 * min(t, PHASE) + 480 * max(0.0, t - PHASE))
-    if pressed:
-        state.running, state.waiting, state.kv_usage = 9, 20, 0.95
-    else:
-        state.running, state.waiting, state.kv_usage = 12, 0, 0.5
-    return state
-
-
-# Seconds after a phase switch before a signal is comparable: a gauge's next scrapes, a
-# rate's window, a state's window and hold.
-# Two chained scrapes (target -> exporter -> Prometheus, 1 s each) can each run late on a
-# loaded machine: 4 s, not 2 (a run under load read the old phase at +2 s).
-SETTLE = {"gauge": 4.0, "rate": WINDOW + 4, "state": WINDOW + HOLD + 4}
-
-
-# (signal, the exporter's series, the rule's series, when it is comparable: "rate" needs a
-# window inside one phase, "gauge" one settling second)
-PAIRS = [
-    ("running", f"batchscope_running_requests{{{SELECT}}}", rules.RUNNING + LLM, "gauge"),
-    ("waiting", f"batchscope_waiting_requests{{{SELECT}}}", rules.WAITING + LLM, "gauge"),
-    (
-        "running_vs_cap",
-        f"batchscope_running_vs_cap_ratio{{{SELECT}}}",
-        rules.RUNNING_VS_CAP + LLM,
-        "gauge",
-    ),
-    (
-        "kv_cache_usage",
-        f"batchscope_kv_cache_usage_ratio{{{SELECT}}}",
-        rules.KV_USAGE + LLM,
-        "gauge",
-    ),
-    (
-        "preemptions_per_second",
-        f"batchscope_preemptions_per_second{{{SELECT}}}",
-        rules.PREEMPTIONS + LLM,
-        "rate",
-    ),
-    (
-        "requests_per_second",
-        f"batchscope_requests_per_second{{{SELECT}}}",
-        rules.REQUESTS + LLM,
-        "rate",
-    ),
-    (
-        "generation_tokens_per_second",
-        f"batchscope_generation_tokens_per_second{{{SELECT}}}",
-        rules.GENERATION_TOKENS + LLM,
-        "rate",
-    ),
-    (
-        "latency_p99_e2e",
-        f"batchscope_latency_seconds{{{SELECT}}}",
-        f'{rules.LATENCY}{{target="llm", quantile="0.99", histogram="e2e"}}',
-        "rate",
-    ),
-    (
-        "budget_utilization",
-        f"batchscope_budget_utilization_ratio{{{SELECT}}}",
-        rules.BUDGET_UTILIZATION + LLM,
-        "rate",
-    ),
-    (
-        "memory_bound",
-        f'batchscope_diagnosis{{{SELECT}, state="memory_bound"}}',
-        rules.MEMORY_BOUND_RULE + LLM,
-        "state",
-    ),
-    (
-        "token_budget_ratio",
-        f'batchscope_limit_ratio{{{SELECT}, limit="token_budget"}}',
-        rules.TOKEN_BUDGET_RATIO + LLM,
-        "rate",
-    ),
-    *(
-        (
-            f"binding_{limit}",
-            f'batchscope_binding_limit{{{SELECT}, limit="{limit}"}}',
-            f'{rules.BINDING_LIMIT}{{target="llm", limit="{limit}"}}',
-            "state",
-        )
-        for limit in ("arrivals", "kv_cache", "token_budget", "requests", "deferred", "unexplained")
-    ),
-    (
-        "slo_attainment_exact",
-        f'batchscope_slo_attainment_ratio{{{SELECT}, bound="estimate"}}',
-        f'{rules.SLO_ATTAINMENT}{{target="llm", window=""}}',
-        "rate",
-    ),
-    (
-        "slo_attainment_between_edges",
-        f'batchscope_slo_attainment_ratio{{{SLO_SELECT}, bound="estimate"}}',
-        SLO_ATTAINED,
-        "rate",
-    ),
-    (
-        "goodput",
-        f'batchscope_goodput_requests_per_second{{{SLO_SELECT}, bound="estimate"}}',
-        SLO_GOODPUT,
-        "rate",
-    ),
-    (
-        "slo_burn_rate_5m",
-        f'batchscope_slo_burn_rate_ratio{{{SLO_SELECT}, window="5m"}}',
-        SLO_BURN_5M,
-        "rate",
-    ),
-]
-
-
-def _comparable(t: float, kind: str, start: float, scrapes: list[float]) -> bool:
-    """Far enough into its phase, and past Prometheus' first scrape, that both windows
-    hold only that phase, with no scrape missing from Prometheus' window. (Over a series
-    younger than its range, rate() divides by the whole range, the exporter by the span
-    it has; a scrape the loaded machine delayed past the window's edge changes the
-    extrapolation by up to a whole interval.)"""
-    since = t - start
-    phase_start = max(start + since // PHASE * PHASE, scrapes[0])
-    if since >= RUN or t - phase_start < SETTLE[kind]:
-        return False
-    # The rule ran up to one evaluation before t, over the WINDOW before that.
-    seen = [s for s in scrapes if t - WINDOW - 2 * SCRAPE <= s <= t]
-    return all(b - a <= MAX_GAP for a, b in zip(seen, seen[1:], strict=False))
-
-
-def _targets(url: str) -> list[Target]:
-    """The scripted server twice: `llm`, and `llm-slo` judged against a budget between
-    two bucket edges."""
-    common = {"engine": "vllm", "cap": CAP, "max_num_batched_tokens": TOKEN_BUDGET}
-    return [
-        Target("llm", url, budget_seconds=BUDGET, slo_objective=0.99, **common),
-        Target("llm-slo", url, budget_seconds=SLO_BUDGET, slo_objective=SLO_OBJECTIVE, **common),
-    ]
-
-
-def _fleet_file(path: Path, targets: list[Target]) -> Path:
-    """The exporter's config for these targets, 1 s scrapes, the test's window, hold and
-    SLO window scale."""
-    keys = ("name", "url", "engine", "cap", "max_num_batched_tokens", "budget_seconds")
-    fleet = {
-        "interval_seconds": 1,
-        "window_seconds": WINDOW,
-        "hold_seconds": HOLD,
-        "slo_window_scale": SLO_SCALE,
-        "targets": [
-            {**{key: getattr(t, key) for key in keys}, "slo_objective": t.slo_objective}
-            for t in targets
-        ],
-    }
-    path.write_text(yaml.safe_dump(fleet))
-    return path
 
 
 def test_recording_rules_compute_what_the_exporter_computes(tmp_path):
-    config = {
-        **CONFIG,
-        "window": f"{WINDOW:g}s",
-        "saturation_hold_seconds": HOLD,
-        "slo_window_scale": SLO_SCALE,
-    }
     started = time.time()
     with payload_server(lambda: render(state_at(time.time() - started))) as url:
-        targets = _targets(url)
-        _compare(tmp_path, config, started, url.split("/")[2], targets)
-
-
-def _compare(
-    tmp_path: Path, config: dict, started: float, address: str, targets: list[Target]
-) -> None:
-    """Run the exporter and Prometheus on the scripted targets and compare each signal."""
-    fleet = fleet_rule_groups(targets)
-    with (
-        exporter(tmp_path, "--config", str(_fleet_file(tmp_path / "fleet.yaml", targets))) as exp,
-        prometheus(
-            tmp_path,
-            [
-                *(
-                    {
-                        "job_name": f"vllm-{t.name}",
-                        "static_configs": [{"targets": [address], "labels": {"target": t.name}}],
-                    }
-                    for t in targets
-                ),
-                {
-                    "job_name": "batchscope-exporter",
-                    "static_configs": [{"targets": [f"127.0.0.1:{exp.port}"]}],
-                },
-            ],
-            {
-                "targets.yml": rule_yaml(fleet),
-                "vllm-rules.yml": rule_yaml(rules.vllm_recording_rules(config)),
-            },
-        ) as prom,
-    ):
-        end = started + RUN
-        wait_until(lambda: time.time() > end, end - time.time() + 30, "the scripted run")
-        [raw] = query(prom, f'vllm:num_requests_running{{target="llm"}}[{RUN + 30:.0f}s]', end)
-        scrapes = [float(t) for t, _ in raw["values"]]
-        differences = {}
-        for signal, exported, recorded, kind in PAIRS:
-            ours = query_range(prom, exported, started, end)
-            theirs = query_range(prom, recorded, started, end)
-            times = [
-                t for t in sorted(set(ours) & set(theirs)) if _comparable(t, kind, started, scrapes)
-            ]
-            assert len(times) >= 12, f"{signal}: only {len(times)} comparable instants"
-            worst = 0.0
-            for t in times:
-                a, b = ours[t], theirs[t]
-                assert abs(a - b) <= TOLERANCE[kind] * max(abs(a), abs(b)) + 1e-3, (
-                    f"{signal} at +{t - started:.0f} s: exporter {a}, rules {b}"
-                )
-                worst = max(worst, abs(a - b) / max(abs(a), abs(b), 1e-9))
-            differences[signal] = f"{worst:.2g} over {len(times)} instants"
-        # Saturation: both flag it once held, neither before the saturated phase.
-        for series in (
-            f"batchscope_budget_saturated{{{SELECT}}}",
-            rules.BUDGET_SATURATED_RULE + LLM,
+        targets = scripted_targets(url)
+        fleet = fleet_file(tmp_path / "fleet.yaml", targets)
+        with (
+            exporter(tmp_path, "--config", str(fleet)) as exp,
+            prometheus(tmp_path, scrape_jobs(targets, exp), rule_files(targets)) as prom,
         ):
-            values = query_range(prom, series, started, end)
-            assert max(v for t, v in values.items() if t < started + 2 * PHASE) == 0, series
-            assert values[max(values)] == 1, series
-        # Each phase's values, as the script defines them.
-        for at, utilization, memory_bound, tokens, binding in (
-            (PHASE - 1, 0.992, 0, 400, "arrivals"),
-            (2 * PHASE - 1, 0.992, 1, 480, "kv_cache"),
-            (RUN - 1, 1.99, 0, 480, "kv_cache"),
-        ):
-            t = round(started + at)
-            util = query_range(prom, rules.BUDGET_UTILIZATION + LLM, t, t)[t]
-            assert util == pytest.approx(utilization / BUDGET, rel=TOLERANCE["rate"])
-            assert query_range(prom, rules.MEMORY_BOUND_RULE + LLM, t, t)[t] == memory_bound
-            ratio = query_range(prom, rules.TOKEN_BUDGET_RATIO + LLM, t, t)[t]
-            assert ratio == pytest.approx(tokens / TOKEN_BUDGET, rel=TOLERANCE["rate"])
-            bound = query_range(
-                prom, f'{rules.BINDING_LIMIT}{{target="llm", limit="{binding}"}}', t, t
-            )[t]
-            assert bound == 1, (at, binding)
-        # llm-slo: all 4 requests a second within 1.2 s, then none of 4 within 1.0 s and 2
-        # within 1.5 s: 20% interpolated, bounded by 0 and 50%. The ratios as the rules
-        # recorded them; goodput, a rate, as the exporter measured it over its scrapes (a
-        # late scrape changes rate()'s extrapolation: the comparison above skips those).
-        for at, attained, goodput, burn in ((PHASE - 1, 1.0, 4.0, 0.0), (RUN - 1, 0.2, 0.8, 8.0)):
-            t = round(started + at)
-            assert query_range(prom, SLO_ATTAINED, t, t)[t] == pytest.approx(attained)
-            assert query_range(prom, SLO_BURN_5M, t, t)[t] == pytest.approx(burn, abs=1e-9)
-            measured = f'batchscope_goodput_requests_per_second{{{SLO_SELECT}, bound="estimate"}}'
-            assert query_range(prom, measured, t, t)[t] == pytest.approx(goodput, rel=0.01)
-        t = round(started + RUN - 1)
-        for bound, share in (("lower", 0.0), ("upper", 0.5)):
-            exported = f'batchscope_slo_attainment_ratio{{{SLO_SELECT}, bound="{bound}"}}'
-            assert query_range(prom, exported, t, t)[t] == pytest.approx(share, rel=1e-9)
-        print("\nrelative differences, rules vs exporter (max over comparable instants):")
-        print(yaml.safe_dump(differences))
+            end = started + RUN
+            wait_until(lambda: time.time() > end, end - time.time() + 30, "the scripted run")
+            differences = compare_signals(prom, started, TOLERANCE)
+            check_phases(prom, started, TOLERANCE["rate"])
+    print("\nrelative differences, rules vs exporter (max over comparable instants):")
+    print(yaml.safe_dump(differences))

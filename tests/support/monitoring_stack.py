@@ -1,4 +1,5 @@
-"""Real Prometheus, Alertmanager and batchscope processes for the tests, on 127.0.0.1.
+"""Real Prometheus, Alertmanager, VictoriaMetrics, vmalert and batchscope processes for the
+tests, on 127.0.0.1.
 
 Each starts in a temporary directory on a free port and is stopped by the fixture that
 started it. A missing binary fails the test with the command that installs it.
@@ -154,6 +155,59 @@ def prometheus(
         *([f"--rules.alert.resend-delay={resend_delay}"] if resend_delay else []),
     ]
     with process("prometheus", args, port, workdir, "/-/ready") as proc:
+        yield proc
+
+
+@contextmanager
+def victoria_metrics(
+    workdir: Path, scrape_configs: list[dict], interval: str = "1s"
+) -> Iterator[Process]:
+    """A single-node VictoriaMetrics scraping these jobs itself (`-promscrape.config`),
+    answering the Prometheus query API. Queries see a sample as soon as it is stored (its
+    default hides the last 30 s) and are never answered from its cache: a test reads
+    points seconds old."""
+    port = free_port()
+    config = {"global": {"scrape_interval": interval}, "scrape_configs": scrape_configs}
+    (workdir / "vm-scrape.yml").write_text(yaml.safe_dump(config))
+    args = [
+        tool("victoria-metrics"),
+        f"-httpListenAddr=127.0.0.1:{port}",
+        f"-storageDataPath={workdir / 'vm-data'}",
+        f"-promscrape.config={workdir / 'vm-scrape.yml'}",
+        "-search.latencyOffset=0s",
+        "-search.disableCache",
+        "-retentionPeriod=1d",
+    ]
+    with process("victoria-metrics", args, port, workdir, "/health") as proc:
+        yield proc
+
+
+@contextmanager
+def vmalert(
+    workdir: Path,
+    datasource: Process,
+    rule_files: dict[str, str],
+    notifier_url: str,
+    interval: str = "1s",
+) -> Iterator[Process]:
+    """vmalert evaluating these rule files (name -> text) every `interval` against
+    `datasource` (a VictoriaMetrics), writing recorded series and alert states back to it
+    (flushed every `interval`, so a rule that reads another's series lags it by about one
+    evaluation) and posting alerts to `notifier_url`."""
+    port = free_port()
+    for name, text in rule_files.items():
+        (workdir / name).write_text(text)
+    args = [
+        tool("vmalert"),
+        f"-httpListenAddr=127.0.0.1:{port}",
+        f"-datasource.url={datasource.url}",
+        f"-remoteWrite.url={datasource.url}",
+        f"-remoteWrite.flushInterval={interval}",
+        f"-evaluationInterval={interval}",
+        f"-notifier.url={notifier_url}",
+        *(f"-rule={workdir / name}" for name in rule_files),
+    ]
+    with process("vmalert", args, port, workdir, "/health") as proc:
         yield proc
 
 

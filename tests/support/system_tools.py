@@ -15,18 +15,20 @@ TOOLS = {
     "amtool": ("amtool",),
     "prometheus": ("prometheus",),
     "alertmanager": ("prometheus-alertmanager", "alertmanager"),
+    "victoria-metrics": ("victoria-metrics",),
+    "vmalert": ("vmalert",),
 }
 
 
 def tool(name: str) -> str:
-    """The path of a Prometheus tool; fails the test (never skips) when it is missing."""
+    """The path of a Prometheus or VictoriaMetrics tool; fails the test (never skips) when it is missing."""
     for candidate in TOOLS[name]:
         path = shutil.which(candidate)
         if path:
             return path
     pytest.fail(
         f"{name} is not installed: run `make system-packages` (Debian packages "
-        "prometheus and prometheus-alertmanager)",
+        "prometheus, prometheus-alertmanager and victoria-metrics)",
         pytrace=False,
     )
 
