@@ -17,27 +17,21 @@ which is the scheduler, not the rule: the comparison skips windows with a gap.
 
 from __future__ import annotations
 
-import time
-
 import pytest
 import yaml
 
-from tests.support.monitoring_stack import exporter, payload_server, prometheus
-from tests.support.network import wait_until
+from tests.support.monitoring_stack import prometheus
 from tests.support.rules_equal import (
     MAX_GAP,
-    RUN,
     SCRAPE,
     WINDOW,
     check_phases,
     compare_signals,
-    fleet_file,
     rule_files,
     scrape_jobs,
-    scripted_targets,
-    state_at,
+    scripted_run,
+    wait_for_the_run,
 )
-from tests.support.vllm_payload import render
 
 pytestmark = pytest.mark.slow
 
@@ -50,17 +44,12 @@ TOLERANCE = {"gauge": 1e-9, "state": 1e-9, "rate": (MAX_GAP - SCRAPE / 2) / WIND
 
 
 def test_recording_rules_compute_what_the_exporter_computes(tmp_path):
-    started = time.time()
-    with payload_server(lambda: render(state_at(time.time() - started))) as url:
-        targets = scripted_targets(url)
-        fleet = fleet_file(tmp_path / "fleet.yaml", targets)
-        with (
-            exporter(tmp_path, "--config", str(fleet)) as exp,
-            prometheus(tmp_path, scrape_jobs(targets, exp), rule_files(targets)) as prom,
-        ):
-            end = started + RUN
-            wait_until(lambda: time.time() > end, end - time.time() + 30, "the scripted run")
-            differences = compare_signals(prom, started, TOLERANCE)
-            check_phases(prom, started, TOLERANCE["rate"])
+    with (
+        scripted_run(tmp_path) as (started, targets, exp),
+        prometheus(tmp_path, scrape_jobs(targets, exp), rule_files(targets)) as prom,
+    ):
+        wait_for_the_run(started)
+        differences = compare_signals(prom, started, TOLERANCE)
+        check_phases(prom, started, TOLERANCE["rate"])
     print("\nrelative differences, rules vs exporter (max over comparable instants):")
     print(yaml.safe_dump(differences))

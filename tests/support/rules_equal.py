@@ -30,7 +30,9 @@ not the rule. Each engine's test states its tolerance and why.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -41,8 +43,9 @@ from batchscope.exporter.config.settings import Target
 from batchscope.grafana import rules
 from batchscope.grafana.build import rule_yaml
 from batchscope.grafana.config import CONFIG
-from tests.support.monitoring_stack import Process, query, query_range
-from tests.support.vllm_payload import VllmState
+from tests.support.monitoring_stack import Process, exporter, payload_server, query, query_range
+from tests.support.network import wait_until
+from tests.support.vllm_payload import VllmState, render
 
 WINDOW = 15.0
 HOLD = 5.0
@@ -236,6 +239,23 @@ def fleet_file(path: Path, targets: list[Target]) -> Path:
     }
     path.write_text(yaml.safe_dump(fleet))
     return path
+
+
+@contextmanager
+def scripted_run(workdir: Path) -> Iterator[tuple[float, list[Target], Process]]:
+    """The scripted server, started now, and the exporter reading it as both targets:
+    yields the start time, the targets and the exporter."""
+    started = time.time()
+    with payload_server(lambda: render(state_at(time.time() - started))) as url:
+        targets = scripted_targets(url)
+        fleet = fleet_file(workdir / "fleet.yaml", targets)
+        with exporter(workdir, "--config", str(fleet)) as exp:
+            yield started, targets, exp
+
+
+def wait_for_the_run(started: float) -> None:
+    end = started + RUN
+    wait_until(lambda: time.time() > end, end - time.time() + 30, "the scripted run")
 
 
 def scrape_jobs(targets: list[Target], exporter: Process) -> list[dict]:

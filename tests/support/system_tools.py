@@ -21,7 +21,8 @@ TOOLS = {
 
 
 def tool(name: str) -> str:
-    """The path of a Prometheus or VictoriaMetrics tool; fails the test (never skips) when it is missing."""
+    """The path of a Prometheus or VictoriaMetrics tool; fails the test (never skips) when
+    it is missing."""
     for candidate in TOOLS[name]:
         path = shutil.which(candidate)
         if path:
