@@ -12,8 +12,9 @@ the rule files and dashboards (docs/kubernetes.md says how to install and read t
 - `fleet/`: the exporter as a Deployment reading the fleet file from a ConfigMap, its
   Service and ServiceMonitor.
 
-Pure: the generated rule and dashboard texts and a fleet file in, file texts out. A
-new object (an autoscaler's, say) is one more builder in a folder's list.
+`manifests` is pure (the generated rule and dashboard texts and the fleet in, objects
+out); `manifest_files` reads the fleet file. A new object (an autoscaler's, say) is one
+more builder in a folder's list.
 """
 
 from __future__ import annotations
@@ -69,7 +70,7 @@ ENGINE_ARGS = {
 }
 # The other fleet fields the sidecar's exporter is given, where the entry sets them.
 JUDGED_FIELDS = ("budget_seconds", "quantile", "histogram", "slo_objective", "token_cap")
-DASHBOARD_RULE_FILES = ("vllm-rules.yml", "vllm-alerts.yml")
+VLLM_RULE_FILES = ("vllm-rules.yml", "vllm-alerts.yml")
 EXPORTER_RULE_FILE = "exporter-alerts.yml"
 # The exporter's non-root user, and what it may use: one target took 46 MiB; a fleet
 # about 300 MiB at 1,000 targets, plus the history (docs/configuration.md).
@@ -432,7 +433,7 @@ def manifests(
     each dashboard's JSON by its name; `labels`: what Prometheus selects rules and monitors
     by (kube-prometheus-stack: its release)."""
     dashboards = {name: text for name, text in generated.items() if not name.endswith(".yml")}
-    vllm_groups = rule_groups(generated, DASHBOARD_RULE_FILES)
+    vllm_groups = rule_groups(generated, VLLM_RULE_FILES)
     builders: dict[str, list[Callable[[], dict | list[dict]]]] = {
         "monitoring": [
             lambda: prometheus_rule("batchscope-vllm", vllm_groups, labels),
