@@ -63,9 +63,11 @@ bench: install
 	$(BIN)/python scripts/bench.py $(ARGS)
 
 # Dashboards, rule files and Grafana provisioning under grafana/, and the Kubernetes
-# manifests under deploy/kubernetes/, generated from grafana/*.py.
+# manifests under deploy/kubernetes/, generated from grafana/*.py; and the signal tables
+# of docs/metrics.md, from the catalog (exporter/core/catalog.py).
 grafana: install
 	$(BIN)/python -m batchscope.grafana.build
+	$(BIN)/python -m batchscope.exporter.metrics_doc
 
 lint: install
 	$(BIN)/ruff check .
