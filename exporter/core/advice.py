@@ -5,13 +5,15 @@ Pure functions over plain data (no I/O, no clock). `batchscope.exporter.core.eva
 number with the inputs it used and how far to trust it. The formulas are in
 `batchscope.exporter.core.capacity`.
 
-Two families, after the seeds:
-- LLM engines (seed 003): how many requests of today's length mix the KV cache holds,
-  set against the cap (`--max-num-seqs`); the KV tokens that would make the cap
-  reachable; what continuous batching gains over a static loop on this traffic.
-- In-house batchers (seeds 000 and 001): the fixed `max_wait` / `max_batch_size` pair
-  that would keep today's rate in the budget, whether any can, and the rate at which the
-  batcher runs out.
+Two families, after the public articles they come from:
+- LLM engines ("Continuous Batching: Why Your GPU Waits for the Slowest Request"): how
+  many requests of today's length mix the KV cache holds, set against the cap
+  (`--max-num-seqs`); the KV tokens that would make the cap reachable; what continuous
+  batching gains over a static loop on this traffic.
+- In-house batchers ("Batching Requests to a Model Server"; Terrane's "Dynamic batching:
+  more throughput without wrecking the tail"): the fixed `max_wait` / `max_batch_size`
+  pair that would keep today's rate in the budget, whether any can, and the rate at
+  which the batcher runs out.
 """
 
 from __future__ import annotations
@@ -543,7 +545,8 @@ def stated_concurrency_advice(inputs: AdviceInputs, sustainable: float | None) -
 
 
 def static_advice(inputs: AdviceInputs) -> list[AdviceItem]:
-    """What continuous batching gains over a static loop on this traffic (seed 003)."""
+    """What continuous batching gains over a static loop on this traffic
+    ("Continuous Batching: Why Your GPU Waits for the Slowest Request")."""
     static = inputs.static
     if static is None:
         return []
@@ -689,8 +692,8 @@ def batcher_advice(inputs: AdviceInputs) -> list[AdviceItem]:
 
 
 def padding_advice(inputs: AdviceInputs) -> list[AdviceItem]:
-    """Padding waste where the batcher exposes its token positions (seed 000's bucketing,
-    seed 001's split by shape)."""
+    """Padding waste where the batcher exposes its token positions (the bucketing of
+    "Batching Requests to a Model Server", the split by shape of "Dynamic batching")."""
     waste = inputs.padding_waste
     if waste is None:
         return []

@@ -3,12 +3,14 @@
 Pure functions over plain data (no I/O, no clock), each with its formula in its
 docstring; `batchscope.exporter.core.advice` assembles them into advice with inputs and confidence.
 
-- KV cache (seed 003): capacity in tokens from vLLM's `cache_config_info`, tokens a
-  running request holds (measured, or from the length mix), how full the scheduler keeps
-  the cache while memory holds the batch, and so how many requests fit and how many
-  tokens a cap needs.
-- Fixed batchers (seeds 000 and 001): cost per batch by size, device load, worst latency,
-  the (max_wait, max_batch_size) pair a rate needs and the rate a max batch runs out at.
+- KV cache ("Continuous Batching: Why Your GPU Waits for the Slowest Request"): capacity
+  in tokens from vLLM's `cache_config_info`, tokens a running request holds (measured, or
+  from the length mix), how full the scheduler keeps the cache while memory holds the
+  batch, and so how many requests fit and how many tokens a cap needs.
+- Fixed batchers ("Batching Requests to a Model Server"; "Dynamic batching: more
+  throughput without wrecking the tail"): cost per batch by size, device load, worst
+  latency, the (max_wait, max_batch_size) pair a rate needs and the rate a max batch runs
+  out at.
 """
 
 from __future__ import annotations

@@ -588,7 +588,8 @@ _RULES: tuple[Callable[[_Reading], Diagnosis | None], ...] = (
 
 
 def diagnose(inputs: DiagnosisInputs, settings: SignalSettings = DEFAULTS) -> Diagnosis:
-    """One state, with a plain-language reason an operator can act on (seed 003's advice):
+    """One state, with a plain-language reason an operator can act on (the advice of "Continuous Batching: Why
+    Your GPU Waits for the Slowest Request"):
     the first of `_RULES` that matches, else underloaded. A target that did not answer is
     `down_diagnosis`; one whose payload could not be read, `unreadable_diagnosis`."""
     reading = _Reading.of(inputs, settings)

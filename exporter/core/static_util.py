@@ -1,7 +1,8 @@
 """Static-batching utilisation: exact from logged output lengths, estimated from a histogram.
 
 A static batch of B requests holds all B slots until its longest request finishes, so the
-share of slot-steps doing useful work is `sum(lengths) / (B * max(lengths))` (seed 003).
+share of slot-steps doing useful work is `sum(lengths) / (B * max(lengths))` ("Continuous Batching:
+Why Your GPU Waits for the Slowest Request").
 Continuous batching refills a slot as soon as its request finishes, so, with a queue, its
 gain over static batching is the inverse of that share.
 
@@ -81,7 +82,7 @@ class StaticBatchingAccumulator:
     Consecutive requests form a group, in the order given. A last partial group of k < B
     requests runs as it would on the server: max(its k lengths) steps. Its slots count as
     B, not k: the server reserved B slots for the batch, so the capacity paid is B * max,
-    the same "slot-steps you pay for" as seed 003's 8 slots x 16 steps. On a log much longer
+    the same "slot-steps you pay for" as that article's 8 slots x 16 steps. On a log much longer
     than B this tail is negligible; on a short one, `partial_group_requests` says it is there.
     """
 
