@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import os
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -66,12 +67,16 @@ def test_an_installed_batchscope_claims_only_its_own_name(tmp_path: Path):
     """`pip install .` into a fresh venv, run from outside the checkout: the package is
     `batchscope.*`, `import exporter` fails, and each console script answers --help."""
     wheels = tmp_path / "wheels"
+    leftovers = [REPO / "build", *REPO.glob("*.egg-info")]
+    before = {path for path in leftovers if path.exists()}
     subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q"]
         + ["-w", str(wheels), str(REPO)],
         check=True,
         capture_output=True,
     )
+    for path in set(leftovers) - before:  # setuptools builds in the checkout
+        shutil.rmtree(path, ignore_errors=True)
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     python = venv / "bin" / "python"
