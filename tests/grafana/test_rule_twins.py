@@ -23,7 +23,6 @@ from dataclasses import dataclass
 
 import pytest
 import yaml
-from prometheus_client.parser import text_string_to_metric_families
 
 from batchscope.exporter.alerts.fleet_rules import fleet_rule_groups
 from batchscope.exporter.config.settings import Settings, Target
@@ -36,6 +35,7 @@ from batchscope.grafana.build import rule_yaml
 from batchscope.grafana.config import CONFIG
 from batchscope.grafana.rules import BINDING_LIMITS, vllm_recording_rules
 from batchscope.grafana.twins import TWINS, Twin
+from tests.support.promtool_series import input_series, series_text
 from tests.support.system_tools import tool
 from tests.support.vllm_payload import VllmState, render
 
@@ -149,37 +149,17 @@ def exporter_signals(scrapes: list[tuple[float, str]]) -> dict[float, SeriesSign
     return signals
 
 
-def _series_text(name: str, labels: dict[str, str]) -> str:
-    return name + "{" + ", ".join(f'{k}="{v}"' for k, v in sorted(labels.items())) + "}"
-
-
-def input_series(scrapes: list[tuple[float, str]]) -> list[dict]:
-    """Each sample of the payloads as Prometheus stores the scrapes (job, instance and the
-    target label added; `up` beside them), one value a scrape, `stale` where a series left
-    the payload."""
-    values: dict[str, list[str]] = {_series_text("up", SCRAPED_AS): ["1"] * len(scrapes)}
-    for index, (_, text) in enumerate(scrapes):
-        for family in text_string_to_metric_families(text):
-            for sample in family.samples:
-                key = _series_text(sample.name, {**sample.labels, **SCRAPED_AS})
-                values.setdefault(key, ["_"] * index).append(repr(float(sample.value)))
-        for column in values.values():
-            if len(column) == index:
-                column.append("stale" if index and column[-1] not in ("_", "stale") else "_")
-    return [{"series": key, "values": " ".join(column)} for key, column in values.items()]
-
-
 def expectation(twin: Twin, at: float, value: float) -> dict:
     """The promtool check that `twin`'s recorded series reads `value` at `at`: exactly, or
     (`rel_tol`) as a 1 where it is that close."""
-    selector = _series_text(twin.record, {"target": TARGET.name, **twin.labels})
+    selector = series_text(twin.record, {"target": TARGET.name, **twin.labels})
     labels = {"model_name": "tiny", "engine": "0", "target": TARGET.name}
     labels |= {k: v for k, v in twin.labels.items() if v}
     if twin.rel_tol:
         expr = f"abs({selector} - {value!r}) <= bool {twin.rel_tol * abs(value)!r}"
-        expected = {"labels": _series_text("", labels), "value": 1.0}
+        expected = {"labels": series_text("", labels), "value": 1.0}
     else:
-        expr, expected = selector, {"labels": _series_text(twin.record, labels), "value": value}
+        expr, expected = selector, {"labels": series_text(twin.record, labels), "value": value}
     return {"expr": expr, "eval_time": f"{at:g}s", "exp_samples": [expected]}
 
 
@@ -201,7 +181,7 @@ def rule_test(scrapes, signals, rule_files: list[str]) -> tuple[dict, dict[str, 
         "tests": [
             {
                 "interval": f"{SCRAPE:g}s",
-                "input_series": input_series(scrapes),
+                "input_series": input_series(scrapes, SCRAPED_AS),
                 "promql_expr_test": checks,
             }
         ],
