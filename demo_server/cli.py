@@ -22,7 +22,7 @@ from batchscope.demo_server.http.app import MAX_NUM_SEQS_LIMIT, ServerConfig, cr
 
 DESCRIPTION = """\
 A model server for checking batching signals against the truth. Tiny torch models with
-seeded random weights (nothing is downloaded) behind OpenAI-style endpoints:
+random weights (drawn from --seed; nothing is downloaded) behind OpenAI-style endpoints:
 POST /v1/completions (generation, static or continuous batching), POST /v1/embeddings
 (fixed or adaptive dynamic batching), GET /health, GET /metrics (vLLM's metric names plus
 batchscope_demo_* truth series), GET|POST /admin/config (127.0.0.1 only: change the

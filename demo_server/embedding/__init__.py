@@ -1,1 +1,2 @@
-"""Embeddings: the dynamic batcher (fixed and adaptive policies) in front of the seeded encoder."""
+"""Embeddings: the dynamic batcher (fixed and adaptive policies) in front of a small
+random-weight encoder."""

@@ -1,16 +1,18 @@
 """The batching policy, pure: when to fire a batch, and the live estimates it decides on.
 
-- `fixed_decision` (seed 000): fire at `max_batch_size` items or once the oldest has
-  waited `max_wait_seconds`.
-- `adaptive_decision` (seed 001): fire while the batch queued now keeps up with
-  arrivals; otherwise wait for the smallest batch that does, within the latency budget.
+- `fixed_decision` ("Batching Requests to a Model Server"): fire at `max_batch_size`
+  items or once the oldest has waited `max_wait_seconds`.
+- `adaptive_decision` (Terrane's "Dynamic batching: more throughput without wrecking
+  the tail"): fire while the batch queued now keeps up with arrivals; otherwise wait for
+  the smallest batch that does, within the latency budget.
 - `predicted_drain_seconds`: how long the queue takes to run, for admission control.
 - `shape_class`, `padding_tokens`: the shape groups texts wait in, and what padding costs.
 - `ArrivalRate`, `CostCurve`, `DecayingPeak`: the arrival rate, the cost by batch size
   and the scheduling lag, estimated from what was observed; time is passed in.
 
 Everything here takes plain numbers and returns plain numbers; the queue and worker
-that feed it (`batchscope.demo_server.embedding.batcher.Batcher`) hold the clock, the items and the thread.
+that feed it (`batchscope.demo_server.embedding.batcher.Batcher`) hold the clock, the items
+and the thread.
 """
 
 from __future__ import annotations
@@ -78,9 +80,10 @@ class Decision:
 def fixed_decision(
     queue_len: int, oldest_wait_seconds: float, max_batch_size: int, max_wait_seconds: float
 ) -> Decision:
-    """Seed 000's rule: fire `full` at `max_batch_size` items, `timeout` once the oldest
-    item has waited `max_wait_seconds` (less MIN_WAIT_SECONDS, a wait no timer resolves),
-    otherwise wait for whichever comes first."""
+    """The fixed rule of "Batching Requests to a Model Server": fire `full` at
+    `max_batch_size` items, `timeout` once the oldest item has waited `max_wait_seconds`
+    (less MIN_WAIT_SECONDS, a wait no timer resolves), otherwise wait for whichever
+    comes first."""
     if queue_len == 0:
         return Decision(fire=False)
     if queue_len >= max_batch_size:
@@ -103,7 +106,8 @@ def adaptive_decision(
     waited_for_company_seconds: float = 0.0,
     company_allowance_seconds: float | None = None,
 ) -> Decision:
-    """Seed 001's rule, for a free device: fire as soon as waiting can no longer pay for
+    """The adaptive rule of Terrane's "Dynamic batching: more throughput without
+    wrecking the tail", for a free device: fire as soon as waiting can no longer pay for
     itself, or as soon as the budget leaves no room to wait.
 
     Waiting pays only while the batch queued now cannot keep up with arrivals. A batch

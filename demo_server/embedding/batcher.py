@@ -3,11 +3,12 @@ by the fixed or the adaptive policy.
 
 Two batching policies share one queue and one worker (`Batcher`):
 
-- `fixed` (seed 000): fire when `max_batch_size` items wait, or when the oldest has
-  waited `max_wait_seconds`; triggers `full` and `timeout`.
-- `adaptive` (seed 001): given `latency_budget_seconds`, from a live arrival rate and a
-  cost-by-batch-size curve learned from the batches it ran: fire at once while the
-  batch queued now keeps up with arrivals (waiting would only add latency); when it
+- `fixed` ("Batching Requests to a Model Server"): fire when `max_batch_size` items
+  wait, or when the oldest has waited `max_wait_seconds`; triggers `full` and `timeout`.
+- `adaptive` (Terrane's "Dynamic batching: more throughput without wrecking the tail"):
+  given `latency_budget_seconds`, from a live arrival rate and a cost-by-batch-size
+  curve learned from the batches it ran: fire at once while the batch queued now keeps
+  up with arrivals (waiting would only add latency); when it
   does not, wait for the smallest batch that does, no longer than the oldest item's
   remaining budget allows and than those items take to arrive (one plan, not renewed);
   triggers `full` and `budget`. Admission control:
@@ -19,11 +20,11 @@ wait in separate groups, so a short text is not padded to a long one's length. E
 fired batch records the padding it pays and the padding the split avoided (against the
 same number of items taken in arrival order).
 
-The decisions and estimates are pure (`batchscope.demo_server.embedding.batch_policy`: `fixed_decision`,
-`adaptive_decision`, `predicted_drain_seconds`, `ArrivalRate`, `CostCurve`); this
-module's worker feeds them the queue, the clock and its `BatcherSettings`. The batch
-function runs on a dedicated thread so the event loop keeps accepting requests
-while a batch executes. An item that fails inside a batch fails alone: the rest of the
+The decisions and estimates are pure (`batchscope.demo_server.embedding.batch_policy`:
+`fixed_decision`, `adaptive_decision`, `predicted_drain_seconds`, `ArrivalRate`,
+`CostCurve`); this module's worker feeds them the queue, the clock and its
+`BatcherSettings`. The batch function runs on a dedicated thread so the event loop keeps
+accepting requests while a batch executes. An item that fails inside a batch fails alone: the rest of the
 batch is retried without it.
 """
 

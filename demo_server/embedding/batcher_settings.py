@@ -23,9 +23,11 @@ class BatcherSettings:
     """How the embedding batcher forms batches. Everything but `mode` can change at run
     time (`Batcher.configure`); a value out of range raises ValueError naming the field.
 
-    - `mode`: `fixed` (seed 000) fires at `max_batch_size` items or once the oldest has
-      waited `max_wait_seconds`; `adaptive` (seed 001) fires the smallest batch that
-      keeps up with arrivals, within the oldest item's `latency_budget_seconds`.
+    - `mode`: `fixed` ("Batching Requests to a Model Server") fires at `max_batch_size`
+      items or once the oldest has waited `max_wait_seconds`; `adaptive` (Terrane's
+      "Dynamic batching: more throughput without wrecking the tail") fires the smallest
+      batch that keeps up with arrivals, within the oldest item's
+      `latency_budget_seconds`.
     - `max_batch_size`: the most items one batch holds, in either mode.
     """
 

@@ -1,4 +1,5 @@
-"""Embeddings: a small seeded encoder behind the dynamic batcher (`batchscope.demo_server.embedding.batcher`).
+"""Embeddings: a small random-weight encoder behind the dynamic batcher
+(`batchscope.demo_server.embedding.batcher`).
 
 `EmbeddingService` is what the app calls: the `Encoder` on a device (paced to a measured
 cost curve on a simulated one), behind a `Batcher` registered as batcher `embeddings`.
@@ -29,11 +30,11 @@ WARMUP_TEXT = "the quick brown fox jumps over the lazy dog"
 
 
 class Encoder(torch.nn.Module):
-    """A small byte-level transformer encoder with seeded random weights.
+    """A small byte-level transformer encoder with random weights drawn from `seed`.
 
     Texts become UTF-8 bytes after a start token (truncated to `max_tokens`); two
     layers of self-attention, mean-pooled over the real tokens and L2-normalised, give
-    one `dim`-sized unit vector per text. The same seed gives the same weights.
+    one `dim`-sized unit vector per text. The same `seed` gives the same weights.
     """
 
     PAD = 0
@@ -46,7 +47,7 @@ class Encoder(torch.nn.Module):
         super().__init__()
         self.dim = dim
         self.max_tokens = max_tokens
-        # Seed locally so building the model leaves the process's random state alone.
+        # A local random state: building the model leaves the process's own alone.
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
             self.tokens = torch.nn.Embedding(self.VOCAB, dim, padding_idx=self.PAD)
@@ -90,8 +91,8 @@ class Encoder(torch.nn.Module):
 
 
 class EmbeddingService:
-    """The demo server's embeddings engine: the seeded `Encoder` on `device`, behind a
-    `Batcher` whose counters are registered in `registry` as batcher `embeddings`.
+    """The demo server's embeddings engine: the random-weight `Encoder` on `device`, behind
+    a `Batcher` whose counters are registered in `registry` as batcher `embeddings`.
 
     On a simulated device each batch is paced to the device's measured cost curve.
     """

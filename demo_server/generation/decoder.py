@@ -1,9 +1,9 @@
-"""The generation model: a tiny seeded byte-level decoder with a KV cache.
+"""The generation model: a tiny byte-level decoder with a KV cache.
 
-The decoder is a decoder-only transformer with random weights (seeded, nothing
+The decoder is a decoder-only transformer with random weights (drawn from `seed`, nothing
 downloaded). Its outputs are noise; what matters is that it runs real forwards whose cost
-depends on the batch, so the scheduler's (`batchscope.demo_server.generation.scheduler`) batching is the real
-thing.
+depends on the batch, so the scheduler's batching
+(`batchscope.demo_server.generation.scheduler`) is the real thing.
 
 This module holds what one forward needs: the vocabulary (`encode_prompt`,
 `token_bytes`), `ModelConfig`, `KVCache` (one slot per batch row), `TinyDecoder`,
@@ -132,7 +132,7 @@ class _Block(nn.Module):
 
 
 class TinyDecoder(nn.Module):
-    """A byte-level decoder-only transformer with seeded random weights."""
+    """A byte-level decoder-only transformer with random weights drawn from `seed`."""
 
     def __init__(self, config: ModelConfig | None = None, seed: int = 0) -> None:
         super().__init__()
@@ -154,7 +154,8 @@ class TinyDecoder(nn.Module):
                 else:
                     param.normal_(0.0, 0.02, generator=generator)
 
-    # The ragged decode attention kernel (`batchscope.demo_server.generation.ragged`); None: padded attention.
+    # The ragged decode attention kernel (`batchscope.demo_server.generation.ragged`); None:
+    # padded attention.
     ragged: RaggedAttention | None = None
 
     def _embed(self, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:

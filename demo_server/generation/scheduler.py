@@ -1,21 +1,22 @@
 """The generation scheduler: static or continuous batching of requests over `TinyDecoder`.
 
-The model and its forward live in `batchscope.demo_server.generation.decoder`; this module decides which
-requests share each forward.
+The model and its forward live in `batchscope.demo_server.generation.decoder`; this module
+decides which requests share each forward.
 
 One scheduler *step* gives every running request one new token, in one forward. A
 request admitted in a step is prefilled (its KV cache filled with all but its last token)
 in that same forward, its context's tokens riding along with every row's decode token as
 one flat token batch (chunked-prefill style, as vLLM runs a step), so it produces its
-first token in the step it is admitted. That
-makes the slot accounting exact: a request of n output tokens occupies its slot for n
-steps, and a static group of lengths L runs max(L) steps, as in seed 003.
+first token in the step it is admitted. That makes the slot accounting exact: a request
+of n output tokens occupies its slot for n steps, and a static group of lengths L runs
+max(L) steps, as "Continuous Batching: Why Your GPU Waits for the Slowest Request" (DEV
+Community) counts them.
 
 - `static`: admit up to `max_num_seqs` waiting requests as one group and step it until
   its longest request finishes. A finished request keeps its row in the batch (computed
   and discarded, as a padded batch would be) and its slot, producing nothing.
-- `continuous` (Orca, seed 003's loop): every step drops finished requests and admits
-  waiting ones into free slots.
+- `continuous` (Orca, and that article's loop): every step drops finished requests and
+  admits waiting ones into free slots.
 
 The KV cache has a token capacity. When the running requests' next step does not fit,
 the most recently admitted request is preempted: its cache is freed and it goes back to

@@ -1,1 +1,2 @@
-"""The load generator: seeded workloads, runs against a server, and their reports."""
+"""The load generator: random workloads (repeatable by `--seed`), runs against a server or
+a fleet, and their reports."""

@@ -125,8 +125,8 @@ async def run_rate(
     progress: PlainProgress | None = None,
     signals: StepSignals | None = None,
 ) -> RunResult:
-    """Offer `spec`'s load at `rate_per_s` for `spec.duration_s`, seeded
-    `spec.seed + run_index`, and measure what came back.
+    """Offer `spec`'s load at `rate_per_s` for `spec.duration_s`, its random
+    draws from `spec.seed + run_index`, and measure what came back.
 
     Completions stream, so the first chunk gives the time to first token and the usage
     chunk the output tokens. An arrival that finds `spec.concurrency_limit` requests in

@@ -104,7 +104,7 @@ class LoadSpec:
 
     Completions ask for `max_tokens` drawn from its choices, or for `output_lengths` in
     order (cycled) when given. At most `concurrency_limit` requests are in flight (None:
-    no limit); each request is given `timeout_s`. Run i of a sweep is seeded `seed + i`.
+    no limit); each request is given `timeout_s`. Run i of a sweep draws from `seed + i`.
     The first `warmup_share` of each step is its warm-up: the server signals and the
     over-saturation rule read what follows. `stop_over_saturated`: a step the rule finds
     over-saturated ends early (`oversaturation`).
