@@ -21,8 +21,8 @@ from typing import Any
 import plotly.io
 
 from batchscope.dashboard import charts
+from batchscope.dashboard.load_format import BATCHING_COLUMNS
 from batchscope.dashboard.load_results import (
-    BATCHING_COLUMNS,
     ResultError,
     knees,
     load_result,

@@ -5,9 +5,9 @@ Both tools' field names are read: loadgen's (`--json`: `rate_per_s`, `throughput
 (`request_rate`, `request_throughput`, `median_e2el_ms`, `p99_e2el_ms`, per-request
 `latencies` in seconds). A loadgen step run with `--watch` carries a `batching` object
 (the server's signals over the step); a file without it opens the same, with those
-columns empty. The knee of each setting is found here with the page's SLO
-(`batchscope.demo_server.loadgen.knee`, the loadgen's own rule); a `--find-capacity` file's capacity
-is read from the file.
+columns empty. The knee of each setting is found here with the page's SLO (the result
+format's rule, `load_format`, which the loadgen applies too); a `--find-capacity` file's
+capacity is read from the file.
 """
 
 from __future__ import annotations
@@ -19,10 +19,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from batchscope.demo_server.loadgen.knee import Knee, find_knee
-from batchscope.demo_server.loadgen.report import (
-    BATCHING_COLUMNS,  # the columns, as the CSV has them
-)
+from batchscope.dashboard.load_format import BATCHING_COLUMNS, Knee, find_knee, percentile
 
 _PERCENTILE_FIELD = re.compile(r"^p(\d+(?:\.\d+)?)_(?:e2el_)?ms$")
 
@@ -73,13 +70,6 @@ def _first(record: dict, *names: str) -> float | None:
     return None
 
 
-def _percentile(sorted_ms: list[float], q: float) -> float:
-    position = (len(sorted_ms) - 1) * q / 100
-    lower = math.floor(position)
-    upper = min(lower + 1, len(sorted_ms) - 1)
-    return sorted_ms[lower] + (position - lower) * (sorted_ms[upper] - sorted_ms[lower])
-
-
 def _setting(record: dict, source: str) -> str:
     setting = record.get("setting")
     if isinstance(setting, dict) and setting:
@@ -113,7 +103,7 @@ def run_from_record(record: dict, source: str) -> Run:
         latencies = tuple(sorted(v * scale for v in values if v is not None))
         if latencies:
             for q in (50.0, 99.0):
-                percentiles.setdefault(q, _percentile(list(latencies), q))
+                percentiles.setdefault(q, percentile(latencies, q))
     return Run(
         source=source,
         setting=_setting(record, source),

@@ -4,81 +4,31 @@
 of the result file (`vllm bench serve`'s field names where the meaning is the same),
 with the latency percentiles and whether the generator kept its schedule.
 `format_table`, `write_results` (JSON and CSV), `write_plots` (plotly) and the progress
-reporters (plain lines, or a rich bar on a terminal) show those results.
+reporters (plain lines, or a rich bar on a terminal) show those results. The fields a record
+holds are the result format's (`batchscope.dashboard.load_format`), which the dashboard
+reads.
 """
 
 from __future__ import annotations
 
 import csv
 import json
-import math
 import os
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from batchscope.demo_server.loadgen.knee import setting_label
+from batchscope.dashboard.load_format import (
+    BATCHING_COLUMNS,
+    RECORD_FIELDS,
+    percentile,
+    setting_label,
+)
 
 # A run whose sends left this much later than scheduled (p99) fell behind its schedule.
 BEHIND_SCHEDULE_MS = 10.0
 CHROMIUM = "/usr/bin/chromium"
-# The fields of a run in the result file and CSV, in order.
-RECORD_FIELDS = (
-    "setting",
-    "rate",
-    "arrivals",
-    "duration",
-    "sent",
-    "completed",
-    "failed",
-    "dropped",
-    "errors_by_status",
-    "request_throughput",
-    "output_throughput",
-    "total_output_tokens",
-    "mean_e2el_ms",
-    "p50_e2el_ms",
-    "p90_e2el_ms",
-    "p99_e2el_ms",
-    "mean_ttft_ms",
-    "p50_ttft_ms",
-    "p99_ttft_ms",
-    "slo_ms",
-    "goodput",
-    "slo_attainment",
-    "p99_send_lag_ms",
-    "max_send_lag_ms",
-    "behind_schedule",
-    "over_saturated",
-    "stopped_at_s",
-)
-# The `batching` object's fields the CSV carries (empty for a step without one).
-BATCHING_COLUMNS = (
-    "binding_limit",
-    "diagnosis",
-    "running_mean",
-    "running_max",
-    "cap",
-    "waiting_mean",
-    "kv_usage_max",
-    "preemptions_per_s",
-    "tokens_per_step",
-)
-
-
-def percentile(values: Sequence[float], q: float) -> float | None:
-    """The q-th percentile (0..100) of `values`, interpolating linearly between the
-    two nearest ranks (as numpy's default does); None when there are no values."""
-    if not 0.0 <= q <= 100.0:
-        raise ValueError(f"q must be within 0..100, got {q}")
-    if not values:
-        return None
-    ordered = sorted(values)
-    position = (len(ordered) - 1) * q / 100.0
-    lower = math.floor(position)
-    upper = min(lower + 1, len(ordered) - 1)
-    return ordered[lower] + (position - lower) * (ordered[upper] - ordered[lower])
 
 
 def mean(values: Sequence[float]) -> float | None:

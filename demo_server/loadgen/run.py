@@ -16,7 +16,7 @@ The result file holds `runs`, one per rate and setting, with the field names of
 `--watch METRICS_URL` records the server's batching signals over each step (the
 exporter's evaluator, in-process: `watch`), or `--exporter URL --target NAME` reads them
 from a running exporter (`exporter_api`), and the knee of each setting is named with
-its cause (`knee`), printed at the end and written (`knees`). `--find-capacity` runs the
+its cause (`batchscope.dashboard.load_format`), printed at the end and written (`knees`). `--find-capacity` runs the
 steps a capacity search plans (`capacity_search`) instead of `--rates`. A step the
 over-saturation rule flags (`oversaturation`) ends early. `--report FILE.html` writes
 one self-contained HTML report (`batchscope.dashboard.load_report`). docs/reading-a-load-test.md
@@ -47,6 +47,7 @@ from typing import Any, Protocol, TextIO
 
 import aiohttp
 
+from batchscope.dashboard.load_format import setting_label, sweep_knees
 from batchscope.demo_server.loadgen.arrivals import open_loop
 from batchscope.demo_server.loadgen.batching import BatchingReading, step_batching
 from batchscope.demo_server.loadgen.capacity_search import CapacitySearch, meets_slo
@@ -55,7 +56,6 @@ from batchscope.demo_server.loadgen.exporter_api import (
     add_exporter_arguments,
     exporter_signals,
 )
-from batchscope.demo_server.loadgen.knee import setting_label, sweep_knees
 from batchscope.demo_server.loadgen.oversaturation import QueueSample, over_saturation
 from batchscope.demo_server.loadgen.report import (
     PlainProgress,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from batchscope.demo_server.loadgen.knee import find_knee, growth_per_doubling
+from batchscope.dashboard.load_format import find_knee, growth_per_doubling
 
 
 def step(rate: float, throughput: float, p99: float, batching: dict | None = None) -> dict:

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
+from batchscope.dashboard import load_format
 from batchscope.demo_server.loadgen import report as loadgen_report
 from batchscope.demo_server.loadgen import run as loadgen
 from batchscope.demo_server.loadgen import workload
@@ -69,7 +70,7 @@ def test_record_reads_percentiles_goodput_and_throughput_off_known_data() -> Non
     for status in ("429", "429", "500", "timeout"):
         result.fail(status)
     record = result.record(slo_ms=40.0)
-    assert set(loadgen_report.RECORD_FIELDS) == set(record)
+    assert set(load_format.RECORD_FIELDS) == set(record)
     assert record["p50_e2el_ms"] == pytest.approx(50.5)
     assert record["p90_e2el_ms"] == pytest.approx(90.1)
     assert record["p99_e2el_ms"] == pytest.approx(99.01)
@@ -224,7 +225,7 @@ def test_result_file_holds_vllm_bench_names_with_a_csv_beside_it(
     assert body["endpoint"] == "completions" and body["slo_ms"] == 5000.0
     assert [run["rate"] for run in body["runs"]] == [10.0, 20.0]
     for run in body["runs"]:
-        assert list(run) == list(loadgen_report.RECORD_FIELDS)
+        assert list(run) == list(load_format.RECORD_FIELDS)
         assert run["goodput"] == pytest.approx(run["request_throughput"])
     with output.with_suffix(".csv").open() as f:
         rows = list(csv.DictReader(f))

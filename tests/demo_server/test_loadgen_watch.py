@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
+from batchscope.dashboard import load_format
+from batchscope.dashboard.load_format import CAUSES, NO_REQUEST_SEEN
 from batchscope.demo_server.http.app import ServerConfig
-from batchscope.demo_server.loadgen import report as loadgen_report
 from batchscope.demo_server.loadgen import run as loadgen
-from batchscope.demo_server.loadgen.knee import CAUSES, NO_REQUEST_SEEN
 from batchscope.demo_server.loadgen.oversaturation import MIN_SAMPLES
 from batchscope.demo_server.loadgen.workload import LoadSpec
 from tests.support.demo_http import serve
@@ -51,7 +51,7 @@ def test_watch_records_each_steps_batching_and_names_the_knees_cause(
     low, high = body["runs"]
     for run in body["runs"]:
         # vllm bench serve's fields stay, in order; `batching` is an addition.
-        assert list(run) == [*loadgen_report.RECORD_FIELDS, "batching"]
+        assert list(run) == [*load_format.RECORD_FIELDS, "batching"]
         batching = run["batching"]
         assert batching["cap"] == 1.0 and batching["engine"] == "vllm"
         # A scrape a second from the end of the 0.8 s warm-up to the step's last answer

@@ -45,7 +45,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import vllm_server as vs  # noqa: E402
 
-from batchscope.demo_server.loadgen.knee import CAUSES, limits_besides_arrivals  # noqa: E402
+from batchscope.dashboard.load_format import CAUSES, limits_besides_arrivals  # noqa: E402
 from tests.support import chromium  # noqa: E402
 from tests.support.network import NotReady, free_port, wait_http, wait_until  # noqa: E402
 

@@ -1,12 +1,18 @@
-"""The knee of a sweep, and its cause in words. Pure: result records in, a `Knee` out.
+"""The load-test result format, defined once: what a run record holds and the knee read
+off a setting's records. batchscope-loadgen writes it (demo_server/loadgen/report.py); the
+Load tests page, the HTML report and the loadgen's own summary read it. Pure.
+
+A run record uses `vllm bench serve`'s field names where the meaning is the same
+(RECORD_FIELDS); a step run with `--watch` adds a `batching` object, whose columns the CSV
+and the page carry (BATCHING_COLUMNS).
 
 The knee is the first step (by offered rate, within one setting) where either
 - p99 end-to-end latency crosses the SLO (`--slo-ms`), or
 - throughput grew less than KNEE_GROWTH (10%) for a doubling of the offered rate, the
   growth from the step before normalised to a doubling: (t1/t0) ** (1 / log2(r1/r0)) - 1,
   so a sweep of 10, 15, 20 and one of 10, 20, 40 judge the same curve alike.
-Where the step carries a `batching` object (`--watch`), the sentence says what bound the
-batch there: its binding limit, the batch against the cap, the KV cache and preemptions.
+Where the step carries a `batching` object, the sentence says what bound the batch there:
+its binding limit, the batch against the cap, the KV cache and preemptions.
 """
 
 from __future__ import annotations
@@ -17,6 +23,64 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from batchscope.exporter.core.limits import LIMIT_NAMES, UNEXPLAINED
+
+# The fields of a run in the result file and CSV, in order.
+RECORD_FIELDS = (
+    "setting",
+    "rate",
+    "arrivals",
+    "duration",
+    "sent",
+    "completed",
+    "failed",
+    "dropped",
+    "errors_by_status",
+    "request_throughput",
+    "output_throughput",
+    "total_output_tokens",
+    "mean_e2el_ms",
+    "p50_e2el_ms",
+    "p90_e2el_ms",
+    "p99_e2el_ms",
+    "mean_ttft_ms",
+    "p50_ttft_ms",
+    "p99_ttft_ms",
+    "slo_ms",
+    "goodput",
+    "slo_attainment",
+    "p99_send_lag_ms",
+    "max_send_lag_ms",
+    "behind_schedule",
+    "over_saturated",
+    "stopped_at_s",
+)
+# The `batching` object's fields the CSV carries (empty for a step without one).
+BATCHING_COLUMNS = (
+    "binding_limit",
+    "diagnosis",
+    "running_mean",
+    "running_max",
+    "cap",
+    "waiting_mean",
+    "kv_usage_max",
+    "preemptions_per_s",
+    "tokens_per_step",
+)
+
+
+def percentile(values: Sequence[float], q: float) -> float | None:
+    """The q-th percentile (0..100) of `values`, interpolating linearly between the
+    two nearest ranks (as numpy's default does); None when there are no values."""
+    if not 0.0 <= q <= 100.0:
+        raise ValueError(f"q must be within 0..100, got {q}")
+    if not values:
+        return None
+    ordered = sorted(values)
+    position = (len(ordered) - 1) * q / 100.0
+    lower = math.floor(position)
+    upper = min(lower + 1, len(ordered) - 1)
+    return ordered[lower] + (position - lower) * (ordered[upper] - ordered[lower])
+
 
 # Throughput that grows less than this for a doubling of the offered rate has stopped.
 KNEE_GROWTH = 0.10
