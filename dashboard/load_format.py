@@ -4,7 +4,8 @@ Load tests page, the HTML report and the loadgen's own summary read it. Pure.
 
 A run record uses `vllm bench serve`'s field names where the meaning is the same
 (RECORD_FIELDS); a step run with `--watch` adds a `batching` object, whose columns the CSV
-and the page carry (BATCHING_COLUMNS).
+and the page carry (BATCHING_COLUMNS); a step run against a fleet (several `--url`s) adds
+a `by_url` object, each base URL's REPLICA_FIELDS.
 
 The knee is the first step (by offered rate, within one setting) where either
 - p99 end-to-end latency crosses the SLO (`--slo-ms`), or
@@ -53,6 +54,18 @@ RECORD_FIELDS = (
     "behind_schedule",
     "over_saturated",
     "stopped_at_s",
+)
+# What a fleet's `by_url` object holds for each base URL: what it was sent, how it answered.
+REPLICA_FIELDS = (
+    "sent",
+    "completed",
+    "failed",
+    "errors_by_status",
+    "request_throughput",
+    "mean_e2el_ms",
+    "p50_e2el_ms",
+    "p99_e2el_ms",
+    "max_outstanding",
 )
 # The `batching` object's fields the CSV carries (empty for a step without one).
 BATCHING_COLUMNS = (

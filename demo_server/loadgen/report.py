@@ -2,7 +2,8 @@
 
 `RunResult` holds what one rate (under one setting) gave and turns it into the record
 of the result file (`vllm bench serve`'s field names where the meaning is the same),
-with the latency percentiles and whether the generator kept its schedule.
+with the latency percentiles and whether the generator kept its schedule; against a
+fleet, with what each base URL was sent and answered (`ReplicaResult`, the `by_url` object).
 `format_table`, `write_results` (JSON and CSV), `write_plots` (plotly) and the progress
 reporters (plain lines, or a rich bar on a terminal) show those results. The fields a record
 holds are the result format's (`batchscope.dashboard.load_format`), which the dashboard
@@ -33,6 +34,41 @@ CHROMIUM = "/usr/bin/chromium"
 
 def mean(values: Sequence[float]) -> float | None:
     return sum(values) / len(values) if values else None
+
+
+def is_success(status: int | str) -> bool:
+    """An HTTP 2xx; a request that timed out or lost its connection has a word instead."""
+    return isinstance(status, int) and 200 <= status < 300
+
+
+@dataclass
+class ReplicaResult:
+    """What one base URL of a fleet was sent in a step and how it answered: counts by
+    outcome, the most requests it had outstanding at once, latencies in ms."""
+
+    url: str
+    sent: int = 0
+    ok: int = 0
+    errors_by_status: dict[str, int] = field(default_factory=dict)
+    max_outstanding: int = 0
+    latencies_ms: list[float] = field(default_factory=list, repr=False)
+
+    def fail(self, status: str) -> None:
+        self.errors_by_status[status] = self.errors_by_status.get(status, 0) + 1
+
+    def record(self, seconds: float) -> dict[str, Any]:
+        """Its part of the run's `by_url` object (REPLICA_FIELDS), over the run's `seconds`."""
+        return {
+            "sent": self.sent,
+            "completed": self.ok,
+            "failed": sum(self.errors_by_status.values()),
+            "errors_by_status": dict(sorted(self.errors_by_status.items())),
+            "request_throughput": self.ok / seconds if seconds else None,
+            "mean_e2el_ms": mean(self.latencies_ms),
+            "p50_e2el_ms": percentile(self.latencies_ms, 50),
+            "p99_e2el_ms": percentile(self.latencies_ms, 99),
+            "max_outstanding": self.max_outstanding,
+        }
 
 
 @dataclass
@@ -69,13 +105,15 @@ class RunResult:
     latencies_ms: list[float] = field(default_factory=list, repr=False)
     ttfts_ms: list[float] = field(default_factory=list, repr=False)
     send_lags_ms: list[float] = field(default_factory=list, repr=False)
+    # Per base URL, in the fleet's order; a `by_url` object only for more than one.
+    replicas: list[ReplicaResult] = field(default_factory=list, repr=False)
 
     def summary(self) -> dict[str, Any]:
         """The result as plain JSON-ready data, without the per-request lists."""
         data = asdict(self)
-        for per_request in ("latencies_ms", "ttfts_ms", "send_lags_ms"):
+        for per_request in ("latencies_ms", "ttfts_ms", "send_lags_ms", "replicas"):
             del data[per_request]
-        return data
+        return {**data, **self._by_url(self.measured_seconds())}
 
     def fail(self, status: str) -> None:
         self.errors_by_status[status] = self.errors_by_status.get(status, 0) + 1
@@ -84,13 +122,35 @@ class RunResult:
         else:
             self.errors += 1
 
+    def answered(self, replica: ReplicaResult, status: int | str, latency_ms: float) -> None:
+        """Count one request's outcome (an HTTP status, `timeout` or `connection`), in the
+        run and in the replica it went to."""
+        if is_success(status):
+            self.ok += 1
+            self.latencies_ms.append(latency_ms)
+            replica.ok += 1
+            replica.latencies_ms.append(latency_ms)
+            return
+        self.fail(str(status))
+        replica.fail(str(status))
+
+    def measured_seconds(self) -> float:
+        """The seconds the run's rates are over: its duration, or the time it ran when it
+        was ended early (or ran longer)."""
+        return max(self.elapsed_s, self.duration_s if self.stopped_at_s is None else 0.0)
+
+    def _by_url(self, seconds: float) -> dict[str, Any]:
+        if len(self.replicas) < 2:
+            return {}
+        return {"by_url": {r.url: r.record(seconds) for r in self.replicas}}
+
     def record(self, slo_ms: float | None) -> dict[str, Any]:
         """The run as the result file holds it: `vllm bench serve`'s names where the
         meaning is the same (throughputs per second of the run, latencies in ms), and
-        `batching` where the server was watched. `slo_attainment`: the share of arrivals
-        (sent or dropped) answered within the SLO. A step ended early is measured over the
-        time it ran."""
-        seconds = max(self.elapsed_s, self.duration_s if self.stopped_at_s is None else 0.0)
+        `batching` where the server was watched, `by_url` where a fleet was loaded.
+        `slo_attainment`: the share of arrivals (sent or dropped) answered within the SLO.
+        A step ended early is measured over the time it ran."""
+        seconds = self.measured_seconds()
         within_slo = (
             sum(1 for ms in self.latencies_ms if ms <= slo_ms) if slo_ms is not None else None
         )
@@ -129,6 +189,7 @@ class RunResult:
             "over_saturated": self.over_saturated,
             "stopped_at_s": self.stopped_at_s,
             **({"batching": self.batching} if self.batching is not None else {}),
+            **self._by_url(seconds),
         }
 
 

@@ -28,9 +28,9 @@ from batchscope.demo_server.embedding.batch_policy import (
 from batchscope.demo_server.embedding.batcher import ItemError, run_isolating_failures
 from batchscope.demo_server.embedding.batcher_settings import BatcherSettings
 from batchscope.demo_server.embedding.service import FAIL_MARKER, EmbeddingService, Encoder
+from batchscope.demo_server.loadgen import arguments, workload
 from batchscope.demo_server.loadgen import report as loadgen_report
 from batchscope.demo_server.loadgen import run as loadgen
-from batchscope.demo_server.loadgen import workload
 from batchscope.demo_server.queueing import OverBudget, QueueFull, QueueStopping
 from tests.support.batching import (
     NAME,
@@ -616,9 +616,9 @@ def test_arrival_times_are_seeded_poisson_within_the_duration() -> None:
 
 
 def test_parse_setting_reads_a_sweep() -> None:
-    assert loadgen.parse_setting("max_wait_ms=5,10,2.5") == ("max_wait_ms", [5, 10, 2.5])
+    assert arguments.parse_setting("max_wait_ms=5,10,2.5") == ("max_wait_ms", [5, 10, 2.5])
     with pytest.raises(ValueError):
-        loadgen.parse_setting("max_wait_ms")
+        arguments.parse_setting("max_wait_ms")
 
 
 @dataclass

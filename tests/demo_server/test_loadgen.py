@@ -241,7 +241,7 @@ def test_an_unreadable_length_file_is_a_clear_error(tmp_path: Path) -> None:
 
 def test_sweep_max_wait_is_the_admin_setting_it_names() -> None:
     args = loadgen.build_parser().parse_args(["--sweep-max-wait", "5,10", "--url", "http://x"])
-    assert args.sweep_max_wait == [5.0, 10.0] and args.url == "http://x"
+    assert args.sweep_max_wait == [5.0, 10.0] and args.urls == ["http://x"]
 
 
 def test_the_dashboard_reads_the_result_file_loadgen_writes(tmp_path: Path) -> None:
