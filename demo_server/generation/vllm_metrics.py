@@ -22,7 +22,9 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from batchscope.demo_server.devices import Device
-from batchscope.demo_server.generation.scheduler import CompletionResult, Scheduler, StepRecord
+from batchscope.demo_server.generation.listeners import StepRecord
+from batchscope.demo_server.generation.requests import CompletionResult
+from batchscope.demo_server.generation.scheduler import Scheduler
 from batchscope.exporter.engines.vllm import (
     REQUEST_LATENCY_BUCKETS,
     TOKEN_LATENCY_BUCKETS,

@@ -56,16 +56,17 @@ from batchscope.demo_server.embedding.batcher import ItemError
 from batchscope.demo_server.embedding.batcher_settings import BatcherSettings
 from batchscope.demo_server.embedding.service import EmbeddingService
 from batchscope.demo_server.generation.decoder import TinyDecoder, encode_prompt, token_bytes
-from batchscope.demo_server.generation.scheduler import (
-    Attention,
-    Batching,
+from batchscope.demo_server.generation.listeners import RequestLog, SchedulerListener
+from batchscope.demo_server.generation.requests import (
     CompletionResult,
     InvalidRequest,
     RequestHandle,
-    RequestLog,
+)
+from batchscope.demo_server.generation.scheduler import (
+    Attention,
+    Batching,
     Scheduler,
     SchedulerConfig,
-    SchedulerListener,
 )
 from batchscope.demo_server.generation.vllm_metrics import SchedulerCollector, VllmRequestMetrics
 from batchscope.demo_server.names import MODEL_NAME

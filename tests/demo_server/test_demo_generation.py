@@ -31,15 +31,10 @@ from batchscope.demo_server.generation.decoder import (
     TinyDecoder,
     encode_prompt,
 )
+from batchscope.demo_server.generation.listeners import RequestLog, StepRecord
 from batchscope.demo_server.generation.ragged import try_load
-from batchscope.demo_server.generation.scheduler import (
-    CompletionResult,
-    InvalidRequest,
-    RequestLog,
-    Scheduler,
-    SchedulerConfig,
-    StepRecord,
-)
+from batchscope.demo_server.generation.requests import CompletionResult, InvalidRequest
+from batchscope.demo_server.generation.scheduler import Scheduler, SchedulerConfig
 from batchscope.demo_server.queueing import QueueFull
 from batchscope.exporter import static_util_cli
 from batchscope.exporter.core.static_util import exact_static_utilization, static_utilization

@@ -12,7 +12,8 @@ import torch
 from batchscope.demo_server.cli import build_parser
 from batchscope.demo_server.devices import Device
 from batchscope.demo_server.generation.decoder import TinyDecoder
-from batchscope.demo_server.generation.scheduler import Scheduler, SchedulerConfig, StepRecord
+from batchscope.demo_server.generation.listeners import StepRecord
+from batchscope.demo_server.generation.scheduler import Scheduler, SchedulerConfig
 from batchscope.demo_server.http.app import ServerConfig
 from batchscope.exporter.core.signals import SignalSettings
 from tests.support.demo_http import serve
