@@ -18,7 +18,8 @@ from batchscope.demo_server.devices import DEVICE_CHOICES
 from batchscope.demo_server.embedding.batcher_settings import MODES as EMBED_BATCHING_MODES
 from batchscope.demo_server.embedding.batcher_settings import BatcherSettings
 from batchscope.demo_server.generation.scheduler import ATTENTION_CHOICES, BATCHING_MODES
-from batchscope.demo_server.http.app import MAX_NUM_SEQS_LIMIT, ServerConfig, create_app
+from batchscope.demo_server.http.app import create_app
+from batchscope.demo_server.http.server import MAX_NUM_SEQS_LIMIT, ServerConfig
 
 DESCRIPTION = """\
 A model server for checking batching signals against the truth. Tiny torch models with
