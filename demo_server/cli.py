@@ -73,6 +73,13 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    _add_server_arguments(parser, defaults)
+    _add_generation_arguments(parser, defaults)
+    _add_embedding_arguments(parser, defaults)
+    return parser
+
+
+def _add_server_arguments(parser: argparse.ArgumentParser, defaults: ServerConfig) -> None:
     server = parser.add_argument_group("server")
     server.add_argument("--host", default=defaults.host, help="bind address (default %(default)s)")
     server.add_argument("--port", type=int, default=defaults.port, help="default %(default)s")
@@ -121,6 +128,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     server.add_argument("--log-level", default="info", choices=["debug", "info", "warning"])
 
+
+def _add_generation_arguments(parser: argparse.ArgumentParser, defaults: ServerConfig) -> None:
     generation = parser.add_argument_group("generation (/v1/completions)")
     generation.add_argument(
         "--batching",
@@ -158,6 +167,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="KV cache capacity in tokens; when full, requests are preempted (default %(default)s)",
     )
 
+
+def _add_embedding_arguments(parser: argparse.ArgumentParser, defaults: ServerConfig) -> None:
     embedding = parser.add_argument_group("embeddings (/v1/embeddings)")
     embedding.add_argument(
         "--embed-batching",
@@ -184,7 +195,6 @@ def build_parser() -> argparse.ArgumentParser:
         default=defaults.embedding.as_ms()["latency_budget_ms"],
         help="adaptive mode, milliseconds (default %(default)s)",
     )
-    return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:

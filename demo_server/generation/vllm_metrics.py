@@ -15,7 +15,7 @@ at scrape time (`SchedulerCollector`), so state lives in the scheduler, not in m
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -24,7 +24,7 @@ from prometheus_client.registry import Collector
 from batchscope.demo_server.devices import Device
 from batchscope.demo_server.generation.listeners import StepRecord
 from batchscope.demo_server.generation.requests import CompletionResult
-from batchscope.demo_server.generation.scheduler import Scheduler
+from batchscope.demo_server.generation.scheduler import Scheduler, SchedulerStats
 from batchscope.exporter.engines.vllm import (
     REQUEST_LATENCY_BUCKETS,
     TOKEN_LATENCY_BUCKETS,
@@ -32,6 +32,8 @@ from batchscope.exporter.engines.vllm import (
 )
 
 ENGINE = "0"
+# The labels of every series of the scheduler (and vLLM's), in this order.
+LABELS = ["engine", "model_name"]
 FINISHED_REASONS = ("stop", "length", "abort", "error", "repetition")
 
 PREEMPTION_BUCKETS = (1, 2, 3, 4, 5, 10, 20)
@@ -60,17 +62,119 @@ def iteration_token_buckets(max_tokens_per_step: int) -> tuple[int, ...]:
     return tuple(buckets)
 
 
+# vLLM's per-request histograms, in its order: name, help, buckets (`_buckets`), and the
+# values one finished request adds (none where it has no such time).
+REQUEST_HISTOGRAMS: tuple[
+    tuple[str, str, str, Callable[[CompletionResult], Sequence[float]]], ...
+] = (
+    (
+        "vllm:request_prompt_tokens",
+        "Number of prefill tokens processed.",
+        "tokens",
+        lambda r: [r.prompt_tokens],
+    ),
+    (
+        "vllm:request_generation_tokens",
+        "Number of generation tokens processed.",
+        "tokens",
+        lambda r: [r.output_tokens],
+    ),
+    (
+        "vllm:request_max_num_generation_tokens",
+        "Histogram of maximum number of requested generation tokens.",
+        "tokens",
+        lambda r: [r.max_tokens],
+    ),
+    (
+        "vllm:request_params_max_tokens",
+        "Histogram of the max_tokens request parameter.",
+        "tokens",
+        lambda r: [r.max_tokens],
+    ),
+    (
+        "vllm:time_to_first_token_seconds",
+        "Histogram of time to first token in seconds.",
+        "ttft",
+        lambda r: [] if r.ttft is None else [r.ttft],
+    ),
+    (
+        "vllm:inter_token_latency_seconds",
+        "Histogram of inter-token latency in seconds.",
+        "token_latency",
+        lambda r: r.token_gaps,
+    ),
+    (
+        "vllm:request_time_per_output_token_seconds",
+        "Histogram of time_per_output_token_seconds per request.",
+        "token_latency",
+        lambda r: (
+            [r.decode_time / len(r.token_gaps)]
+            if r.token_gaps and r.decode_time is not None
+            else []
+        ),
+    ),
+    (
+        "vllm:e2e_request_latency_seconds",
+        "Histogram of e2e request latency in seconds.",
+        "request_latency",
+        lambda r: [r.latency],
+    ),
+    (
+        "vllm:request_queue_time_seconds",
+        "Histogram of time spent in WAITING phase for request.",
+        "request_latency",
+        lambda r: [r.queue_time],
+    ),
+    (
+        "vllm:request_inference_time_seconds",
+        "Histogram of time spent in RUNNING phase for request.",
+        "request_latency",
+        lambda r: [r.prefill_time + r.decode_time] if _phases_timed(r) else [],
+    ),
+    (
+        "vllm:request_prefill_time_seconds",
+        "Histogram of time spent in PREFILL phase for request.",
+        "request_latency",
+        lambda r: [r.prefill_time] if _phases_timed(r) else [],
+    ),
+    (
+        "vllm:request_decode_time_seconds",
+        "Histogram of time spent in DECODE phase for request.",
+        "request_latency",
+        lambda r: [r.decode_time] if _phases_timed(r) else [],
+    ),
+    (
+        "vllm:request_num_preemptions",
+        "Histogram of the number of times a request was preempted.",
+        "preemptions",
+        lambda r: [r.preemptions],
+    ),
+)
+
+
+def _phases_timed(result: CompletionResult) -> bool:
+    """Whether the request reached its first token, so its prefill and decode are timed."""
+    return result.prefill_time is not None and result.decode_time is not None
+
+
+def _buckets(kind: str, max_model_len: int) -> tuple[float, ...]:
+    """A histogram's buckets as vLLM sizes them (token counts by the model's length)."""
+    return {
+        "tokens": one_two_five_buckets(max_model_len),
+        "ttft": TTFT_BUCKETS,
+        "token_latency": TOKEN_LATENCY_BUCKETS,
+        "request_latency": REQUEST_LATENCY_BUCKETS,
+        "preemptions": PREEMPTION_BUCKETS,
+    }[kind]
+
+
 class VllmRequestMetrics:
     """vLLM's per-request series, observed as requests finish (a SchedulerListener)."""
 
     def __init__(self, registry: CollectorRegistry, model_name: str, max_model_len: int) -> None:
         labels = ["engine", "model_name"]
         self._labels = (ENGINE, model_name)
-
-        def histogram(name: str, doc: str, buckets: tuple[float, ...]) -> Histogram:
-            return Histogram(name, doc, labels, buckets=buckets, registry=registry)
-
-        tokens = one_two_five_buckets(max_model_len)
+        self._model_name = model_name
         self.success = Counter(
             "vllm:request_success",
             "Count of successfully processed requests.",
@@ -79,74 +183,23 @@ class VllmRequestMetrics:
         )
         for reason in FINISHED_REASONS:
             self.success.labels(ENGINE, reason, model_name)
-        self.prompt_tokens = histogram(
-            "vllm:request_prompt_tokens", "Number of prefill tokens processed.", tokens
-        )
-        self.generation_tokens = histogram(
-            "vllm:request_generation_tokens", "Number of generation tokens processed.", tokens
-        )
-        self.max_generation_tokens = histogram(
-            "vllm:request_max_num_generation_tokens",
-            "Histogram of maximum number of requested generation tokens.",
-            tokens,
-        )
-        self.max_tokens_param = histogram(
-            "vllm:request_params_max_tokens",
-            "Histogram of the max_tokens request parameter.",
-            tokens,
-        )
-        self.ttft = histogram(
-            "vllm:time_to_first_token_seconds",
-            "Histogram of time to first token in seconds.",
-            TTFT_BUCKETS,
-        )
-        self.inter_token = histogram(
-            "vllm:inter_token_latency_seconds",
-            "Histogram of inter-token latency in seconds.",
-            TOKEN_LATENCY_BUCKETS,
-        )
-        self.time_per_output_token = histogram(
-            "vllm:request_time_per_output_token_seconds",
-            "Histogram of time_per_output_token_seconds per request.",
-            TOKEN_LATENCY_BUCKETS,
-        )
-        self.e2e = histogram(
-            "vllm:e2e_request_latency_seconds",
-            "Histogram of e2e request latency in seconds.",
-            REQUEST_LATENCY_BUCKETS,
-        )
-        self.queue_time = histogram(
-            "vllm:request_queue_time_seconds",
-            "Histogram of time spent in WAITING phase for request.",
-            REQUEST_LATENCY_BUCKETS,
-        )
-        self.inference_time = histogram(
-            "vllm:request_inference_time_seconds",
-            "Histogram of time spent in RUNNING phase for request.",
-            REQUEST_LATENCY_BUCKETS,
-        )
-        self.prefill_time = histogram(
-            "vllm:request_prefill_time_seconds",
-            "Histogram of time spent in PREFILL phase for request.",
-            REQUEST_LATENCY_BUCKETS,
-        )
-        self.decode_time = histogram(
-            "vllm:request_decode_time_seconds",
-            "Histogram of time spent in DECODE phase for request.",
-            REQUEST_LATENCY_BUCKETS,
-        )
-        self.preemptions = histogram(
-            "vllm:request_num_preemptions",
-            "Histogram of the number of times a request was preempted.",
-            PREEMPTION_BUCKETS,
-        )
-        self.iteration_tokens = histogram(
+        self._histograms = [
+            (
+                Histogram(
+                    name, doc, labels, buckets=_buckets(kind, max_model_len), registry=registry
+                ),
+                observed,
+            )
+            for name, doc, kind, observed in REQUEST_HISTOGRAMS
+        ]
+        self.iteration_tokens = Histogram(
             "vllm:iteration_tokens_total",
             "Histogram of number of tokens per engine_step.",
+            labels,
             # vLLM sizes these to its per-step token budget; 16 full-length sequences here.
-            iteration_token_buckets(max_model_len * 16),
+            buckets=iteration_token_buckets(max_model_len * 16),
+            registry=registry,
         )
-        self._model_name = model_name
 
     def on_step(self, step: StepRecord) -> None:
         """Observe one step's tokens as vLLM 0.32 counts them: only a step that produced a
@@ -159,28 +212,13 @@ class VllmRequestMetrics:
 
     def on_finished(self, result: CompletionResult) -> None:
         """Observe one finished request, as vLLM does when a request leaves the engine."""
-        labels = self._labels
         self.success.labels(ENGINE, result.finish_reason, self._model_name).inc()
-        self.prompt_tokens.labels(*labels).observe(result.prompt_tokens)
-        self.generation_tokens.labels(*labels).observe(result.output_tokens)
-        self.max_generation_tokens.labels(*labels).observe(result.max_tokens)
-        self.max_tokens_param.labels(*labels).observe(result.max_tokens)
-        self.e2e.labels(*labels).observe(result.latency)
-        self.queue_time.labels(*labels).observe(result.queue_time)
-        self.preemptions.labels(*labels).observe(result.preemptions)
-        if result.ttft is not None:
-            self.ttft.labels(*labels).observe(result.ttft)
-        if result.prefill_time is not None and result.decode_time is not None:
-            self.prefill_time.labels(*labels).observe(result.prefill_time)
-            self.decode_time.labels(*labels).observe(result.decode_time)
-            self.inference_time.labels(*labels).observe(result.prefill_time + result.decode_time)
-        inter_token = self.inter_token.labels(*labels)
-        for gap in result.token_gaps:
-            inter_token.observe(gap)
-        if result.token_gaps and result.decode_time is not None:
-            self.time_per_output_token.labels(*labels).observe(
-                result.decode_time / len(result.token_gaps)
-            )
+        for histogram, observed in self._histograms:
+            values = observed(result)
+            if values:  # a series appears with its first value
+                child = histogram.labels(*self._labels)
+                for value in values:
+                    child.observe(value)
 
 
 class SchedulerCollector(Collector):
@@ -195,19 +233,23 @@ class SchedulerCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         stats = self._scheduler.stats()
-        names = ["engine", "model_name"]
+        yield from self._vllm_families(stats)
+        yield from self._truth_families(stats)
+
+    def _gauge(self, name: str, doc: str, value: float) -> GaugeMetricFamily:
+        family = GaugeMetricFamily(name, doc, labels=LABELS)
+        family.add_metric([ENGINE, self._model_name], value)
+        return family
+
+    def _counter(self, name: str, doc: str, value: float) -> CounterMetricFamily:
+        family = CounterMetricFamily(name, doc, labels=LABELS)
+        family.add_metric([ENGINE, self._model_name], value, created=self._created)
+        return family
+
+    def _vllm_families(self, stats: SchedulerStats) -> Iterator[Metric]:
+        """The gauges and counters vLLM exposes, under its names and help texts."""
         values = [ENGINE, self._model_name]
-
-        def gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
-            family = GaugeMetricFamily(name, doc, labels=names)
-            family.add_metric(values, value)
-            return family
-
-        def counter(name: str, doc: str, value: float) -> CounterMetricFamily:
-            family = CounterMetricFamily(name, doc, labels=names)
-            family.add_metric(values, value, created=self._created)
-            return family
-
+        gauge, counter = self._gauge, self._counter
         yield gauge(
             "vllm:num_requests_running",
             "Number of requests in model execution batches.",
@@ -224,7 +266,7 @@ class SchedulerCollector(Collector):
             "scheduling capacity; 'deferred' = deferred by transient constraints (LoRA "
             "budget, KV transfer, blocked status). Sum of all reasons equals "
             "vllm:num_requests_waiting.",
-            labels=[*names, "reason"],
+            labels=[*LABELS, "reason"],
         )
         by_reason.add_metric([*values, "capacity"], stats.waiting)
         by_reason.add_metric([*values, "deferred"], 0.0)
@@ -257,6 +299,10 @@ class SchedulerCollector(Collector):
         cache_config.add_metric(["1", "False", ENGINE, str(stats.kv_cache_tokens)], 1.0)
         yield cache_config
 
+    def _truth_families(self, stats: SchedulerStats) -> Iterator[Metric]:
+        """The `batchscope_demo_*` series: what vLLM cannot say (configuration, device,
+        the limit that bound each step, true slot utilisation)."""
+        gauge, counter = self._gauge, self._counter
         yield gauge(
             "batchscope_demo_max_num_seqs",
             "Configured cap on requests in the generation batch (vLLM's --max-num-seqs).",
@@ -265,9 +311,9 @@ class SchedulerCollector(Collector):
         batching = GaugeMetricFamily(
             "batchscope_demo_batching_info",
             "Generation batching mode of the demo server: static or continuous.",
-            labels=[*names, "batching"],
+            labels=[*LABELS, "batching"],
         )
-        batching.add_metric([*values, stats.batching], 1.0)
+        batching.add_metric([ENGINE, self._model_name, stats.batching], 1.0)
         yield batching
         device = GaugeMetricFamily(
             "batchscope_demo_device_info",
@@ -288,20 +334,7 @@ class SchedulerCollector(Collector):
             "context tokens computed (prefill chunks included). vLLM does not expose this.",
             stats.scheduled_tokens,
         )
-        bound = CounterMetricFamily(
-            "batchscope_demo_binding_steps",
-            "Steps by the limit that kept the batch from growing: requests (no free slot "
-            "while requests wait, or every slot taken), kv_cache (a preemption, or the next "
-            "request does not fit), token_budget (no token of the step's budget left, or a "
-            "prefill chunked), arrivals (nothing waits). The truth the exporter's binding "
-            "limit is held to.",
-            labels=[*names, "limit"],
-        )
-        for limit in ("requests", "kv_cache", "token_budget", "arrivals"):
-            bound.add_metric(
-                [*values, limit], stats.steps_bound_by.get(limit, 0), created=self._created
-            )
-        yield bound
+        yield self._binding_family(stats)
         if stats.max_num_batched_tokens is not None:
             yield gauge(
                 "batchscope_demo_max_num_batched_tokens",
@@ -331,12 +364,33 @@ class SchedulerCollector(Collector):
                 stats.slot_utilization,
             )
         if self._device.simulated:
-            overruns = CounterMetricFamily(
-                "batchscope_demo_simulated_overruns",
-                "Forwards whose real CPU compute exceeded the simulated device cost (the "
-                "simulation ran slower than the device it imitates).",
-                labels=["kind"],
+            yield self._overruns_family()
+
+    def _binding_family(self, stats: SchedulerStats) -> CounterMetricFamily:
+        bound = CounterMetricFamily(
+            "batchscope_demo_binding_steps",
+            "Steps by the limit that kept the batch from growing: requests (no free slot "
+            "while requests wait, or every slot taken), kv_cache (a preemption, or the next "
+            "request does not fit), token_budget (no token of the step's budget left, or a "
+            "prefill chunked), arrivals (nothing waits). The truth the exporter's binding "
+            "limit is held to.",
+            labels=[*LABELS, "limit"],
+        )
+        for limit in ("requests", "kv_cache", "token_budget", "arrivals"):
+            bound.add_metric(
+                [ENGINE, self._model_name, limit],
+                stats.steps_bound_by.get(limit, 0),
+                created=self._created,
             )
-            for kind, count in self._device.overruns.items():
-                overruns.add_metric([kind], count, created=self._created)
-            yield overruns
+        return bound
+
+    def _overruns_family(self) -> CounterMetricFamily:
+        overruns = CounterMetricFamily(
+            "batchscope_demo_simulated_overruns",
+            "Forwards whose real CPU compute exceeded the simulated device cost (the "
+            "simulation ran slower than the device it imitates).",
+            labels=["kind"],
+        )
+        for kind, count in self._device.overruns.items():
+            overruns.add_metric([kind], count, created=self._created)
+        return overruns
