@@ -517,6 +517,7 @@ def make_service(
     )
 
 
+@pytest.mark.integration
 def test_one_failing_item_in_a_batch_of_8_fails_alone(one_torch_thread: None) -> None:
     async def scenario() -> None:
         registry = CollectorRegistry()
@@ -535,6 +536,7 @@ def test_one_failing_item_in_a_batch_of_8_fails_alone(one_torch_thread: None) ->
     asyncio.run(scenario())
 
 
+@pytest.mark.integration
 def test_real_encoder_gives_seeded_unit_vectors_independent_of_batching(
     one_torch_thread: None,
 ) -> None:
@@ -566,6 +568,7 @@ def test_real_encoder_gives_seeded_unit_vectors_independent_of_batching(
     assert set(snapshot["cost_ms_by_batch_size"]) >= {1, 2, 4, 8, 16, 32}
 
 
+@pytest.mark.integration
 def test_simulated_h200_paces_each_batch_to_the_measured_curve(one_torch_thread: None) -> None:
     async def scenario() -> dict[str, object]:
         registry = CollectorRegistry()
@@ -584,6 +587,7 @@ def test_simulated_h200_paces_each_batch_to_the_measured_curve(one_torch_thread:
     assert snapshot["device"] == "sim:h200" and snapshot["simulated"] is True
 
 
+@pytest.mark.integration
 def test_encoder_weights_follow_the_seed(one_torch_thread: None) -> None:
     texts = ["same text", "another one"]
     assert Encoder(7).embed(texts) == Encoder(7).embed(texts)
@@ -654,6 +658,7 @@ def echo_server() -> Iterator[EchoServer]:
         yield server
 
 
+@pytest.mark.integration
 def test_loadgen_sweeps_settings_and_rates_and_reports_json(
     echo_server: EchoServer, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -722,6 +727,7 @@ def test_loadgen_table_has_one_row_per_run() -> None:
     ]
 
 
+@pytest.mark.integration
 def test_loadgen_drops_arrivals_beyond_the_concurrency_limit(echo_server: EchoServer) -> None:
     results = asyncio.run(
         loadgen.sweep(

@@ -6,6 +6,7 @@ import random
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from batchscope.demo_server.http.app import ServerConfig
@@ -14,6 +15,8 @@ from batchscope.exporter.scrape.http_client import Connections
 from batchscope.exporter.scrape.loop import Exporter
 from tests.support.demo_http import completion, serve
 from tests.support.metrics_doc import DOCUMENTED, family_names
+
+pytestmark = pytest.mark.integration
 
 
 def truth(url: str, name: str) -> float:

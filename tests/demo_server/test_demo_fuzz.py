@@ -16,6 +16,8 @@ from batchscope.demo_server.embedding.batcher_settings import BatcherSettings
 from batchscope.demo_server.http.app import ServerConfig
 from tests.support.demo_http import serve
 
+pytestmark = pytest.mark.integration
+
 json_leaves = st.one_of(
     st.none(),
     st.booleans(),

@@ -61,6 +61,7 @@ def run_trace(scheduler: Scheduler, lengths: list[int]) -> list[CompletionResult
 @pytest.mark.parametrize(
     ("lengths", "expected"), [(SEED_TRACE, 0.5234375), ([1, 1, 2, 2, 3, 3, 4, 16], 0.25)]
 )
+@pytest.mark.integration
 def test_static_slot_utilization_equals_seed_formula(lengths: list[int], expected: float) -> None:
     scheduler = make_scheduler(batching="static", max_num_seqs=8)
     results = run_trace(scheduler, lengths)
@@ -71,6 +72,7 @@ def test_static_slot_utilization_equals_seed_formula(lengths: list[int], expecte
     assert stats.slot_utilization == expected == static_utilization(lengths)
 
 
+@pytest.mark.integration
 def test_static_groups_consecutive_requests_like_the_exact_formula() -> None:
     rng = random.Random(7)
     lengths = [rng.randint(1, 40) for _ in range(27)]  # three full groups and a partial one
@@ -84,6 +86,7 @@ def test_static_groups_consecutive_requests_like_the_exact_formula() -> None:
     assert stats.idle_slot_steps_while_waiting > 0  # finished requests held slots others wanted
 
 
+@pytest.mark.integration
 def test_stats_is_a_snapshot_that_later_steps_leave_alone() -> None:
     scheduler = make_scheduler(batching="continuous", max_num_seqs=2)
     first = scheduler.submit(PROMPT, 3, ignore_eos=True)
@@ -99,6 +102,7 @@ def test_stats_is_a_snapshot_that_later_steps_leave_alone() -> None:
     assert (before.steps, before.generation_tokens, before.finished) == (2, 2, 0)
 
 
+@pytest.mark.integration
 def test_continuous_keeps_every_slot_busy_while_requests_wait() -> None:
     rng = random.Random(3)
     lengths = [rng.randint(1, 40) for _ in range(40)]
@@ -117,6 +121,7 @@ def test_continuous_keeps_every_slot_busy_while_requests_wait() -> None:
     assert stats.steps < static.stats().steps
 
 
+@pytest.mark.integration
 def test_full_kv_cache_preempts_and_every_request_still_completes() -> None:
     prompt_tokens = len(PROMPT)
     # Eight requests of 100 tokens need 8 * (6 + 100) tokens; the cache holds 200.
@@ -133,6 +138,7 @@ def test_full_kv_cache_preempts_and_every_request_still_completes() -> None:
     assert stats.idle_slot_steps_while_waiting > 0  # the cache, not the cap, limited the batch
 
 
+@pytest.mark.integration
 def test_ignore_eos_runs_exactly_max_tokens_and_eos_may_stop_early() -> None:
     scheduler = make_scheduler()
     with_eos = [scheduler.submit(PROMPT, 300) for _ in range(8)]
@@ -152,6 +158,7 @@ def test_ignore_eos_runs_exactly_max_tokens_and_eos_may_stop_early() -> None:
     assert all(r.output_tokens == 300 for r in stopped if r.finish_reason == "length")
 
 
+@pytest.mark.integration
 def test_cancel_frees_the_slot_for_the_next_request() -> None:
     # Stepped on this thread (no scheduler thread, no clock): the cancel lands after
     # exactly three steps of the long request, however fast the machine runs them.
@@ -215,6 +222,7 @@ class LockProbe:
         self.callback_saw_free.append(self.lock_is_free())
 
 
+@pytest.mark.integration
 def test_a_cancelled_waiting_request_is_announced_with_the_lock_released() -> None:
     probe = LockProbe(max_num_seqs=1)
     scheduler = probe.scheduler
@@ -229,6 +237,7 @@ def test_a_cancelled_waiting_request_is_announced_with_the_lock_released() -> No
     assert probe.callback_saw_free == [True]
 
 
+@pytest.mark.integration
 def test_requests_aborted_at_shutdown_are_announced_with_the_lock_released() -> None:
     probe = LockProbe(max_num_seqs=1)
     scheduler = probe.scheduler
@@ -245,6 +254,7 @@ def test_requests_aborted_at_shutdown_are_announced_with_the_lock_released() -> 
     assert probe.callback_saw_free == [True] * 3
 
 
+@pytest.mark.integration
 def test_full_queue_rejects_with_retry_after_and_holds_nothing_more() -> None:
     scheduler = make_scheduler(max_queue=3)
     for _ in range(3):
@@ -266,6 +276,7 @@ def test_full_queue_rejects_with_retry_after_and_holds_nothing_more() -> None:
         (PROMPT, 100, 50, "max_tokens"),
     ],
 )
+@pytest.mark.integration
 def test_impossible_request_is_refused_naming_the_field(
     prompt: list[int], max_tokens: int, kv: int, param: str
 ) -> None:
@@ -276,6 +287,7 @@ def test_impossible_request_is_refused_naming_the_field(
     assert scheduler.stats().waiting == 0
 
 
+@pytest.mark.integration
 def test_max_num_seqs_changes_at_run_time() -> None:
     scheduler = make_scheduler(max_num_seqs=8)
     scheduler.configure(max_num_seqs=2)
@@ -286,6 +298,7 @@ def test_max_num_seqs_changes_at_run_time() -> None:
     assert stats.slot_utilization == 1.0
 
 
+@pytest.mark.integration
 def test_request_log_is_read_by_batchscope_static_util(tmp_path: Path) -> None:
     path = tmp_path / "requests.jsonl"
     log = RequestLog(path)
@@ -319,6 +332,7 @@ def decoder(seed: int, attention: str) -> TinyDecoder:
     return model
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("attention", ["ragged", "padded"])
 def test_cached_decode_matches_recomputing_the_sequence(attention: str) -> None:
     """Prefill plus one decode step gives the logits that decoding every token does,
@@ -339,6 +353,7 @@ def test_cached_decode_matches_recomputing_the_sequence(attention: str) -> None:
     assert torch.allclose(logits[1], moved[0], atol=1e-5)
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("attention", ["ragged", "padded"])
 def test_prefill_in_the_decode_forward_matches_prefilling_first(attention: str) -> None:
     """Contexts of different lengths prefilled in the decode step's own forward (padded to
@@ -374,6 +389,7 @@ def test_prefill_in_the_decode_forward_matches_prefilling_first(attention: str) 
             )
 
 
+@pytest.mark.integration
 def test_ragged_and_padded_attention_give_the_same_logits_with_mixed_lengths() -> None:
     """Rows at very different positions, one step: the kernel reads each row's own length,
     padded attention masks to it; the logits agree."""
@@ -391,6 +407,7 @@ def test_ragged_and_padded_attention_give_the_same_logits_with_mixed_lengths() -
     assert (logits[0] - logits[1]).abs().max().item() < 1e-4
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("batching", ["static", "continuous"])
 def test_attention_lengths_static_rows_pad_to_the_group_continuous_rows_read_their_own(
     monkeypatch: pytest.MonkeyPatch, batching: str
@@ -480,6 +497,7 @@ def test_a_slowdown_below_one_or_off_a_simulated_device_is_refused(
         select_device(spec, slowdown)
 
 
+@pytest.mark.integration
 def test_longest_request_never_feeds_the_last_cache_position(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -500,6 +518,7 @@ def test_longest_request_never_feeds_the_last_cache_position(
     assert max(fed) == limit - 2
 
 
+@pytest.mark.integration
 def test_batching_bench_writes_its_report(tmp_path: Path) -> None:
     """A tiny run of scripts/bench_batching.py: one row per device, prediction from the trace.
     Speeds on a shared machine are not asserted."""
@@ -537,6 +556,7 @@ def test_batching_bench_writes_its_report(tmp_path: Path) -> None:
         assert float(cells[4].rstrip("x")) == pytest.approx(1 / float(cells[3]), abs=2e-3)
 
 
+@pytest.mark.integration
 def test_a_failing_token_consumer_ends_only_its_own_request() -> None:
     def broken(token: int) -> None:
         raise RuntimeError("event loop is closed")
@@ -574,6 +594,7 @@ class CountingListener:
         self.finished += 1
 
 
+@pytest.mark.integration
 def test_a_listener_that_raises_leaves_no_request_unresolved_and_no_listener_untold() -> None:
     counting = CountingListener()
     scheduler = Scheduler(

@@ -14,6 +14,8 @@ from batchscope.demo_server.embedding.service import Encoder
 from batchscope.demo_server.http.app import MAX_REQUEST_BYTES, ServerConfig
 from tests.support.demo_http import serve
 
+pytestmark = pytest.mark.integration
+
 ADMIN_TOKEN = "demo-admin-token-2468"
 SECRET_TEXT = "/opt/internal/weights-7f3a.bin"
 

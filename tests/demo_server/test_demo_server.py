@@ -23,6 +23,8 @@ from tests.support.demo_process import running_demo_server
 from tests.support.network import wait_until
 from tests.support.paths import fixture_text
 
+pytestmark = pytest.mark.integration
+
 SEED_TRACE = [3, 5, 8, 11, 4, 14, 6, 16]
 
 

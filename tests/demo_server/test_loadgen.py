@@ -157,6 +157,7 @@ def troubled() -> Iterator[Troubled]:
         yield server
 
 
+@pytest.mark.integration
 def test_a_server_that_errors_or_hangs_gives_counted_errors_and_a_finished_run(
     troubled: Troubled,
 ) -> None:
@@ -173,6 +174,7 @@ def test_a_server_that_errors_or_hangs_gives_counted_errors_and_a_finished_run(
     assert record["completed"] + record["failed"] == result.sent
 
 
+@pytest.mark.integration
 def test_a_dead_server_gives_connection_errors_not_a_crash() -> None:
     port = free_port()  # nobody listens on it
     [result] = asyncio.run(
@@ -182,6 +184,7 @@ def test_a_dead_server_gives_connection_errors_not_a_crash() -> None:
     assert result.record(None)["errors_by_status"] == {"connection": result.sent}
 
 
+@pytest.mark.integration
 def test_streamed_completions_give_ttft_and_output_tokens(troubled: Troubled) -> None:
     [result] = asyncio.run(
         loadgen.sweep(
@@ -196,6 +199,7 @@ def test_streamed_completions_give_ttft_and_output_tokens(troubled: Troubled) ->
     assert 0 < record["mean_ttft_ms"] < record["mean_e2el_ms"]
 
 
+@pytest.mark.integration
 def test_result_file_holds_vllm_bench_names_with_a_csv_beside_it(
     troubled: Troubled, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

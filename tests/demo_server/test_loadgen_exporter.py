@@ -300,6 +300,7 @@ def two_steps(url: str, signals: ExporterSignals) -> list[dict[str, Any]]:
     return [r.record(None) for r in results]
 
 
+@pytest.mark.integration
 def test_only_evaluations_made_within_the_step_count_and_each_once() -> None:
     _, load, _ = fixture_evaluations()
     stale = dataclasses.replace(load, total=dataclasses.replace(load.total, running=99.0))
@@ -358,6 +359,7 @@ async def too_slow(_: int) -> web.Response:
         (too_slow, "did not answer within 0.3 s"),
     ],
 )
+@pytest.mark.integration
 def test_an_exporter_that_answers_no_signals_costs_the_steps_batching_not_the_sweep(
     answer: Answer, said: str
 ) -> None:
@@ -374,6 +376,7 @@ def test_an_exporter_that_answers_no_signals_costs_the_steps_batching_not_the_sw
     assert said in warning and "--target llm" in warning
 
 
+@pytest.mark.integration
 def test_a_dead_exporter_costs_the_steps_batching_not_the_sweep() -> None:
     scripted = ScriptedExporter(unknown_target)
     warnings: list[str] = []
@@ -385,6 +388,7 @@ def test_a_dead_exporter_costs_the_steps_batching_not_the_sweep() -> None:
     assert "cannot reach the exporter" in warning
 
 
+@pytest.mark.integration
 def test_the_token_is_sent_from_its_file_and_never_written_out(
     tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:

@@ -34,6 +34,7 @@ def demo() -> Iterator[str]:
         yield url
 
 
+@pytest.mark.integration
 def test_watch_records_each_steps_batching_and_names_the_knees_cause(
     demo: str, tmp_path: Path
 ) -> None:
@@ -89,6 +90,7 @@ def test_watch_records_each_steps_batching_and_names_the_knees_cause(
     )
 
 
+@pytest.mark.integration
 def test_find_capacity_brackets_the_demo_servers_rate_at_the_slo(demo: str, tmp_path: Path) -> None:
     output = tmp_path / "capacity.json"
     code = loadgen.main(
@@ -127,6 +129,7 @@ class Hanging:
         return web.json_response({})
 
 
+@pytest.mark.integration
 def test_an_over_saturated_step_ends_early_and_says_so() -> None:
     server = Hanging()
     app = web.Application()

@@ -98,6 +98,7 @@ def test_kernel_refuses_mismatched_shapes_and_dtypes(kernel: ragged.RaggedAttent
         kernel(torch.zeros(2, 4, 16), keys, keys, torch.tensor([0]), torch.tensor([1, 1]))
 
 
+@pytest.mark.integration
 def test_build_is_cached_per_source_and_rebuilt_when_it_changes(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -113,6 +114,7 @@ def test_build_is_cached_per_source_and_rebuilt_when_it_changes(
     assert not list(tmp_path.glob("*.partial"))  # nothing half-written left behind
 
 
+@pytest.mark.integration
 def test_loading_the_kernel_leaves_subnormal_floats_alone(tmp_path: Path) -> None:
     """A library built with -ffast-math sets flush-to-zero for the whole process when it
     loads: the smallest float / 2 became 0 in the server and in every test after it. A
@@ -134,6 +136,7 @@ def test_loading_the_kernel_leaves_subnormal_floats_alone(tmp_path: Path) -> Non
     assert done.stdout.split() == ["True", "True", "True"], done.stdout + done.stderr
 
 
+@pytest.mark.integration
 def test_build_without_a_compiler_says_why(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CC", "no-such-compiler-xyz")
     with pytest.raises(ragged.KernelUnavailable, match="no-such-compiler-xyz"):
@@ -149,6 +152,7 @@ def test_build_without_a_compiler_says_why(tmp_path: Path, monkeypatch: pytest.M
     assert not list((tmp_path / "cache").glob("*"))
 
 
+@pytest.mark.integration
 def test_scheduler_falls_back_to_padded_attention_and_ragged_on_demand_refuses(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -165,6 +169,7 @@ def test_scheduler_falls_back_to_padded_attention_and_ragged_on_demand_refuses(
         SchedulerConfig(attention="paged")  # type: ignore[arg-type]
 
 
+@pytest.mark.integration
 def test_scheduler_runs_ragged_by_default_and_padded_when_asked(
     kernel: ragged.RaggedAttention,
 ) -> None:

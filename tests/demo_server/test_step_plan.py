@@ -6,11 +6,14 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 from batchscope.demo_server.generation.step_plan import Row, StepLimits, Waiting, plan_step
 
 LIMITS = StepLimits(max_num_seqs=4, kv_cache_tokens=100)
 
 
+@pytest.mark.integration
 def test_torch_is_not_needed_to_plan_a_step() -> None:
     probe = "import sys, batchscope.demo_server.generation.step_plan; print('torch' in sys.modules)"
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)

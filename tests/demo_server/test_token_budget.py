@@ -32,6 +32,7 @@ class Steps:
         """Not needed."""
 
 
+@pytest.mark.integration
 def test_a_long_prompt_prefills_in_chunks_within_the_budget() -> None:
     steps = Steps()
     config = SchedulerConfig(max_num_seqs=4, max_num_batched_tokens=16)
@@ -60,6 +61,7 @@ def test_a_long_prompt_prefills_in_chunks_within_the_budget() -> None:
     assert stats.steps_bound_by == {"token_budget": 2, "arrivals": 3}
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("prompt", [17, 33])
 def test_a_context_that_fills_its_chunks_exactly_still_produces_its_first_token(
     prompt: int,
@@ -79,6 +81,7 @@ def test_a_context_that_fills_its_chunks_exactly_still_produces_its_first_token(
     assert [s.generated for s in steps.records] == [0] * chunks + [1, 1]
 
 
+@pytest.mark.integration
 def test_a_static_group_under_a_budget_runs_together() -> None:
     steps = Steps()
     config = SchedulerConfig(batching="static", max_num_seqs=4, max_num_batched_tokens=16)
@@ -135,6 +138,7 @@ def exporter_reading(scenario: Scenario, configured: dict):
     return signals.total, result.truth_majority(window[0].t)
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("name", list(SCENARIOS))
 def test_the_binding_limit_agrees_with_the_truth(name: str) -> None:
     scenario, configured = SCENARIOS[name]
@@ -143,6 +147,7 @@ def test_the_binding_limit_agrees_with_the_truth(name: str) -> None:
     assert total.limits.binding == truth, (total.diagnosis, total.limits)
 
 
+@pytest.mark.integration
 def test_the_advised_token_budget_moves_the_binding_limit_off_it() -> None:
     scenario, configured = SCENARIOS["token_budget"]
     total, _ = exporter_reading(scenario, configured)
@@ -157,6 +162,7 @@ def test_the_advised_token_budget_moves_the_binding_limit_off_it() -> None:
     assert after.diagnosis.state != "token_budget_bound"
 
 
+@pytest.mark.integration
 def test_the_demo_server_takes_the_budget_and_exposes_the_truth() -> None:
     args = build_parser().parse_args(["--max-num-batched-tokens", "64", "--max-num-seqs", "8"])
     assert args.max_num_batched_tokens == 64
