@@ -7,19 +7,11 @@ has none) and `to_series(by_name)` over the parsed samples grouped by name. Addi
 engine is adding a file and one line in ADAPTERS: the configuration's engine and
 histogram choices, the reserved labels, `auto` detection and the documentation test
 all read this registry.
-
-The adapter rule: an adapter never truth-tests, compares, rounds or divides a scraped
-value, it only moves values into place and adds, subtracts or multiplies them. A
-payload's layout is then read once and replayed as a compiled plan at every later
-scrape (`batchscope.exporter.ingest.compiled_reads`); an adapter that steers by value cannot be
-planned and is read the general way, about twice as slowly. Those are listed in
-UNPLANNED with the reason, and a test holds every other adapter planned on its fixtures.
 """
 
 from __future__ import annotations
 
 import functools
-import math
 from collections.abc import Sequence
 from dataclasses import fields, replace
 from types import ModuleType
@@ -37,8 +29,7 @@ from batchscope.exporter.engines import (
 )
 from batchscope.exporter.engines.grouping import group_by_name
 from batchscope.exporter.ingest import promtext
-from batchscope.exporter.ingest.compiled_reads import Plan, compile_plan
-from batchscope.exporter.ingest.promtext import Layout, Sample
+from batchscope.exporter.ingest.promtext import Sample
 
 # Order matters where two adapters read the same series: the first one's fields win
 # (TensorRT-LLM's waiting requests over Triton's pending count for the same model).
@@ -46,14 +37,6 @@ ADAPTERS: dict[str, ModuleType] = {
     m.NAME: m for m in (vllm, inhouse, sglang, tgi, trtllm, triton, rayserve, llamacpp)
 }
 
-
-# Adapters read the general way on purpose, and the use of a value that steers each.
-UNPLANNED = {
-    "inhouse": "a published max batch size of 0 reads as none (`cap or None`)",
-    "trtllm": "a max batch size of 0 reads as none (`cap or None`)",
-    "rayserve": "the cap is derived by dividing and rounding two histogram sums, "
-    "when the utilisation sum is positive",
-}
 
 
 def engine_choices() -> tuple[str, ...]:
@@ -120,17 +103,7 @@ def read_series(
             + ")"
         )
     families = _families(tuple(names), latency_kind)
-    known = promtext.read_values(text, families, sample_limit)
-    if known is None:
-        samples = promtext.parse(text, families, sample_limit)
-    else:
-        layout, values = known
-        plan = _plan(tuple(names), layout)
-        # A plan holds for finite values only (series_plan); an overflowing sum is no harm.
-        if plan is not None and math.isfinite(sum(values)):
-            return plan(values)
-        samples = promtext.samples_of(layout, values)
-    series = series_of(names, samples)
+    series = series_of(names, promtext.parse(text, families, sample_limit))
     if not series:
         missing = (
             f"no {'/'.join(names)} series in the payload (looked for "
@@ -154,49 +127,6 @@ def series_of(names: Sequence[str], samples: list[Sample]) -> tuple[SeriesSnapsh
     """The named adapters' series of the samples, joined."""
     by_name = group_by_name(samples)
     return join_series([s for name in names for s in ADAPTERS[name].to_series(by_name)])
-
-
-def _plan(names: tuple[str, ...], layout: Layout) -> Plan | None:
-    """`series_of` compiled for a layout (series_plan), from the second payload that has
-    it on: a target whose labels churn, one layout a scrape, never pays for compiling.
-    None also where the adapters cannot be traced or find no series (the general path
-    then raises what it raises)."""
-    key = (names, id(layout))
-    entry = _PLANS.get(key)
-    if entry is None or entry[0] is not layout:  # an entry holds its layout: ids stay unique
-        if len(_PLANS) >= _PLANS_MAX:
-            _PLANS.clear()
-        _PLANS[key] = (layout, None, False)
-        return None
-    _, plan, compiled = entry
-    if not compiled:
-        plan = compiled_plan(names, layout)
-        _PLANS[key] = (layout, plan, True)
-    return plan
-
-
-def compiled_plan(names: Sequence[str], layout: Layout) -> Plan | None:
-    """`series_of(names, ...)` compiled for `layout`; None where an adapter steers by value."""
-    return compile_plan(layout, lambda samples: _some_series(names, samples))
-
-
-def clear_caches() -> None:
-    """Forget the layouts, label sets and plans seen so far (benchmarks time a first scrape so)."""
-    promtext.clear_caches()
-    _PLANS.clear()
-
-
-def _some_series(names: Sequence[str], samples: list[Sample]) -> tuple[SeriesSnapshot, ...]:
-    series = series_of(names, samples)
-    if not series:
-        raise ValueError("no series: read_series raises its error on the general path")
-    return series
-
-
-# (adapter names, id(layout)) -> (layout, its plan, compiled yet). Bounded as promtext's
-# layouts (a vLLM plan is about 9 KiB beside its layout's 15 KB).
-_PLANS: dict[tuple[tuple[str, ...], int], tuple[Layout, Plan | None, bool]] = {}
-_PLANS_MAX = 4_096
 
 
 def join_series(series: list[SeriesSnapshot]) -> tuple[SeriesSnapshot, ...]:

@@ -27,9 +27,7 @@ def series_key(labels: dict[str, str], key_labels: Sequence[str]) -> LabelKey:
 
 
 def series_keys(samples: Sequence[Sample], key_labels: tuple[str, ...]) -> list[LabelKey]:
-    """`series_key` of each sample, in order. Only payloads without a compiled plan reach
-    this (batchscope.exporter.ingest.compiled_reads): a cache by the labels dict's id saved 8% of such
-    a read and nothing on a planned fleet (docs/benchmarks.md), so there is none."""
+    """`series_key` of each sample, in order."""
     return [series_key(s.labels, key_labels) for s in samples]
 
 
@@ -87,8 +85,7 @@ def histograms_by_key(
     for key, s in zip(series_keys(samples, key_labels), samples, strict=True):
         counts[key] = counts.get(key, 0.0) + s.value
     # A series without its +Inf bucket is not a histogram; one with a NaN or infinite count
-    # or sum is left out of this scrape, as if absent, so that no signal becomes NaN. (No
-    # truth test on a value here: a series plan traces this code, see series_plan.)
+    # or sum is left out of this scrape, as if absent, so that no signal becomes NaN.
     return {
         key: Histogram.from_buckets(b, sums.get(key, 0.0), counts.get(key))
         for key, b in buckets.items()

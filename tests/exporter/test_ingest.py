@@ -1,11 +1,10 @@
 """The ingest path's shortcuts read exactly what the plain path reads.
 
 promtext reads a payload whose line heads it has seen by converting its values only
-(layouts); samples.py looks series keys up by labels dict; read_series replays a plan
-of the adapters' work on a layout seen before (series_plan). Each is held here against
-a reference that takes no shortcut: the full parse filtered to the same names, the
-samples prometheus_client reads, the wanted lines parsed one by one, the adapters run
-on parsed samples, and a plain re-statement of the histogram assembly.
+(layouts). It is held here against a reference that takes no shortcut: the full parse
+filtered to the same names, the samples prometheus_client reads, the wanted lines parsed
+one by one, the adapters run on parsed samples, and a plain re-statement of the
+histogram assembly.
 """
 
 from __future__ import annotations
@@ -19,12 +18,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
-from batchscope.exporter import engines
 from batchscope.exporter.core.histogram import Histogram
-from batchscope.exporter.engines import ADAPTERS, families_read, read_series, series_of, vllm
+from batchscope.exporter.engines import families_read, read_series, vllm
 from batchscope.exporter.engines.grouping import group_by_name, histograms_by_key, values_by_key
 from batchscope.exporter.ingest import promtext
-from batchscope.exporter.ingest.compiled_reads import compile_plan
 from batchscope.exporter.ingest.promtext import ParseError, Sample, SampleLimitExceeded
 from tests.support.paths import FIXTURES
 
@@ -154,18 +151,6 @@ def test_layouts_are_bounded(monkeypatch: pytest.MonkeyPatch, vllm_load: str) ->
     assert 1 <= len(promtext._selection(families).layouts) <= 3
 
 
-def test_plans_are_bounded(monkeypatch: pytest.MonkeyPatch, vllm_load: str) -> None:
-    monkeypatch.setattr(engines, "_PLANS_MAX", 3)
-    for n in range(7):
-        text = vllm_load.replace('model_name="/tmp/tinyllama"', f'model_name="m{n}"')
-        for _ in range(3):  # a layout, its plan compiled, the plan
-            (series,) = read_series(text, "vllm", None, "e2e")
-            assert (
-                series.key == (("model_name", f"m{n}"), ("engine", "0")) and series.running == 8.0
-            )
-    assert 1 <= len(engines._PLANS) <= 3
-
-
 def _reference_vllm_samples(text: str) -> list[Sample]:
     """prometheus_client's samples of the vLLM families, as promtext Samples."""
     return [
@@ -287,45 +272,6 @@ def test_histograms_and_values_by_key_equal_their_plain_statement(samples: list[
         assert repr(values_by_key(by_name, "h_sum", key_labels)) == repr(dict(plain))
 
 
-def _general_outcome(text: str, engine: str, latency_kind: str | None) -> str:
-    """What read_series says with no layout or plan: the adapters on the parsed samples."""
-    families = families_read(ADAPTERS[engine], latency_kind)
-    try:
-        series = series_of([engine], promtext.parse(text, families))
-    except ValueError as err:
-        return f"{type(err).__name__}: {err}"
-    return repr(series) if series else "no series"
-
-
-def _outcome(text: str, engine: str, latency_kind: str | None = None) -> str:
-    try:
-        return repr(read_series(text, engine, None, latency_kind))
-    except (engines.NoSamplesYet, engines.UnrecognisedPayload):
-        return "no series"
-    except ValueError as err:
-        return f"{type(err).__name__}: {err}"
-
-
-def test_every_adapter_reads_its_fixtures_as_on_parsed_samples_with_or_without_a_plan() -> None:
-    for path in sorted(FIXTURES.glob("*.txt")):
-        text = path.read_text()
-        for engine in ADAPTERS:
-            for latency_kind in (None, "e2e"):
-                expected = _general_outcome(text, engine, latency_kind)
-                # first read: no layout; second: a layout, plan compiled; third: the plan
-                for _ in range(3):
-                    assert _outcome(text, engine, latency_kind) == expected, (path.name, engine)
-
-
-def test_the_vllm_payloads_are_read_by_a_plan(vllm_load: str) -> None:
-    layout, values = promtext.read_values(vllm_load, families_read(vllm, "e2e"))
-    assert len(layout) == 96
-    engines._plan(("vllm",), layout)
-    plan = engines._plan(("vllm",), layout)
-    assert plan is not None
-    assert repr(plan(values)) == repr(read_series(vllm_load, "vllm", None, "e2e"))
-
-
 # Finite values on the edge of float arithmetic: signed zeros, the largest and smallest.
 EDGE_FINITE = [
     "0",
@@ -343,13 +289,12 @@ EDGE_FINITE = [
 
 @SETTINGS
 @given(st.integers(0, 2**32), st.sampled_from(["a", "b/c"]))
-def test_a_planned_layout_with_new_finite_values_equals_prometheus_client(
+def test_a_known_layout_with_new_finite_values_equals_prometheus_client(
     seed: int, model: str
 ) -> None:
     text = (FIXTURES / "vllm-0.32.0-cpu-load.txt").read_text()
     text = text.replace('model_name="/tmp/tinyllama"', f'model_name="{model}"')
-    for _ in range(2):  # the layout, then its plan
-        read_series(text, "vllm", None, "e2e")
+    read_series(text, "vllm", None, "e2e")  # the layout known before the values move
     rng = random.Random(seed)
     # A histogram's counts move to values >= 0 (a negative one is refused: test_promtext_contract).
     lines = [
@@ -369,19 +314,3 @@ def _counted(line: str, value: str) -> str:
     """`value`, without its sign on a histogram's `_bucket` or `_count` line."""
     head = line.partition("{")[0]
     return value.lstrip("-") if head.endswith(("_bucket", "_count")) else value
-
-
-def test_a_plan_replays_float_arithmetic_exactly() -> None:
-    layout = ((0, "a", {}), (1, "b", {}), (2, "c", {}))
-    plan = compile_plan(layout, lambda samples: [0.0 + s.value * 2 - 1 for s in samples])
-    assert repr(plan([-0.0, 0.5, 1e308])) == repr([0.0 + -0.0 * 2 - 1, 0.0, 1e308 * 2 - 1])
-    assert repr(plan([-0.5, 0.0, 0.0])) == "[-2.0, -1.0, -1.0]"
-
-
-def test_a_value_that_steers_the_reader_leaves_the_layout_unplanned() -> None:
-    layout = ((0, "a", {}), (1, "b", {}))
-    assert compile_plan(layout, lambda samples: [s for s in samples if s.value > 0]) is None
-    assert compile_plan(layout, lambda samples: [s.value / 2 for s in samples]) is None
-    assert compile_plan(layout, lambda samples: {s.value: 1 for s in samples}) is None
-    assert compile_plan(layout, lambda samples: [round(s.value) for s in samples]) is None
-    assert compile_plan(layout, lambda samples: [s.value + float("nan") for s in samples]) is None
