@@ -1,10 +1,8 @@
-"""The ingest path's shortcuts read exactly what the plain path reads.
+"""The ingest path reads exactly what a reading without selection reads.
 
-promtext reads a payload whose line heads it has seen by converting its values only
-(layouts). It is held here against a reference that takes no shortcut: the full parse
-filtered to the same names, the samples prometheus_client reads, the wanted lines parsed
-one by one, the adapters run on parsed samples, and a plain re-statement of the
-histogram assembly.
+The selective parse and the adapters are held here against references: the full parse
+of the candidate lines filtered to the same names, the samples prometheus_client reads
+fed to the same adapter, and a plain re-statement of the histogram assembly.
 """
 
 from __future__ import annotations
@@ -99,10 +97,9 @@ def _payloads() -> list[str]:
     st.sampled_from(_payloads()),
     st.lists(st.tuples(st.integers(0, 10_000), st.sampled_from(ODD_VALUES)), max_size=4),
 )
-def test_a_known_layout_with_odd_values_reads_as_its_lines_one_by_one(
+def test_a_payload_with_odd_values_reads_as_its_lines_one_by_one(
     payload: str, edits: list[tuple[int, str]]
 ) -> None:
-    promtext.parse(payload, VLLM_FAMILIES)  # the payload's heads are now a known layout
     lines = payload.split("\n")
     wanted_at = [i for i, line in enumerate(lines) if line.startswith(VLLM_FAMILIES)]
     for at, value in edits:
@@ -118,10 +115,9 @@ def test_a_known_layout_with_odd_values_reads_as_its_lines_one_by_one(
     st.integers(0, 10_000),
     st.sampled_from(["  ", "\t", "#", " x", "{", "}", '{a="1"}', "\r", "_total", "", "\n"]),
 )
-def test_a_known_layout_with_an_edited_head_reads_as_its_lines_one_by_one(
+def test_a_payload_with_an_edited_head_reads_as_its_lines_one_by_one(
     payload: str, at: int, insert: str
 ) -> None:
-    promtext.parse(payload, VLLM_FAMILIES)
     lines = payload.split("\n")
     wanted_at = [i for i, line in enumerate(lines) if line.startswith(VLLM_FAMILIES)]
     i = wanted_at[at % len(wanted_at)]
@@ -131,7 +127,7 @@ def test_a_known_layout_with_an_edited_head_reads_as_its_lines_one_by_one(
     assert _same_outcome(_selective_outcome(text), _reference_outcome(text))
 
 
-def test_a_known_layout_keeps_the_sample_limit(vllm_load: str) -> None:
+def test_the_selective_parse_keeps_the_sample_limit(vllm_load: str) -> None:
     wanted = len(promtext.parse(vllm_load, VLLM_FAMILIES))
     # 69, and iteration_tokens (17), waiting_by_reason (2), rejections (4), and the prefix
     # cache's queries and hits (each _total and _created)
@@ -139,16 +135,6 @@ def test_a_known_layout_keeps_the_sample_limit(vllm_load: str) -> None:
     assert len(promtext.parse(vllm_load, VLLM_FAMILIES, limit=wanted)) == wanted
     with pytest.raises(SampleLimitExceeded):
         promtext.parse(vllm_load, VLLM_FAMILIES, limit=wanted - 1)
-
-
-def test_layouts_are_bounded(monkeypatch: pytest.MonkeyPatch, vllm_load: str) -> None:
-    monkeypatch.setattr(promtext, "_LAYOUTS_MAX", 3)
-    families = ("vllm:num_requests_running",)
-    for n in range(7):
-        text = vllm_load.replace('model_name="/tmp/tinyllama"', f'model_name="m{n}"')
-        (sample,) = promtext.parse(text, families)
-        assert sample.labels["model_name"] == f"m{n}" and sample.value == 8.0
-    assert 1 <= len(promtext._selection(families).layouts) <= 3
 
 
 def _reference_vllm_samples(text: str) -> list[Sample]:
@@ -165,13 +151,12 @@ def _reference_vllm_samples(text: str) -> list[Sample]:
 def test_read_series_equals_the_adapter_fed_by_prometheus_client(name: str) -> None:
     text = (FIXTURES / name).read_text()
     reference = vllm.to_series(group_by_name(_reference_vllm_samples(text)))
-    for _ in range(2):  # a first scrape, then one with a known layout
-        try:
-            ours = read_series(text, "vllm", None, "e2e")
-        except ValueError:
-            assert reference == []
-            continue
-        assert repr(ours) == repr(tuple(reference))
+    try:
+        ours = read_series(text, "vllm", None, "e2e")
+    except ValueError:
+        assert reference == []
+        return
+    assert repr(ours) == repr(tuple(reference))
 
 
 @st.composite
@@ -204,7 +189,6 @@ def test_read_series_on_moving_payloads_equals_the_adapter_fed_by_prometheus_cli
     text: str,
 ) -> None:
     reference = tuple(vllm.to_series(group_by_name(_reference_vllm_samples(text))))
-    assert repr(read_series(text, "vllm", None, "e2e")) == repr(reference)
     assert repr(read_series(text, "vllm", None, "e2e")) == repr(reference)
 
 
@@ -261,15 +245,14 @@ histogram_samples = st.lists(
 def test_histograms_and_values_by_key_equal_their_plain_statement(samples: list[Sample]) -> None:
     by_name = group_by_name(samples)
     key_labels = vllm.KEY_LABELS
-    for _ in range(2):  # the second time, every labels dict's key is a known one
-        assert repr(histograms_by_key(by_name, "h", key_labels)) == repr(
-            _plain_histograms(samples, "h", key_labels)
-        )
-        plain: dict = defaultdict(float)
-        for s in by_name.get("h_sum", ()):
-            if math.isfinite(s.value):
-                plain[tuple((k, s.labels[k]) for k in key_labels if k in s.labels)] += s.value
-        assert repr(values_by_key(by_name, "h_sum", key_labels)) == repr(dict(plain))
+    assert repr(histograms_by_key(by_name, "h", key_labels)) == repr(
+        _plain_histograms(samples, "h", key_labels)
+    )
+    plain: dict = defaultdict(float)
+    for s in by_name.get("h_sum", ()):
+        if math.isfinite(s.value):
+            plain[tuple((k, s.labels[k]) for k in key_labels if k in s.labels)] += s.value
+    assert repr(values_by_key(by_name, "h_sum", key_labels)) == repr(dict(plain))
 
 
 # Finite values on the edge of float arithmetic: signed zeros, the largest and smallest.
@@ -289,12 +272,9 @@ EDGE_FINITE = [
 
 @SETTINGS
 @given(st.integers(0, 2**32), st.sampled_from(["a", "b/c"]))
-def test_a_known_layout_with_new_finite_values_equals_prometheus_client(
-    seed: int, model: str
-) -> None:
+def test_edge_finite_values_read_as_prometheus_client_reads_them(seed: int, model: str) -> None:
     text = (FIXTURES / "vllm-0.32.0-cpu-load.txt").read_text()
     text = text.replace('model_name="/tmp/tinyllama"', f'model_name="{model}"')
-    read_series(text, "vllm", None, "e2e")  # the layout known before the values move
     rng = random.Random(seed)
     # A histogram's counts move to values >= 0 (a negative one is refused: test_promtext_contract).
     lines = [

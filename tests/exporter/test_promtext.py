@@ -1,4 +1,4 @@
-"""The fast parser against prometheus_client's on every real payload, and its edge cases."""
+"""The parser against prometheus_client's on every real payload, and its edge cases."""
 
 from __future__ import annotations
 
