@@ -38,7 +38,6 @@ ADAPTERS: dict[str, ModuleType] = {
 }
 
 
-
 def engine_choices() -> tuple[str, ...]:
     """What a target's `engine` may be: `auto` or a registered adapter's NAME."""
     return ("auto", *ADAPTERS)

@@ -195,4 +195,3 @@ def test_the_configuration_doc_lists_every_engine_and_latency_kind() -> None:
     assert tuple(dict.fromkeys(re.findall(r"`(\w+)`", engine_row))) == engine_choices()
     histogram_row = rows["`--histogram`"].split("|")[3]
     assert tuple(re.findall(r"`(\w+)`", histogram_row)) == latency_kinds()
-
