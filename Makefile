@@ -12,7 +12,7 @@ install: $(STAMP)
 # nothing later pulls a multi-GB CUDA build from the registry.
 # A C compiler builds the demo server's ragged attention kernel on first use
 # (demo_server/generation/ragged.py); machines of this kind have one, a bare Debian gets gcc.
-$(STAMP): pyproject.toml exporter/core/_static_estimate.c
+$(STAMP): pyproject.toml
 	command -v cc >/dev/null || (apt-get update -qq && apt-get install -y -qq --no-install-recommends gcc libc6-dev)
 	$(MAKE) system-packages
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)

@@ -13,7 +13,6 @@ non-negative integers; a request that produced no token still takes a slot in it
 from __future__ import annotations
 
 import math
-import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from itertools import islice
@@ -21,16 +20,6 @@ from math import floor, inf, isfinite
 from typing import NamedTuple
 
 from batchscope.exporter.core.histogram import Histogram
-
-try:
-    # Built from _static_estimate.c when the package is installed (pyproject's ext-modules,
-    # optional): the estimate's walk in C, to the bit. Its sums are 3.11's (floats added in
-    # order; 3.12's sum() compensates), so on another Python the walk stays in Python.
-    from batchscope.exporter.core import _static_estimate
-
-    _estimate_in_c = _static_estimate.estimate if sys.version_info[:2] == (3, 11) else None
-except ImportError:
-    _estimate_in_c = None
 
 # Lengths are fed to the accumulator in slices of this size: bounded memory, C-speed sums.
 _CHUNK = 65536
@@ -226,10 +215,7 @@ class _Bucket(NamedTuple):
 def _buckets(hist: Histogram, integer: bool) -> list[_Bucket] | None:
     """The non-empty buckets; `integer` narrows each to the integers it can hold.
 
-    None when `integer` is asked and some non-empty bucket holds no integer. It runs at
-    every evaluation of every series: written for speed (no enumerate, no max, names bound
-    at import), and held to the bit to the plain form it replaced
-    (tests/support/static_estimate_reference.py).
+    None when `integer` is asked and some non-empty bucket holds no integer.
     """
     out = []
     rank = 0
@@ -291,18 +277,6 @@ def estimate_from_histogram(hist: Histogram, batch_size: int) -> UtilizationEsti
     """
     if batch_size < 1:
         raise ValueError(f"batch size must be >= 1, got {batch_size}")
-    if _estimate_in_c is not None:
-        # The same steps in C (a tenth of a fleet's evaluation in Python); it declines
-        # (None) what it would not hold exactly, and that goes on below.
-        found = _estimate_in_c(hist.bounds, hist.counts, hist.sum, batch_size)
-        if found is not None:
-            return UtilizationEstimate(batch_size, *found) if found else None
-    return estimate_in_python(hist, batch_size)
-
-
-def estimate_in_python(hist: Histogram, batch_size: int) -> UtilizationEstimate | None:
-    """`estimate_from_histogram` in Python alone: the definition the C walk keeps to the
-    bit, and what runs where the C is not built or declines."""
     buckets = _buckets(hist, integer=True)
     sums = _sum_range(buckets) if buckets is not None else None
     if sums is None or not _sum_fits(sums, hist.sum):
