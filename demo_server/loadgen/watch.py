@@ -17,7 +17,7 @@ from batchscope.demo_server.loadgen.batching import BatchingReading, readings_of
 from batchscope.exporter.config.flags import add_target_arguments, target_flag_values
 from batchscope.exporter.config.settings import Target, settings_from_values, target_from_values
 from batchscope.exporter.core.evaluate import TargetSignals
-from batchscope.exporter.scrape.http_client import Connections
+from batchscope.exporter.scrape.fetch import client_session
 from batchscope.exporter.scrape.loop import Exporter
 
 WATCH_INTERVAL_S = 1.0
@@ -69,10 +69,10 @@ class StepWatch:
         """Scrape and evaluate every WATCH_INTERVAL_S until `stop` is set; returns the
         evaluations, oldest first (one more at the stop: the step's last second counts)."""
         loop = asyncio.get_running_loop()
-        async with Connections() as connections:
+        async with client_session() as session:
             due = loop.time()
             while True:
-                await self.exporter.run_round(connections)
+                await self.exporter.run_round(session)
                 latest = self.exporter.latest(self.target.name)
                 if latest:
                     self.evaluations.append(latest[-1])

@@ -1,17 +1,37 @@
-"""Fetching one target's /metrics: timeouts, a size cap and auth, never an exception."""
+"""Fetching one target's /metrics with aiohttp: timeouts, a size cap and auth, never an exception.
+
+One aiohttp ClientSession serves every scrape of an exporter (`client_session`), its
+connections kept alive from one scrape to the next. A scrape follows no redirect (any
+status but 200 is a failed scrape, so credentials never go elsewhere), uses no proxy
+(HTTP_PROXY and the like are ignored) and keeps no cookie. The body is counted against
+the size cap as it arrives, and a gzip body is inflated here, never past the cap:
+aiohttp's own inflation would pass a gzip body cut short as a whole one.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import base64
-import functools
 import os
+import ssl
 import time
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
+import aiohttp
+
 from batchscope.exporter.config.settings import Auth, ConfigError, Target, redact_url_in
-from batchscope.exporter.scrape.http_client import Connections, HttpGetError, Request, build_request
+
+# Sent with every scrape, as Prometheus does (the text format first; gzip accepted).
+SCRAPE_HEADERS = {
+    "Accept": "text/plain;version=0.0.4;q=1,*/*;q=0.1",
+    "Accept-Encoding": "gzip",
+    "User-Agent": "batchscope-exporter",
+}
+# An idle connection is closed after this long: longer than a scrape interval, so that a
+# target's connection lasts from one scrape to its next.
+IDLE_SECONDS = 60.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -21,6 +41,31 @@ class ScrapeResult:
     text: str | None
     error: str | None
     seconds: float
+
+
+class FetchError(Exception):
+    """The GET failed: no connection, a refused or broken answer. The message names no
+    secret (the caller redacts the URL's query values)."""
+
+
+class BodyRefused(FetchError):
+    """The body is over the size cap, or not in an encoding the exporter reads."""
+
+
+def client_session(limit: int = 100, tls: ssl.SSLContext | None = None) -> aiohttp.ClientSession:
+    """The exporter's HTTP client, for `scrape`: at most `limit` connections open at once;
+    https verified against `tls` (default: the system's certificate authorities). Each
+    scrape sets its own time limit, so the session sets none."""
+    connector = aiohttp.TCPConnector(
+        limit=limit, keepalive_timeout=IDLE_SECONDS, ssl=True if tls is None else tls
+    )
+    return aiohttp.ClientSession(
+        connector=connector,
+        headers=SCRAPE_HEADERS,
+        auto_decompress=False,
+        cookie_jar=aiohttp.DummyCookieJar(),
+        timeout=aiohttp.ClientTimeout(total=None),
+    )
 
 
 def authorization_header(auth: Auth) -> str:
@@ -60,23 +105,8 @@ def read_secret(kind: str, env: str | None, path: str | None) -> str:
     return value
 
 
-# Sent with every scrape, as Prometheus does (the text format first; gzip accepted).
-SCRAPE_HEADERS = {
-    "Accept": "text/plain;version=0.0.4;q=1,*/*;q=0.1",
-    "Accept-Encoding": "gzip",
-    "User-Agent": "batchscope-exporter",
-}
-
-
-@functools.lru_cache(maxsize=65536)
-def scrape_request(url: str) -> Request:
-    """The GET of a target's URL, built once (the Authorization header is added per scrape,
-    so that a rotated secret is read)."""
-    return build_request(url, SCRAPE_HEADERS)
-
-
 async def scrape(
-    connections: Connections, target: Target, timeout: float, max_bytes: int
+    session: aiohttp.ClientSession, target: Target, timeout: float, max_bytes: int
 ) -> ScrapeResult:
     """GET the target's metrics URL. Any failure becomes `error`, with no secret in it."""
     started = time.perf_counter()
@@ -86,22 +116,89 @@ async def scrape(
         return ScrapeResult(None, redact_url_in(reason, target.url), time.perf_counter() - started)
 
     try:
-        request = scrape_request(target.url)
-        if target.auth is not None:
-            header = f"Authorization: {authorization_header(target.auth)}\r\n"
-            request = Request(request.endpoint, request.head + header.encode("latin-1"))
-    except HttpGetError as err:
-        return failed(str(err))
+        headers = (
+            {} if target.auth is None else {"Authorization": authorization_header(target.auth)}
+        )
     except (OSError, ValueError) as err:
         return failed(f"credentials unavailable: {err}")
     try:
         async with asyncio.timeout(timeout):
-            response = await connections.get(request, max_bytes)
+            body = await fetch_body(session, target.url, headers, max_bytes)
     except TimeoutError:
         return failed(f"timed out after {timeout:g} s")
-    except HttpGetError as err:
+    except FetchError as err:
         return failed(str(err))
-    if response.status != 200:
-        return failed(f"HTTP {response.status} {response.reason}".strip())
-    text = response.body.decode("utf-8", errors="replace")
-    return ScrapeResult(text, None, time.perf_counter() - started)
+    return ScrapeResult(body.decode("utf-8", errors="replace"), None, time.perf_counter() - started)
+
+
+async def fetch_body(
+    session: aiohttp.ClientSession, url: str, headers: dict[str, str], max_bytes: int
+) -> bytes:
+    """The body of a 200 answer to GET `url`, inflated, at most `max_bytes`. Raises
+    FetchError saying what went wrong (from the exporter's words, never aiohttp's, which
+    may quote the URL)."""
+    try:
+        async with session.get(url, headers=headers, allow_redirects=False) as response:
+            if response.status != 200:
+                raise FetchError(f"HTTP {response.status} {response.reason or ''}".strip())
+            return await _read_body(response, max_bytes)
+    except aiohttp.ClientConnectorCertificateError as err:
+        raise FetchError(
+            f"Cannot connect to {err.host}:{err.port}: {err.certificate_error}"
+        ) from None
+    except aiohttp.ClientConnectorError as err:
+        reason = err.os_error.strerror or type(err.os_error).__name__
+        raise FetchError(f"Cannot connect to {err.host}:{err.port}: {reason}") from None
+    except (aiohttp.InvalidURL, aiohttp.NonHttpUrlClientError):
+        raise FetchError(f"not an http(s) URL: {url}") from None
+    except aiohttp.ServerDisconnectedError:
+        raise FetchError("connection closed before an answer") from None
+    except aiohttp.ClientPayloadError:
+        raise FetchError("connection closed in the middle of the answer") from None
+    except aiohttp.ClientResponseError as err:
+        raise FetchError(f"invalid HTTP response: {err.message}") from None
+    except aiohttp.ClientError as err:
+        raise FetchError(f"request failed: {type(err).__name__}") from None
+
+
+async def _read_body(response: aiohttp.ClientResponse, max_bytes: int) -> bytes:
+    """The body as it arrives, inflated when gzip- or deflate-encoded; BodyRefused as soon
+    as it (or what came on the wire) passes `max_bytes`, so that a gzip bomb costs the cap,
+    not its inflated size. Leaving unread, the connection closes, never reused."""
+    if response.content_length is not None and response.content_length > max_bytes:
+        raise _too_large(max_bytes)
+    inflater = _inflater(response.headers.get("Content-Encoding", "").strip().lower())
+    body = bytearray()
+    wire = 0
+    try:
+        async for chunk in response.content.iter_any():
+            wire += len(chunk)
+            if inflater is not None:
+                chunk = inflater.decompress(chunk, max_bytes + 1 - len(body))
+                if inflater.unconsumed_tail:
+                    raise _too_large(max_bytes)
+            body += chunk
+            if len(body) > max_bytes or wire > max_bytes:
+                raise _too_large(max_bytes)
+        if inflater is not None:
+            body += inflater.flush()
+            if not inflater.eof:
+                raise BodyRefused("truncated compressed body")
+    except zlib.error as err:
+        raise BodyRefused(f"invalid compressed body: {err}") from None
+    return bytes(body)
+
+
+def _inflater(encoding: str) -> zlib._Decompress | None:
+    """A decompressor for the Content-Encoding (None: the body is as sent)."""
+    if encoding in ("", "identity"):
+        return None
+    if encoding in ("gzip", "x-gzip"):
+        return zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
+    if encoding == "deflate":
+        return zlib.decompressobj()
+    raise BodyRefused(f"unsupported Content-Encoding {encoding!r}")
+
+
+def _too_large(max_bytes: int) -> BodyRefused:
+    return BodyRefused(f"response larger than {max_bytes} bytes")

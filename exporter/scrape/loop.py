@@ -15,6 +15,8 @@ from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
+import aiohttp
+
 from batchscope.exporter.config.file_sd import expand_file_sd
 from batchscope.exporter.config.settings import ConfigError, Settings, Target, load_file_sd
 from batchscope.exporter.core.evaluate import (
@@ -32,15 +34,14 @@ from batchscope.exporter.core.snapshot import LabelKey, Snapshot
 from batchscope.exporter.core.window import Window
 from batchscope.exporter.engines import NoSamplesYet, UnrecognisedPayload, read_series
 from batchscope.exporter.ingest.promtext import ParseError, SampleLimitExceeded
-from batchscope.exporter.scrape.fetch import ScrapeResult, scrape
-from batchscope.exporter.scrape.http_client import Connections
+from batchscope.exporter.scrape.fetch import ScrapeResult, client_session, scrape
 from batchscope.exporter.serve import api_json as api
 from batchscope.exporter.serve.history import History
 
 log = logging.getLogger("batchscope.exporter")
 
 # Fetches one target's payload: `fetch.scrape`'s signature.
-ScrapeTarget = Callable[[Connections, Target, float, int], Awaitable[ScrapeResult]]
+ScrapeTarget = Callable[[aiohttp.ClientSession, Target, float, int], Awaitable[ScrapeResult]]
 
 # At most this many scrapes in flight: 1000 targets do not open 1000 sockets at once.
 MAX_CONCURRENT_SCRAPES = 128
@@ -283,7 +284,7 @@ class Exporter:
 
     async def _scrape_one(
         self,
-        connections: Connections,
+        session: aiohttp.ClientSession,
         slots: ScrapeSlots,
         state: TargetState,
         *,
@@ -293,7 +294,7 @@ class Exporter:
         first scrape not yet evaluated ended, with every scrape that ended meanwhile."""
         async with slots.failing if state.failures else slots.healthy:
             result = await self.scrape_target(
-                connections,
+                session,
                 state.target,
                 self.settings.timeout_seconds,
                 self.settings.max_response_bytes,
@@ -350,17 +351,17 @@ class Exporter:
         state.signals = signals.with_counts(dict(state.errors), dict(state.window_resets))
         return state.signals
 
-    async def run_round(self, connections: Connections) -> None:
+    async def run_round(self, session: aiohttp.ClientSession) -> None:
         """Scrape every target now, concurrently, and wait for all (tests, profiling)."""
         self._sync_targets()
         slots = ScrapeSlots()
         await asyncio.gather(
-            *(self._scrape_one(connections, slots, s) for s in list(self.states.values()))
+            *(self._scrape_one(session, slots, s) for s in list(self.states.values()))
         )
         self._next_round()
 
     async def _watch(
-        self, connections: Connections, slots: ScrapeSlots, name: str, start: float
+        self, session: aiohttp.ClientSession, slots: ScrapeSlots, name: str, start: float
     ) -> None:
         """Scrape one target at its phase of every interval, for as long as it is monitored.
 
@@ -376,7 +377,7 @@ class Exporter:
             if state is None:
                 return
             try:
-                await self._scrape_one(connections, slots, state, batched=self.tick_batching)
+                await self._scrape_one(session, slots, state, batched=self.tick_batching)
             except Exception:  # a bug must not end this target's monitoring
                 log.exception("target %s: scrape failed", name)
             due += interval * backoff_intervals(state.failures)
@@ -394,7 +395,9 @@ class Exporter:
         watchers: dict[str, asyncio.Task] = {}
         # The schedule runs on the event loop's clock (monotonic; virtual time in tests).
         start = asyncio.get_running_loop().time()
-        async with Connections() as connections:
+        async with client_session(
+            MAX_CONCURRENT_SCRAPES + MAX_CONCURRENT_FAILING_SCRAPES
+        ) as session:
             try:
                 while not stop.is_set():
                     self._sync_targets()
@@ -402,11 +405,10 @@ class Exporter:
                         watchers.pop(name).cancel()
                     for name in set(self.states) - set(watchers):
                         watchers[name] = asyncio.create_task(
-                            self._watch(connections, slots, name, start)
+                            self._watch(session, slots, name, start)
                         )
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(stop.wait(), self.settings.interval_seconds)
-                    connections.close_idle()
                     self._next_round()
             finally:
                 for task in watchers.values():

@@ -11,7 +11,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from batchscope.demo_server.http.app import ServerConfig
 from batchscope.exporter.config.settings import Settings, Target
-from batchscope.exporter.scrape.http_client import Connections
+from batchscope.exporter.scrape.fetch import client_session
 from batchscope.exporter.scrape.loop import Exporter
 from tests.support.demo_http import completion, serve
 from tests.support.metrics_doc import DOCUMENTED, family_names
@@ -41,12 +41,12 @@ async def test_static_estimate_brackets_the_demo_servers_true_slot_utilization()
                 timeout_seconds=1,
             )
         )
-        async with Connections() as connections:
-            await exporter.run_round(connections)  # the baseline before any request
+        async with client_session() as session:
+            await exporter.run_round(session)  # the baseline before any request
             with ThreadPoolExecutor(96) as pool:
                 answers = list(pool.map(lambda n: completion(url, n), lengths))
             assert all(a.status_code == 200 for a in answers)
-            await exporter.run_round(connections)
+            await exporter.run_round(session)
         [signals] = exporter.current()
         true_utilization = truth(url, "batchscope_demo_slot_utilization_ratio")
 

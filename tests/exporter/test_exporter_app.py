@@ -23,7 +23,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from batchscope.exporter.config.reserved_labels import RESERVED_LABELS
 from batchscope.exporter.config.settings import ConfigError, Settings, Target, load_config
 from batchscope.exporter.instrumentation import BatcherMetrics
-from batchscope.exporter.scrape.http_client import Connections
+from batchscope.exporter.scrape.fetch import client_session
 from batchscope.exporter.scrape.loop import Exporter
 from batchscope.exporter.serve.api_json import POINT_NUMBERS, history_point, series_json
 from batchscope.exporter.serve.app import create_app
@@ -191,7 +191,7 @@ async def fed_exporter():
     )
     clock = Clock()
     exporter = Exporter(settings, clock=clock)
-    async with Connections() as connections:
+    async with client_session() as session:
         for i, name in enumerate(VLLM_PAYLOADS):
             for _ in range(4 * i):
                 batcher.observe_batch(4, "timeout", 0.002)
@@ -202,7 +202,7 @@ async def fed_exporter():
             served["llm"] = vllm
             served["mixed"] = vllm + generate_latest(registry).decode()
             clock.t += 5.0
-            await exporter.run_round(connections)
+            await exporter.run_round(session)
     app_runner, api = await serve(create_app(exporter))
     yield exporter, api
     await app_runner.cleanup()

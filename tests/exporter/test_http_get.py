@@ -3,27 +3,25 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import gc
 import gzip
 import ssl
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 
-import httptools
 import pytest
-import uvloop
 
-from batchscope.exporter.scrape.http_client import (
+from batchscope.exporter.config.settings import Target
+from batchscope.exporter.scrape.fetch import (
     BodyRefused,
-    Connections,
-    Endpoint,
-    HttpGetError,
-    _Connection,
-    build_request,
+    FetchError,
+    client_session,
+    fetch_body,
+    scrape,
 )
 from tests.support.system_tools import self_signed_certificate
+
+pytestmark = pytest.mark.integration
 
 PAYLOAD = b"vllm:num_requests_running 3\n" * 100
 
@@ -74,43 +72,42 @@ async def serving(server: Server, tls: ssl.SSLContext | None = None) -> AsyncIte
         await listener.wait_closed()
 
 
-async def get(connections: Connections, url: str, max_bytes: int = 1_000_000):
-    return await connections.get(build_request(url, {"Accept-Encoding": "gzip"}), max_bytes)
+async def get(session, url: str, max_bytes: int = 1_000_000) -> bytes:
+    return await fetch_body(session, url, {}, max_bytes)
 
 
 async def test_connection_is_kept_alive_across_requests() -> None:
     server = Server(lambda n: ok(PAYLOAD))
-    async with serving(server) as url, Connections() as connections:
+    async with serving(server) as url, client_session() as session:
         for _ in range(5):
-            response = await get(connections, url)
-            assert (response.status, response.body) == (200, PAYLOAD)
+            assert await get(session, url) == PAYLOAD
     assert (server.connections, len(server.requests)) == (1, 5)
 
 
 async def test_concurrent_requests_open_one_connection_each_then_reuse_them() -> None:
     server = Server(lambda n: ok(PAYLOAD))
-    async with serving(server) as url, Connections() as connections:
+    async with serving(server) as url, client_session() as session:
         for _ in range(3):
-            answers = await asyncio.gather(*(get(connections, url) for _ in range(4)))
-            assert [a.body for a in answers] == [PAYLOAD] * 4
+            answers = await asyncio.gather(*(get(session, url) for _ in range(4)))
+            assert answers == [PAYLOAD] * 4
     assert (server.connections, len(server.requests)) == (4, 12)
 
 
 async def test_a_connection_the_server_closed_while_idle_is_replaced() -> None:
     server = Server(lambda n: ok(PAYLOAD), close_after=True)
-    async with serving(server) as url, Connections() as connections:
-        first = await get(connections, url)
+    async with serving(server) as url, client_session() as session:
+        first = await get(session, url)
         await asyncio.sleep(0.05)  # the server's close reaches the idle connection
-        second = await get(connections, url)
-    assert first.body == second.body == PAYLOAD
+        second = await get(session, url)
+    assert first == second == PAYLOAD
     assert (server.connections, len(server.requests)) == (2, 2)
 
 
 async def test_connection_close_header_is_honoured() -> None:
     server = Server(lambda n: ok(PAYLOAD, "Connection: close"))
-    async with serving(server) as url, Connections() as connections:
+    async with serving(server) as url, client_session() as session:
         for _ in range(3):
-            assert (await get(connections, url)).body == PAYLOAD
+            assert await get(session, url) == PAYLOAD
     assert server.connections == 3
 
 
@@ -126,28 +123,37 @@ async def test_chunked_gzip_body_is_inflated() -> None:
         + b"0\r\n\r\n"
     )
     server = Server(lambda n: answer)
-    async with serving(server) as url, Connections() as connections:
-        assert (await get(connections, url)).body == PAYLOAD
-        assert (await get(connections, url)).body == PAYLOAD
+    async with serving(server) as url, client_session() as session:
+        assert await get(session, url) == PAYLOAD
+        assert await get(session, url) == PAYLOAD
     assert server.connections == 1
 
 
 async def test_body_delimited_by_close_is_read_whole() -> None:
     server = Server(lambda n: b"HTTP/1.0 200 OK\r\n\r\n" + PAYLOAD, close_after=True)
-    async with serving(server) as url, Connections() as connections:
-        assert (await get(connections, url)).body == PAYLOAD
-        assert (await get(connections, url)).body == PAYLOAD
+    async with serving(server) as url, client_session() as session:
+        assert await get(session, url) == PAYLOAD
+        assert await get(session, url) == PAYLOAD
     assert server.connections == 2
 
 
-async def test_non_200_answer_keeps_status_and_reason_and_drops_the_connection() -> None:
+async def test_non_200_answer_fails_with_its_status_and_reason() -> None:
     server = Server(lambda n: b"HTTP/1.1 401 Unauthorized\r\nContent-Length: 4\r\n\r\nnope")
-    async with serving(server) as url, Connections() as connections:
-        first = await get(connections, url)
-        second = await get(connections, url)
-    assert (first.status, first.reason, first.body) == (401, "Unauthorized", b"")
-    assert second.status == 401
-    assert server.connections == 2
+    async with serving(server) as url, client_session() as session:
+        for _ in range(2):
+            with pytest.raises(FetchError, match="^HTTP 401 Unauthorized$"):
+                await get(session, url)
+    assert len(server.requests) == 2
+
+
+async def test_a_redirect_is_not_followed() -> None:
+    server = Server(
+        lambda n: b"HTTP/1.1 302 Found\r\nLocation: /elsewhere\r\nContent-Length: 0\r\n\r\n"
+    )
+    async with serving(server) as url, client_session() as session:
+        with pytest.raises(FetchError, match="^HTTP 302 Found$"):
+            await get(session, url)
+    assert [head.split(b" ")[1] for head in server.requests] == [b"/metrics"]
 
 
 @pytest.mark.parametrize(
@@ -164,88 +170,55 @@ async def test_non_200_answer_keeps_status_and_reason_and_drops_the_connection()
             "invalid compressed body",
         ),
         (ok(gzip.compress(PAYLOAD)[:-12], "Content-Encoding: gzip"), "truncated compressed body"),
-        (b"", "connection closed before any answer"),
+        (b"", "connection closed before an answer"),
     ],
 )
 async def test_broken_answers_fail_with_what_broke(answer: bytes, words: str) -> None:
     server = Server(lambda n: answer, close_after=True)
-    async with serving(server) as url, Connections() as connections:
-        with pytest.raises(HttpGetError, match=words):
-            await get(connections, url)
+    async with serving(server) as url, client_session() as session:
+        with pytest.raises(FetchError, match=words):
+            await get(session, url)
 
 
 async def test_size_cap_counts_the_inflated_body_and_refuses_beyond_it() -> None:
     bomb = gzip.compress(b"\0" * 10_000_000)  # 10 MB in about 10 KB
     server = Server(lambda n: ok(bomb, "Content-Encoding: gzip"))
-    async with serving(server) as url, Connections() as connections:
+    async with serving(server) as url, client_session() as session:
         with pytest.raises(BodyRefused, match="larger than 100000 bytes"):
-            await get(connections, url, max_bytes=100_000)
-        small = await get(connections, url, max_bytes=10_000_000)
-    assert len(small.body) == 10_000_000
-    assert server.connections == 2  # the refused answer's connection was closed
+            await get(session, url, max_bytes=100_000)
+        small = await get(session, url, max_bytes=10_000_000)
+    assert len(small) == 10_000_000
 
 
 async def test_declared_length_over_the_cap_is_refused_before_the_body() -> None:
     server = Server(lambda n: b"HTTP/1.1 200 OK\r\nContent-Length: 5000000\r\n\r\n")
-    async with serving(server) as url, Connections() as connections:
+    async with serving(server) as url, client_session() as session:
         with pytest.raises(BodyRefused, match="larger than 1000 bytes"):
-            await get(connections, url, max_bytes=1000)
+            await get(session, url, max_bytes=1000)
 
 
-async def test_unsolicited_bytes_make_the_connection_unusable() -> None:
+async def test_unsolicited_bytes_do_not_spoil_the_next_answer() -> None:
     server = Server(lambda n: ok(PAYLOAD) + b"HTTP/1.1 200 OK\r\n")
-    async with serving(server) as url, Connections() as connections:
-        assert (await get(connections, url)).body == PAYLOAD
-        assert (await get(connections, url)).body == PAYLOAD
-    assert server.connections == 2
+    async with serving(server) as url, client_session() as session:
+        assert await get(session, url) == PAYLOAD
+        assert await get(session, url) == PAYLOAD
 
 
 async def test_dead_port_says_it_cannot_connect() -> None:
-    async with Connections() as connections:
-        with pytest.raises(HttpGetError, match=r"Cannot connect to 127\.0\.0\.1:1: "):
-            await get(connections, "http://127.0.0.1:1/metrics")
+    async with client_session() as session:
+        with pytest.raises(FetchError, match=r"^Cannot connect to 127\.0\.0\.1:1: "):
+            await get(session, "http://127.0.0.1:1/metrics")
 
 
 async def test_a_cancelled_request_closes_its_connection() -> None:
-    server = Server(lambda n: b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n12")
-    async with serving(server) as url, Connections() as connections:
+    stalled = b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n12"
+    server = Server(lambda n: stalled if n == 1 else ok(PAYLOAD))
+    async with serving(server) as url, client_session() as session:
         with pytest.raises(TimeoutError):
             async with asyncio.timeout(0.2):
-                await get(connections, url)
-        assert connections.idle() == 0
-
-
-ANSWERS_THAT_CLOSE = {
-    "connection: close": ok(PAYLOAD, "Connection: close"),
-    "an error status": b"HTTP/1.1 503 Busy\r\nContent-Length: 0\r\n\r\n",
-    "a broken answer": b"HTTP/1.1 200 OK\r\nContent-Length: x\r\n\r\n",
-    "no answer in time": b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n12",
-}
-
-
-@pytest.mark.parametrize("answer", ANSWERS_THAT_CLOSE.values(), ids=ANSWERS_THAT_CLOSE.keys())
-def test_a_closed_connection_leaves_no_cycle_for_the_collector(answer: bytes) -> None:
-    # The exporter runs the cyclic collector every few minutes only (gc_policy.py): a
-    # connection that closed must be freed by reference counting, not left in a cycle
-    # (its parser holds its callbacks) to pile up until then. On uvloop, as deployed.
-    async def five_scrapes() -> None:
-        async with serving(Server(lambda n: answer)) as url, Connections() as connections:
-            for _ in range(5):
-                with contextlib.suppress(HttpGetError, TimeoutError):
-                    async with asyncio.timeout(0.2):
-                        await get(connections, url)
-            await asyncio.sleep(0.05)  # the closes reach connection_lost
-
-    gc.collect()
-    gc.set_debug(gc.DEBUG_SAVEALL)
-    try:
-        uvloop.run(five_scrapes())
-        gc.collect()
-        left = [o for o in gc.garbage if isinstance(o, _Connection | httptools.HttpResponseParser)]
-    finally:
-        gc.set_debug(0)
-        gc.garbage.clear()
-    assert len(left) == 0
+                await get(session, url)
+        assert await get(session, url) == PAYLOAD  # not the stalled answer's connection
+    assert server.connections == 2
 
 
 async def test_https_verifies_the_certificate(tmp_path: Path) -> None:
@@ -254,33 +227,35 @@ async def test_https_verifies_the_certificate(tmp_path: Path) -> None:
     server_tls.load_cert_chain(cert, key)
     server = Server(lambda n: ok(PAYLOAD))
     async with serving(server, server_tls) as url:
-        async with Connections() as connections:
-            with pytest.raises(HttpGetError, match="CERTIFICATE_VERIFY_FAILED|certificate verify"):
-                await get(connections, url)
+        async with client_session() as session:
+            with pytest.raises(FetchError, match="CERTIFICATE_VERIFY_FAILED|certificate verify"):
+                await get(session, url)
         trusting = ssl.create_default_context(cafile=str(cert))
-        async with Connections(tls=trusting) as connections:
-            assert (await get(connections, url)).body == PAYLOAD
-            assert (await get(connections, url)).body == PAYLOAD
+        async with client_session(tls=trusting) as session:
+            assert await get(session, url) == PAYLOAD
+            assert await get(session, url) == PAYLOAD
     assert len(server.requests) == 2
 
 
-def test_request_head_names_the_host_path_and_headers() -> None:
-    request = build_request("http://example.org:9100/t/3/metrics?a=1&b=2", {"Accept": "x"})
-    assert request.endpoint == Endpoint("example.org", 9100, False)
-    assert request.head == (
-        b"GET /t/3/metrics?a=1&b=2 HTTP/1.1\r\nHost: example.org:9100\r\nAccept: x\r\n"
-    )
-    default = build_request("https://[::1]/metrics", {})
-    assert default.endpoint == Endpoint("::1", 443, True)
-    assert default.head == b"GET /metrics HTTP/1.1\r\nHost: [::1]\r\n"
-    assert build_request("http://h", {}).head.startswith(b"GET / HTTP/1.1\r\n")
-    unicode = build_request("http://bücher.example/métriques?q=ü&a=%41", {})
-    assert unicode.head == (
-        b"GET /m%C3%A9triques?q=%C3%BC&a=%41 HTTP/1.1\r\nHost: xn--bcher-kva.example\r\n"
-    )
+async def test_the_scrape_sends_what_prometheus_sends_and_its_credentials() -> None:
+    server = Server(lambda n: ok(PAYLOAD))
+    async with serving(server) as url, client_session() as session:
+        target = Target("t", url.replace("/metrics", "/t/m%C3%A9triques?a=1&b=%C3%BC"))
+        result = await scrape(session, target, 5.0, 1_000_000)
+    assert result.text == PAYLOAD.decode() and result.error is None
+    (head,) = server.requests
+    lines = head.decode("latin-1").split("\r\n")
+    assert lines[0] == "GET /t/m%C3%A9triques?a=1&b=%C3%BC HTTP/1.1"
+    headers = dict(line.split(": ", 1) for line in lines[1:] if line)
+    assert headers["Host"] == url.split("/")[2]
+    assert headers["Accept"] == "text/plain;version=0.0.4;q=1,*/*;q=0.1"
+    assert headers["Accept-Encoding"] == "gzip"
+    assert headers["User-Agent"] == "batchscope-exporter"
+    assert "Authorization" not in headers and "Cookie" not in headers
 
 
 @pytest.mark.parametrize("url", ["ftp://h/metrics", "http:///metrics", "http://h:99999/"])
-def test_request_refuses_what_is_not_an_http_url(url: str) -> None:
-    with pytest.raises(HttpGetError):
-        build_request(url, {})
+async def test_a_url_that_is_not_http_fails_the_scrape_with_a_reason(url: str) -> None:
+    async with client_session() as session:
+        result = await scrape(session, Target("t", url), 5.0, 1000)
+    assert result.text is None and result.error == f"not an http(s) URL: {url}"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from batchscope.exporter.config.settings import Settings
-from batchscope.exporter.scrape.http_client import Connections
+from batchscope.exporter.scrape.fetch import client_session
 from batchscope.exporter.scrape.loop import Exporter
 
 
@@ -24,16 +24,16 @@ async def test_file_sd_reload_adds_keeps_last_good_and_drops_deleted(tmp_path) -
     assert sorted(exporter.states) == ["a"]
     assert exporter.states["a"].target.cap == 8
 
-    async with Connections() as connections:
+    async with client_session() as session:
         write_sd(sd, [{"targets": ["127.0.0.1:1", "127.0.0.1:2"], "labels": {}}])
-        await exporter.run_round(connections)
+        await exporter.run_round(session)
         assert sorted(exporter.states) == ["127.0.0.1:1", "127.0.0.1:2"]
         assert all(not s.signals.up for s in exporter.states.values())  # nothing listens there
 
         sd.write_text('[{"targets": ["127.0.0.1:1"')  # half-written: keep the last good set
-        await exporter.run_round(connections)
+        await exporter.run_round(session)
         assert sorted(exporter.states) == ["127.0.0.1:1", "127.0.0.1:2"]
 
         sd.unlink()
-        await exporter.run_round(connections)
+        await exporter.run_round(session)
         assert exporter.states == {}

@@ -11,7 +11,7 @@ import pytest
 from aiohttp import web
 
 from batchscope.exporter.config.settings import Settings, Target
-from batchscope.exporter.scrape.http_client import Connections
+from batchscope.exporter.scrape.fetch import client_session
 from batchscope.exporter.scrape.loop import Exporter
 from batchscope.exporter.serve.api_json import history_point, series_json
 from tests.support.vllm_payload import VllmState, render
@@ -58,14 +58,14 @@ async def test_scripted_scenario_every_signal_and_saturation_times(server) -> No
     exporter = Exporter(settings, clock=clock)
     timeline: list[tuple[float, dict]] = []
 
-    async with Connections() as connections:
+    async with client_session() as session:
 
         async def step(seconds: float, change) -> None:
             """Advance fake time one interval at a time, changing the server each step."""
             for _ in range(int(seconds / INTERVAL)):
                 clock.t += INTERVAL
                 change(state["vllm"])
-                await exporter.run_round(connections)
+                await exporter.run_round(session)
                 [signals] = exporter.current()
                 timeline.append((clock.t - 1000.0, series_json(signals.total)))
 
@@ -156,10 +156,10 @@ async def test_exporter_serves_history_bounded_per_target(server) -> None:
         targets=(Target(name="llm", url=url, engine="vllm", cap=8),), history_points=5
     )
     exporter = Exporter(settings, clock=clock)
-    async with Connections() as connections:
+    async with client_session() as session:
         for _ in range(8):
             clock.t += INTERVAL
-            await exporter.run_round(connections)
+            await exporter.run_round(session)
     points = [history_point(row) for row in exporter.history("llm")]
     assert len(points) == 5
     assert [p["t"] for p in points] == [1000.0 + 5 * i for i in range(4, 9)]

@@ -14,12 +14,12 @@ import asyncio
 import itertools
 from collections import defaultdict
 
+import aiohttp
 import pytest
 from aiohttp import web
 
 from batchscope.exporter.config.settings import Settings, Target
-from batchscope.exporter.scrape.fetch import ScrapeResult
-from batchscope.exporter.scrape.http_client import Connections
+from batchscope.exporter.scrape.fetch import ScrapeResult, client_session
 from batchscope.exporter.scrape.loop import (
     BACKOFF_AFTER_FAILURES,
     MAX_BACKOFF_INTERVALS,
@@ -60,8 +60,8 @@ async def test_hung_targets_take_their_own_slots_and_every_healthy_target_is_scr
         configured = tuple(Target(n, targets.url(n), engine="vllm", cap=8) for n in hung + healthy)
         # No scrape times out in the test: a hung one hangs until released.
         exporter = Exporter(Settings(targets=configured, timeout_seconds=3600.0))
-        async with Connections() as connections:
-            await exporter.run_round(connections)  # every hung target fails once
+        async with client_session() as session:
+            await exporter.run_round(session)  # every hung target fails once
             assert all(exporter.states[n].failures == 1 for n in hung)
             assert not any(exporter.states[n].signals.up for n in hung)
             assert all(exporter.states[n].failures == 0 for n in healthy)
@@ -70,7 +70,7 @@ async def test_hung_targets_take_their_own_slots_and_every_healthy_target_is_scr
             # every one and no healthy target would be scraped until they time out.
             slots = ScrapeSlots()
             scrapes = [
-                asyncio.create_task(exporter._scrape_one(connections, slots, exporter.states[n]))
+                asyncio.create_task(exporter._scrape_one(session, slots, exporter.states[n]))
                 for n in hung + healthy
             ]
             try:
@@ -110,7 +110,7 @@ class StandIn:
         self.payload = vllm_payload(2)
 
     async def __call__(
-        self, connections: Connections, target: Target, timeout: float, max_bytes: int
+        self, session: aiohttp.ClientSession, target: Target, timeout: float, max_bytes: int
     ) -> ScrapeResult:
         self.starts[target.name].append(asyncio.get_running_loop().time())
         if target.name.startswith("hung"):

@@ -10,7 +10,7 @@ from collections import Counter
 
 from batchscope.exporter.config.settings import Settings, Target
 from batchscope.exporter.scrape import loop as runtime
-from batchscope.exporter.scrape.http_client import Connections
+from batchscope.exporter.scrape.fetch import client_session
 from batchscope.exporter.scrape.loop import MIN_TICKS, TICK_SECONDS, Exporter, ScrapeSlots, phase
 from tests.support.live import Targets, vllm_payload
 
@@ -57,10 +57,10 @@ async def test_a_ticks_scrapes_are_evaluated_together_each_at_the_time_it_ended(
 
         exporter.evaluate = evaluate
         slots = ScrapeSlots()
-        async with Connections() as connections:
+        async with client_session() as session:
             await asyncio.gather(
                 *(
-                    exporter._scrape_one(connections, slots, exporter.states[n], batched=True)
+                    exporter._scrape_one(session, slots, exporter.states[n], batched=True)
                     for n in names
                 )
             )
