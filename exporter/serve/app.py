@@ -217,9 +217,8 @@ def guard(token: str | None) -> Callable:
 class _Handlers:
     """The exporter's endpoints over one running Exporter and its round cache of bodies."""
 
-    def __init__(self, exporter: Exporter, metrics_answered: asyncio.Event | None) -> None:
+    def __init__(self, exporter: Exporter) -> None:
         self.exporter = exporter
-        self.metrics_answered = metrics_answered
         self.evaluation = api.evaluation_json(exporter.settings)
         self.bodies = RoundCache(
             exporter,
@@ -249,10 +248,7 @@ class _Handlers:
         return web.Response(body=await self.bodies.body(kind, compressed), headers=headers)
 
     async def metrics(self, request: web.Request) -> web.Response:
-        response = await self._cached(request, "metrics", CONTENT_TYPE_LATEST)
-        if self.metrics_answered is not None:
-            self.metrics_answered.set()
-        return response
+        return await self._cached(request, "metrics", CONTENT_TYPE_LATEST)
 
     async def signals(self, request: web.Request) -> web.Response:
         """Every target's signals; `?view=summary`: each target's row of a fleet overview;
@@ -339,14 +335,10 @@ class _Handlers:
         ]
 
 
-def create_app(
-    exporter: Exporter, token: str | None = None, metrics_answered: asyncio.Event | None = None
-) -> web.Application:
+def create_app(exporter: Exporter, token: str | None = None) -> web.Application:
     """The exporter's web application over a running Exporter; `token`, when given, is
-    required as `Authorization: Bearer TOKEN` on every path but /health;
-    `metrics_answered`, when given, is set at each /metrics answer (the full garbage
-    collection waits for one: exporter/scrape/gc_policy.py)."""
-    handlers = _Handlers(exporter, metrics_answered)
+    required as `Authorization: Bearer TOKEN` on every path but /health."""
+    handlers = _Handlers(exporter)
     app = web.Application(middlewares=[guard(token)])
     app.cleanup_ctx.append(handlers.render_every_round)
     app.add_routes(handlers.routes())

@@ -10,7 +10,6 @@ target, the same vLLM beside an in-house batcher.
 
 from __future__ import annotations
 
-import asyncio
 import gzip
 import re
 
@@ -435,18 +434,3 @@ async def test_metrics_come_gzip_when_asked_and_agree_with_the_plain_body(fed_ex
     assert packed == packed_again
     assert gzip.decompress(packed) == plain
     assert b'batchscope_target_up{target="llm",team="search"} 1.0' in plain
-
-
-async def test_a_metrics_answer_is_signalled_for_the_full_collection_and_no_other() -> None:
-    answered = asyncio.Event()
-    exporter = Exporter(Settings(targets=(Target("a", "http://127.0.0.1:1/metrics"),)))
-    app_runner, api = await serve(create_app(exporter, None, answered))
-    try:
-        async with aiohttp.ClientSession() as session:
-            await _get(session, f"{api}/api/v1/signals")
-            assert not answered.is_set()
-            async with session.get(f"{api}/metrics") as r:
-                assert r.status == 200
-            assert answered.is_set()
-    finally:
-        await app_runner.cleanup()
