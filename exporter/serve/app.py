@@ -65,19 +65,13 @@ def plain_and_gzip(render: Render, targets: list[TargetSignals]) -> tuple[bytes,
     return plain, gzip_body(plain)
 
 
-# While a round's bodies render in a thread (`RoundCache`), the event loop waits for the
-# GIL at each of its wake-ups for up to the interpreter's switch interval, and a /metrics
-# answer takes several wake-ups. At CPython's 5 ms, a request that came while 1,000
-# targets' bodies rendered (about 150 ms, once a round) waited 100 to 200 ms: 2 to 3% of
-# Prometheus's scrapes at 1 s, so the 10-minute p99 read 120 ms (docs/benchmarks.md).
-# The exporter's process sets this instead (`configure_switch_interval`): more GIL hand-
-# overs while a render runs, none when no other thread wants the GIL.
+# Not CPython's 5 ms: a /metrics request waits less for the GIL while bodies render (p99).
 SWITCH_INTERVAL_SECONDS = 0.0005
 
 
 def configure_switch_interval() -> float:
-    """Set the process's GIL switch interval to SWITCH_INTERVAL_SECONDS; returns the one
-    it replaced."""
+    """Set the process's GIL switch interval to SWITCH_INTERVAL_SECONDS, once, as the
+    exporter starts; returns the one it replaced."""
     before = sys.getswitchinterval()
     sys.setswitchinterval(SWITCH_INTERVAL_SECONDS)
     return before

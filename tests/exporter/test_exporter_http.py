@@ -253,8 +253,9 @@ async def test_listen_on_a_busy_port_is_a_clear_error(tmp_path) -> None:
 
 
 SWITCH_REPORTER = """
-import atexit, runpy, sys
+import atexit, gc, runpy, sys
 atexit.register(lambda: print("switch interval", sys.getswitchinterval(), flush=True))
+atexit.register(lambda: print("gc threshold", gc.get_threshold()[0], flush=True))
 sys.argv = ["batchscope.exporter.cli", *sys.argv[1:]]
 runpy.run_module("batchscope.exporter.cli", run_name="__main__")
 """
@@ -263,7 +264,8 @@ runpy.run_module("batchscope.exporter.cli", run_name="__main__")
 async def test_the_exporter_hands_the_gil_over_every_half_millisecond() -> None:
     # Renders run in a thread beside the event loop; at CPython's 5 ms switch interval a
     # /metrics request that came during a render of 1,000 targets waited 100 to 200 ms
-    # (docs/benchmarks.md, /metrics latency). The process the CLI runs sets 0.5 ms.
+    # (docs/benchmarks.md, /metrics latency). The process the CLI runs sets 0.5 ms, and
+    # its collector's young threshold (`tune_collector`).
     from batchscope.exporter.serve.app import SWITCH_INTERVAL_SECONDS
 
     assert SWITCH_INTERVAL_SECONDS == 0.0005
@@ -292,3 +294,4 @@ async def test_the_exporter_hands_the_gil_over_every_half_millisecond() -> None:
         proc.terminate()
         out, err = await asyncio.wait_for(proc.communicate(), 30)
     assert "switch interval 0.0005" in out.decode(), err.decode()
+    assert "gc threshold 50000" in out.decode(), err.decode()
