@@ -35,8 +35,6 @@ from batchscope.exporter.core.window import Window
 from batchscope.exporter.engines import NoSamplesYet, UnrecognisedPayload, read_series
 from batchscope.exporter.ingest.promtext import ParseError, SampleLimitExceeded
 from batchscope.exporter.scrape.fetch import ScrapeResult, client_session, scrape
-from batchscope.exporter.serve import api_json as api
-from batchscope.exporter.serve.history import History
 
 log = logging.getLogger("batchscope.exporter")
 
@@ -158,11 +156,12 @@ class ScrapeSlots:
     )
 
 
-@dataclass
+# Compared and hashed by identity: what a reader keeps of a target (serve's history) is
+# kept by its state, and goes with it.
+@dataclass(eq=False)
 class TargetState:
     target: Target
     window: Window
-    history: History
     # The target as its signals name it, made once rather than at every evaluation.
     identity: TargetIdentity = field(init=False)
     saturation: dict[LabelKey, SaturationState] = field(default_factory=dict)
@@ -201,6 +200,9 @@ class Exporter:
         # times the two). Read by each watcher as it starts and at every scrape.
         self.tick_batching = tick_batching
         self.states: dict[str, TargetState] = {}
+        # Called with each evaluation of a target, once its window has it (serve's history
+        # listens here): the loop hands its results down to the outputs, never up.
+        self.listeners: list[Callable[[TargetState, TargetSignals], None]] = []
         self._file_sd_targets: dict[str, list[Target]] = {}
         # Rounds completed: readers cache what they render once per round.
         self.rounds = 0
@@ -245,9 +247,7 @@ class Exporter:
         for name, target in wanted.items():
             state = self.states.get(name)
             if state is None or state.target != target:
-                self.states[name] = TargetState(
-                    target, self._new_window(target), History(self.settings.history_points)
-                )
+                self.states[name] = TargetState(target, self._new_window(target))
 
     def _new_window(self, target: Target) -> Window:
         return Window(self.settings.window_seconds, signal_settings(target, self.settings))
@@ -277,10 +277,13 @@ class Exporter:
         signals, state.saturation = evaluate_window(
             state.identity, state.window, state.saturation, now
         )
-        row = api.history_row(signals)
         state.signals = signals
-        state.history.append(row)
+        self._evaluated(state, signals)
         return signals
+
+    def _evaluated(self, state: TargetState, signals: TargetSignals) -> None:
+        for listener in self.listeners:
+            listener(state, signals)
 
     async def _scrape_one(
         self,
@@ -339,7 +342,7 @@ class Exporter:
                 held,
                 held_slo(state.window, held, now),
             )
-            state.history.append(api.history_row(signals))
+            self._evaluated(state, signals)
         if reason is not None:
             state.errors[reason] += 1
         if signals.error != state.logged_error:
@@ -440,18 +443,3 @@ class Exporter:
         if state is None:
             return None
         return [] if state.signals is None else [state.signals]
-
-    def history(self, name: str) -> list[api.HistoryRow] | None:
-        """A target's history rows (`api.history_point` reads each), oldest first; None for
-        a name not monitored."""
-        state = self.states.get(name)
-        return None if state is None else list(state.history)
-
-    def histories(self, page: int, page_size: int, points: int) -> dict[str, list[api.HistoryRow]]:
-        """One page of targets (by name) with the last `points` history rows of each.
-
-        Unpacks at most `points` rows a target (a compressed block per 32): bounded by the
-        page, whatever the fleet size.
-        """
-        names = sorted(self.states)[page * page_size : (page + 1) * page_size]
-        return {name: self.states[name].history.last(points) for name in names}

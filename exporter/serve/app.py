@@ -24,6 +24,7 @@ from batchscope.exporter.core.evaluate import TargetSignals
 from batchscope.exporter.scrape.loop import Exporter
 from batchscope.exporter.serve import api_json as api
 from batchscope.exporter.serve.exposition import render_metrics
+from batchscope.exporter.serve.history import Histories
 
 Render = Callable[[list[TargetSignals]], bytes]
 # A JSON body of the targets' signals, rendered at a time.
@@ -211,8 +212,9 @@ def guard(token: str | None) -> Callable:
 class _Handlers:
     """The exporter's endpoints over one running Exporter and its round cache of bodies."""
 
-    def __init__(self, exporter: Exporter) -> None:
+    def __init__(self, exporter: Exporter, histories: Histories) -> None:
         self.exporter = exporter
+        self.histories = histories
         self.evaluation = api.evaluation_json(exporter.settings)
         self.bodies = RoundCache(
             exporter,
@@ -270,7 +272,7 @@ class _Handlers:
         name = request.query.get("target")
         if name is None:
             return await self._fleet_history(request)
-        rows = self.exporter.history(name)
+        rows = self.histories.rows(name)
         if rows is None:
             return _json(api.error_response(f"no configured target named {name!r}"), status=404)
         body = await asyncio.to_thread(lambda: api.encode(api.history_response(name, rows)))
@@ -288,7 +290,7 @@ class _Handlers:
         if page >= page_count:
             message = f"page must be below {page_count} (pages of this fleet)"
             return _json(api.error_response(message), status=400)
-        histories = self.exporter.histories(page, api.HISTORY_PAGE_TARGETS, points)
+        histories = self.histories.page(page, api.HISTORY_PAGE_TARGETS, points)
         # Turning rows into points and encoding them is the cost: done off the event
         # loop (the rows are copied on it, and never change), scrapes go on meanwhile.
         body = await asyncio.to_thread(
@@ -329,10 +331,15 @@ class _Handlers:
         ]
 
 
-def create_app(exporter: Exporter, token: str | None = None) -> web.Application:
+def create_app(
+    exporter: Exporter, token: str | None = None, histories: Histories | None = None
+) -> web.Application:
     """The exporter's web application over a running Exporter; `token`, when given, is
-    required as `Authorization: Bearer TOKEN` on every path but /health."""
-    handlers = _Handlers(exporter)
+    required as `Authorization: Bearer TOKEN` on every path but /health. `histories`:
+    what /api/v1/history reads (default: every target's, kept from now on)."""
+    if histories is None:
+        histories = Histories(exporter)
+    handlers = _Handlers(exporter, histories)
     app = web.Application(middlewares=[guard(token)])
     app.cleanup_ctx.append(handlers.render_every_round)
     app.add_routes(handlers.routes())

@@ -12,6 +12,7 @@ A row (`api_json.HistoryRow`) is kept in two parts:
   that has them.
 
 Reading a row puts the reason back together, number by number, exactly as it was.
+`Histories` keeps one History a monitored target, fed by the Exporter's evaluations.
 """
 
 from __future__ import annotations
@@ -20,10 +21,13 @@ import itertools
 import re
 import struct
 import sys
+import weakref
 import zlib
 from collections import deque
 from collections.abc import Iterator
 
+from batchscope.exporter.core.evaluate import TargetSignals
+from batchscope.exporter.scrape.loop import Exporter, TargetState
 from batchscope.exporter.serve import api_json as api
 
 BLOCK_ROWS = 32
@@ -150,3 +154,46 @@ class History:
                 if index >= start:
                     yield index, (t, up, packed, numbers)
                 index += 1
+
+
+class Histories:
+    """Every monitored target's history, fed by `exporter`'s evaluations from now on.
+
+    A history lives as long as its target's state in the exporter: a target it forgets,
+    or starts again (its settings changed), takes its history with it.
+    """
+
+    def __init__(self, exporter: Exporter) -> None:
+        self.exporter = exporter
+        self._kept: weakref.WeakKeyDictionary[TargetState, History] = weakref.WeakKeyDictionary()
+        exporter.listeners.append(self.record)
+
+    def record(self, state: TargetState, signals: TargetSignals) -> None:
+        """Keep one evaluation of a target as its history's newest row."""
+        history = self._kept.get(state)
+        if history is None:
+            history = self._kept[state] = History(self.exporter.settings.history_points)
+        history.append(api.history_row(signals))
+
+    def rows(self, name: str) -> list[api.HistoryRow] | None:
+        """A target's history rows (`api.history_point` reads each), oldest first; None for
+        a name not monitored."""
+        return self._last(name, None)
+
+    def page(self, page: int, page_size: int, points: int) -> dict[str, list[api.HistoryRow]]:
+        """One page of targets (by name) with the last `points` history rows of each.
+
+        Unpacks at most `points` rows a target (a compressed block per 32): bounded by the
+        page, whatever the fleet size.
+        """
+        names = sorted(self.exporter.states)[page * page_size : (page + 1) * page_size]
+        return {name: self._last(name, points) or [] for name in names}
+
+    def _last(self, name: str, points: int | None) -> list[api.HistoryRow] | None:
+        state = self.exporter.states.get(name)
+        if state is None:
+            return None
+        history = self._kept.get(state)
+        if history is None:
+            return []
+        return list(history) if points is None else history.last(points)

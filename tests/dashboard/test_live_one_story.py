@@ -19,6 +19,7 @@ from batchscope.exporter.core.snapshot import Snapshot
 from batchscope.exporter.engines import read_series
 from batchscope.exporter.scrape.loop import Exporter
 from batchscope.exporter.serve.app import create_app
+from batchscope.exporter.serve.history import Histories
 from tests.support.live_stories import STORIES, serve_stories
 from tests.support.paths import REPO, fixture_text
 from tests.support.scripted_fleet import BackgroundServer
@@ -193,6 +194,7 @@ def fleet():
         for i in range(FLEET_SIZE)
     )
     exporter = Exporter(Settings(targets=targets), clock=lambda: 2000.0)
+    histories = Histories(exporter)
     idle = read_series(fixture_text("vllm-0.32.0-cpu-idle.txt"), "vllm")
     load = read_series(fixture_text("vllm-0.32.0-cpu-load.txt"), "vllm")
     for state in exporter.states.values():
@@ -200,7 +202,7 @@ def fleet():
             exporter.ingest(state, Snapshot(state.target.name, t, True, series), t)
     exporter.rounds += 1
     seen: list[str] = []
-    server = BackgroundServer(counted(create_app(exporter), seen))
+    server = BackgroundServer(counted(create_app(exporter, histories=histories), seen))
     server.start()
     yield server.url, seen
     server.stop()

@@ -26,6 +26,7 @@ from batchscope.exporter.scrape.fetch import client_session
 from batchscope.exporter.scrape.loop import Exporter
 from batchscope.exporter.serve.api_json import POINT_NUMBERS, history_point, series_json
 from batchscope.exporter.serve.app import create_app
+from batchscope.exporter.serve.history import Histories
 from tests.support.network import free_port
 from tests.support.paths import REPO, fixture_text
 
@@ -148,7 +149,8 @@ async def serve(app: web.Application) -> tuple[web.AppRunner, str]:
 
 @pytest.fixture
 async def fed_exporter():
-    """An Exporter after three rounds over the fixture payloads, and its app's base URL.
+    """An Exporter after three rounds over the fixture payloads, its app's base URL, and
+    the histories the app reads.
 
     Targets: `llm` (vLLM, cap 8, budget 2 s, 99% within it, labels team=search), `mixed`
     (the same vLLM
@@ -190,6 +192,7 @@ async def fed_exporter():
     )
     clock = Clock()
     exporter = Exporter(settings, clock=clock)
+    histories = Histories(exporter)
     async with client_session() as session:
         for i, name in enumerate(VLLM_PAYLOADS):
             for _ in range(4 * i):
@@ -202,8 +205,8 @@ async def fed_exporter():
             served["mixed"] = vllm + generate_latest(registry).decode()
             clock.t += 5.0
             await exporter.run_round(session)
-    app_runner, api = await serve(create_app(exporter))
-    yield exporter, api
+    app_runner, api = await serve(create_app(exporter, histories=histories))
+    yield exporter, api, histories
     await app_runner.cleanup()
     await source_runner.cleanup()
 
@@ -214,7 +217,7 @@ async def _get(session: aiohttp.ClientSession, url: str) -> tuple[int, dict]:
 
 
 async def test_every_endpoint_returns_exactly_the_documented_fields(fed_exporter) -> None:
-    _, api = fed_exporter
+    _, api, _ = fed_exporter
     seen = Seen()
     async with aiohttp.ClientSession() as session:
         status, signals = await _get(session, f"{api}/api/v1/signals")
@@ -257,7 +260,7 @@ async def test_every_endpoint_returns_exactly_the_documented_fields(fed_exporter
 
 
 async def test_history_points_carry_the_new_fields_and_each_series(fed_exporter) -> None:
-    exporter, api = fed_exporter
+    exporter, api, _ = fed_exporter
     async with aiohttp.ClientSession() as session:
         _, mixed = await _get(session, f"{api}/api/v1/history?target=mixed")
         _, llm = await _get(session, f"{api}/api/v1/history?target=llm")
@@ -296,7 +299,7 @@ async def test_history_points_carry_the_new_fields_and_each_series(fed_exporter)
 
 
 async def test_the_summary_view_and_one_target_agree_with_the_full_signals(fed_exporter) -> None:
-    _, api = fed_exporter
+    _, api, _ = fed_exporter
     async with aiohttp.ClientSession() as session:
         _, full = await _get(session, f"{api}/api/v1/signals")
         _, summary = await _get(session, f"{api}/api/v1/signals?view=summary")
@@ -330,7 +333,7 @@ async def test_the_summary_view_and_one_target_agree_with_the_full_signals(fed_e
 
 
 async def test_target_labels_are_on_every_series_of_that_target_on_metrics(fed_exporter) -> None:
-    _, api = fed_exporter
+    _, api, _ = fed_exporter
     async with aiohttp.ClientSession() as session, session.get(f"{api}/metrics") as r:
         assert r.status == 200
         text = await r.text()
@@ -372,9 +375,9 @@ def test_a_target_label_the_exporter_sets_is_refused_at_start(tmp_path, label) -
 
 
 async def test_history_rows_are_the_signals_numbers(fed_exporter) -> None:
-    exporter, _ = fed_exporter
+    exporter, _, histories = fed_exporter
     for signals in exporter.current():
-        row = exporter.history(signals.target)[-1]
+        row = histories.rows(signals.target)[-1]
         point = history_point(row)
         pairs = [(signals.total, point)]
         if len(signals.series) > 1:
@@ -423,7 +426,7 @@ def test_the_help_names_every_path_the_app_serves() -> None:
 async def test_metrics_come_gzip_when_asked_and_agree_with_the_plain_body(fed_exporter) -> None:
     # No loop runs between the requests (the rounds are the fixture's, on its clock), so
     # all three are this round's body: the same bytes, packed or not, whatever the speed.
-    _, api = fed_exporter
+    _, api, _ = fed_exporter
     bodies = []
     async with aiohttp.ClientSession(auto_decompress=False) as session:
         for encoding in ("gzip", "identity", "gzip, deflate"):

@@ -14,6 +14,7 @@ from batchscope.exporter.config.settings import Settings, Target
 from batchscope.exporter.scrape.fetch import client_session
 from batchscope.exporter.scrape.loop import Exporter
 from batchscope.exporter.serve.api_json import history_point, series_json
+from batchscope.exporter.serve.history import Histories
 from tests.support.vllm_payload import VllmState, render
 
 INTERVAL = 5.0
@@ -156,11 +157,12 @@ async def test_exporter_serves_history_bounded_per_target(server) -> None:
         targets=(Target(name="llm", url=url, engine="vllm", cap=8),), history_points=5
     )
     exporter = Exporter(settings, clock=clock)
+    histories = Histories(exporter)
     async with client_session() as session:
         for _ in range(8):
             clock.t += INTERVAL
             await exporter.run_round(session)
-    points = [history_point(row) for row in exporter.history("llm")]
+    points = [history_point(row) for row in histories.rows("llm")]
     assert len(points) == 5
     assert [p["t"] for p in points] == [1000.0 + 5 * i for i in range(4, 9)]
-    assert exporter.history("nope") is None
+    assert histories.rows("nope") is None

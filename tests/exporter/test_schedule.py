@@ -30,6 +30,7 @@ from batchscope.exporter.scrape.loop import (
     backoff_intervals,
 )
 from batchscope.exporter.serve.api_json import history_point
+from batchscope.exporter.serve.history import Histories
 from tests.support.live import Targets, vllm_payload, wait_for
 from tests.support.virtual_time import loop_clock, run_virtual
 
@@ -121,18 +122,20 @@ class StandIn:
         return ScrapeResult(self.payload, None, 0.0)
 
 
-def run_loop(names: list[str], intervals: int) -> tuple[Exporter, StandIn]:
-    """The exporter's `run_forever` over these targets for `intervals` virtual intervals."""
+def run_loop(names: list[str], intervals: int) -> tuple[Histories, StandIn]:
+    """The exporter's `run_forever` over these targets for `intervals` virtual intervals;
+    the targets' histories."""
     stand_in = StandIn()
 
-    async def main() -> Exporter:
+    async def main() -> Histories:
         targets = tuple(Target(n, f"http://127.0.0.1:9/{n}", engine="vllm", cap=8) for n in names)
         settings = Settings(targets=targets, interval_seconds=INTERVAL, timeout_seconds=INTERVAL)
         exporter = Exporter(settings, clock=loop_clock(), scrape_target=stand_in)
+        histories = Histories(exporter)
         stop = asyncio.Event()
         asyncio.get_running_loop().call_later(intervals * INTERVAL, stop.set)
         await exporter.run_forever(stop)
-        return exporter
+        return histories
 
     return run_virtual(main()), stand_in
 
@@ -159,14 +162,14 @@ def test_a_fifth_of_the_fleet_hanging_delays_no_healthy_scrape_in_the_loop() -> 
     healthy = [f"ok{i:03d}" for i in range(FLEET - HUNG)]
     hung = [f"hung{i:03d}" for i in range(HUNG)]
     intervals, settle = 20, 8
-    exporter, stand_in = run_loop(hung + healthy, intervals)
+    histories, stand_in = run_loop(hung + healthy, intervals)
     since = settle * INTERVAL
     for name in healthy:
         measured = [t for t in stand_in.starts[name] if t >= since]
         # Once an interval, on its phase, every interval: the hung never take its slot.
         assert len(measured) == intervals - settle, name
         assert set(gaps(measured)) == {INTERVAL}, name
-        times = [history_point(row)["t"] for row in exporter.history(name)]
+        times = [history_point(row)["t"] for row in histories.rows(name)]
         evaluated = [t for t in times if t >= since]
         assert set(gaps(evaluated)) == {INTERVAL}, name
     hung_per_interval = [

@@ -31,6 +31,7 @@ from batchscope.exporter.engines import read_series
 from batchscope.exporter.instrumentation import BatcherMetrics
 from batchscope.exporter.scrape.loop import Exporter
 from batchscope.exporter.serve.app import create_app
+from batchscope.exporter.serve.history import Histories
 from tests.support.scripted_fleet import BackgroundServer
 from tests.support.vllm_payload import VllmState, render
 
@@ -117,8 +118,9 @@ STORIES: dict[str, tuple[Payloads, Target]] = {
 }
 
 
-def story_exporter() -> Exporter:
-    """An exporter that evaluated every story's scrapes, the last of each at `now`."""
+def story_exporter() -> tuple[Exporter, Histories]:
+    """An exporter that evaluated every story's scrapes, the last of each at `now`, and
+    the histories of those evaluations."""
     targets = tuple(
         Target(t.name, f"http://127.0.0.1:9/{t.name}/metrics", **_configured(t))
         for _, t in STORIES.values()
@@ -133,6 +135,7 @@ def story_exporter() -> Exporter:
         ),
         clock=lambda: now,
     )
+    histories = Histories(exporter)
     for name, (payloads, target) in STORIES.items():
         texts = list(payloads())
         state = exporter.states[name]
@@ -141,7 +144,7 @@ def story_exporter() -> Exporter:
             series = read_series(text, target.engine)
             exporter.ingest(state, Snapshot(name, t, True, series), t)
     exporter.rounds += 1  # a finished round: the app renders its bodies from these
-    return exporter
+    return exporter, histories
 
 
 def _configured(target: Target) -> dict:
@@ -154,6 +157,7 @@ def _configured(target: Target) -> dict:
 
 def serve_stories() -> BackgroundServer:
     """The stories' exporter app on a local port, started."""
-    server = BackgroundServer(create_app(story_exporter()))
+    exporter, histories = story_exporter()
+    server = BackgroundServer(create_app(exporter, histories=histories))
     server.start()
     return server

@@ -29,6 +29,7 @@ from batchscope.exporter.scrape.fetch import ScrapeResult
 from batchscope.exporter.scrape.loop import Exporter
 from batchscope.exporter.serve import api_json as api
 from batchscope.exporter.serve.exposition import render_metrics
+from batchscope.exporter.serve.history import Histories
 from tests.support.live_stories import STORIES
 from tests.support.paths import FIXTURES, fixture_text
 
@@ -154,6 +155,7 @@ def bodies() -> Iterator[dict[str, bytes]]:
     scripts = _scripts()
     settings = Settings(targets=tuple(t for t, _ in scripts.values()), interval_seconds=INTERVAL)
     exporter = Exporter(settings, clock=lambda: START)
+    histories = Histories(exporter)
     evaluation = api.evaluation_json(settings)
     for step in range(STEPS):
         now = START + step * INTERVAL
@@ -171,7 +173,7 @@ def bodies() -> Iterator[dict[str, bytes]]:
         }
         if step == STEPS - 1:
             found["history"] = b"".join(
-                api.encode(api.history_response(name, exporter.history(name) or []))
+                api.encode(api.history_response(name, histories.rows(name) or []))
                 for name in scripts
             )
         yield found
