@@ -59,8 +59,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def loop_factory(choice: str) -> Callable[[], asyncio.AbstractEventLoop] | None:
     """The event loop the exporter runs on: uvloop's, which handles a fleet's scrapes and
-    requests on a fraction of the CPU asyncio's own takes (docs/benchmarks.md), or
-    asyncio's (None). ConfigError when uvloop is asked for and not installed."""
+    requests on less CPU than asyncio's own, or asyncio's (None), its plain twin.
+    ConfigError when uvloop is asked for and not installed."""
     if choice == "asyncio":
         return None
     try:

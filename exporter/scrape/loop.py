@@ -59,14 +59,11 @@ def backoff_intervals(failures: int) -> int:
     return min(2 ** (failures - BACKOFF_AFTER_FAILURES + 1), MAX_BACKOFF_INTERVALS)
 
 
-# Scrapes start on a grid of ticks about this far apart (the interval cut in whole
-# ticks), and a scrape that ends is evaluated this long after the first of those not yet
-# evaluated ended, together with them. A fleet's scrapes are still spread over the
-# interval (1,000 targets at 5 s: 20 a tick), but the code that sends, reads and
-# evaluates runs in bursts, with the interpreter's working set warm: evaluating each
-# scrape as it arrived, between other scrapes' I/O, cost 1.4x the CPU of the same
-# evaluations back to back, and the I/O of scrapes one at a time twice that of the same
-# scrapes in bursts (docs/benchmarks.md, fleet cost beside Prometheus).
+# Scrapes start on a grid of ticks this far apart (the interval cut in whole ticks), and
+# the scrapes that end within a tick are evaluated together at its end, each at the time
+# it ended: the fleet's scrapes stay spread over the interval while the code that sends,
+# reads and evaluates them runs in bursts, its working set warm. The plain twin,
+# `Exporter(tick_batching=False)`, evaluates each scrape as it ends, off the grid.
 TICK_SECONDS = 0.1
 # Below this many ticks an interval, phases are not rounded: too few ticks would crowd
 # the fleet's scrapes into a few instants.
@@ -196,8 +193,8 @@ class Exporter:
         # What fetches one target's payload (tests give one that answers in virtual time).
         self.scrape_target = scrape_target
         # Scrapes on the tick grid, each tick's evaluations together (TICK_SECONDS); False:
-        # phases off the grid, each scrape evaluated as it ends (scripts/bench_shortcuts.py
-        # times the two). Read by each watcher as it starts and at every scrape.
+        # phases off the grid, each scrape evaluated as it ends. Read by each watcher as it
+        # starts and at every scrape.
         self.tick_batching = tick_batching
         self.states: dict[str, TargetState] = {}
         # Called with each evaluation of a target, once its window has it (serve's history

@@ -49,9 +49,8 @@ def _json(body: dict[str, Any], status: int = 200) -> web.Response:
     return web.Response(body=api.encode(body), status=status, content_type="application/json")
 
 
-# ISA-L's gzip (`isal`, also the scrapes' inflate) at level 1: on /metrics at 1,000
-# targets about a fifth of the CPU of zlib's fastest level, for a smaller body
-# (docs/benchmarks.md, /metrics render).
+# ISA-L's gzip (`isal`) at level 1: a fleet's /metrics body is compressed once a round, on
+# a fraction of the CPU of zlib's fastest level.
 GZIP_LEVEL = 1
 
 

@@ -11,13 +11,18 @@ import os
 import socket
 import sys
 import time
+from dataclasses import replace
 
 import aiohttp
 import pytest
 from aiohttp import web
 
 from batchscope.exporter import cli
-from batchscope.exporter.config.settings import ConfigError
+from batchscope.exporter.config.settings import ConfigError, Settings, Target
+from batchscope.exporter.core.evaluate import TargetSignals
+from batchscope.exporter.scrape.fetch import client_session
+from batchscope.exporter.scrape.loop import Exporter
+from tests.support.live import Targets, vllm_payload
 from tests.support.network import free_port
 from tests.support.paths import fixture_text
 
@@ -202,6 +207,39 @@ def test_the_event_loop_is_uvloop_unless_asked_otherwise(monkeypatch) -> None:
     assert cli.loop_factory("auto") is None
     with pytest.raises(ConfigError, match="uvloop is not installed"):
         cli.loop_factory("uvloop")
+
+
+@pytest.mark.integration
+def test_uvloop_reads_a_fleet_as_asyncio_s_own_loop_reads_it() -> None:
+    # uvloop is a fast path behind one seam (`cli.loop_factory`); asyncio's loop is its
+    # plain twin: the same scrapes read on either give the same signals.
+    def one_round(factory) -> list[TargetSignals]:
+        async def main() -> list[TargetSignals]:
+            async with Targets() as served:
+                served.payloads = {
+                    "load": fixture_text("vllm-0.32.0-cpu-load.txt"),
+                    "small": vllm_payload(3, 2, 10),
+                    "garbage": "<html>502</html>",
+                }
+                names = [*served.payloads, "dead"]
+                targets = tuple(Target(n, served.url(n), engine="vllm", cap=8) for n in names)
+                exporter = Exporter(Settings(targets=targets), clock=lambda: 1000.0)
+                async with client_session() as session:
+                    await exporter.run_round(session)
+            # the wall time a scrape took, and the port the targets were served on, differ
+            return [replace(s, scrape_seconds=None, url="") for s in exporter.current()]
+
+        with asyncio.Runner(loop_factory=factory) as runner:
+            return runner.run(main())
+
+    read = one_round(cli.loop_factory("uvloop"))
+    assert [(s.target, s.up) for s in read] == [
+        ("load", True),
+        ("small", True),
+        ("garbage", False),
+        ("dead", False),
+    ]
+    assert repr(read) == repr(one_round(cli.loop_factory("asyncio")))
 
 
 async def test_config_error_names_file_and_line(tmp_path) -> None:

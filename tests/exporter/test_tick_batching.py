@@ -1,18 +1,24 @@
 """Scrapes start on a tick grid and the scrapes of a tick are evaluated together at its
-end (exporter/scrape/loop.py, TICK_SECONDS): each still at the time it ended, and one
-target's failure or removal never costs the others their evaluation."""
+end (exporter/scrape/loop.py, TICK_SECONDS): each still at the time it ended, as its
+plain twin (each scrape evaluated as it ends) evaluates it, and one target's failure or
+removal never costs the others their evaluation."""
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 from collections import Counter
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from batchscope.exporter.config.settings import Settings, Target
 from batchscope.exporter.scrape import loop as runtime
-from batchscope.exporter.scrape.fetch import client_session
+from batchscope.exporter.scrape.fetch import ScrapeResult, client_session
 from batchscope.exporter.scrape.loop import MIN_TICKS, TICK_SECONDS, Exporter, ScrapeSlots, phase
 from tests.support.live import Targets, vllm_payload
+from tests.support.virtual_time import loop_clock, run_virtual
 
 
 def test_phases_sit_on_the_tick_grid_and_spread_over_the_interval() -> None:
@@ -104,3 +110,56 @@ async def test_scrapes_ended_before_a_stop_are_evaluated_not_dropped(monkeypatch
         await task
     assert exporter._pending == []
     assert exporter.states["a"].signals.total.running == 5.0
+
+
+# Per target, its scrapes: (virtual seconds the scrape takes, running, finished requests).
+fleet_scrapes = st.lists(
+    st.lists(
+        st.tuples(
+            st.sampled_from([0.0, 0.03, 0.07, 0.1, 0.25]), st.integers(0, 9), st.integers(0, 50)
+        ),
+        min_size=1,
+        max_size=3,
+    ),
+    min_size=1,
+    max_size=6,
+)
+
+
+@settings(max_examples=40, deadline=None)
+@given(fleet_scrapes)
+def test_batched_evaluation_is_each_scrape_evaluated_as_it_ended(scrapes) -> None:
+    # Tick batching moves when an evaluation runs, never what it computes: the plain twin
+    # (each scrape evaluated as it ends) gives every target the same signals.
+    names = [f"t{i}" for i in range(len(scrapes))]
+
+    def signals_of(batched: bool) -> list[str]:
+        async def main() -> list[str]:
+            taken = {name: iter(s) for name, s in zip(names, scrapes, strict=True)}
+
+            async def scrape_target(session, target, timeout, max_bytes) -> ScrapeResult:
+                seconds, running, finished = next(taken[target.name])
+                await asyncio.sleep(seconds)
+                return ScrapeResult(vllm_payload(running, 1, finished), None, seconds)
+
+            targets = tuple(
+                Target(n, f"http://127.0.0.1:9/{n}", engine="vllm", cap=8) for n in names
+            )
+            exporter = Exporter(
+                Settings(targets=targets), clock=loop_clock(), scrape_target=scrape_target
+            )
+            slots = ScrapeSlots()
+            for round_scrapes in itertools.zip_longest(*scrapes):
+                await asyncio.gather(
+                    *(
+                        exporter._scrape_one(None, slots, exporter.states[n], batched=batched)
+                        for n, scrape in zip(names, round_scrapes, strict=True)
+                        if scrape is not None
+                    )
+                )
+                await asyncio.sleep(1.0)  # past the tick: every batch evaluated
+            return [repr(exporter.states[n].signals) for n in names]
+
+        return run_virtual(main())
+
+    assert signals_of(batched=True) == signals_of(batched=False)
