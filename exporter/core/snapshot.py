@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, replace
 
 from batchscope.exporter.core.histogram import Histogram, histogram_add
 
@@ -81,6 +81,24 @@ class SeriesSnapshot:
     @property
     def labels(self) -> dict[str, str]:
         return dict(self.key)
+
+
+def join_series(series: Sequence[SeriesSnapshot]) -> tuple[SeriesSnapshot, ...]:
+    """One series per key: where two adapters read the same model (Triton's counters and
+    its TensorRT-LLM backend's gauges), each field comes from the first that fills it."""
+    joined: dict[LabelKey, SeriesSnapshot] = {}
+    for s in series:
+        first = joined.get(s.key)
+        if first is None:
+            joined[s.key] = s
+            continue
+        missing = {
+            f.name: getattr(s, f.name)
+            for f in fields(s)
+            if getattr(first, f.name) in (None, {}) and f.name != "engine"
+        }
+        joined[s.key] = replace(first, engine=f"{first.engine}+{s.engine}", **missing)
+    return tuple(joined.values())
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,10 +13,9 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
-from dataclasses import fields, replace
 from types import ModuleType
 
-from batchscope.exporter.core.snapshot import SeriesSnapshot
+from batchscope.exporter.core.snapshot import SeriesSnapshot, join_series
 from batchscope.exporter.engines import (
     inhouse,
     llamacpp,
@@ -27,9 +26,7 @@ from batchscope.exporter.engines import (
     trtllm,
     vllm,
 )
-from batchscope.exporter.engines.grouping import group_by_name
 from batchscope.exporter.ingest import promtext
-from batchscope.exporter.ingest.promtext import Sample
 
 # Order matters where two adapters read the same series: the first one's fields win
 # (TensorRT-LLM's waiting requests over Triton's pending count for the same model).
@@ -102,7 +99,9 @@ def read_series(
             + ")"
         )
     families = _families(tuple(names), latency_kind)
-    series = series_of(names, promtext.parse(text, families, sample_limit))
+    by_name = promtext.by_name(promtext.parse(text, families, sample_limit))
+    found = [s for name in names for s in ADAPTERS[name].to_series(by_name)]
+    series = join_series(found)
     if not series:
         missing = (
             f"no {'/'.join(names)} series in the payload (looked for "
@@ -120,27 +119,3 @@ def _families(names: tuple[str, ...], latency_kind: str | None) -> tuple[str, ..
     """The families `read_series` parses for these engines: `families_read` of each, worked
     out once per engines and kind rather than at every scrape."""
     return tuple(f for name in names for f in families_read(ADAPTERS[name], latency_kind))
-
-
-def series_of(names: Sequence[str], samples: list[Sample]) -> tuple[SeriesSnapshot, ...]:
-    """The named adapters' series of the samples, joined."""
-    by_name = group_by_name(samples)
-    return join_series([s for name in names for s in ADAPTERS[name].to_series(by_name)])
-
-
-def join_series(series: list[SeriesSnapshot]) -> tuple[SeriesSnapshot, ...]:
-    """One series per key: where two adapters read the same model (Triton's counters and
-    its TensorRT-LLM backend's gauges), each field comes from the first that fills it."""
-    joined: dict = {}
-    for s in series:
-        first = joined.get(s.key)
-        if first is None:
-            joined[s.key] = s
-            continue
-        missing = {
-            f.name: getattr(s, f.name)
-            for f in fields(s)
-            if getattr(first, f.name) in (None, {}) and f.name != "engine"
-        }
-        joined[s.key] = replace(first, engine=f"{first.engine}+{s.engine}", **missing)
-    return tuple(joined.values())

@@ -8,17 +8,7 @@ from collections.abc import Mapping, Sequence
 
 from batchscope.exporter.core.histogram import Histogram
 from batchscope.exporter.core.snapshot import LabelKey
-from batchscope.exporter.ingest.promtext import Sample
-
-SamplesByName = Mapping[str, list[Sample]]
-
-
-def group_by_name(samples: Sequence[Sample]) -> dict[str, list[Sample]]:
-    """Samples by their name, in order: adapters then read each name without a rescan."""
-    by_name: dict[str, list[Sample]] = defaultdict(list)
-    for s in samples:
-        by_name[s.name].append(s)
-    return dict(by_name)
+from batchscope.exporter.ingest.promtext import Sample, SamplesByName
 
 
 def series_key(labels: dict[str, str], key_labels: Sequence[str]) -> LabelKey:
@@ -95,24 +85,29 @@ def histograms_by_key(
     }
 
 
-def histograms_by_kind(
+def latency_by_key(
     by_name: SamplesByName,
     families: Mapping[str, str],
     key_labels: tuple[str, ...],
     scale: float = 1.0,
-) -> dict[str, dict[LabelKey, Histogram]]:
-    """Each latency kind's histograms by series key, from an adapter's LATENCY_FAMILIES."""
-    return {
-        kind: histograms_by_key(by_name, family, key_labels, scale)
-        for kind, family in families.items()
-    }
+) -> dict[LabelKey, dict[str, Histogram]]:
+    """Each series' latency histograms by kind (an adapter's LATENCY_FAMILIES: kind ->
+    family), the kinds it has."""
+    by_key: dict[LabelKey, dict[str, Histogram]] = defaultdict(dict)
+    for kind, family in families.items():
+        for key, histogram in histograms_by_key(by_name, family, key_labels, scale).items():
+            by_key[key][kind] = histogram
+    return dict(by_key)
 
 
-def of_key(
-    by_kind: Mapping[str, Mapping[LabelKey, Histogram]], key: LabelKey
-) -> dict[str, Histogram]:
-    """One series' histograms by kind: the kinds it has."""
-    return {kind: hists[key] for kind, hists in by_kind.items() if key in hists}
+def added_by_key(*values: Mapping[LabelKey, float]) -> dict[LabelKey, float]:
+    """Several metrics' values by series key, added: a key is in the result when it is in
+    any of them."""
+    out: dict[LabelKey, float] = {}
+    for by_key in values:
+        for key, value in by_key.items():
+            out[key] = out.get(key, 0.0) + value
+    return out
 
 
 def quantiles_by_key(

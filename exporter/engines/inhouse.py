@@ -11,8 +11,7 @@ from batchscope.exporter.core.snapshot import LabelKey, SeriesSnapshot
 from batchscope.exporter.engines.grouping import (
     SamplesByName,
     histograms_by_key,
-    histograms_by_kind,
-    of_key,
+    latency_by_key,
     series_key,
     values_by_key,
 )
@@ -82,7 +81,7 @@ def to_series(by_name: SamplesByName) -> list[SeriesSnapshot]:
         )
         for trigger in names.TRIGGERS
     }
-    latency = histograms_by_kind(by_name, LATENCY_FAMILIES, KEY_LABELS)
+    latency = latency_by_key(by_name, LATENCY_FAMILIES, KEY_LABELS)
     by_size = _execution_by_size(by_name)
     keys = sorted(set(depth) | set(batch_size))
     return [
@@ -99,7 +98,7 @@ def to_series(by_name: SamplesByName) -> list[SeriesSnapshot]:
             batches_total=batch_size[key].count if key in batch_size else None,
             batch_tokens_total=batch_tokens.get(key),
             padding_tokens_total=padding.get(key),
-            latency=of_key(latency, key),
+            latency=latency.get(key, {}),
             batch_size=batch_size.get(key),
             execution_by_size=by_size.get(key, {}),
             batches_by_trigger={

@@ -14,8 +14,7 @@ from batchscope.exporter.core.snapshot import LabelKey, SeriesSnapshot
 from batchscope.exporter.engines.grouping import (
     SamplesByName,
     histograms_by_key,
-    histograms_by_kind,
-    of_key,
+    latency_by_key,
     values_by_key,
 )
 
@@ -41,7 +40,7 @@ def to_series(by_name: SamplesByName) -> list[SeriesSnapshot]:
     sizes = histograms_by_key(by_name, BATCH_SIZE, KEY_LABELS)
     utilization = histograms_by_key(by_name, UTILIZATION, KEY_LABELS)
     batches = values_by_key(by_name, BATCHES + "_total", KEY_LABELS)
-    latency = histograms_by_kind(by_name, LATENCY_FAMILIES, KEY_LABELS, MILLISECONDS)
+    latency = latency_by_key(by_name, LATENCY_FAMILIES, KEY_LABELS, MILLISECONDS)
 
     def cap(key: LabelKey) -> float | None:
         if key not in sizes or key not in utilization or utilization[key].sum <= 0:
@@ -56,7 +55,7 @@ def to_series(by_name: SamplesByName) -> list[SeriesSnapshot]:
             engine_cap=cap(key),
             items_total=sizes[key].sum if key in sizes else None,
             batches_total=batches.get(key, sizes[key].count if key in sizes else None),
-            latency=of_key(latency, key),
+            latency=latency.get(key, {}),
             batch_size=sizes.get(key),
         )
         for key in sorted(set(queue) | set(sizes))

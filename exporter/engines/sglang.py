@@ -5,8 +5,7 @@ from __future__ import annotations
 from batchscope.exporter.core.snapshot import SeriesSnapshot
 from batchscope.exporter.engines.grouping import (
     SamplesByName,
-    histograms_by_kind,
-    of_key,
+    latency_by_key,
     values_by_key,
 )
 
@@ -32,8 +31,8 @@ def to_series(by_name: SamplesByName) -> list[SeriesSnapshot]:
     waiting = values_by_key(by_name, WAITING, KEY_LABELS)
     usage = values_by_key(by_name, TOKEN_USAGE, KEY_LABELS)
     tokens = values_by_key(by_name, GENERATION_TOKENS + "_total", KEY_LABELS)
-    latency = histograms_by_kind(by_name, LATENCY_FAMILIES, KEY_LABELS)
-    finished = {key: h.count for key, h in latency["e2e"].items()}
+    latency = latency_by_key(by_name, LATENCY_FAMILIES, KEY_LABELS)
+    finished = {key: kinds["e2e"].count for key, kinds in latency.items() if "e2e" in kinds}
     return [
         SeriesSnapshot(
             key=key,
@@ -43,7 +42,7 @@ def to_series(by_name: SamplesByName) -> list[SeriesSnapshot]:
             kv_usage=usage.get(key),
             requests_total=finished.get(key),
             generation_tokens_total=tokens.get(key),
-            latency=of_key(latency, key),
+            latency=latency.get(key, {}),
         )
         for key in sorted(set(running) | set(waiting))
     ]

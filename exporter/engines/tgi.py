@@ -12,8 +12,7 @@ from batchscope.exporter.core.snapshot import SeriesSnapshot
 from batchscope.exporter.engines.grouping import (
     SamplesByName,
     histograms_by_key,
-    histograms_by_kind,
-    of_key,
+    latency_by_key,
     values_by_key,
 )
 
@@ -39,11 +38,11 @@ def to_series(by_name: SamplesByName) -> list[SeriesSnapshot]:
     waiting = values_by_key(by_name, WAITING, KEY_LABELS)
     batch_tokens = values_by_key(by_name, BATCH_TOKENS, KEY_LABELS)
     output_tokens = histograms_by_key(by_name, OUTPUT_TOKENS, KEY_LABELS)
-    latency = histograms_by_kind(by_name, LATENCY_FAMILIES, KEY_LABELS)
+    latency = latency_by_key(by_name, LATENCY_FAMILIES, KEY_LABELS)
     key = ()
     if key not in running and key not in waiting:
         return []
-    e2e = latency["e2e"].get(key)
+    e2e = latency.get(key, {}).get("e2e")
     return [
         SeriesSnapshot(
             key=key,
@@ -52,7 +51,7 @@ def to_series(by_name: SamplesByName) -> list[SeriesSnapshot]:
             waiting=waiting.get(key),
             batch_tokens=batch_tokens.get(key),
             requests_total=e2e.count if e2e else None,
-            latency=of_key(latency, key),
+            latency=latency.get(key, {}),
             output_tokens=output_tokens.get(key),
         )
     ]

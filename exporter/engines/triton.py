@@ -13,8 +13,7 @@ from __future__ import annotations
 from batchscope.exporter.core.snapshot import SeriesSnapshot
 from batchscope.exporter.engines.grouping import (
     SamplesByName,
-    histograms_by_kind,
-    of_key,
+    latency_by_key,
     quantiles_by_key,
     values_by_key,
 )
@@ -67,7 +66,7 @@ def to_series(by_name: SamplesByName) -> list[SeriesSnapshot]:
         kind: quantiles_by_key(by_name, family, KEY_LABELS, MICROSECONDS)
         for kind, family in SUMMARIES.items()
     }
-    latency = histograms_by_kind(by_name, LATENCY_FAMILIES, KEY_LABELS, MILLISECONDS)
+    latency = latency_by_key(by_name, LATENCY_FAMILIES, KEY_LABELS, MILLISECONDS)
     return [
         SeriesSnapshot(
             key=key,
@@ -76,7 +75,7 @@ def to_series(by_name: SamplesByName) -> list[SeriesSnapshot]:
             requests_total=success.get(key),
             items_total=inferences.get(key),
             batches_total=executions.get(key),
-            latency=of_key(latency, key),
+            latency=latency.get(key, {}),
             latency_means={
                 kind: (success[key], d[key] * MICROSECONDS)
                 for kind, d in durations.items()

@@ -34,9 +34,9 @@ from batchscope.exporter.core.capacity import kv_capacity_tokens
 from batchscope.exporter.core.snapshot import LabelKey, SeriesSnapshot
 from batchscope.exporter.engines.grouping import (
     SamplesByName,
+    added_by_key,
     histograms_by_key,
-    histograms_by_kind,
-    of_key,
+    latency_by_key,
     values_by_key,
 )
 
@@ -186,36 +186,36 @@ def _info_number(text: str | None) -> float | None:
         return None
 
 
+# cache_config_info's labels read as numbers, by the SeriesSnapshot field each fills.
+CACHE_CONFIG_NUMBERS = {
+    "block_size": "block_size",
+    "gpu_memory_utilization": "gpu_memory_utilization",
+    "kv_cache_memory_bytes": "kv_cache_memory_bytes",
+    "kv_max_concurrency": "kv_cache_max_concurrency",
+}
+
+
 def cache_config_by_engine(by_name: SamplesByName) -> dict[str | None, dict[str, float | None]]:
     """The KV cache settings stated by each engine's cache_config_info (key: its `engine`
     label): capacity in tokens (stated, or blocks x block size), block size, memory."""
     out: dict[str | None, dict[str, float | None]] = {}
     for sample in by_name.get(CACHE_CONFIG, ()):
         labels = sample.labels
-        block_size = _info_number(labels.get("block_size"))
-        out[labels.get("engine")] = {
-            "kv_capacity_tokens": kv_capacity_tokens(
-                _info_number(labels.get("kv_cache_size_tokens")),
-                _info_number(labels.get("num_gpu_blocks")),
-                block_size,
-            ),
-            "block_size": block_size,
-            "gpu_memory_utilization": _info_number(labels.get("gpu_memory_utilization")),
-            "kv_cache_memory_bytes": _info_number(labels.get("kv_cache_memory_bytes")),
-            "kv_max_concurrency": _info_number(labels.get("kv_cache_max_concurrency")),
+        config = {
+            field: _info_number(labels.get(label)) for field, label in CACHE_CONFIG_NUMBERS.items()
         }
+        stated = _info_number(labels.get("kv_cache_size_tokens"))
+        blocks = _info_number(labels.get("num_gpu_blocks"))
+        config["kv_capacity_tokens"] = kv_capacity_tokens(stated, blocks, config["block_size"])
+        out[labels.get("engine")] = config
     return out
-
-
-def _cache_config_of(key: LabelKey, configs: dict[str | None, dict[str, float | None]]) -> dict:
-    engine = dict(key).get("engine")
-    if engine in configs:
-        return configs[engine]
-    return next(iter(configs.values())) if len(configs) == 1 else {}
 
 
 def to_series(by_name: SamplesByName) -> list[SeriesSnapshot]:
     """One SeriesSnapshot per (model_name, engine) that any scheduler metric names."""
+    configs = cache_config_by_engine(by_name)
+    # A series whose engine states no cache config of its own takes the only one there is.
+    sole_config = next(iter(configs.values())) if len(configs) == 1 else {}
     running = values_by_key(by_name, RUNNING, KEY_LABELS)
     waiting = values_by_key(by_name, WAITING, KEY_LABELS)
     swapped = values_by_key(by_name, SWAPPED, KEY_LABELS)
@@ -227,8 +227,7 @@ def to_series(by_name: SamplesByName) -> list[SeriesSnapshot]:
     tokens = values_by_key(by_name, GENERATION_TOKENS + "_total", KEY_LABELS)
     output_tokens = histograms_by_key(by_name, OUTPUT_TOKENS, KEY_LABELS)
     prompt_tokens = histograms_by_key(by_name, PROMPT_TOKENS, KEY_LABELS)
-    cache_configs = cache_config_by_engine(by_name)
-    latency = histograms_by_kind(by_name, LATENCY_FAMILIES, KEY_LABELS)
+    latency = latency_by_key(by_name, LATENCY_FAMILIES, KEY_LABELS)
     step_tokens = histograms_by_key(by_name, STEP_TOKENS, KEY_LABELS)
     deferred = values_by_key(by_name, WAITING_BY_REASON, KEY_LABELS, where={"reason": "deferred"})
     rejections = values_by_key(by_name, REJECTIONS + "_total", ("model_name",))
@@ -241,45 +240,35 @@ def to_series(by_name: SamplesByName) -> list[SeriesSnapshot]:
             ("spec_accepted_tokens_total", SPEC_ACCEPTED_TOKENS),
         )
     }
+    # V0's swapped requests wait too: they hold no running slot.
+    queued = added_by_key(waiting, swapped)
     keys = sorted(set(running) | set(waiting) | set(kv) | set(preemptions) | set(finished))
-    first_of_model = _first_of_model(keys)
+    # A model's admission rejections go onto its first series (sorted): a target's total
+    # counts each once.
+    first_of_model: dict[LabelKey, LabelKey] = {}
+    for key in keys:
+        first_of_model.setdefault(tuple(p for p in key if p[0] == "model_name"), key)
+    refused = {
+        key: rejections[model] for model, key in first_of_model.items() if model in rejections
+    }
     return [
         SeriesSnapshot(
             key=key,
             engine=NAME,
             running=running.get(key),
-            # V0 swapped requests wait too: they hold no running slot.
-            waiting=_add(waiting.get(key), swapped.get(key)),
+            waiting=queued.get(key),
             preemptions_total=preemptions.get(key),
             kv_usage=kv.get(key),
             requests_total=finished.get(key),
             generation_tokens_total=tokens.get(key),
-            latency=of_key(latency, key),
+            latency=latency.get(key, {}),
             output_tokens=output_tokens.get(key),
             prompt_tokens=prompt_tokens.get(key),
             step_tokens=step_tokens.get(key),
             waiting_deferred=deferred.get(key),
-            rejections_total=rejections.get(_model_key(key)) if key in first_of_model else None,
+            rejections_total=refused.get(key),
             **{field: values.get(key) for field, values in counted.items()},
-            **_cache_config_of(key, cache_configs),
+            **configs.get(dict(key).get("engine"), sole_config),
         )
         for key in keys
     ]
-
-
-def _model_key(key: LabelKey) -> LabelKey:
-    return tuple(pair for pair in key if pair[0] == "model_name")
-
-
-def _first_of_model(keys: list[LabelKey]) -> set[LabelKey]:
-    """The first series key (sorted) of each model: where its admission rejections go."""
-    first: dict[LabelKey, LabelKey] = {}
-    for key in keys:
-        first.setdefault(_model_key(key), key)
-    return set(first.values())
-
-
-def _add(a: float | None, b: float | None) -> float | None:
-    if a is None:
-        return b
-    return a if b is None else a + b

@@ -28,7 +28,8 @@ import functools
 import itertools
 import os
 import re
-from collections.abc import Iterable
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
 from typing import NamedTuple
 
 # Suffixes a family's samples may carry on the wire (histograms, summaries, counters).
@@ -64,6 +65,10 @@ class Sample(NamedTuple):
     labels: dict[str, str]
     value: float
     timestamp: float | None
+
+
+# A payload's samples by their name (`by_name`), as adapters read them.
+SamplesByName = Mapping[str, list[Sample]]
 
 
 class SampleLimitExceeded(ValueError):
@@ -130,6 +135,14 @@ def parse(
             if limit is not None and len(samples) > limit:
                 raise SampleLimitExceeded(limit)
     return samples
+
+
+def by_name(samples: Iterable[Sample]) -> dict[str, list[Sample]]:
+    """Samples by their name, in order: adapters then read each name without a rescan."""
+    grouped: dict[str, list[Sample]] = defaultdict(list)
+    for sample in samples:
+        grouped[sample.name].append(sample)
+    return dict(grouped)
 
 
 def _one_based(index: int) -> int:

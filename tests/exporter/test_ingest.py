@@ -18,7 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from batchscope.exporter.core.histogram import Histogram
 from batchscope.exporter.engines import families_read, read_series, vllm
-from batchscope.exporter.engines.grouping import group_by_name, histograms_by_key, values_by_key
+from batchscope.exporter.engines.grouping import histograms_by_key, values_by_key
 from batchscope.exporter.ingest import promtext
 from batchscope.exporter.ingest.promtext import ParseError, Sample, SampleLimitExceeded
 from tests.support.paths import FIXTURES
@@ -150,7 +150,7 @@ def _reference_vllm_samples(text: str) -> list[Sample]:
 @pytest.mark.parametrize("name", sorted(p.name for p in FIXTURES.glob("vllm-*.txt")))
 def test_read_series_equals_the_adapter_fed_by_prometheus_client(name: str) -> None:
     text = (FIXTURES / name).read_text()
-    reference = vllm.to_series(group_by_name(_reference_vllm_samples(text)))
+    reference = vllm.to_series(promtext.by_name(_reference_vllm_samples(text)))
     try:
         ours = read_series(text, "vllm", None, "e2e")
     except ValueError:
@@ -188,7 +188,7 @@ def fleet_like_payloads(draw) -> str:
 def test_read_series_on_moving_payloads_equals_the_adapter_fed_by_prometheus_client(
     text: str,
 ) -> None:
-    reference = tuple(vllm.to_series(group_by_name(_reference_vllm_samples(text))))
+    reference = tuple(vllm.to_series(promtext.by_name(_reference_vllm_samples(text))))
     assert repr(read_series(text, "vllm", None, "e2e")) == repr(reference)
 
 
@@ -243,7 +243,7 @@ histogram_samples = st.lists(
 @SETTINGS
 @given(histogram_samples)
 def test_histograms_and_values_by_key_equal_their_plain_statement(samples: list[Sample]) -> None:
-    by_name = group_by_name(samples)
+    by_name = promtext.by_name(samples)
     key_labels = vllm.KEY_LABELS
     assert repr(histograms_by_key(by_name, "h", key_labels)) == repr(
         _plain_histograms(samples, "h", key_labels)
@@ -286,7 +286,7 @@ def test_edge_finite_values_read_as_prometheus_client_reads_them(seed: int, mode
         for line in text.split("\n")
     ]
     moved = "\n".join(lines)
-    reference = tuple(vllm.to_series(group_by_name(_reference_vllm_samples(moved))))
+    reference = tuple(vllm.to_series(promtext.by_name(_reference_vllm_samples(moved))))
     assert repr(read_series(moved, "vllm", None, "e2e")) == repr(reference)
 
 
