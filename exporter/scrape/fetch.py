@@ -15,11 +15,11 @@ import base64
 import os
 import ssl
 import time
-import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
 import aiohttp
+from isal import isal_zlib
 
 from batchscope.exporter.config.settings import Auth, ConfigError, Target, redact_url_in
 
@@ -184,19 +184,20 @@ async def _read_body(response: aiohttp.ClientResponse, max_bytes: int) -> bytes:
             body += inflater.flush()
             if not inflater.eof:
                 raise BodyRefused("truncated compressed body")
-    except zlib.error as err:
+    except isal_zlib.error as err:
         raise BodyRefused(f"invalid compressed body: {err}") from None
     return bytes(body)
 
 
-def _inflater(encoding: str) -> zlib._Decompress | None:
-    """A decompressor for the Content-Encoding (None: the body is as sent)."""
+def _inflater(encoding: str) -> isal_zlib.Decompress | None:
+    """A decompressor for the Content-Encoding (None: the body is as sent): ISA-L's
+    inflate, zlib's interface on fewer instructions, inflation being most of a scrape's."""
     if encoding in ("", "identity"):
         return None
     if encoding in ("gzip", "x-gzip"):
-        return zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
+        return isal_zlib.decompressobj(wbits=16 + isal_zlib.MAX_WBITS)
     if encoding == "deflate":
-        return zlib.decompressobj()
+        return isal_zlib.decompressobj()
     raise BodyRefused(f"unsupported Content-Encoding {encoding!r}")
 
 
