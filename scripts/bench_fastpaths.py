@@ -43,7 +43,7 @@ from batchscope.exporter.scrape.fetch import ScrapeResult
 from batchscope.exporter.scrape.loop import Exporter
 from batchscope.exporter.serve import api_json as api
 from batchscope.exporter.serve.exposition import render_metrics
-from batchscope.exporter.serve.history import History
+from batchscope.exporter.serve.history import Histories, History
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests.support
 from tests.support.reference_exposition import SignalsCollector  # noqa: E402
@@ -72,18 +72,19 @@ def _exporter(targets: int, points: int) -> Exporter:
     )
 
 
-def evaluated(targets: int, scrapes: int, first: int = 0) -> Exporter:
+def evaluated(targets: int, scrapes: int, first: int = 0) -> tuple[Exporter, Histories]:
     """An exporter of `targets` targets (fleet_sim's `first`, `first` + 1, ...), each
-    after `scrapes` of its payloads, INTERVAL_SECONDS apart."""
+    after `scrapes` of its payloads, INTERVAL_SECONDS apart, and its histories."""
     template = Template(FIXTURE.read_text(encoding="utf-8"))
     rng = random.Random(0)
     exporter = _exporter(targets, max(scrapes, 1))
+    histories = Histories(exporter)
     for scrape in range(scrapes):
         now = 1000.0 + INTERVAL_SECONDS * scrape
         for i, state in enumerate(exporter.states.values()):
             payload = template.render(first + i, scrape, rng)
             exporter.evaluate(state, ScrapeResult(payload, None, 0.01), now)
-    return exporter
+    return exporter, histories
 
 
 def reference_render(targets: list[TargetSignals]) -> bytes:
@@ -102,7 +103,7 @@ def _cpu(fn: Callable[[], bytes]) -> tuple[float, bytes]:
 def writer(targets: int, repetitions: int) -> dict:
     """render_metrics against generate_latest, interleaved, CPU seconds, bytes compared."""
     print(f"fastpaths: evaluating {targets} targets", file=sys.stderr, flush=True)
-    signals = evaluated(targets, SCRAPES).current()
+    signals = evaluated(targets, SCRAPES)[0].current()
     sides = {"render_metrics": render_metrics, "generate_latest": reference_render}
     seconds: dict[str, list[float]] = {name: [] for name in sides}
     identical, body = True, b""
@@ -143,7 +144,7 @@ def history(targets: int, points: int) -> dict:
     """The served History against a deque of the API's point dicts, for `targets`."""
     print(f"fastpaths: {DISTINCT_HOURS} targets x {points} scrapes", file=sys.stderr, flush=True)
     hours = [
-        list(evaluated(1, points, first=k).states["t0"].history) for k in range(DISTINCT_HOURS)
+        evaluated(1, points, first=k)[1].rows("t0") for k in range(DISTINCT_HOURS)
     ]
 
     def packed(count: int) -> list[History]:
