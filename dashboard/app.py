@@ -16,6 +16,9 @@ st.set_page_config(
     layout="wide",
     initial_sidebar_state="collapsed",
 )
+# The pages' own top margin, less than Streamlit's under a top bar: the Live page's first
+# screen answers at 1400x900 without scrolling.
+st.html("<style>[data-testid='stMainBlockContainer'] { padding-top: 4.5rem; }</style>")
 page = st.navigation(
     [
         st.Page(VIEWS / "live.py", title="Live", icon=":material/monitoring:", default=True),

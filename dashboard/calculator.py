@@ -16,11 +16,18 @@ import numpy as np
 from batchscope.exporter.core.static_util import StaticBatchingAccumulator, StaticBatchingResult
 from batchscope.exporter.length_log import FileReport, Progress, read_lengths
 
-# Seed 003's two toy batches: 67/128 and 32/128 of the slot-steps at B=8.
+# The two batches of eight answers in "Continuous Batching: Why Your GPU Waits for the
+# Slowest Request" (DEV Community): 67/128 and 32/128 of the slot-steps at B=8.
+MIXED_LENGTHS = "mixed lengths, 3 to 16 tokens"
+ONE_LONG_ANSWER = "one long answer among short ones"
 TOY_EXAMPLES: dict[str, list[int]] = {
-    "seed 003: mixed lengths": [3, 5, 8, 11, 4, 14, 6, 16],
-    "seed 003: one long answer": [1, 1, 2, 2, 3, 3, 4, 16],
+    MIXED_LENGTHS: [3, 5, 8, 11, 4, 14, 6, 16],
+    ONE_LONG_ANSWER: [1, 1, 2, 2, 3, 3, 4, 16],
 }
+EXAMPLES_SOURCE = (
+    'The two examples are the batches of eight answers in "Continuous Batching: Why Your '
+    'GPU Waits for the Slowest Request" (DEV Community).'
+)
 # The slots-over-steps picture draws at most this many requests (the first ones).
 PICTURE_REQUESTS = 64
 IDLE = -1
@@ -99,7 +106,7 @@ def static_picture(lengths: Sequence[int], batch_size: int) -> SlotPicture:
 def continuous_picture(lengths: Sequence[int], batch_size: int, steps: int) -> SlotPicture:
     """Continuous batching over `steps` steps with a queue that never empties: requests of
     these lengths, cycled, and a slot that frees takes the next one on the next step
-    (seed 003's loop). Request numbers keep counting through the cycles."""
+    (the article's loop). Request numbers keep counting through the cycles."""
     grid = np.full((batch_size, steps), IDLE, dtype=np.int64)
     if steps == 0 or not any(lengths):
         return SlotPicture(grid, 0)

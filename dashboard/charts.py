@@ -179,6 +179,88 @@ def budget_chart(
     )
 
 
+BUDGET_HEX = "#dc2626"
+WAITING_HEX = "#f59e0b"
+OVERVIEW_HEIGHT = 300
+
+
+def _overview_layout(title: str) -> dict:
+    """The title above the legend, both at the top: a narrow column keeps them whole."""
+    return {
+        "title": {"text": title, "font": {"size": 14}, "y": 0.98, "yanchor": "top"},
+        "legend": {"orientation": "h", "x": 0, "y": 1.02, "yanchor": "bottom"},
+        "margin": {"l": 10, "r": 10, "t": 70, "b": 10},
+    }
+
+
+def _highest(column: pd.Series) -> float:
+    """The largest known value of a column; 0 with none."""
+    values = _values(column)
+    known = values[~np.isnan(values)]
+    return float(known.max()) if known.size else 0.0
+
+
+def _batch_line(frame: pd.DataFrame) -> go.Scatter:
+    """The running batch; a batcher's mean fired batch where it has no running gauge."""
+    if frame["running"].notna().any() or not frame["mean_batch_size"].notna().any():
+        return _line(frame, "running", "running")
+    return _line(frame, "mean_batch_size", "mean batch")
+
+
+def overview_chart(
+    frame: pd.DataFrame,
+    threshold: float,
+    episodes: list[Episode],
+    now: float,
+    budget: bool = True,
+) -> go.Figure:
+    """The first screen's one chart: the batch against its cap and the queue (requests,
+    left axis), budget used (right axis, with the saturation threshold; `budget` False: an
+    engine that exposes no latency), and the stretches of sustained saturation shaded."""
+    traces = [_batch_line(frame)]
+    if frame["cap"].notna().any():
+        traces.append(_line(frame, "cap", "cap", CAP_HEX, "dash", "hv"))
+    traces.append(_line(frame, "waiting", "waiting", WAITING_HEX))
+    if not budget:
+        title = "Batch and queue (budget used: not exposed by this engine)"
+        return _figure(
+            title,
+            "requests",
+            traces,
+            x_title="",
+            height=OVERVIEW_HEIGHT,
+            layout=_overview_layout(title),
+        )
+    line = _line(frame, "budget_utilization", "budget used", BUDGET_HEX)
+    line.yaxis = "y2"
+    line.line.width = 3
+    shape, label = _hline(threshold, THRESHOLD_HEX, f"saturated at {threshold:.0%}", "dot")
+    shape["yref"] = label["yref"] = "y2"
+    shape["line"]["width"] = 1
+    label.update(x=0, xanchor="left")
+    title = "Batch, queue and budget used (shaded: saturated)"
+    return _figure(
+        title,
+        "requests",
+        [*traces, line],
+        x_title="",
+        height=OVERVIEW_HEIGHT,
+        shapes=(shape, *episode_shapes(episodes, now)),
+        annotations=(label,),
+        layout={
+            **_overview_layout(title),
+            "yaxis2": {
+                "title": {"text": "budget used"},
+                "overlaying": "y",
+                "side": "right",
+                "tickformat": ".0%",
+                "range": [0, 1.1 * max(1.0, _highest(frame["budget_utilization"]))],
+                "showgrid": False,
+            },
+        },
+    )
+
+
 def gain_chart(frame: pd.DataFrame) -> go.Figure:
     shape, label = _hline(1.0, CAP_HEX, "unbatched", "dot")
     return _figure(

@@ -1,4 +1,6 @@
-"""What an operator should look at next, from seed 003's advice, per diagnosis state.
+"""What an operator should look at next, per diagnosis state, and the checklist of
+"Continuous Batching: Why Your GPU Waits for the Slowest Request" (DEV Community),
+answered from the signals.
 
 The exporter's diagnosis says what is happening; this says where to go from there.
 """
@@ -7,6 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from batchscope.dashboard.formatting import seconds
+from batchscope.exporter.core.capacity import fixed_pair
+from batchscope.exporter.core.limits import LIMIT_NAMES
 from batchscope.exporter.core.signals import SignalSettings
 
 # The exporter's own "near the cap" line, so the checklist and the diagnosis agree.
@@ -81,12 +86,13 @@ LIMIT_LABELS = {
 @dataclass(frozen=True, slots=True)
 class LimitBar:
     """One limit as the Live page draws it: a bar of `fill` (its ratio, 0..1) with `text`,
-    marked when it binds; or, not judged (`fill` None), a line saying why."""
+    marked when it binds; `short`, the line the first screen gives the binding one."""
 
     label: str
     fill: float | None
     text: str
     binding: bool
+    short: str = ""
 
 
 def limit_bars(limits: dict) -> tuple[str, list[LimitBar], list[str]]:
@@ -120,6 +126,7 @@ def limit_bars(limits: dict) -> tuple[str, list[LimitBar], list[str]]:
                 min(max(ratio, 0.0), 1.0),
                 f"{mark}{label}: {ratio:.0%} of its bound, {reading.get('reading', '')}",
                 name == binding,
+                f"Binds: {LIMIT_NAMES.get(name, label)}, {reading.get('reading', '')}",
             )
         )
     return headline, bars, unjudged
@@ -134,7 +141,7 @@ class Check:
 
 
 def checklist(series: dict) -> list[Check]:
-    """Seed 003's checklist, answered from one series' current signals (API dict)."""
+    """The article's checklist, answered from one series' current signals (API dict)."""
     # The batch the diagnosis judged, so that the checklist and the diagnosis agree.
     running = series.get("running_peak", series.get("running"))
     waiting, cap = series.get("waiting"), series.get("cap")
@@ -248,3 +255,43 @@ def _input(value: float | None) -> str:
     if value is None:
         return "?"
     return f"{value:g}" if abs(value) < 1e6 else f"{value:,.0f}"
+
+
+# Measured latency this many times the device-time model's worst: the rest is elsewhere.
+DEVICE_TIME_GAP = 3.0
+_COST = "cost_b"
+
+
+def device_time_note(series: dict) -> str | None:
+    """Why the fixed pair's worst latency (a model of the device's time: the wait that
+    gathers a batch and the batch's measured execution) is far under the latency measured,
+    said where that gap is DEVICE_TIME_GAP times or more; None otherwise."""
+    pair_item = next(
+        (
+            i
+            for i in (series.get("advice") or {}).get("items") or []
+            if i["kind"] == "fixed_pair_feasible"
+        ),
+        None,
+    )
+    measured = series.get("latency_seconds")
+    if pair_item is None or measured is None:
+        return None
+    inputs = pair_item.get("inputs") or {}
+    costs = {
+        int(k[len(_COST) : -len("_seconds")]): v for k, v in inputs.items() if k.startswith(_COST)
+    }
+    pair = fixed_pair(inputs["arrival_per_second"], costs, inputs["budget_seconds"])
+    if pair is None or measured < DEVICE_TIME_GAP * pair.worst_latency_seconds:
+        return None
+    waiting = series.get("waiting")
+    queued = f" ({_n(waiting)} waiting now)" if waiting else ""
+    return (
+        f"The latency measured, {seconds(measured)}, is {measured / pair.worst_latency_seconds:.0f} "
+        f"times this model's worst ({seconds(pair.worst_latency_seconds)}): the model counts only "
+        "the wait that gathers a batch and the batch's measured execution. The rest is time the "
+        f"batcher does not time: requests queued in front of it{queued}, the server's own "
+        "handling (HTTP, tokenising, serialising) and a CPU shared with other work. The pair "
+        "holds once the device's time is the latency; until then, shorten the queue (more "
+        "replicas, or shed load)."
+    )

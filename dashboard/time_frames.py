@@ -80,10 +80,16 @@ class TimeFrames:
 
 
 def banner_text(target: dict, frames: TimeFrames) -> str:
-    """Seed 001's banner for a target whose budget stays saturated: the diagnosis' own
-    words where it was read now, so the banner and the diagnosis tell one story."""
-    total = target.get("total") or {}
+    """The alert Terrane's "Dynamic batching: more throughput without wrecking the tail"
+    asks for when a target's budget stays saturated: its name, then `banner_reason`."""
     name = plain_markdown(target.get("target", ""))
+    return f"**Budget saturated: {name}**. {banner_reason(target, frames)}"
+
+
+def banner_reason(target: dict, frames: TimeFrames) -> str:
+    """Why a target's budget stays saturated: the diagnosis' own words where it was read
+    now, so the banner and the diagnosis tell one story; else why the episode holds."""
+    total = target.get("total") or {}
     diagnosis = total.get("diagnosis") or {}
     if (
         target.get("up")
@@ -91,7 +97,7 @@ def banner_text(target: dict, frames: TimeFrames) -> str:
         and diagnosis.get("state") == "budget_saturated"
     ):
         reason = diagnosis.get("reason") or ""
-        return f"**Budget saturated: {name}**. {plain_markdown(reason[:1].upper() + reason[1:])}."
+        return f"{plain_markdown(reason[:1].upper() + reason[1:])}."
     # Held, not judged now: the last scrape read nothing, measured no latency, or the
     # diagnosis names another state while the saturation stands.
     if not target.get("up") or target.get("error"):
@@ -112,7 +118,7 @@ def banner_text(target: dict, frames: TimeFrames) -> str:
         )
     lasted = seconds_text(total.get("budget_saturated_seconds") or 0.0)
     return (
-        f"**Budget saturated: {name}**. Utilisation has stayed {frames.saturation()} and "
-        f"the episode has lasted {lasted}; {held}, and nothing measured since has ended it: "
-        "the budget is too tight for this traffic, or the server needs more capacity."
+        f"Utilisation has stayed {frames.saturation()} and the episode has lasted {lasted}; "
+        f"{held}, and nothing measured since has ended it: the budget is too tight for this "
+        "traffic, or the server needs more capacity."
     )

@@ -9,6 +9,7 @@ import streamlit as st
 
 from batchscope.dashboard import charts
 from batchscope.dashboard.calculator import (
+    EXAMPLES_SOURCE,
     PICTURE_REQUESTS,
     TOY_EXAMPLES,
     LengthsSummary,
@@ -148,6 +149,7 @@ st.markdown(
     "`sum(lengths) / (B × max(lengths))` per group of B consecutive requests. Continuous "
     "batching gives each free slot to a waiting request, so its gain is the inverse."
 )
+st.caption(EXAMPLES_SOURCE)
 st.dataframe(
     toy_table(),
     hide_index=True,

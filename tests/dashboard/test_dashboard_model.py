@@ -1,5 +1,5 @@
 """The dashboard's pure parts: formatting, ordering, episodes, calculator, load test files,
-Prometheus history and the seed 003 checklist."""
+Prometheus history and the continuous batching checklist."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 
 from batchscope.dashboard.calculator import (
+    MIXED_LENGTHS,
     TOY_EXAMPLES,
     continuous_picture,
     static_picture,
@@ -201,8 +202,8 @@ def test_burn_episodes_have_their_speed_start_end_and_lowest_attainment() -> Non
     assert burn_episodes(_history([False, False], [0.5, 0.5])) == []
 
 
-def test_slot_pictures_match_seed_003_and_the_exact_count() -> None:
-    lengths = TOY_EXAMPLES["seed 003: mixed lengths"]
+def test_slot_pictures_match_the_articles_example_and_the_exact_count() -> None:
+    lengths = TOY_EXAMPLES[MIXED_LENGTHS]
     static = static_picture(lengths, 8)
     assert (static.useful_slot_steps, static.total_slot_steps) == (67, 128)
     assert static.utilization == 0.5234375
@@ -356,7 +357,7 @@ def test_prometheus_range_results_become_history_points() -> None:
     assert history_query('we"ird').endswith(',target="we\\"ird"}')
 
 
-def test_checklist_answers_seed_003_from_the_signals() -> None:
+def test_checklist_answers_the_articles_questions_from_the_signals() -> None:
     series = {
         "running": 3,
         "waiting": 5,

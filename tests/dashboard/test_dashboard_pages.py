@@ -16,6 +16,7 @@ import streamlit as st
 from aiohttp import web
 from streamlit.testing.v1 import AppTest
 
+from batchscope.dashboard.calculator import ONE_LONG_ANSWER
 from batchscope.dashboard.client import signals
 from batchscope.dashboard.formatting import plain_markdown
 from batchscope.exporter.alerts.specs import SLOW_SCRAPE_SECONDS
@@ -34,7 +35,7 @@ from tests.support.vllm_payload import VllmState, render
 VIEWS = REPO / "dashboard" / "views"
 ODD_NAME = "**fast** <b>x</b>"
 SLO_SCALE = 1e-4
-SEED_001 = "the budget is too tight for this traffic, or the server needs more capacity"
+TOO_TIGHT = "the budget is too tight for this traffic, or the server needs more capacity"
 
 
 def _finishing(n: int, latency: float):
@@ -123,6 +124,11 @@ def metrics(at: AppTest) -> dict[str, str]:
     return {m.label: m.value for m in at.metric}
 
 
+def not_judged(at: AppTest) -> str:
+    """What the limits box could not judge: its headline's tooltip."""
+    return next(m.proto.help for m in at.markdown if m.value.startswith("Binding now"))
+
+
 def test_live_lists_the_fleet_worst_first(fleet) -> None:
     at = page("live.py", fleet)
     assert not at.exception
@@ -161,7 +167,7 @@ def test_what_limits_the_batch_names_the_token_budget_with_its_bar(fleet) -> Non
     assert ":orange-badge[token-budget-bound]" in shown
     assert "Binding now: **token budget (--max-num-batched-tokens)**." in shown
     bars = {bar.text: bar.value for bar in at.get("progress")}
-    token_bar = next(text for text in bars if "token budget" in text)
+    token_bar = next(text for text in bars if text.startswith("▶ token budget"))
     assert token_bar == plain_markdown(
         "▶ token budget (--max-num-batched-tokens): 98% of its bound, 500.0 tokens per step "
         "of a 512-token budget"
@@ -171,13 +177,18 @@ def test_what_limits_the_batch_names_the_token_budget_with_its_bar(fleet) -> Non
         "requests (the cap, --max-num-seqs): 38% of its bound, 3 of 8 running"
     )
     assert bars[token_bar] == 97  # percent filled: 500 / 512
-    (caption,) = [c.value for c in at.caption if c.value.startswith("Not judged here")]
-    assert plain_markdown("max wait (batches fired by the timeout)") in caption
+    # The first screen: the binding limit alone, filled to its reading.
+    first = next(text for text in bars if text.startswith("Binds"))
+    assert first == plain_markdown(
+        "Binds: the token budget, 500.0 tokens per step of a 512-token budget"
+    )
+    assert bars[first] == 97
+    assert not_judged(at).startswith("Not judged here: ")
+    assert plain_markdown("max wait (batches fired by the timeout)") in not_judged(at)
     # The memory-bound target: the KV cache binds; it ran no engine step in the window.
     at.selectbox(key="live_target").set_value("mem").run()
     assert "Binding now: **KV cache**." in texts(at.markdown)
-    (caption,) = [c.value for c in at.caption if c.value.startswith("Not judged here")]
-    assert plain_markdown("no step ran in the window") in caption
+    assert plain_markdown("no step ran in the window") in not_judged(at)
 
 
 def test_memory_bound_target_shows_the_advice_with_its_numbers(fleet) -> None:
@@ -202,8 +213,12 @@ def test_memory_bound_target_shows_the_advice_with_its_numbers(fleet) -> None:
 
 def test_saturated_target_shows_the_banner_and_its_utilisation(fleet) -> None:
     at = page("live.py", fleet)
-    banners = [t for t in texts(at.error) if t.startswith("**Budget saturated: sat**")]
-    assert len(banners) == 1 and SEED_001 in banners[0]
+    banners = [e for e in at.expander if e.label.startswith(":red[**Budget saturated: sat**")]
+    assert len(banners) == 1
+    # One line: the target, the state, for how long, how far over; the reason folded in it.
+    assert banners[0].label.endswith("p99 at 249% of the 2 s budget]")
+    assert "\n" not in banners[0].label
+    assert TOO_TIGHT in banners[0].markdown[0].value
     at.selectbox(key="live_target").set_value("sat").run()
     # all requests took 4 s, bucket (2.5, 5]: p99 = 2.5 + 0.99 * 2.5 = 4.975 s of a 2 s budget
     assert metrics(at)["budget used"] == "249%"
@@ -287,7 +302,7 @@ def test_a_dead_exporter_is_named_and_the_last_data_stays_with_its_age() -> None
     assert list(at.dataframe[0].value["target"]) == ["one"]
 
 
-def test_calculator_shows_seed_003s_examples() -> None:
+def test_calculator_shows_the_articles_examples() -> None:
     at = page("calculator.py")
     assert not at.exception
     toy = at.dataframe[0].value
@@ -298,7 +313,7 @@ def test_calculator_shows_seed_003s_examples() -> None:
     assert any(
         t.startswith("Continuous, with requests like these waiting: **128 of 128**") for t in shown
     )
-    at.radio(key="calculator_source").set_value("seed 003: one long answer").run()
+    at.radio(key="calculator_source").set_value(ONE_LONG_ANSWER).run()
     assert metrics(at)["Static utilisation at B=8"] == "0.25"
     assert len(at.get("plotly_chart")) == 2
 
@@ -577,11 +592,15 @@ def test_a_signal_the_engine_lacks_says_so_instead_of_a_blank(engines_fleet) -> 
     values = metrics(at)
     assert values["running / cap"] == "4 / 4"
     assert values["KV cache"] == "74%"
-    # A dash, with the tooltip saying why (issue 22: the words were cut off in the tile).
-    helps = {m.label: m.proto.help for m in at.metric}
-    for label in ("preemptions/s", "p99 latency", "budget used"):
-        assert values[label] == "–"
-        assert "–: not exposed by this engine (llamacpp)." in helps[label]
+    # Said once a group, not a dash a tile (issue 22: the words were cut off in the tile).
+    assert "preemptions/s" not in values and "p99 latency" not in values
+    captions = [c.value for c in at.caption]
+    window = "Not exposed by this engine (llamacpp): preemptions/s, requests/s, latency, "
+    assert window + "throughput gain." in captions
+    overview = plotly.io.from_json(at.get("plotly_chart")[0].proto.spec)
+    assert overview.layout.title.text == (
+        "Batch and queue (budget used: not exposed by this engine)"
+    )
     notes = [t for t in texts(at.info) if "not exposed by this engine" in t]
     assert "**Preemptions**: not exposed by this engine (llamacpp)." in notes
     assert (
@@ -598,9 +617,11 @@ def test_a_token_cap_is_shown_beside_the_request_cap(engines_fleet) -> None:
     at.selectbox(key="live_target").set_value("tgi").run()
     values = metrics(at)
     assert values["batch tokens / token cap"] == "15500 / 16000"
-    assert values["KV cache"] == "–"
-    kv_help = next(m.proto.help for m in at.metric if m.label == "KV cache")
-    assert kv_help.endswith("–: not exposed by this engine (tgi).")
+    assert "KV cache" not in values
+    now = next(
+        c.value for c in at.caption if c.value.startswith("Not exposed by this engine (tgi)")
+    )
+    assert "KV cache" in now
     assert any("a token cap, not a request cap" in t for t in texts(at.markdown))
 
 

@@ -53,6 +53,15 @@ def markdown(at: AppTest) -> list[str]:
     return [m.value for m in at.markdown]
 
 
+def helps(at: AppTest) -> dict[str, str]:
+    """Each markdown's tooltip, by its text."""
+    return {m.value: m.proto.help for m in at.markdown}
+
+
+def badge_help(at: AppTest) -> str:
+    return next(m.proto.help for m in at.markdown if "-badge[" in m.value)
+
+
 def badge(at: AppTest) -> str:
     return next(t for t in markdown(at) if "-badge[" in t).split("[", 1)[1].rstrip("]")
 
@@ -122,23 +131,28 @@ def test_the_advice_and_the_diagnosis_say_which_time_frame_each_reads(stories) -
     # requests waited at the cap early in the window; none wait now
     at = live(stories, "waited-llm")
     assert any(t.startswith("nothing waits now") for t in markdown(at))
-    captions = [c.value for c in at.caption]
-    assert any("the queue and the KV cache at the last scrape" in c for c in captions)
-    assert "**Now** (the last scrape; running: the peak of the last 3 scrapes, 9 s)" in markdown(at)
+    # How each was judged: a tooltip on what it qualifies (the chip, the groups of numbers).
+    assert "the queue and the KV cache at the last scrape" in badge_help(at)
+    assert helps(at)["**Now**"] == "The last scrape; running: the peak of the last 3 scrapes, 9 s."
     assert "**Over the last 18 s**" in markdown(at)
     (advice,) = [e for e in at.expander if e.label.startswith("What to change")]
     assert advice.label == "What to change, from the last 18 s"
     summary = next(t for t in markdown(at) if t.startswith("**Advice:**"))
     assert "requests waited at the cap of 8" in summary
-    assert any(c.startswith("The advice reads the whole window, the last 18 s") for c in captions)
+    assert helps(at)[summary].startswith("The advice reads the whole window, the last 18 s")
 
 
-def test_the_banner_is_the_diagnosis_with_the_hold_and_the_window(stories) -> None:
+def test_the_banner_is_one_line_and_opens_on_the_diagnosis_with_the_hold_and_the_window(
+    stories,
+) -> None:
     at = live(stories)
-    (banner,) = [e.value for e in at.error if e.value.startswith("**Budget saturated")]
-    assert banner == (
-        "**Budget saturated: saturated\\-llm**. "
-        + plain_markdown(
+    (banner,) = [e for e in at.expander if e.label.startswith(":red[**Budget saturated")]
+    assert banner.label == (
+        ":red[**Budget saturated: saturated\\-llm** for 69 s, p99 at 497% of the 2 s budget]"
+    )
+    reason = banner.markdown[0].value
+    assert reason == (
+        plain_markdown(
             "Latency has stayed at or above 95% of the budget for 69 s (saturated after 60 s); "
             "over the last 18 s, p99 latency 9.95 s of a 2 s budget (497%): the budget is too "
             "tight for this traffic, or the server needs more capacity"
@@ -146,8 +160,7 @@ def test_the_banner_is_the_diagnosis_with_the_hold_and_the_window(stories) -> No
         + "."
     )
     at.selectbox(key="live_target").set_value("saturated-llm").run()
-    reason = banner.split("**. ", 1)[1][:-1]
-    assert any(t.lower() == reason.lower() for t in markdown(at))
+    assert any(t.lower() == reason[:-1].lower() for t in markdown(at))
 
 
 def test_preempting_at_the_cap_with_a_long_queue_names_both_limits(stories) -> None:

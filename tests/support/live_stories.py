@@ -118,14 +118,15 @@ STORIES: dict[str, tuple[Payloads, Target]] = {
 }
 
 
-def story_exporter() -> tuple[Exporter, Histories]:
+def story_exporter(
+    stories: dict[str, tuple[Payloads, Target]] = STORIES, now: float = START + LONG * INTERVAL
+) -> tuple[Exporter, Histories]:
     """An exporter that evaluated every story's scrapes, the last of each at `now`, and
     the histories of those evaluations."""
     targets = tuple(
         Target(t.name, f"http://127.0.0.1:9/{t.name}/metrics", **_configured(t))
-        for _, t in STORIES.values()
+        for _, t in stories.values()
     )
-    now = START + LONG * INTERVAL
     exporter = Exporter(
         Settings(
             targets=targets,
@@ -136,7 +137,7 @@ def story_exporter() -> tuple[Exporter, Histories]:
         clock=lambda: now,
     )
     histories = Histories(exporter)
-    for name, (payloads, target) in STORIES.items():
+    for name, (payloads, target) in stories.items():
         texts = list(payloads())
         state = exporter.states[name]
         for k, text in enumerate(texts):
@@ -155,9 +156,10 @@ def _configured(target: Target) -> dict:
     }
 
 
-def serve_stories() -> BackgroundServer:
-    """The stories' exporter app on a local port, started."""
-    exporter, histories = story_exporter()
+def serve_stories(built: tuple[Exporter, Histories] | None = None) -> BackgroundServer:
+    """The stories' exporter app (or that of `built`, an exporter and its histories) on a
+    local port, started."""
+    exporter, histories = built or story_exporter()
     server = BackgroundServer(create_app(exporter, histories=histories))
     server.start()
     return server
