@@ -179,7 +179,7 @@ def budget_chart(
     )
 
 
-BUDGET_HEX = "#dc2626"
+BUDGET_HEX = "#7c3aed"
 WAITING_HEX = "#f59e0b"
 OVERVIEW_HEIGHT = 300
 

@@ -114,7 +114,7 @@ def state_line(target: dict, series: dict, frames: TimeFrames) -> None:
     """The state as a coloured chip (its tooltip: what the diagnosis read) and the
     headline; the replica recommendation under it where there is one."""
     state = (series.get("diagnosis") or {}).get("state", "")
-    with st.container(horizontal=True, vertical_alignment="center", gap="small"):
+    with st.container(horizontal=True, vertical_alignment="center", gap="small", key="live_state"):
         shown = look(state)
         st.badge(shown.words, color=shown.badge, help=frames.diagnosis(series))  # type: ignore[arg-type]
         st.markdown(f"**{plain_markdown(headline(series))}**", width="content")
@@ -145,7 +145,8 @@ def overview(frame: pd.DataFrame, series: dict, name: str, now: float) -> None:
         now,
         budget=exposed(series, "budget_utilization"),
     )
-    st.plotly_chart(figure, width="stretch", key="chart_overview")
+    with st.container(key="live_overview"):
+        st.plotly_chart(figure, width="stretch", key="chart_overview")
 
 
 def first_screen(
@@ -195,7 +196,8 @@ def checklist_box(series: dict) -> None:
 
 def advice_box(series: dict, frames: TimeFrames) -> None:
     advice = series.get("advice") or {}
-    with st.expander(f"What to change, from {frames.window(series)}"):
+    # Keyed: the window in the label changes at every refresh, the box stays open.
+    with st.expander(f"What to change, from {frames.window(series)}", key="live_advice"):
         st.markdown(
             f"**Advice:** {plain_markdown(advice.get('summary') or 'none yet')}",
             help=f"The advice reads the whole window, {frames.window(series)}: what happened "

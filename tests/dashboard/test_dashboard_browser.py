@@ -18,10 +18,12 @@ from pathlib import Path
 import pytest
 
 from batchscope.dashboard import ui
+from batchscope.dashboard.calculator import MIXED_LENGTHS, ONE_LONG_ANSWER
 from batchscope.dashboard.states import STATES
 from batchscope.demo_server.names import MODEL_NAME
 from tests.support import chromium
 from tests.support.demo_process import running_demo_server
+from tests.support.demo_walk import open_folded
 from tests.support.network import free_port, wait_http
 from tests.support.paths import REPO
 
@@ -132,9 +134,15 @@ def test_live_page_shows_the_target_its_diagnosis_and_charts(demo, browser, tmp_
     page.goto(dashboard)
     page.get_by_text("Fleet, worst first").wait_for(timeout=60_000)
     page.get_by_text("Target demo").wait_for(timeout=30_000)
-    # Nine charts drawn at once (the wait fails the test otherwise); counting them again
-    # after would race the page's own 5 s refresh, which redraws them.
-    page.locator(".js-plotly-plot").nth(8).wait_for(timeout=90_000)
+    page.locator(".st-key-live_overview .js-plotly-plot:visible").first.wait_for(timeout=90_000)
+    open_folded(page)
+    # Every panel of the folded charts drawn, or saying its engine does not expose it:
+    # eight and the diagnosis over time, the last drawn.
+    charts = page.get_by_test_id("stExpander").filter(has_text="All charts over the range")
+    charts.locator(".gtitle").filter(has_text="Diagnosis over time").wait_for(timeout=90_000)
+    drawn = charts.locator(".js-plotly-plot:visible").count()
+    notes = charts.get_by_text("not exposed by this engine").count()
+    assert drawn + notes >= 9, (drawn, notes)
     text = page.inner_text("body")
     assert any(look.words in text for look in STATES.values()), text[:2000]
     assert "Next:" in text
@@ -143,6 +151,7 @@ def test_live_page_shows_the_target_its_diagnosis_and_charts(demo, browser, tmp_
     page.get_by_test_id("stSelectbox").filter(has_text="Model").click()
     page.get_by_role("option", name=MODEL_NAME, exact=True).click()
     time.sleep(ui.REFRESH_SECONDS + 2)
+    open_folded(page)
     running = page.get_by_test_id("stMetric").first.inner_text()
     assert running.endswith("/ 8"), running  # the generation's cap, not the target's 8 + 32
     time.sleep(2)  # let plotly finish drawing before the picture
@@ -156,9 +165,9 @@ def test_calculator_page_computes_in_the_browser(demo, browser) -> None:
     page = browser.new_page(viewport={"width": 1400, "height": 1800})
     page.goto(f"{dashboard}/calculator")
     page.get_by_test_id("stMetricValue").get_by_text("0.5234375").wait_for(timeout=60_000)
-    page.get_by_test_id("stRadio").get_by_text("seed 003: one long answer").click()
+    page.get_by_test_id("stRadio").get_by_text(ONE_LONG_ANSWER).click()
     page.get_by_test_id("stMetricValue").get_by_text("0.25", exact=True).wait_for(timeout=30_000)
-    page.get_by_test_id("stRadio").get_by_text("seed 003: mixed lengths").click()
+    page.get_by_test_id("stRadio").get_by_text(MIXED_LENGTHS).click()
     page.get_by_test_id("stMetricValue").get_by_text("0.5234375").wait_for(timeout=30_000)
     page.locator(".js-plotly-plot").nth(1).wait_for(timeout=30_000)
     time.sleep(1)

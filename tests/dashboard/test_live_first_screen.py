@@ -172,9 +172,12 @@ def test_the_first_screen_shows_the_chip_and_the_headline(monkeypatch, exporter)
     at = live(monkeypatch, exporter, "memory-llm")
     shown = markdown(at)
     chip = shown.index(":orange-badge[memory-bound]")
-    assert shown[chip + 1] == "**" + plain_markdown(
-        "3 of 8 running, 6 waiting: KV 97% full, 0.33 preemptions/s"
-    ) + "**"
+    assert (
+        shown[chip + 1]
+        == "**"
+        + plain_markdown("3 of 8 running, 6 waiting: KV 97% full, 0.33 preemptions/s")
+        + "**"
+    )
     bars = [bar.proto.text for bar in at.get("progress")]
     assert bars[0] == plain_markdown("Binds: the KV cache, 97% used, 0.33 preemptions/s")
     overview = at.get("plotly_chart")[0]

@@ -2,7 +2,14 @@
 
 `walk` starts `scripts/demo.py` (at a phase scale: 1 is the demo as documented), follows
 its "demo: phase ..." lines, and two thirds into each phase opens the Live page at
-1400 px, saves a full-page screenshot and looks for what issue 22 found:
+1400x900. On its first screen, with no scrolling (`first_screen_problems`):
+
+- the selected target's state chip and its headline, of at most 12 words;
+- the chart drawn;
+- no saturation banner over one line;
+- no "seed" and no "None" in the text above the fold.
+
+Then, with the folded boxes opened, a full-page screenshot and what issue 22 found:
 
 - "None" anywhere on the page (the fleet table's cells included);
 - a metric tile whose value is cut off;
@@ -36,6 +43,10 @@ from tests.support.network import free_port
 from tests.support.paths import REPO
 
 VIEWPORT = {"width": 1400, "height": 2400}
+FIRST_SCREEN = {"width": 1400, "height": 900}
+HEADLINE_WORDS = 12
+# The Live page's last folded box: drawn, the boxes above it are too.
+LAST_FOLDED = "All charts over the range"
 PHASE_LINE = re.compile(r"demo: phase (?P<name>[a-z ]+): .*, (?P<seconds>[0-9.]+) s$")
 # How far into a phase its view is taken: a whole window of the phase behind it (the
 # window is two thirds of the shortest phase), before an overload has choked the demo
@@ -63,6 +74,85 @@ READ_PAGE = """() => {
 }"""
 
 
+# The first screen as a user sees it without scrolling: the text fully inside the window,
+# the state chip and headline of the selected target, the overview chart's drawn traces,
+# and the lines each saturation banner takes.
+READ_FIRST_SCREEN = """() => {
+  const fold = window.innerHeight;
+  const inside = r => r.width > 1 && r.height > 1 && r.top >= 0 && r.bottom <= fold
+    && r.left >= 0 && r.right <= window.innerWidth;
+  const seen = el => el != null && inside(el.getBoundingClientRect());
+  const lines = el => {
+    const range = document.createRange();
+    range.selectNodeContents(el);
+    const rects = [...range.getClientRects()].filter(r => r.width > 0);
+    const middles = rects.map(r => (r.top + r.bottom) / 2).sort((a, b) => a - b);
+    const height = Math.min(...rects.map(r => r.height));
+    return middles.filter((m, i) => i === 0 || m - middles[i - 1] > height / 2).length;
+  };
+  const words = [];
+  const walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+  for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+    if (!node.textContent.trim()) continue;
+    const range = document.createRange();
+    range.selectNodeContents(node);
+    if (inside(range.getBoundingClientRect())) words.push(node.textContent.trim());
+  }
+  const state = sel => [...document.querySelectorAll(`.st-key-live_state ${sel}`)];
+  const chip = state('.stMarkdownBadge').find(seen);
+  const headline = state('[data-testid="stMarkdownContainer"]')
+    .find(m => !m.querySelector('.stMarkdownBadge') && seen(m));
+  // Streamlit keeps a replaced element, hidden, while it redraws: the one in sight counts.
+  const plot = [...document.querySelectorAll('.st-key-live_overview .js-plotly-plot')]
+    .find(seen);
+  const labels = [...document.querySelectorAll('[data-testid="stExpander"] summary')]
+    .filter(s => s.innerText.includes('Budget saturated'))
+    .map(s => s.querySelector('[data-testid="stMarkdownContainer"]'));
+  const more = [...document.querySelectorAll('[data-testid="stAlert"]')]
+    .filter(a => a.innerText.includes('more targets have a saturated budget'));
+  return {
+    text: words.join('\\n'),
+    chip: seen(chip) ? chip.innerText.trim() : '',
+    headline: seen(headline) ? headline.innerText.trim() : '',
+    chart: seen(plot) ? plot.querySelectorAll('.scatterlayer .trace').length : 0,
+    banners: [...labels, ...more].filter(Boolean)
+      .map(b => ({text: b.innerText.trim(), lines: lines(b)})),
+  };
+}"""
+
+
+def first_screen_problems(read: dict) -> list[str]:
+    """What the first screen (its READ_FIRST_SCREEN numbers) misses of one that answers
+    the question without scrolling."""
+    problems = []
+    if not read["chip"]:
+        problems.append("no state chip above the fold")
+    words = len(read["headline"].split())
+    if not words:
+        problems.append("no headline above the fold")
+    elif words > HEADLINE_WORDS:
+        problems.append(f"a headline of {words} words: {read['headline']!r}")
+    if not read["chart"]:
+        problems.append("no chart drawn above the fold")
+    for banner in read["banners"]:
+        if banner["lines"] > 1:
+            problems.append(f"a banner of {banner['lines']} lines: {banner['text']!r}")
+    if re.search(r"seed", read["text"], re.IGNORECASE):
+        problems.append("'seed' above the fold")
+    if re.search(r"\bNone\b", read["text"]):
+        problems.append("None above the fold")
+    return problems
+
+
+def open_folded(page) -> None:
+    """Open every folded box of the Live page, as a user reading on would (once the last
+    of them is drawn)."""
+    page.get_by_text(LAST_FOLDED).wait_for(timeout=120_000)
+    folded = page.locator('[data-testid="stExpander"] details:not([open]) > summary')
+    for _ in range(folded.count()):
+        folded.first.click()
+
+
 @dataclass
 class PhaseView:
     """What the Live page showed in one phase, and what was wrong with it."""
@@ -71,6 +161,7 @@ class PhaseView:
     screenshot: Path
     problems: list[str] = field(default_factory=list)
     shown_state: str = ""
+    headline: str = ""
 
 
 def page_problems(text: str, read: dict) -> list[str]:
@@ -156,20 +247,46 @@ def next_phase(lines: queue.Queue, deadline: float, log: list[str]) -> tuple[str
             return found["name"], float(found["seconds"]), time.monotonic()
 
 
-def view(page, dashboard: str, screenshot: Path) -> tuple[str, dict, str]:
-    """The Live page loaded afresh and fully drawn: its text, its READ_PAGE numbers, and
-    the state shown for the selected target; a full-page screenshot saved."""
+def first_screen(page, dashboard: str, screenshot: Path) -> dict:
+    """The Live page loaded afresh at 1400x900 and its first screen read
+    (READ_FIRST_SCREEN); that screen saved."""
+    page.set_viewport_size(FIRST_SCREEN)
     page.goto(dashboard, wait_until="domcontentloaded", timeout=120_000)
     page.get_by_text("Fleet, worst first").wait_for(timeout=120_000)
-    page.get_by_text("Over the last").first.wait_for(timeout=120_000)
-    page.locator(".js-plotly-plot").nth(3).wait_for(timeout=120_000)
+    return read_first_screen(page, screenshot)
+
+
+def read_first_screen(page, screenshot: Path) -> dict:
+    """The first screen of the Live page shown, once drawn: its READ_FIRST_SCREEN numbers;
+    that screen saved."""
+    page.locator(".st-key-live_state .stMarkdownBadge").first.wait_for(timeout=120_000)
+    page.locator(".st-key-live_overview .js-plotly-plot .scatterlayer .trace").first.wait_for(
+        state="attached", timeout=120_000
+    )
     # The fleet table's grid mounts after its heading, later on a starved machine.
     page.locator('[data-testid="stDataFrame"] .dvn-scroller').first.wait_for(timeout=120_000)
     time.sleep(2)  # plotly's drawing settles
+    page.screenshot(path=str(screenshot))
+    return page.evaluate(READ_FIRST_SCREEN)
+
+
+def view(page, dashboard: str, screenshot: Path) -> tuple[str, dict, dict]:
+    """The Live page loaded afresh and fully drawn: its first screen's READ_FIRST_SCREEN
+    numbers (that screen saved as `first_screen_name`), then, with every folded box open,
+    its text and its READ_PAGE numbers; a full-page screenshot saved."""
+    first = first_screen(page, dashboard, screenshot.with_name(first_screen_name(screenshot)))
+    open_folded(page)
+    page.set_viewport_size(VIEWPORT)
+    page.locator(".js-plotly-plot").nth(3).wait_for(timeout=120_000)
+    page.get_by_text("Over the last").first.wait_for(timeout=120_000)
+    time.sleep(2)  # plotly's drawing settles
     page.screenshot(path=str(screenshot), full_page=True)
-    badge = page.locator(".stMarkdownBadge")
-    state = badge.first.inner_text(timeout=10_000) if badge.count() else ""
-    return page.inner_text("body"), page.evaluate(READ_PAGE), state
+    return page.inner_text("body"), page.evaluate(READ_PAGE), first
+
+
+def first_screen_name(screenshot: Path) -> str:
+    """The first screen's file beside a phase's full screenshot: live-heavy-first.png."""
+    return f"{screenshot.stem}-first{screenshot.suffix}"
 
 
 def screenshot_name(phase: str) -> str:
@@ -193,8 +310,13 @@ def walk(scale: float, screenshots: Path, phases: int = 4) -> list[PhaseView]:
             view_at = started + VIEW_AT_SHARE * seconds
             time.sleep(max(0.0, view_at - time.monotonic()))
             shot = PhaseView(name, screenshots / screenshot_name(name))
-            text, read, shot.shown_state = view(page, dashboard, shot.screenshot)
-            shot.problems = page_problems(text, read) + signals_problems(exporter)
+            text, read, first = view(page, dashboard, shot.screenshot)
+            shot.shown_state, shot.headline = first["chip"], first["headline"]
+            shot.problems = (
+                first_screen_problems(first)
+                + page_problems(text, read)
+                + signals_problems(exporter)
+            )
             views.append(shot)
             deadline = time.monotonic() + 120
         browser.close()
