@@ -208,7 +208,7 @@ def tile_row(tiles: list[Tile]) -> None:
 
 def numbers_box(series: dict, frames: TimeFrames) -> None:
     """Every group of numbers of the series, folded."""
-    with st.expander("The numbers: now, over the window, the caches"):
+    with st.expander("The numbers: now, over the window, the caches", key="live_numbers"):
         for group in (NOW, WINDOW, CACHES):
             tiles, absent = group_tiles(group, series, frames)
             heading, why = group_heading(group, series, frames)

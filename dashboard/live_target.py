@@ -163,7 +163,7 @@ def first_screen(
 
 def reason_box(series: dict) -> None:
     diagnosis = series.get("diagnosis") or {}
-    with st.expander("Why, and what to do next"):
+    with st.expander("Why, and what to do next", key="live_reason"):
         st.markdown(plain_markdown(diagnosis.get("reason") or ""))
         st.markdown(f"**Next:** {next_step(diagnosis.get('state', ''))}")
 
@@ -173,14 +173,14 @@ def limits_box(series: dict) -> None:
     not_judged = (
         "Not judged here: " + "; ".join(plain_markdown(u) for u in unjudged) if unjudged else None
     )
-    with st.expander("What limits the batch, every limit against its bound"):
+    with st.expander("What limits the batch, every limit against its bound", key="live_limits"):
         st.markdown(headline_text, help=not_judged)
         for bar in bars:
             st.progress(bar.fill, text=plain_markdown(bar.text))
 
 
 def checklist_box(series: dict) -> None:
-    with st.expander(CHECKLIST_TITLE):
+    with st.expander(CHECKLIST_TITLE, key="live_checklist"):
         st.caption(CHECKLIST_SOURCE)
         static = series.get("static_utilization")
         for check in checklist(series):
@@ -196,7 +196,6 @@ def checklist_box(series: dict) -> None:
 
 def advice_box(series: dict, frames: TimeFrames) -> None:
     advice = series.get("advice") or {}
-    # Keyed: the window in the label changes at every refresh, the box stays open.
     with st.expander(f"What to change, from {frames.window(series)}", key="live_advice"):
         st.markdown(
             f"**Advice:** {plain_markdown(advice.get('summary') or 'none yet')}",
@@ -226,7 +225,7 @@ def advice_box(series: dict, frames: TimeFrames) -> None:
 
 def charts_box(frame: pd.DataFrame, series: dict, name: str, now: float, origin: str) -> None:
     """Every chart of the target over the chosen range, folded."""
-    with st.expander("All charts over the range"):
+    with st.expander("All charts over the range", key="live_charts"):
         st.caption(f"History from {origin}, {len(frame)} points, one per evaluation.")
         if frame.empty:
             st.info("No history for this target yet.")
@@ -266,7 +265,9 @@ def charts_grid(frame: pd.DataFrame, series: dict, name: str, now: float) -> Non
 def folded_details(
     series: dict, frames: TimeFrames, frame: pd.DataFrame, name: str, now: float, origin: str
 ) -> None:
-    """Everything the first screen does not show, one click away."""
+    """Everything the first screen does not show, one click away. Every box is keyed: a
+    box the user opened stays open while a banner comes or goes above it, or its label's
+    numbers change."""
     reason_box(series)
     limits_box(series)
     numbers_box(series, frames)

@@ -110,7 +110,7 @@ def metric_row(cells: list[tuple[str, str, str]]) -> None:
 
 def slo_panel(series: dict, frames: TimeFrames) -> None:
     """The promise of one series (or the target total): its numbers, its burn, what fires."""
-    with st.expander("The latency promise (SLO)"):
+    with st.expander("The latency promise (SLO)", key="live_slo"):
         if series.get("budget_seconds") is None:
             st.caption(
                 "No latency budget configured (budget_seconds): attainment and goodput need "

@@ -45,6 +45,9 @@ from tests.support.paths import REPO
 VIEWPORT = {"width": 1400, "height": 2400}
 FIRST_SCREEN = {"width": 1400, "height": 900}
 HEADLINE_WORDS = 12
+SCROLL_TO_TOP = """() => document.querySelectorAll('*').forEach(e => {
+  if (e.scrollTop) e.scrollTop = 0;
+})"""
 # The Live page's last folded box: drawn, the boxes above it are too.
 LAST_FOLDED = "All charts over the range"
 PHASE_LINE = re.compile(r"demo: phase (?P<name>[a-z ]+): .*, (?P<seconds>[0-9.]+) s$")
@@ -148,9 +151,12 @@ def open_folded(page) -> None:
     """Open every folded box of the Live page, as a user reading on would (once the last
     of them is drawn)."""
     page.get_by_text(LAST_FOLDED).wait_for(timeout=120_000)
-    folded = page.locator('[data-testid="stExpander"] details:not([open]) > summary')
-    for _ in range(folded.count()):
+    folded = page.locator('[data-testid="stExpander"] details:not([open]) > summary:visible')
+    deadline = time.monotonic() + 60
+    while folded.count() and time.monotonic() < deadline:
         folded.first.click()
+    # Back to the top: the page scrolls itself, not the window, as the boxes open.
+    page.evaluate(SCROLL_TO_TOP)
 
 
 @dataclass
@@ -277,8 +283,9 @@ def view(page, dashboard: str, screenshot: Path) -> tuple[str, dict, dict]:
     first = first_screen(page, dashboard, screenshot.with_name(first_screen_name(screenshot)))
     open_folded(page)
     page.set_viewport_size(VIEWPORT)
-    page.locator(".js-plotly-plot").nth(3).wait_for(timeout=120_000)
+    page.locator(".js-plotly-plot:visible").nth(3).wait_for(timeout=120_000)
     page.get_by_text("Over the last").first.wait_for(timeout=120_000)
+    page.evaluate(SCROLL_TO_TOP)
     time.sleep(2)  # plotly's drawing settles
     page.screenshot(path=str(screenshot), full_page=True)
     return page.inner_text("body"), page.evaluate(READ_PAGE), first
