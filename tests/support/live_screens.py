@@ -26,7 +26,6 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from batchscope.dashboard import client
 from batchscope.exporter.config.settings import Target
-from batchscope.exporter.instrumentation import BatcherMetrics
 from batchscope.exporter.scrape.loop import Exporter
 from batchscope.exporter.serve import api_json as api
 from batchscope.exporter.serve.history import Histories
@@ -36,6 +35,7 @@ from tests.support.live_stories import (
     Payloads,
     _finishing,
     _vllm,
+    embeddings_batcher,
     serve_stories,
     story_exporter,
 )
@@ -67,14 +67,7 @@ def memory_llm() -> Iterator[str]:
 
 def costly_embeddings() -> Iterator[str]:
     registry = CollectorRegistry()
-    batcher = BatcherMetrics(
-        "embeddings",
-        max_batch_size=32,
-        max_wait_seconds=0.005,
-        latency_budget_seconds=0.05,
-        registry=registry,
-    )
-    batcher.set_queue_depth(12)
+    batcher = embeddings_batcher(registry, 12)
     for _ in range(LONG):
         for _ in range(10):
             batcher.observe_batch(1, "timeout", 0.002)

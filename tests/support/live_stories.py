@@ -54,8 +54,9 @@ def _vllm(steps: list[Callable[[VllmState], None]], state: VllmState) -> Iterato
         yield render(state)
 
 
-def slow_embeddings() -> Iterator[str]:
-    registry = CollectorRegistry()
+def embeddings_batcher(registry: CollectorRegistry, queue_depth: int) -> BatcherMetrics:
+    """An in-house embeddings batcher (max batch 32, max wait 5 ms, a 50 ms budget) with
+    `queue_depth` requests queued, its metrics in `registry`."""
     batcher = BatcherMetrics(
         "embeddings",
         max_batch_size=32,
@@ -63,7 +64,13 @@ def slow_embeddings() -> Iterator[str]:
         latency_budget_seconds=0.05,
         registry=registry,
     )
-    batcher.set_queue_depth(0)
+    batcher.set_queue_depth(queue_depth)
+    return batcher
+
+
+def slow_embeddings() -> Iterator[str]:
+    registry = CollectorRegistry()
+    batcher = embeddings_batcher(registry, 0)
     for _ in range(SHORT):
         for _ in range(20):
             batcher.observe_batch(3, "budget", 0.14)
