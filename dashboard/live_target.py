@@ -146,7 +146,10 @@ def overview(frame: pd.DataFrame, series: dict, name: str, now: float) -> None:
         budget=exposed(series, "budget_utilization"),
     )
     with st.container(key="live_overview"):
-        st.plotly_chart(figure, width="stretch", key="chart_overview")
+        # No zoom toolbar over the title: the folded charts below have it.
+        st.plotly_chart(
+            figure, width="stretch", key="chart_overview", config={"displayModeBar": False}
+        )
 
 
 def first_screen(
