@@ -143,9 +143,7 @@ def _held(fill: Callable[[], object]) -> tuple[int, int, object]:
 def history(targets: int, points: int) -> dict:
     """The served History against a deque of the API's point dicts, for `targets`."""
     print(f"fastpaths: {DISTINCT_HOURS} targets x {points} scrapes", file=sys.stderr, flush=True)
-    hours = [
-        evaluated(1, points, first=k)[1].rows("t0") for k in range(DISTINCT_HOURS)
-    ]
+    hours = [evaluated(1, points, first=k)[1].rows("t0") for k in range(DISTINCT_HOURS)]
 
     def packed(count: int) -> list[History]:
         kept = []
