@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import functools
 import itertools
-import os
 import re
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
@@ -59,7 +58,7 @@ _METADATA_RE = re.compile(
 
 
 class Sample(NamedTuple):
-    """One sample line. `labels` is shared between equal label sets: do not mutate it."""
+    """One sample line. `labels` is shared between the lines of equal heads: do not mutate it."""
 
     name: str
     labels: dict[str, str]
@@ -126,7 +125,12 @@ def parse(
             if line[0] == "#":
                 rules.metadata(line)
                 continue
-            sample = _parse_line(line)
+            head, _, value = line.rpartition(" ")
+            read = _head(head)
+            if read is None:  # a timestamp, a tab, or a line to refuse: read it in full
+                sample = _parse_line(line)
+            else:
+                sample = Sample(read[0], read[1], _parse_number(value), None)
             rules.sample(sample)
         except (ValueError, IndexError) as err:
             raise ParseError(number_of(index), line, str(err)) from None
@@ -155,13 +159,32 @@ def _selection(families: tuple[str, ...]) -> tuple[frozenset[str], re.Pattern[st
     a selective parse reads: those that start (after blanks) with a family's name or `{`
     (a quoted name), and the HELP and TYPE lines of a family's name. The other lines of a
     payload, most of them, are skipped by the regex engine, without a step of Python each."""
-    shared = os.path.commonprefix(families)  # `vllm:`, tried once rather than once a name
-    names = (
-        re.escape(shared) + "(?:" + "|".join(re.escape(f[len(shared) :]) for f in families) + ")"
-    )
+    names = _prefix_tree(families)
     return wanted_names(families), re.compile(
         rf'\n([^\S\n]*(?:{names}|\{{|#[^\S\n]+(?:HELP|TYPE)[^\S\n]+"?(?:{names}))[^\n]*)'
     )
+
+
+def _prefix_tree(names: Iterable[str]) -> str:
+    """A regex matching any of `names`, their shared prefixes factored out (`vllm:(?:a|b)`):
+    the regex engine tries branches one by one, so a line of another family fails after a
+    comparison or two, not one a name."""
+    tree: dict = {}
+    for name in names:
+        node = tree
+        for char in name:
+            node = node.setdefault(char, {})
+        node[""] = {}
+    return _branches(tree)
+
+
+def _branches(node: dict) -> str:
+    branches = [re.escape(char) + _branches(rest) for char, rest in node.items() if char]
+    if not branches:
+        return ""
+    if len(branches) == 1 and "" not in node:
+        return branches[0]
+    return "(?:" + "|".join(branches) + ")" + ("?" if "" in node else "")
 
 
 def _line_number(text: str, finder: re.Pattern[str], index: int) -> int:
@@ -199,11 +222,22 @@ def _parse_line(line: str) -> Sample:
     raise ValueError("expected a value and an optional timestamp")
 
 
-# A server repeats its label sets at every scrape: each distinct one is read once while it
-# stays among the most recent (the labels dict is then shared between samples). A vLLM
-# target has about 50 (700 bytes each): this holds those of 2,500 targets whose labels all
-# differ, and a target whose labels churn cannot grow it.
-@functools.lru_cache(maxsize=131_072)
+# A server repeats its sample lines' heads (name and labels) at every scrape, only the
+# values move: each distinct head is read once while it stays among the most recent (its
+# labels dict is then shared between samples). A vLLM target has about 100: this holds
+# those of 2,500 targets whose labels all differ, and a target whose heads churn cannot
+# grow it.
+@functools.lru_cache(maxsize=262_144)
+def _head(head: str) -> tuple[str, dict[str, str]] | None:
+    """(name, labels) of a sample line's head: the line before its value, read as
+    `_parse_line` reads a line; None unless the head is a name and its labels alone."""
+    try:
+        sample = _parse_line(head + " 0")
+    except (ValueError, IndexError):
+        return None
+    return None if sample.timestamp is not None else (sample.name, sample.labels)
+
+
 def _braces(section: str) -> tuple[str | None, dict[str, str]]:
     """(the quoted metric name between the braces or None, the labels); ValueError when
     the section is malformed."""
@@ -283,13 +317,10 @@ class _Rules:
 
     def metadata(self, line: str) -> None:
         """Record a comment line; ValueError when it breaks a rule."""
-        m = _METADATA_RE.match(line)
-        if m is None:
+        read = _metadata(line)
+        if read is None:
             return  # another comment, skipped whatever it says
-        keyword, quoted, plain, kind = m.groups()
-        name = plain if quoted is None else _unescape(quoted)
-        if name is None:
-            raise ValueError(f"{keyword} without a metric name")
+        keyword, name, kind = read
         if self.names is not None and name not in self.names:
             return
         if keyword == "HELP":
@@ -297,7 +328,6 @@ class _Rules:
                 raise ValueError(f"a second HELP line for {name!r}")
             self.helps.add(name)
             return
-        kind = (kind or "").strip()
         if name in self.types:
             raise ValueError(f"a second TYPE line for {name!r}")
         if kind not in TYPE_SUFFIXES:
@@ -320,6 +350,20 @@ class _Rules:
                 _parse_number(sample.labels[label])
             except ValueError:
                 raise ValueError(f"{label}={sample.labels[label]!r} is not a number") from None
+
+
+@functools.lru_cache(maxsize=65_536)
+def _metadata(line: str) -> tuple[str, str, str] | None:
+    """(HELP or TYPE, the name, the type word) of a comment line, None for another comment;
+    ValueError for HELP or TYPE without a name. A server repeats them at every scrape."""
+    m = _METADATA_RE.match(line)
+    if m is None:
+        return None
+    keyword, quoted, plain, kind = m.groups()
+    name = plain if quoted is None else _unescape(quoted)
+    if name is None:
+        raise ValueError(f"{keyword} without a metric name")
+    return keyword, name, (kind or "").strip()
 
 
 def _name_rule(name: str, types: dict[str, str]) -> tuple[bool, str | None]:
