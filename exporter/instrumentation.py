@@ -76,83 +76,22 @@ class BatcherMetrics:
         latency_buckets: tuple[float, ...] = LATENCY_BUCKETS,
     ) -> None:
         self.batcher = batcher
-        label = ["batcher"]
-        self._queue_depth = Gauge(
-            QUEUE_DEPTH, "Requests waiting to join a batch.", label, registry=registry
-        )
-        self._batch_size = Histogram(
-            BATCH_SIZE,
-            "Items per fired batch.",
-            label,
-            buckets=BATCH_SIZE_BUCKETS,
-            registry=registry,
-        )
-        self._queue_wait = Histogram(
-            QUEUE_WAIT,
-            "Time a request waited in the queue before its batch fired.",
-            label,
-            buckets=latency_buckets,
-            registry=registry,
-        )
-        self._latency = Histogram(
-            REQUEST_LATENCY,
-            "Time from a request's arrival to its answer (queue wait plus execution).",
-            label,
-            buckets=latency_buckets,
-            registry=registry,
-        )
-        self._execution = Histogram(
-            EXECUTION,
-            "Execution time of one batch.",
-            label,
-            buckets=LATENCY_BUCKETS,
-            registry=registry,
-        )
-        self._execution_by_size = Summary(
-            BATCH_EXECUTION_BY_SIZE,
-            "Execution time of batches by their size (for throughput gain vs batch size 1).",
-            ["batcher", "batch_size"],
-            registry=registry,
-        )
-        self._requests = Counter(
-            REQUESTS,
-            "Requests by outcome: ok, error, rejected, cancelled.",
-            ["batcher", "outcome"],
-            registry=registry,
-        )
-        self._rejected = Counter(
-            REJECTED,
-            "Rejected requests by reason: queue_full, budget, stopping.",
-            ["batcher", "reason"],
-            registry=registry,
-        )
-        self._batch_tokens = Counter(
-            BATCH_TOKENS,
-            "Token positions in fired batches: real tokens, and padding up to each batch's "
-            "longest item.",
-            ["batcher", "kind"],
-            registry=registry,
-        )
-        self._padding_avoided = Counter(
-            PADDING_AVOIDED,
-            "Padding tokens not paid because items of different lengths batched in "
-            "separate groups (against the same number of items in arrival order).",
-            label,
-            registry=registry,
-        )
-        self._batches = Counter(
-            BATCHES,
-            "Batches fired, by trigger: full, timeout, budget.",
-            ["batcher", "trigger"],
-            registry=registry,
-        )
-        self._max_batch_size = Gauge(
-            MAX_BATCH_SIZE, "Configured maximum batch size.", label, registry=registry
-        )
-        self._max_wait = Gauge(
-            MAX_WAIT, "Configured maximum wait before a batch fires.", label, registry=registry
-        )
-        self._budget = Gauge(LATENCY_BUDGET, "Configured latency budget.", label, registry=registry)
+        (
+            self._queue_depth,
+            self._batch_size,
+            self._queue_wait,
+            self._latency,
+            self._execution,
+            self._execution_by_size,
+            self._requests,
+            self._rejected,
+            self._batch_tokens,
+            self._padding_avoided,
+            self._batches,
+            self._max_batch_size,
+            self._max_wait,
+            self._budget,
+        ) = _metrics(registry, latency_buckets)
         # Every series exists from the start (a rate over a window needs its zero), and
         # the hot path keeps its children: a labels() lookup per request costs more
         # than the observation itself.
@@ -233,3 +172,80 @@ class BatcherMetrics:
             self._queue_wait_child.observe(queue_wait_seconds)
         if latency_seconds is not None:
             self._latency_child.observe(latency_seconds)
+
+
+def _metrics(registry: CollectorRegistry, latency_buckets: tuple[float, ...]) -> list:
+    """A batcher's metric families, in the order `BatcherMetrics` keeps them."""
+    label = ["batcher"]
+    return [
+        Gauge(QUEUE_DEPTH, "Requests waiting to join a batch.", label, registry=registry),
+        Histogram(
+            BATCH_SIZE,
+            "Items per fired batch.",
+            label,
+            buckets=BATCH_SIZE_BUCKETS,
+            registry=registry,
+        ),
+        Histogram(
+            QUEUE_WAIT,
+            "Time a request waited in the queue before its batch fired.",
+            label,
+            buckets=latency_buckets,
+            registry=registry,
+        ),
+        Histogram(
+            REQUEST_LATENCY,
+            "Time from a request's arrival to its answer (queue wait plus execution).",
+            label,
+            buckets=latency_buckets,
+            registry=registry,
+        ),
+        Histogram(
+            EXECUTION,
+            "Execution time of one batch.",
+            label,
+            buckets=LATENCY_BUCKETS,
+            registry=registry,
+        ),
+        Summary(
+            BATCH_EXECUTION_BY_SIZE,
+            "Execution time of batches by their size (for throughput gain vs batch size 1).",
+            ["batcher", "batch_size"],
+            registry=registry,
+        ),
+        Counter(
+            REQUESTS,
+            "Requests by outcome: ok, error, rejected, cancelled.",
+            ["batcher", "outcome"],
+            registry=registry,
+        ),
+        Counter(
+            REJECTED,
+            "Rejected requests by reason: queue_full, budget, stopping.",
+            ["batcher", "reason"],
+            registry=registry,
+        ),
+        Counter(
+            BATCH_TOKENS,
+            "Token positions in fired batches: real tokens, and padding up to each batch's "
+            "longest item.",
+            ["batcher", "kind"],
+            registry=registry,
+        ),
+        Counter(
+            PADDING_AVOIDED,
+            "Padding tokens not paid because items of different lengths batched in "
+            "separate groups (against the same number of items in arrival order).",
+            label,
+            registry=registry,
+        ),
+        Counter(
+            BATCHES,
+            "Batches fired, by trigger: full, timeout, budget.",
+            ["batcher", "trigger"],
+            registry=registry,
+        ),
+        Gauge(MAX_BATCH_SIZE, "Configured maximum batch size.", label, registry=registry),
+        Gauge(MAX_WAIT, "Configured maximum wait before a batch fires.", label, registry=registry),
+        Gauge(LATENCY_BUDGET, "Configured latency budget.", label, registry=registry),
+    ]
