@@ -40,15 +40,19 @@ vllm-env:
 	bash scripts/install_vllm.sh
 
 # The two installs side by side (one is mostly waiting on the network, the other on
-# unpacking): a fresh machine starts testing about two minutes sooner.
-# The slowest tests are listed at the end, so a run that grows says where.
+# unpacking): a fresh machine starts testing about two minutes sooner. Then the unit tier
+# on both cores, and the tests that start servers one at a time (they share the cores
+# with what they start); the slowest are listed at the end, so a run that grows says where.
 test:
 	$(MAKE) -j2 --no-print-directory install vllm-env
-	$(BIN)/pytest -ra --durations=25
+	$(MAKE) --no-print-directory test-fast
+	$(BIN)/pytest -ra --durations=25 -m "integration or slow"
 
-# Everything but the end-to-end tests that start real servers.
+# The unit tier, the loop a developer runs: no server, network socket, subprocess (but
+# promtool's rule tests) or model (tests/conftest.py fails a test that opens one), on
+# both cores.
 test-fast: install
-	$(BIN)/pytest -ra -m "not slow"
+	$(BIN)/pytest -ra -n 2 -m "not slow and not integration"
 
 # The end-to-end tests alone, with the tiny model kept so vLLM's compile cache hits.
 test-e2e: install vllm-env

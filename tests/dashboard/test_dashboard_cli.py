@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from batchscope.dashboard.cli import streamlit_args
 from batchscope.dashboard.client import get_json
 from tests.support.network import free_port, wait_http, wait_until
@@ -31,6 +33,7 @@ def test_streamlit_runs_headless_on_the_address_without_usage_stats() -> None:
         assert flag in args
 
 
+@pytest.mark.integration
 def test_target_and_exporter_together_are_refused() -> None:
     done = subprocess.run(
         [
@@ -53,6 +56,7 @@ def test_target_and_exporter_together_are_refused() -> None:
     assert "--exporter reads another exporter; --target/--config run one here" in done.stderr
 
 
+@pytest.mark.integration
 def test_one_command_scrapes_the_target_inside_the_app(tmp_path: Path) -> None:
     targets = ScriptedTargets(
         {"llm": (VllmState(running=6, waiting=1, kv_usage=0.5), lambda s: s.finish(1, 0.5, 40))}

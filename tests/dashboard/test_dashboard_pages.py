@@ -32,6 +32,10 @@ from tests.support.scripted_fleet import (
 )
 from tests.support.vllm_payload import VllmState, render
 
+# Starts an exporter, a server or a subprocess, or opens a socket.
+pytestmark = pytest.mark.integration
+
+
 VIEWS = REPO / "dashboard" / "views"
 ODD_NAME = "**fast** <b>x</b>"
 SLO_SCALE = 1e-4

@@ -24,6 +24,10 @@ from tests.support.live_stories import STORIES, serve_stories
 from tests.support.paths import REPO, fixture_text
 from tests.support.scripted_fleet import BackgroundServer
 
+# Starts an exporter, a server or a subprocess, or opens a socket.
+pytestmark = pytest.mark.integration
+
+
 LIVE = REPO / "dashboard" / "views" / "live.py"
 
 

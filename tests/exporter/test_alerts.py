@@ -6,6 +6,7 @@ import asyncio
 import json
 
 import aiohttp
+import pytest
 from aiohttp import web
 
 from batchscope.exporter.alerts.book import RESEND_SECONDS, AlertBook, delivered, payload, step
@@ -159,6 +160,7 @@ def test_unsent_alerts_keep_their_latest_state_until_delivered():
     assert names(book) == {(BUDGET_SATURATED.name, "llm"): 20.0}
 
 
+@pytest.mark.integration
 async def test_delivery_backs_off_while_alertmanager_fails_then_posts():
     received: list[list[dict]] = []
     failures = 2
@@ -203,6 +205,7 @@ async def test_delivery_backs_off_while_alertmanager_fails_then_posts():
     ]
 
 
+@pytest.mark.integration
 async def test_a_hanging_alertmanager_does_not_hold_the_event_loop():
     hang = asyncio.Event()
 
@@ -231,6 +234,7 @@ async def test_a_hanging_alertmanager_does_not_hold_the_event_loop():
     assert delivery.backoff == 1.0 and len(delivery.book.unsent) == 1
 
 
+@pytest.mark.integration
 def test_alerts_reach_a_real_alertmanager_and_resolve(tmp_path):
     state = {"saturated": True}
     with webhook() as hook, alertmanager(tmp_path, hook.url) as am:
@@ -389,6 +393,7 @@ def test_a_target_without_an_objective_posts_nothing_new_however_slow():
     assert held - without == {SLO_BURN_FAST.name, SLO_BURN_SLOW.name}
 
 
+@pytest.mark.integration
 def test_the_exporter_cli_posts_the_configured_numbers_to_a_real_alertmanager(tmp_path):
     # The whole path: flags, the exporter's own hold, its post, Alertmanager, the webhook.
     state = VllmState(running=8, waiting=20, kv_usage=0.5)

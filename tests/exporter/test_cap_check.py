@@ -25,6 +25,7 @@ async def _start(*args: str) -> tuple[int, str]:
     return proc.returncode, err.decode()
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("cap", ["0.5", "2.5", "1.5"])
 async def test_a_cap_that_is_not_a_whole_number_of_at_least_one_is_refused(tmp_path, cap) -> None:
     config = tmp_path / "fleet.yaml"

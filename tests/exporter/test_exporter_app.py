@@ -216,6 +216,7 @@ async def _get(session: aiohttp.ClientSession, url: str) -> tuple[int, dict]:
         return r.status, await r.json()
 
 
+@pytest.mark.integration
 async def test_every_endpoint_returns_exactly_the_documented_fields(fed_exporter) -> None:
     _, api, _ = fed_exporter
     seen = Seen()
@@ -259,6 +260,7 @@ async def test_every_endpoint_returns_exactly_the_documented_fields(fed_exporter
         assert body["api_version"] == 1
 
 
+@pytest.mark.integration
 async def test_history_points_carry_the_new_fields_and_each_series(fed_exporter) -> None:
     exporter, api, _ = fed_exporter
     async with aiohttp.ClientSession() as session:
@@ -298,6 +300,7 @@ async def test_history_points_carry_the_new_fields_and_each_series(fed_exporter)
     assert exporter.rounds == 3
 
 
+@pytest.mark.integration
 async def test_the_summary_view_and_one_target_agree_with_the_full_signals(fed_exporter) -> None:
     _, api, _ = fed_exporter
     async with aiohttp.ClientSession() as session:
@@ -332,6 +335,7 @@ async def test_the_summary_view_and_one_target_agree_with_the_full_signals(fed_e
     assert bad == 400 and "view must be one of full, summary" in wrong["error"]
 
 
+@pytest.mark.integration
 async def test_target_labels_are_on_every_series_of_that_target_on_metrics(fed_exporter) -> None:
     _, api, _ = fed_exporter
     async with aiohttp.ClientSession() as session, session.get(f"{api}/metrics") as r:
@@ -374,6 +378,7 @@ def test_a_target_label_the_exporter_sets_is_refused_at_start(tmp_path, label) -
     )
 
 
+@pytest.mark.integration
 async def test_history_rows_are_the_signals_numbers(fed_exporter) -> None:
     exporter, _, histories = fed_exporter
     for signals in exporter.current():
@@ -423,6 +428,7 @@ def test_the_help_names_every_path_the_app_serves() -> None:
         assert path in EPILOG, path
 
 
+@pytest.mark.integration
 async def test_metrics_come_gzip_when_asked_and_agree_with_the_plain_body(fed_exporter) -> None:
     # No loop runs between the requests (the rounds are the fixture's, on its clock), so
     # all three are this round's body: the same bytes, packed or not, whatever the speed.

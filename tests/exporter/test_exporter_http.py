@@ -81,6 +81,7 @@ async def _get(session: aiohttp.ClientSession, url: str) -> tuple[int, str, floa
         return r.status, await r.text(), time.monotonic() - started
 
 
+@pytest.mark.integration
 async def test_bad_targets_are_down_with_reasons_and_never_stall_the_exporter(
     targets, tmp_path
 ) -> None:
@@ -242,6 +243,7 @@ def test_uvloop_reads_a_fleet_as_asyncio_s_own_loop_reads_it() -> None:
     assert repr(read) == repr(one_round(cli.loop_factory("asyncio")))
 
 
+@pytest.mark.integration
 async def test_config_error_names_file_and_line(tmp_path) -> None:
     config = tmp_path / "bad.yaml"
     config.write_text("targets:\n  - name: a\n    url: http://127.0.0.1:1/metrics\n    cap: -3\n")
@@ -272,6 +274,7 @@ def _dead_target_on(port: int) -> tuple[str, ...]:
     )
 
 
+@pytest.mark.integration
 async def test_listen_on_a_busy_port_is_a_clear_error(tmp_path) -> None:
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
@@ -299,6 +302,7 @@ runpy.run_module("batchscope.exporter.cli", run_name="__main__")
 """
 
 
+@pytest.mark.integration
 async def test_the_exporter_hands_the_gil_over_every_half_millisecond() -> None:
     # Renders run in a thread beside the event loop; at CPython's 5 ms switch interval a
     # /metrics request that came during a render of 1,000 targets waited 100 to 200 ms

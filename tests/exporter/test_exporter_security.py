@@ -7,6 +7,7 @@ import json
 import ssl
 
 import aiohttp
+import pytest
 from aiohttp import web
 
 from batchscope.exporter.config.exposure_warnings import exposure_warnings
@@ -18,6 +19,7 @@ WEB_TOKEN = "exporter-web-token-9876"
 QUERY_KEY = "SUPERSECRETQUERYKEY42"
 
 
+@pytest.mark.integration
 async def test_token_tls_origin_and_redaction_on_the_real_endpoints(tmp_path) -> None:
     cert, key = map(str, self_signed_certificate(tmp_path))
     trust = ssl.create_default_context(cafile=cert)

@@ -2,7 +2,7 @@
 
 Whatever it is given, `promtext.parse` raises only ParseError, and it returns exactly
 what prometheus_client's parser returns on every text that parser reads. A bounded run
-here; `make bench` runs the atheris harness (scripts/fuzz_parser.py) for longer.
+here; the atheris harness (scripts/fuzz_parser.py) runs for longer by hand.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -147,9 +148,10 @@ def _atheris_failure(stderr: str, artifacts: Path) -> str:
     return "\n".join([found, *inputs])
 
 
+@pytest.mark.integration
 def test_atheris_harness_runs_bounded(tmp_path: Path) -> None:
     # A fixed seed: the run is the same on every machine, so a failure here is
-    # reproducible with the same flags. `make bench` fuzzes with fresh seeds for longer.
+    # reproducible with the same flags; a longer run by hand fuzzes with fresh seeds.
     done = subprocess.run(
         [
             sys.executable,

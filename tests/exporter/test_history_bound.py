@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import aiohttp
+import pytest
 
 from tests.support.live import Targets, running_exporter, vllm_payload, wait_for
+
+# Starts an exporter, a server or a subprocess, or opens a socket.
+pytestmark = pytest.mark.integration
+
 
 TARGETS = 150
 

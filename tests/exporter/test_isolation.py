@@ -10,8 +10,12 @@ import math
 import re
 
 import aiohttp
+import pytest
 
 from tests.support.live import Targets, running_exporter, vllm_payload, wait_for
+
+# Starts an exporter, a server or a subprocess, or opens a socket.
+pytestmark = pytest.mark.integration
 
 POISON_BUCKET = (
     vllm_payload(2)

@@ -6,9 +6,13 @@ from __future__ import annotations
 import gzip
 
 import aiohttp
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.support.live import Targets, running_exporter, vllm_payload, wait_for
+
+# Starts an exporter, a server or a subprocess, or opens a socket.
+pytestmark = pytest.mark.integration
 
 
 async def test_metrics_come_gzip_when_asked_and_agree_with_the_plain_body(tmp_path) -> None:

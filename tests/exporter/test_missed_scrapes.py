@@ -566,6 +566,7 @@ def test_time_nobody_observed_completes_no_hold():
 # ------------------------------------------------- the real exporter, a slow target
 
 
+@pytest.mark.integration
 async def test_the_real_exporter_reports_saturation_at_the_hold_with_scrapes_timing_out(tmp_path):
     hold, interval, timeout, slow_every = 6.0, 0.5, 0.3, 5
     server = VllmState(running=8, waiting=20, kv_usage=0.5)

@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from batchscope.exporter.config.settings import Settings
 from batchscope.exporter.scrape.fetch import client_session
 from batchscope.exporter.scrape.loop import Exporter
+
+# Starts an exporter, a server or a subprocess, or opens a socket.
+pytestmark = pytest.mark.integration
 
 
 def write_sd(path, groups) -> None:

@@ -17,6 +17,10 @@ from batchscope.exporter.serve.api_json import history_point, series_json
 from batchscope.exporter.serve.history import Histories
 from tests.support.vllm_payload import VllmState, render
 
+# Starts an exporter, a server or a subprocess, or opens a socket.
+pytestmark = pytest.mark.integration
+
+
 INTERVAL = 5.0
 
 

@@ -44,6 +44,7 @@ def test_a_dead_target_is_backed_off_doubling_up_to_eight_intervals() -> None:
     assert backoff_intervals(1000) == MAX_BACKOFF_INTERVALS
 
 
+@pytest.mark.integration
 async def test_hung_targets_take_their_own_slots_and_every_healthy_target_is_scraped() -> None:
     assert HUNG > MAX_CONCURRENT_SCRAPES
     release = asyncio.Event()

@@ -10,9 +10,13 @@ from __future__ import annotations
 import zlib
 
 import aiohttp
+import pytest
 from aiohttp import web
 
 from tests.support.live import Targets, running_exporter, vllm_payload, wait_for
+
+# Starts an exporter, a server or a subprocess, or opens a socket.
+pytestmark = pytest.mark.integration
 
 CAP_BYTES = 8_000_000
 # Far above what the exporter holds while it refuses every bad target at once (260-270 MB
@@ -26,6 +30,7 @@ TOKEN = "hardening-token-5678"
 async def test_bombs_floods_401_and_redirects_are_refused_while_a_healthy_target_moves(
     tmp_path,
 ) -> None:
+
     bomb = _gzip_of_newlines(BOMB_INFLATED_BYTES)
     flood = "".join(
         f'vllm:num_requests_running{{engine="0",model_name="m{i}"}} 1\n'

@@ -7,6 +7,7 @@ import contextlib
 import json
 
 import aiohttp
+import pytest
 
 from batchscope.exporter.config.settings import Settings
 from tests.support.live import Targets, running_exporter, vllm_payload, wait_for
@@ -24,6 +25,7 @@ def test_every_name_falls_in_exactly_one_shard() -> None:
     assert sum(counts) == 1000 and min(counts) > 200, counts  # about a quarter each
 
 
+@pytest.mark.integration
 async def test_shards_over_one_file_sd_give_the_signals_of_one_exporter(tmp_path) -> None:
     async with Targets() as targets:
         names = [f"t{i:02d}" for i in range(FLEET)]

@@ -300,6 +300,7 @@ def _vm_hwm_kb(pid: int) -> int:
     return 0
 
 
+@pytest.mark.integration
 def test_ten_million_lines_run_in_bounded_memory(tmp_path):
     path = tmp_path / "lengths.txt"
     # 1..1000 repeated: exact answer known without reading the file back.

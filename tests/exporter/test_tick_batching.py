@@ -10,6 +10,7 @@ import itertools
 import logging
 from collections import Counter
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -36,6 +37,7 @@ def test_phases_sit_on_the_tick_grid_and_spread_over_the_interval() -> None:
     assert len(short) == 1000 and all(0.0 <= p < 1.0 for p in short)
 
 
+@pytest.mark.integration
 async def test_a_ticks_scrapes_are_evaluated_together_each_at_the_time_it_ended(
     caplog, monkeypatch
 ) -> None:
@@ -88,6 +90,7 @@ async def test_a_ticks_scrapes_are_evaluated_together_each_at_the_time_it_ended(
     assert "target b: evaluation failed" in caplog.text
 
 
+@pytest.mark.integration
 async def test_scrapes_ended_before_a_stop_are_evaluated_not_dropped(monkeypatch) -> None:
     monkeypatch.setattr(runtime, "TICK_SECONDS", 60.0)  # no batch would come due by itself
     async with Targets() as targets:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 
 import promql_parser
+import pytest
 import yaml
 
 from batchscope.exporter.alerts.specs import ALERTS, EXPORTER_DOWN
@@ -50,6 +51,7 @@ def test_example_prometheus_reads_a_slow_vllm_as_long_as_the_exporter_does():
     assert float(vllm["scrape_interval"].removesuffix("s")) >= timeout
 
 
+@pytest.mark.integration
 def test_example_alertmanager_config_passes_amtool_and_groups_by_alert_and_target():
     path = PROMETHEUS / "alertmanager.yml"
     result = subprocess.run(

@@ -116,7 +116,9 @@ BROKEN = [
 ]  # fmt: skip
 
 
-@pytest.mark.parametrize(("name", "change", "said"), BROKEN, ids=lambda x: str(x)[:40])
+@pytest.mark.parametrize(
+    ("name", "change", "said"), BROKEN, ids=[f"{name}: {said}"[:80] for name, _, said in BROKEN]
+)
 def test_a_broken_manifest_is_refused_naming_the_field(name, change, said):
     obj = copy.deepcopy(COMMITTED[name])
     validate(obj)

@@ -187,6 +187,7 @@ def _rules_cli(*args: str) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.integration
 def test_rules_cli_writes_the_example_fleet_rules_that_promtool_accepts(tmp_path):
     out = tmp_path / "targets.yml"
     result = _rules_cli("--config", str(PROMETHEUS / "fleet.example.yaml"), "--output", str(out))
@@ -204,6 +205,7 @@ def test_rules_cli_writes_the_example_fleet_rules_that_promtool_accepts(tmp_path
     assert check.returncode == 0, check.stdout + check.stderr
 
 
+@pytest.mark.integration
 def test_rules_cli_reads_file_sd_targets_and_names_a_bad_key(tmp_path):
     (tmp_path / "sd.json").write_text(
         '[{"targets": ["127.0.0.1:8000"], "labels": {"name": "sd-llm", '
