@@ -137,7 +137,7 @@ def test_series_choices_name_each_model() -> None:
             {"labels": {"model_name": "b", "engine": "0"}, "running": 3},
         ],
     }
-    # The model's name, not its raw labels (issue 22: "model_name=a, engine=0" before).
+    # The model's name, not its raw labels (it once read "model_name=a, engine=0").
     choices = series_choices(target)
     assert list(choices) == ["all models (target total)", "a", "b"]
     assert choices["b"]["running"] == 3

@@ -596,7 +596,7 @@ def test_a_signal_the_engine_lacks_says_so_instead_of_a_blank(engines_fleet) -> 
     values = metrics(at)
     assert values["running / cap"] == "4 / 4"
     assert values["KV cache"] == "74%"
-    # Said once a group, not a dash a tile (issue 22: the words were cut off in the tile).
+    # Said once a group, not a dash a tile (a dash a tile once cut its words off).
     assert "preemptions/s" not in values and "p99 latency" not in values
     captions = [c.value for c in at.caption]
     window = "Not exposed by this engine (llamacpp): preemptions/s, requests/s, latency, "

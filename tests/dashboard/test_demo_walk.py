@@ -1,4 +1,4 @@
-"""`make demo`'s four phases walked in Chromium at 1400 px (issue 22): two thirds into
+"""`make demo`'s four phases walked in Chromium at 1400 px: two thirds into
 each phase the Live page shows no "None", no cut-off tile, no "nothing to fix" beside a
 budget used above 100% (nor does any target's diagnosis the exporter gives), and a fleet
 table that fits the page.

@@ -1,4 +1,4 @@
-"""The Live page tells one story (issue 22): on the states where its boxes used to
+"""The Live page tells one story: on the states where its boxes used to
 disagree (tests/support/live_stories.py), the diagnosis, the fleet row, the tiles, the
 advice and the banner read one evaluation, agree where they judge the same thing, and say
 "now" or "over the last N s" where they read different frames. And a fleet is more than

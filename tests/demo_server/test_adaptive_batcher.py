@@ -1,4 +1,4 @@
-"""The adaptive batcher against its budget (seed 001): light load fires at once, heavy
+"""The adaptive batcher against its budget (Terrane's "Dynamic batching: more throughput without wrecking the tail"): light load fires at once, heavy
 load fills batches within the budget, admission control refuses what cannot make it,
 and very different lengths batch apart.
 

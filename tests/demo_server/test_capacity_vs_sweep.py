@@ -1,4 +1,4 @@
-"""`--find-capacity` against a fine fixed sweep of the same server (issue 23, item 6).
+"""`--find-capacity` against a fine fixed sweep of the same server.
 
 The demo server runs as a user runs it (`batchscope-demo-server`, its own process), one
 sequence at a time on a simulated device twenty times slower than an H200: a request of

@@ -40,7 +40,9 @@ from batchscope.exporter import static_util_cli
 from batchscope.exporter.core.static_util import exact_static_utilization, static_utilization
 from tests.support.paths import REPO
 
-SEED_TRACE = [3, 5, 8, 11, 4, 14, 6, 16]  # seed 003: 67 of 128 slot-steps
+# The example of "Continuous Batching: Why Your GPU Waits for the Slowest Request":
+# 67 of 128 slot-steps.
+ARTICLE_TRACE = [3, 5, 8, 11, 4, 14, 6, 16]
 PROMPT = encode_prompt("hello")
 
 
@@ -59,10 +61,10 @@ def run_trace(scheduler: Scheduler, lengths: list[int]) -> list[CompletionResult
 
 
 @pytest.mark.parametrize(
-    ("lengths", "expected"), [(SEED_TRACE, 0.5234375), ([1, 1, 2, 2, 3, 3, 4, 16], 0.25)]
+    ("lengths", "expected"), [(ARTICLE_TRACE, 0.5234375), ([1, 1, 2, 2, 3, 3, 4, 16], 0.25)]
 )
 @pytest.mark.integration
-def test_static_slot_utilization_equals_seed_formula(lengths: list[int], expected: float) -> None:
+def test_static_slot_utilization_equals_the_articles_formula(lengths: list[int], expected: float) -> None:
     scheduler = make_scheduler(batching="static", max_num_seqs=8)
     results = run_trace(scheduler, lengths)
     assert [r.output_tokens for r in results] == lengths
@@ -308,10 +310,10 @@ def test_request_log_is_read_by_batchscope_static_util(tmp_path: Path) -> None:
         SchedulerConfig(batching="static", max_num_seqs=8),
         listeners=[log],
     )
-    run_trace(scheduler, SEED_TRACE)
+    run_trace(scheduler, ARTICLE_TRACE)
     log.close()
     records = [json.loads(line) for line in path.read_text().splitlines()]
-    assert sorted(r["output_tokens"] for r in records) == sorted(SEED_TRACE)
+    assert sorted(r["output_tokens"] for r in records) == sorted(ARTICLE_TRACE)
     for record in records:
         assert record["prompt_tokens"] == len(PROMPT)
         assert record["finish_reason"] == "length"

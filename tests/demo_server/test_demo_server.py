@@ -25,7 +25,7 @@ from tests.support.paths import fixture_text
 
 pytestmark = pytest.mark.integration
 
-SEED_TRACE = [3, 5, 8, 11, 4, 14, 6, 16]
+ARTICLE_TRACE = [3, 5, 8, 11, 4, 14, 6, 16]
 
 
 # Waits poll often: some states they wait for last a moment only.
@@ -278,7 +278,7 @@ def test_health_says_which_device_and_whether_simulated(server: str) -> None:
     assert health["device"]["simulated"] is False
 
 
-def test_static_server_slot_utilization_is_the_seed_formula(tmp_dir: Path) -> None:
+def test_static_server_slot_utilization_is_the_articles_formula(tmp_dir: Path) -> None:
     """A blocker request holds the only group while the seed trace queues; the trace then
     runs as one static group, and the server's truth counters show 67/128."""
     log = tmp_dir / "static.jsonl"
@@ -298,7 +298,7 @@ def test_static_server_slot_utilization_is_the_seed_formula(tmp_dir: Path) -> No
                 await asyncio.to_thread(
                     wait_for_state, lambda: generation(url)["running"] == 1, "the blocker running"
                 )
-                trace = [post(n) for n in SEED_TRACE]
+                trace = [post(n) for n in ARTICLE_TRACE]
                 await asyncio.to_thread(
                     wait_for_state, lambda: generation(url)["waiting"] == 8, "the trace waiting"
                 )
@@ -307,15 +307,15 @@ def test_static_server_slot_utilization_is_the_seed_formula(tmp_dir: Path) -> No
 
         responses = asyncio.run(run())
         tokens = [r.json()["usage"]["completion_tokens"] for r in responses]
-        assert tokens == [1018, *SEED_TRACE]
+        assert tokens == [1018, *ARTICLE_TRACE]
         text = httpx.get(f"{url}/metrics").text
         metrics = {s.name: s.value for f in text_string_to_metric_families(text) for s in f.samples}
     useful = metrics["batchscope_demo_useful_slot_steps_total"] - 1018
     paid = metrics["batchscope_demo_slot_steps_total"] - 8 * 1018
-    assert useful / paid == 0.5234375 == static_utilization(SEED_TRACE)
+    assert useful / paid == 0.5234375 == static_utilization(ARTICLE_TRACE)
     assert 'batchscope_demo_device_info{device="sim:h200",simulated="true"} 1.0' in text
     lengths = [json.loads(line)["output_tokens"] for line in log.read_text().splitlines()]
-    assert sorted(lengths) == sorted([1018, *SEED_TRACE])
+    assert sorted(lengths) == sorted([1018, *ARTICLE_TRACE])
 
 
 @pytest.mark.timeout(180)

@@ -14,7 +14,7 @@ Three loads, light to at capacity (200, 500, 800 requests a second, for 3 s each
 two budgets on the batcher's default latency buckets: 15 ms, a bucket edge, where the
 exporter's attainment must be the exact share; and 12 ms, between the edges at 10 and
 15 ms, where the exact share must lie within the bounds the exporter states. The table
-the closing note of issue 24 quotes is printed (pytest -s).
+the figures this test checks are printed (pytest -s).
 """
 
 from __future__ import annotations

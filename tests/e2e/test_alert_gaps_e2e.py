@@ -1,5 +1,5 @@
 """End to end: the headline alert through a real Prometheus and Alertmanager while
-Prometheus' scrapes of the exporter keep failing (issue 19).
+Prometheus' scrapes of the exporter keep failing.
 
 A scripted vLLM holds budget utilisation at 1.21, the exporter scrapes it, and Prometheus
 scrapes the exporter through a proxy that makes every third answer slower than

@@ -645,7 +645,7 @@ def every_path(stacks: dict, status: str, since: float, seen: dict[str, float]) 
 def test_sustained_saturation_alerts_by_every_path_on_an_overloaded_vllm(
     vllm: VllmManager, workdir: Path
 ):
-    """Issue 19: a real vLLM held at about five times its latency budget, scraped at a 1 s
+    """A real vLLM held at about five times its latency budget, scraped at a 1 s
     interval by the exporter and Prometheus (where, before, one slow scrape restarted each
     hold and no alert came) and at the defaults, Prometheus reading vLLM as the example
     config does (every 10 s, a 10 s timeout): BatchingBudgetSaturated reaches

@@ -138,7 +138,7 @@ def test_flags_default_to_none_so_not_given_is_visible():
     args = vars(parser.parse_args([]))
     assert (
         len(args) == 28
-    )  # 16, --alertmanager-url, --token-cap, 6 of issue 12, --max-num-batched-tokens, 3 SLO
+    )  # 16, --alertmanager-url, --token-cap, 6 of the SLO and alert settings, --max-num-batched-tokens, 3 SLO
     assert set(args.values()) == {None}
 
 

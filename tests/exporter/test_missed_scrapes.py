@@ -1,7 +1,7 @@
 """A scrape that fails is a gap in the evidence, never evidence: it neither ends nor
 restarts nor completes a held state (saturation, the exporter's alert holds), and a
 target unread for longer than the staleness (the hold time) ends them, a saturated episode
-and its fired alert the staleness and the hold (issue 19).
+and its fired alert the staleness and the hold.
 
 Time comes from the test (a scripted vLLM payload every second), so nothing here depends
 on the machine's speed; the real exporter process against a target that is sometimes

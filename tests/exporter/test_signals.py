@@ -436,7 +436,7 @@ def test_a_saturated_reason_without_a_reading_states_the_configured_threshold() 
     assert reason.startswith("latency has stayed at or above 90% of the budget")
 
 
-# The embeddings batcher of `make demo`'s heavy phase, as issue 22 saw it: p99 116 ms of a
+# The embeddings batcher of `make demo`'s heavy phase, as a run of it once read: p99 116 ms of a
 # 50 ms budget, nothing queued, small batches, 12 s into the 60 s hold.
 OVER = DIAG | dict(
     running=2,

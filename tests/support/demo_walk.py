@@ -9,7 +9,7 @@ its "demo: phase ..." lines, and two thirds into each phase opens the Live page 
 - no saturation banner over one line;
 - no "seed" and no "None" in the text above the fold.
 
-Then, with the folded boxes opened, a full-page screenshot and what issue 22 found:
+Then, with the folded boxes opened, a full-page screenshot and what a page must never show:
 
 - "None" anywhere on the page (the fleet table's cells included);
 - a metric tile whose value is cut off;
@@ -171,7 +171,7 @@ class PhaseView:
 
 
 def page_problems(text: str, read: dict) -> list[str]:
-    """What issue 22 found, on one view of the page (its text and its READ_PAGE numbers)."""
+    """What a page must never show, on one view of the page (its text and its READ_PAGE numbers)."""
     problems = []
     if re.search(r"\bNone\b", text) or any(re.search(r"\bNone\b", c) for c in read["cells"]):
         problems.append("the page shows None")

@@ -1,4 +1,4 @@
-"""The states where the Live page's boxes used to tell two stories (issue 22), built by
+"""The states where the Live page's boxes used to tell two stories, built by
 the real exporter from real payload formats in virtual time, and served by its real app.
 
 Each story is a target scraped every INTERVAL s, judged over a WINDOW s window with a
