@@ -22,8 +22,9 @@ from batchscope.exporter.core.static_util import (
 from tests.support.paths import FIXTURES
 
 FIXTURES = FIXTURES
-SEED_EXAMPLE = [3, 5, 8, 11, 4, 14, 6, 16]
-SEED_SKEWED = [1, 1, 2, 2, 3, 3, 4, 16]
+# The two examples of "Continuous Batching: Why Your GPU Waits for the Slowest Request".
+ARTICLE_EXAMPLE = [3, 5, 8, 11, 4, 14, 6, 16]
+ARTICLE_SKEWED = [1, 1, 2, 2, 3, 3, 4, 16]
 
 
 def vllm_bounds(max_model_len: int) -> list[float]:
@@ -72,9 +73,9 @@ def fixture_histogram(name: str, family: str) -> Histogram:
 # --- exact, from lengths ---
 
 
-def test_seed_003_first_example_uses_67_of_128_slot_steps():
-    assert static_utilization(SEED_EXAMPLE) == 0.5234375
-    result = exact_static_utilization(SEED_EXAMPLE, 8)
+def test_the_articles_first_example_uses_67_of_128_slot_steps():
+    assert static_utilization(ARTICLE_EXAMPLE) == 0.5234375
+    result = exact_static_utilization(ARTICLE_EXAMPLE, 8)
     assert (result.useful_slot_steps, result.total_slot_steps, result.idle_slot_steps) == (
         67,
         128,
@@ -84,23 +85,23 @@ def test_seed_003_first_example_uses_67_of_128_slot_steps():
     assert result.continuous_batching_gain == 128 / 67
 
 
-def test_seed_003_skewed_example_uses_a_quarter():
-    assert static_utilization(SEED_SKEWED) == 0.25
-    result = exact_static_utilization(SEED_SKEWED, 8)
+def test_the_articles_skewed_example_uses_a_quarter():
+    assert static_utilization(ARTICLE_SKEWED) == 0.25
+    result = exact_static_utilization(ARTICLE_SKEWED, 8)
     assert result.static_utilization == 0.25
     assert result.continuous_batching_gain == 4.0
 
 
 def test_consecutive_requests_form_the_groups():
     # Two groups of 8: maxes 16 and 16, useful 67 + 32.
-    result = exact_static_utilization(SEED_EXAMPLE + SEED_SKEWED, 8)
+    result = exact_static_utilization(ARTICLE_EXAMPLE + ARTICLE_SKEWED, 8)
     assert (result.groups, result.useful_slot_steps, result.total_slot_steps) == (2, 99, 256)
     assert result.static_utilization == 99 / 256
 
 
 def test_last_partial_group_runs_its_longest_request_on_all_b_slots():
     # Groups: the seed example (max 16), then [1, 1, 2] (max 2) on 8 slots.
-    result = exact_static_utilization([*SEED_EXAMPLE, 1, 1, 2], 8)
+    result = exact_static_utilization([*ARTICLE_EXAMPLE, 1, 1, 2], 8)
     assert result.groups == 2
     assert result.partial_group_requests == 3
     assert result.useful_slot_steps == 71
@@ -109,7 +110,7 @@ def test_last_partial_group_runs_its_longest_request_on_all_b_slots():
 
 
 def test_batch_of_one_never_idles():
-    result = exact_static_utilization(SEED_SKEWED, 1)
+    result = exact_static_utilization(ARTICLE_SKEWED, 1)
     assert result.static_utilization == 1.0
     assert result.idle_slot_steps == 0
 
@@ -137,7 +138,7 @@ def test_negative_length_and_batch_size_below_one_are_rejected():
 
 
 def test_result_to_dict_holds_the_cli_json_keys():
-    data = exact_static_utilization(SEED_EXAMPLE, 8).to_dict()
+    data = exact_static_utilization(ARTICLE_EXAMPLE, 8).to_dict()
     assert data == {
         "batch_size": 8,
         "requests": 8,
@@ -215,7 +216,7 @@ def test_empty_histogram_has_no_estimate():
 
 
 def test_batch_of_one_estimates_exactly_one():
-    estimate = estimate_from_histogram(histogram_of(SEED_SKEWED, vllm_bounds(512)), 1)
+    estimate = estimate_from_histogram(histogram_of(ARTICLE_SKEWED, vllm_bounds(512)), 1)
     assert (estimate.estimate, estimate.lower, estimate.upper) == (1.0, 1.0, 1.0)
 
 
@@ -228,7 +229,7 @@ def test_equal_lengths_on_a_bucket_edge_pin_the_estimate_to_one():
 
 
 def test_gain_and_its_bounds_are_the_inverses():
-    estimate = estimate_from_histogram(histogram_of(SEED_EXAMPLE * 10, vllm_bounds(512)), 8)
+    estimate = estimate_from_histogram(histogram_of(ARTICLE_EXAMPLE * 10, vllm_bounds(512)), 8)
     assert estimate.continuous_batching_gain == 1 / estimate.estimate
     assert estimate.gain_lower == 1 / estimate.upper
     assert estimate.gain_upper == 1 / estimate.lower
