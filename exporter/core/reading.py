@@ -14,7 +14,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from batchscope.exporter.core.advice import AdviceInputs, advise
+from batchscope.exporter.core.advice import AdviceInputs
+from batchscope.exporter.core.advise import advise
 from batchscope.exporter.core.capacity import KvScrape, cost_per_batch
 from batchscope.exporter.core.catalog import SERIES
 from batchscope.exporter.core.diagnosis import (

@@ -64,7 +64,9 @@ def run_trace(scheduler: Scheduler, lengths: list[int]) -> list[CompletionResult
     ("lengths", "expected"), [(ARTICLE_TRACE, 0.5234375), ([1, 1, 2, 2, 3, 3, 4, 16], 0.25)]
 )
 @pytest.mark.integration
-def test_static_slot_utilization_equals_the_articles_formula(lengths: list[int], expected: float) -> None:
+def test_static_slot_utilization_equals_the_articles_formula(
+    lengths: list[int], expected: float
+) -> None:
     scheduler = make_scheduler(batching="static", max_num_seqs=8)
     results = run_trace(scheduler, lengths)
     assert [r.output_tokens for r in results] == lengths

@@ -8,7 +8,8 @@ from dataclasses import replace
 
 import pytest
 
-from batchscope.exporter.core.advice import AdviceInputs, advise
+from batchscope.exporter.core.advice import AdviceInputs
+from batchscope.exporter.core.advise import advise
 from batchscope.exporter.core.signals import SignalSettings
 from batchscope.exporter.core.snapshot import SeriesSnapshot, Snapshot
 from batchscope.exporter.core.static_util import UtilizationEstimate
