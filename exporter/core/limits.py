@@ -30,7 +30,7 @@ state that names a limit and the binding limit agree (tests/exporter/test_limits
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 LIMITS = (
@@ -145,103 +145,123 @@ def _count(x: float) -> str:
     return f"{x:.0f}" if float(x).is_integer() else f"{x:.1f}"
 
 
+def _requests(x: LimitInputs) -> LimitReading:
+    ratio = ratio_of(x.running, x.cap)
+    return LimitReading(
+        "requests",
+        ratio,
+        x.running is not None,
+        (
+            f"{_count(x.running)} of {_count(x.cap)} "
+            + ("in a fired batch on average" if x.fired_batches else "running")
+        )
+        if ratio is not None
+        else "the request cap is unknown: configure `cap`"
+        if x.running is not None
+        else "the engine does not expose its running requests",
+    )
+
+
+def _kv_cache(x: LimitInputs) -> LimitReading:
+    exposed = x.kv_usage is not None
+    return LimitReading(
+        "kv_cache",
+        x.kv_usage,
+        exposed,
+        f"{x.kv_usage:.0%} used"
+        + (f", {x.preemptions_per_second:.2f} preemptions/s" if x.preemptions_per_second else "")
+        if exposed
+        else "the engine does not expose its KV cache usage",
+    )
+
+
+def _token_budget(x: LimitInputs) -> LimitReading:
+    ratio = ratio_of(x.tokens_per_step, x.token_budget)
+    return LimitReading(
+        "token_budget",
+        ratio,
+        x.tokens_per_step is not None and x.token_budget is not None,
+        f"{x.tokens_per_step:.1f} tokens per step of a {_count(x.token_budget)}-token budget"
+        if ratio is not None
+        else f"{x.tokens_per_step:.1f} tokens per step; the token budget "
+        "(--max-num-batched-tokens) is not configured for this target, so it cannot "
+        "be judged: set `max_num_batched_tokens`"
+        if x.tokens_per_step is not None
+        else "the engine does not expose its tokens per step (or no step ran in the window)",
+    )
+
+
+def _batch_tokens(x: LimitInputs) -> LimitReading:
+    ratio = ratio_of(x.batch_tokens, x.token_cap)
+    return LimitReading(
+        "batch_tokens",
+        ratio,
+        ratio is not None,
+        f"the batch holds {_count(x.batch_tokens)} of {_count(x.token_cap)} tokens"
+        if ratio is not None
+        else "no batch-token reading against a token cap (`token_cap`)",
+    )
+
+
+def _deferred(x: LimitInputs) -> LimitReading:
+    exposed = x.waiting_deferred is not None
+    return LimitReading(
+        "deferred",
+        ratio_of(x.waiting_deferred, x.waiting) if exposed else None,
+        exposed,
+        f"{_count(x.waiting_deferred)} of {_count(x.waiting or 0)} waiting are deferred"
+        if exposed
+        else "the engine does not say why requests wait",
+    )
+
+
+def _fired_by(trigger: str) -> Callable[[LimitInputs], LimitReading]:
+    """The reading of the limit a batcher's `trigger` fires batches at (TRIGGER_LIMITS)."""
+    limit = TRIGGER_LIMITS[trigger]
+
+    def reading(x: LimitInputs) -> LimitReading:
+        share = x.trigger_shares.get(trigger)
+        return LimitReading(
+            limit,
+            share,
+            share is not None,
+            f"{share:.0%} of batches fired by its {limit.replace('_', ' ')}"
+            if share is not None
+            else "only a batcher that counts its triggers says this",
+        )
+
+    return reading
+
+
+def _arrivals(x: LimitInputs) -> LimitReading:
+    return LimitReading(
+        "arrivals",
+        None,
+        x.waiting is not None,
+        "nothing waits"
+        if x.waiting == 0
+        else f"{_count(x.waiting)} wait"
+        if x.waiting is not None
+        else "the engine does not expose its queue",
+    )
+
+
+# Each limit's reading, in LIMITS order.
+READINGS = (
+    _requests,
+    _kv_cache,
+    _token_budget,
+    _batch_tokens,
+    _deferred,
+    _fired_by("timeout"),
+    _fired_by("budget"),
+    _arrivals,
+)
+
+
 def _readings(x: LimitInputs) -> list[LimitReading]:
     """Each limit's reading, in LIMITS order."""
-    requests = ratio_of(x.running, x.cap)
-    out = [
-        LimitReading(
-            "requests",
-            requests,
-            x.running is not None,
-            (
-                f"{_count(x.running)} of {_count(x.cap)} "
-                + ("in a fired batch on average" if x.fired_batches else "running")
-            )
-            if requests is not None
-            else "the request cap is unknown: configure `cap`"
-            if x.running is not None
-            else "the engine does not expose its running requests",
-        )
-    ]
-    kv_exposed = x.kv_usage is not None
-    out.append(
-        LimitReading(
-            "kv_cache",
-            x.kv_usage,
-            kv_exposed,
-            f"{x.kv_usage:.0%} used"
-            + (
-                f", {x.preemptions_per_second:.2f} preemptions/s"
-                if x.preemptions_per_second
-                else ""
-            )
-            if kv_exposed
-            else "the engine does not expose its KV cache usage",
-        )
-    )
-    budget = ratio_of(x.tokens_per_step, x.token_budget)
-    out.append(
-        LimitReading(
-            "token_budget",
-            budget,
-            x.tokens_per_step is not None and x.token_budget is not None,
-            f"{x.tokens_per_step:.1f} tokens per step of a {_count(x.token_budget)}-token budget"
-            if budget is not None
-            else f"{x.tokens_per_step:.1f} tokens per step; the token budget "
-            "(--max-num-batched-tokens) is not configured for this target, so it cannot "
-            "be judged: set `max_num_batched_tokens`"
-            if x.tokens_per_step is not None
-            else "the engine does not expose its tokens per step (or no step ran in the window)",
-        )
-    )
-    tokens = ratio_of(x.batch_tokens, x.token_cap)
-    out.append(
-        LimitReading(
-            "batch_tokens",
-            tokens,
-            tokens is not None,
-            f"the batch holds {_count(x.batch_tokens)} of {_count(x.token_cap)} tokens"
-            if tokens is not None
-            else "no batch-token reading against a token cap (`token_cap`)",
-        )
-    )
-    deferred_exposed = x.waiting_deferred is not None
-    out.append(
-        LimitReading(
-            "deferred",
-            ratio_of(x.waiting_deferred, x.waiting) if deferred_exposed else None,
-            deferred_exposed,
-            f"{_count(x.waiting_deferred)} of {_count(x.waiting or 0)} waiting are deferred"
-            if deferred_exposed
-            else "the engine does not say why requests wait",
-        )
-    )
-    for trigger in ("timeout", "budget"):
-        limit = TRIGGER_LIMITS[trigger]
-        share = x.trigger_shares.get(trigger)
-        out.append(
-            LimitReading(
-                limit,
-                share,
-                share is not None,
-                f"{share:.0%} of batches fired by its {limit.replace('_', ' ')}"
-                if share is not None
-                else "only a batcher that counts its triggers says this",
-            )
-        )
-    out.append(
-        LimitReading(
-            "arrivals",
-            None,
-            x.waiting is not None,
-            "nothing waits"
-            if x.waiting == 0
-            else f"{_count(x.waiting)} wait"
-            if x.waiting is not None
-            else "the engine does not expose its queue",
-        )
-    )
-    return out
+    return [read(x) for read in READINGS]
 
 
 def nothing_ran(
