@@ -6,6 +6,7 @@ they are what the code generates now.
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from pathlib import Path
@@ -16,7 +17,7 @@ from batchscope.exporter.alerts.fleet_rules import fleet_rule_groups
 from batchscope.exporter.config.settings import load_config
 from batchscope.grafana.boards import DASHBOARDS
 from batchscope.grafana.config import CONFIG
-from batchscope.grafana.kubernetes import manifest_files
+from batchscope.grafana.kubernetes import FLEET_EXAMPLE, RELEASE_LABELS, manifest_files
 from batchscope.grafana.managed_alerts import managed_alert_rules
 from batchscope.grafana.rules import exporter_alerts, vllm_alerts, vllm_recording_rules
 
@@ -63,13 +64,45 @@ def generated_files() -> dict[Path, str]:
     return files
 
 
-def main() -> int:
+def _label(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected KEY=VALUE")
+    return key, value
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m batchscope.grafana.build",
+        description="Write every generated file under grafana/ and deploy/kubernetes/; with "
+        "--out, only the Kubernetes manifests for your own fleet file and Prometheus's "
+        "selector labels (the committed deploy/kubernetes/ is the example fleet's, for a "
+        "kube-prometheus-stack released as `kube-prometheus-stack`).",
+    )
+    parser.add_argument("--out", type=Path, help="write only the manifests, into this folder")
+    parser.add_argument(
+        "--fleet", type=Path, default=FLEET_EXAMPLE, help="the exporter's fleet file (--out)"
+    )
+    parser.add_argument(
+        "--label",
+        type=_label,
+        action="append",
+        metavar="KEY=VALUE",
+        help="a label Prometheus selects rules and monitors by, e.g. release=my-prometheus "
+        "(repeatable; default: release=kube-prometheus-stack)",
+    )
+    args = parser.parse_args(argv)
     files = generated_files()
-    # deploy/kubernetes/: the same rules and dashboards as Kubernetes objects.
-    for path, text in {**files, **manifest_files(files)}.items():
+    if args.out is None:
+        # deploy/kubernetes/: the same rules and dashboards as Kubernetes objects.
+        written = {**files, **manifest_files(files)}
+    else:
+        labels = dict(args.label) if args.label else RELEASE_LABELS
+        written = manifest_files(files, args.fleet, args.out, labels)
+    for path, text in written.items():
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text, encoding="utf-8")
-        print(path.relative_to(ROOT.parent))
+        print(path)
     return 0
 
 

@@ -19,9 +19,7 @@ more builder in a folder's list.
 
 from __future__ import annotations
 
-import argparse
 import re
-import sys
 from collections.abc import Callable, Mapping, Sequence
 from importlib.metadata import version
 from pathlib import Path
@@ -489,44 +487,3 @@ def manifest_files(
         for folder, objects in manifests(texts, fleet_text, targets, labels).items()
         for obj in objects
     }
-
-
-def _label(text: str) -> tuple[str, str]:
-    key, sep, value = text.partition("=")
-    if not sep or not key:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected KEY=VALUE")
-    return key, value
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m batchscope.grafana.kubernetes",
-        description="Write the Kubernetes manifests for your own fleet file and Prometheus's "
-        "selector labels (the committed deploy/kubernetes/ is the example fleet's, for a "
-        "kube-prometheus-stack released as `kube-prometheus-stack`).",
-    )
-    parser.add_argument(
-        "--fleet", type=Path, default=FLEET_EXAMPLE, help="the exporter's fleet file"
-    )
-    parser.add_argument(
-        "--label",
-        type=_label,
-        action="append",
-        metavar="KEY=VALUE",
-        help="a label Prometheus selects rules and monitors by, e.g. release=my-prometheus "
-        "(repeatable; default: release=kube-prometheus-stack)",
-    )
-    parser.add_argument("--out", type=Path, required=True, help="the folder to write into")
-    args = parser.parse_args(argv)
-    from batchscope.grafana.build import generated_files  # build.py writes these files too
-
-    labels = dict(args.label) if args.label else RELEASE_LABELS
-    for path, text in manifest_files(generated_files(), args.fleet, args.out, labels).items():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
-        print(path)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
