@@ -16,6 +16,7 @@ import yaml
 from batchscope.exporter.cli import build_parser
 from batchscope.exporter.config.flags import settings_from_args
 from batchscope.exporter.config.settings import load_config
+from batchscope.grafana import build
 from batchscope.grafana import kubernetes as k8s
 from batchscope.grafana.build import PROMETHEUS, generated_files
 from batchscope.grafana.config import CONFIG
@@ -183,7 +184,7 @@ def test_rules_and_monitors_carry_the_release_label_kube_prometheus_stack_select
     assert len(selected) == 7
     assert all(o["metadata"]["labels"]["release"] == "kube-prometheus-stack" for o in selected)
     # Another release: the same objects, labelled for it alone.
-    assert k8s.main(["--out", str(tmp_path), "--label", "release=prom", "--label", "team=ml"]) == 0
+    assert build.main(["--out", str(tmp_path), "--label", "release=prom", "--label", "team=ml"]) == 0
     relabelled = [o for _, o in objects(tmp_path) if o["kind"] in MONITORING_KINDS]
     assert len(relabelled) == 7
     for obj in relabelled:
