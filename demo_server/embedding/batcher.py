@@ -13,7 +13,7 @@ Two batching policies share one queue and one worker (`Batcher`):
   remaining budget allows and than those items take to arrive (one plan, not renewed);
   triggers `full` and `budget`. Admission control:
   an item the queue ahead of it would push past the budget is refused at once
-  (`OverBudget`, a 429), not served late.
+  (`OverBudget`, a 429), not served late; one that finds the batcher idle is served.
 
 Items are grouped by shape: texts whose lengths differ by more than `SHAPE_CLASS_RATIO`
 wait in separate groups, so a short text is not padded to a long one's length. Each
@@ -268,8 +268,8 @@ class Batcher:
         """Queue each text as one item and return their results in order.
 
         Raises QueueFull (nothing queued) when the items do not fit in `max_queue`,
-        OverBudget (nothing queued; adaptive policy) when the queue ahead of them would
-        keep them past the latency budget, QueueStopping once stopping, and ItemError
+        OverBudget (nothing queued; adaptive policy) when the queue ahead of them (or the
+        batch running) would keep them past the latency budget, QueueStopping once stopping, and ItemError
         when an item failed (after all of the request's items are done). A caller
         cancelled while waiting takes its queued items out of the queue, counted
         `cancelled`.
@@ -285,7 +285,11 @@ class Batcher:
             )
         loop = asyncio.get_running_loop()
         items = [_Item(text, self._count_tokens(text), loop.create_future(), now) for text in texts]
-        if self.settings.mode == "adaptive":
+        # Refusing an item that finds the batcher idle shortens no wait, and serving it is
+        # how an estimate a stalled batch inflated is measured again: without it, one
+        # estimate over the budget refuses every item from then on.
+        idle = self._queued == 0 and self._in_flight == 0
+        if self.settings.mode == "adaptive" and not idle:
             drain_seconds = self._drain_seconds(now, items)
             allowed_seconds = self.settings.latency_budget_seconds * (1.0 - BUDGET_HEADROOM)
             if drain_seconds > allowed_seconds - self._lag_reserve_seconds(now):

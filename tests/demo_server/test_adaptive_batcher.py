@@ -249,6 +249,33 @@ def test_admission_control_refuses_what_cannot_make_the_budget_and_serves_the_re
     run_virtual(scenario())
 
 
+def test_a_cost_estimate_over_the_budget_heals_on_the_items_that_find_the_batcher_idle() -> None:
+    """A stall taught the curve that one item costs 200 ms (a 50 ms budget); the device
+    takes 5 ms. Items sent one after another find the batcher idle and are served, each
+    teaching the curve the real cost, until a burst is admitted by the queue ahead of it
+    again: 6 at once fit in batches of 4 and 2 at 5 ms an item."""
+
+    async def scenario() -> None:
+        registry = CollectorRegistry()
+        batcher = make_batcher(
+            VirtualDevice(lambda size: 0.005 * size),
+            registry,
+            BatcherSettings(mode="adaptive", max_batch_size=4, latency_budget_seconds=0.050),
+            cost_prior={1: 0.200},
+        )
+        await batcher.start()
+        for i in range(20):
+            assert await batcher.submit([f"alone {i}"]) == [[6.0 + len(str(i))]]
+        assert batcher.cost_curve.estimate(1) < 0.010
+        await asyncio.sleep(2.0)  # the arrival rate of the lone items decays
+        answers = await asyncio.gather(*(batcher.submit([f"b{i}"]) for i in range(6)))
+        await batcher.stop()
+        assert answers == [[[2.0]]] * 6
+        assert outcomes(registry) == {"ok": 26, "error": 0, "rejected": 0, "cancelled": 0}
+
+    run_virtual(scenario())
+
+
 def test_the_fixed_policy_admits_up_to_its_queue_bound_whatever_the_budget() -> None:
     async def scenario() -> None:
         registry = CollectorRegistry()
