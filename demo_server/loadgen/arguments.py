@@ -150,6 +150,14 @@ def _add_load_arguments(parser: argparse.ArgumentParser) -> None:
         help="completions: output lengths in order (cycled), from any file "
         "batchscope-static-util reads",
     )
+    parser.add_argument(
+        "--inputs-per-request",
+        type=int,
+        default=1,
+        metavar="N",
+        help="embeddings: texts each request carries, as a list when more than one (a "
+        "batcher queues each as an item) (default %(default)s)",
+    )
     parser.add_argument("--timeout", type=float, default=30.0, help="seconds per request")
     parser.add_argument("--seed", type=int, default=0)
 
@@ -234,6 +242,10 @@ def usage_problem(args: argparse.Namespace) -> str | None:
         return "--find-capacity searches one setting: apply it first, without --set"
     if not 0 < args.slo_attainment <= 1:
         return "--slo-attainment is a share within (0, 1]"
+    if args.inputs_per_request < 1:
+        return "--inputs-per-request must be at least 1"
+    if args.inputs_per_request > 1 and args.endpoint != "embeddings":
+        return "--inputs-per-request sends a list of texts to embeddings only"
     return None
 
 
@@ -277,4 +289,5 @@ def load_spec(args: argparse.Namespace) -> LoadSpec:
         seed=args.seed,
         warmup_share=args.warmup_share,
         stop_over_saturated=not args.keep_over_saturated,
+        inputs_per_request=args.inputs_per_request,
     )

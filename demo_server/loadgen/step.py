@@ -98,6 +98,7 @@ class _Step:
                     self.spec.model,
                     length=next(self.lengths),
                     stream=True,
+                    inputs=self.spec.inputs_per_request,
                 )
             )
         return self.payloads[index]

@@ -107,7 +107,8 @@ class LoadSpec:
     no limit); each request is given `timeout_s`. Run i of a sweep draws from `seed + i`.
     The first `warmup_share` of each step is its warm-up: the server signals and the
     over-saturation rule read what follows. `stop_over_saturated`: a step the rule finds
-    over-saturated ends early (`oversaturation`).
+    over-saturated ends early (`oversaturation`). Embeddings carry `inputs_per_request`
+    texts each (as a client embedding a list sends them).
     """
 
     endpoint: str = "embeddings"
@@ -123,6 +124,7 @@ class LoadSpec:
     seed: int = 0
     warmup_share: float = 0.2
     stop_over_saturated: bool = True
+    inputs_per_request: int = 1
 
     @property
     def warmup_s(self) -> float:
@@ -159,13 +161,21 @@ def make_payload(
     *,
     length: int | None = None,
     stream: bool = False,
+    inputs: int = 1,
 ) -> dict[str, Any]:
     """One request body: a few random words; completions also get `max_tokens` drawn
     from the given choices (or `length`, when given) and `ignore_eos`, so output lengths
-    are what was asked, and stream when `stream`."""
+    are what was asked, and stream when `stream`. Embeddings: one text, or a list of
+    `inputs` texts when more than one."""
     text = " ".join(rng.choice(WORDS) for _ in range(rng.randint(3, 12)))
     if endpoint == "embeddings":
-        return {"model": model, "input": text}
+        if inputs == 1:
+            return {"model": model, "input": text}
+        more = [
+            " ".join(rng.choice(WORDS) for _ in range(rng.randint(3, 12)))
+            for _ in range(inputs - 1)
+        ]
+        return {"model": model, "input": [text, *more]}
     # Drawn even when `length` is given, so the bodies that follow are the same either way.
     drawn = rng.choice(max_tokens)
     return completion_body(text, drawn if length is None else length, model=model, stream=stream)

@@ -243,6 +243,33 @@ def test_an_unreadable_length_file_is_a_clear_error(tmp_path: Path) -> None:
     assert loadgen.main(["--output-len-file", str(missing), "--endpoint", "completions"]) == 2
 
 
+def test_embeddings_carry_the_asked_number_of_texts_as_a_list() -> None:
+    args = loadgen.build_parser().parse_args(["--inputs-per-request", "4"])
+    spec = loadgen.load_spec(args)
+    assert spec.inputs_per_request == 4
+    body = workload.make_payload("embeddings", random.Random(1), (16,), inputs=4)
+    assert len(body["input"]) == 4 and all(isinstance(t, str) and t for t in body["input"])
+    # One text stays a string, drawn as before: the bodies of a one-text run do not change.
+    one = workload.make_payload("embeddings", random.Random(1), (16,))
+    assert one["input"] == body["input"][0]
+
+
+@pytest.mark.parametrize(
+    ("flags", "problem"),
+    [
+        (["--inputs-per-request", "0"], "--inputs-per-request must be at least 1"),
+        (
+            ["--inputs-per-request", "2", "--endpoint", "completions"],
+            "--inputs-per-request sends a list of texts to embeddings only",
+        ),
+    ],
+)
+def test_inputs_per_request_that_means_nothing_is_refused(flags: list[str], problem: str) -> None:
+    from batchscope.demo_server.loadgen.arguments import usage_problem
+
+    assert usage_problem(loadgen.build_parser().parse_args(flags)) == problem
+
+
 def test_sweep_max_wait_is_the_admin_setting_it_names() -> None:
     args = loadgen.build_parser().parse_args(["--sweep-max-wait", "5,10", "--url", "http://x"])
     assert args.sweep_max_wait == [5.0, 10.0] and args.urls == ["http://x"]
