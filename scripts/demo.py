@@ -1,15 +1,32 @@
 """`make demo`: the bundled demo server under varying load, the exporter, the dashboard.
 
-Prints the dashboard's URL first, then starts `batchscope-demo-server` (continuous
-batching, a small KV cache so memory pressure shows), `batchscope-exporter` pointed at
-it, the Streamlit dashboard on the exporter, and load generators that cycle through
-light, heavy, long-answer and overload phases (a memory-bound stretch and a saturation
-episode within a few minutes); prints the exporter's signals every few seconds until
-Ctrl-C or --duration. Everything binds 127.0.0.1.
+Prints the dashboard's URL first, then starts two demo servers, `batchscope-exporter`
+pointed at both, the Streamlit dashboard on the exporter, and load generators that cycle
+through four phases, each named for what the dashboard then shows:
+
+- light: little traffic, so both services read underloaded;
+- heavy: the LLM at its cap of 8 with a queue, the embeddings batcher in large batches
+  within its budget;
+- long answers: answers of 128 and 768 tokens fill the LLM's 2048-token KV cache, which
+  binds (memory-bound or preempting), and their mixed lengths show what static batching
+  would waste;
+- overload: more than the LLM can serve; its latency budget saturates (the banner).
+
+The LLM (vLLM's metric names, a 10 s budget) runs on this machine's CPU. The embeddings
+batcher runs on a simulated H200, 100 times slower than the real one, with its budget and
+traffic scaled to match (1 s, a real H200's 10 ms): on a CPU a batch of embeddings costs about
+in proportion to its size, so batching buys nothing there to show, while the simulated
+device's cost is nearly flat in the batch size, as a GPU's is. The printout and the
+target's name say so.
+
+Each phase lasts its length; a load generator that stops before its phase ends is
+reported with the end of its log. Logs of every process are kept in a folder the demo
+prints. Prints the exporter's signals every few seconds until Ctrl-C or --duration.
+Everything binds 127.0.0.1.
 
 `--phase-scale F` runs every phase F times as long, and the exporter's interval, window
 and hold with them, so each phase tells the same story in less time (the browser test
-walks the phases at 0.4); 1, the default, is the demo as documented.
+walks the phases at 0.5); 1, the default, is the demo as documented.
 """
 
 from __future__ import annotations
@@ -23,6 +40,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests.support
@@ -31,14 +49,47 @@ from tests.support.network import NotReady, free_port, wait_http  # noqa: E402
 BIN = Path(sys.executable).parent
 ROOT = Path(__file__).resolve().parent.parent
 
-# (name, seconds, completions per second, max_tokens drawn from, embeddings per second)
-# "long answers": few requests fit the 2048-token KV cache, so the batch stays below the
-# cap while requests wait (memory-bound); "overload" then saturates the latency budget.
+LLM_TARGET = "demo-llm"
+EMBEDDINGS_TARGET = "embeddings-sim-h200"
+# The simulated H200 of the embeddings server: this many times slower than the real one,
+# so that a loaded 2-core CPU finishes a batch of 32 within the simulated time, and the
+# budget scaled with it.
+EMBEDDINGS_SLOWDOWN = 100
+EMBEDDINGS_BUDGET_MS = 10 * EMBEDDINGS_SLOWDOWN
+# The start of the line a load generator that stopped before its phase ended prints.
+LOAD_STOPPED = "demo: a load generator stopped before its phase ended"
+SHOW_EVERY_S = 5.0
+
+
+@dataclass(frozen=True)
+class Phase:
+    """One phase of the demo: its length at scale 1, the completions it offers (per
+    second, their lengths drawn from `max_tokens`, at most `in_flight` of them sent and
+    unanswered: more are not sent) and the embedding requests (per second, each of
+    `texts` texts, which the batcher queues as one item each)."""
+
+    name: str
+    seconds: float
+    completions_per_s: float
+    max_tokens: str
+    in_flight: int | None
+    embedding_requests_per_s: float
+    texts: int
+
+
+# Light comes first and lasts a minute, the time a dashboard takes to open, and keeps a
+# few completions in flight, never enough to fill the batch or the KV cache however slow
+# the machine. Heavy and long answers offer more completions than the LLM serves, with a
+# bound on those in flight: its batch stays at its cap (or at what the KV cache holds)
+# with a few waiting, however fast or loaded this machine is. Overload has no bound: its
+# queue grows until its latency saturates the budget. Embeddings come 4 texts a request
+# when they come fast, so that the HTTP work of the requests leaves a loaded machine's
+# CPU to the batches.
 PHASES = (
-    ("light", 30, 1, "16,64", 5),
-    ("heavy", 60, 12, "32,128,256", 200),
-    ("long answers", 45, 3, "512,768", 50),
-    ("overload", 60, 30, "64,256,400", 600),
+    Phase("light", 60, 5, "128,256,384", 3, 0.5, 1),
+    Phase("heavy", 60, 40, "32,96,192", 12, 15, 4),
+    Phase("long answers", 45, 6, "128,768", 8, 2, 4),
+    Phase("overload", 90, 40, "64,256,400", None, 30, 4),
 )
 
 
@@ -73,123 +124,243 @@ def show(signals: dict) -> None:
             print(f"  {'':>12}   {s['diagnosis']['reason']}")
 
 
-def write_fleet(server: str) -> Path:
-    """The exporter's fleet file: one server, read as two targets.
-
-    The demo server holds an LLM (vLLM names, judged against a 10 s budget) and an
-    embedding batcher (its own 50 ms budget): two services, so two rows on the dashboard.
-    """
-    path = Path(tempfile.mkdtemp(prefix="batchscope-demo-")) / "fleet.yaml"
+def write_fleet(folder: Path, llm: str, embeddings: str) -> Path:
+    """The exporter's fleet file: the LLM (vLLM names, judged against a 10 s budget) and
+    the embeddings batcher (its own budget, from its metrics): two services, two rows."""
+    path = folder / "fleet.yaml"
     path.write_text(
         "targets:\n"
-        f"  - {{name: demo-llm, url: '{server}/metrics', engine: vllm, cap: 8, "
+        f"  - {{name: {LLM_TARGET}, url: '{llm}/metrics', engine: vllm, cap: 8, "
         "budget_seconds: 10}\n"
-        f"  - {{name: demo-embeddings, url: '{server}/metrics', engine: inhouse}}\n"
+        f"  - {{name: {EMBEDDINGS_TARGET}, url: '{embeddings}/metrics', engine: inhouse}}\n"
     )
     return path
 
 
-class Processes:
-    """The demo's processes: started in order, stopped together."""
+def spawn(log: Path, *cmd: str) -> subprocess.Popen:
+    """A process started in the checkout, its output written to `log`."""
+    with log.open("w") as out:
+        return subprocess.Popen(cmd, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
 
-    def __init__(self) -> None:
-        self.started: list[subprocess.Popen] = []
 
-    def start(self, *cmd: str) -> subprocess.Popen:
-        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        self.started.append(proc)
+def stop(procs: list[subprocess.Popen]) -> None:
+    """SIGTERM each process still running, then wait for each (a kill after 15 s)."""
+    for proc in procs:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+    for proc in procs:
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+class Services:
+    """The demo's servers, exporter and dashboard, each writing its own log in `logs`:
+    started in order, stopped together."""
+
+    def __init__(self, logs: Path) -> None:
+        self.logs = logs
+        self.started: list[tuple[subprocess.Popen, Path]] = []
+
+    def start(self, name: str, *cmd: str) -> subprocess.Popen:
+        log = self.logs / f"{name}.log"
+        proc = spawn(log, *cmd)
+        self.started.append((proc, log))
         return proc
 
-    def stop_all(self) -> None:
-        for proc in self.started:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-        for proc in self.started:
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+    def processes(self) -> list[subprocess.Popen]:
+        return [proc for proc, _ in self.started]
+
+    def exited(self) -> list[str]:
+        """Each service that has exited, with the end of its log."""
+        return [
+            f"demo: {log.stem} exited (status {proc.returncode}); the end of {log}:\n"
+            + log_tail(log)
+            for proc, log in self.started
+            if proc.poll() is not None
+        ]
 
 
-def start_services(args: argparse.Namespace, procs: Processes) -> tuple[str, str]:
-    """The demo server, the exporter on it and the dashboard on the exporter, each up
-    before the next starts; the server's and the exporter's URLs."""
-    server_port = free_port()
-    server = f"http://127.0.0.1:{server_port}"
+def start_server(procs: Services, log_name: str, *flags: str) -> str:
+    """A demo server on a free port with these flags, once it answers; its URL."""
+    port = free_port()
+    procs.start(log_name, str(BIN / "batchscope-demo-server"), "--port", str(port), *flags)
+    url = f"http://127.0.0.1:{port}"
+    wait_http(f"{url}/health", 120, procs.logs / f"{log_name}.log", processes=procs.processes())
+    return url
+
+
+def start_services(args: argparse.Namespace, procs: Services) -> tuple[str, str, str]:
+    """The two demo servers, the exporter on them and the dashboard on the exporter, each
+    up before the next starts; the LLM's, the embeddings' and the exporter's URLs."""
     exporter = f"http://127.0.0.1:{args.exporter_port}"
     dashboard = f"http://127.0.0.1:{args.dashboard_port}"
     print(f"demo: open the dashboard at {dashboard} (it comes up in about a minute)")
-    print(f"demo: starting the demo server on {server} (device {args.device})")
-    procs.start(
-        str(BIN / "batchscope-demo-server"),
-        *("--port", str(server_port), "--batching", "continuous", "--max-num-seqs", "8"),
-        *("--kv-cache-tokens", "2048", "--embed-batching", "adaptive"),
-        *("--latency-budget-ms", "50", "--device", args.device),
+    print(f"demo: every process writes its log in {procs.logs}")
+    print(f"demo: starting the LLM's demo server (device {args.device})")
+    llm = start_server(
+        procs,
+        "llm-server",
+        *("--batching", "continuous", "--max-num-seqs", "8", "--kv-cache-tokens", "2048"),
+        *("--device", args.device),
     )
-    wait_http(f"{server}/health", 120, processes=procs.started)
-    print(f"demo: starting the exporter on {exporter}")
+    print(
+        f"demo: starting the embeddings' demo server on a SIMULATED H200, "
+        f"{EMBEDDINGS_SLOWDOWN} times slower than the real one (its budget "
+        f"{EMBEDDINGS_BUDGET_MS} ms, a real H200's {EMBEDDINGS_BUDGET_MS // EMBEDDINGS_SLOWDOWN} "
+        "ms): on this CPU a batch costs about in proportion to its size, so batching would "
+        "show nothing"
+    )
+    embeddings = start_server(
+        procs,
+        "embeddings-server",
+        *("--device", "sim:h200", "--sim-slowdown", str(EMBEDDINGS_SLOWDOWN)),
+        *("--embed-batching", "adaptive", "--latency-budget-ms", str(EMBEDDINGS_BUDGET_MS)),
+    )
+    print(f"demo: LLM at {llm}, embeddings at {embeddings}; starting the exporter on {exporter}")
     procs.start(
+        "exporter",
         str(BIN / "batchscope-exporter"),
-        *("--config", str(write_fleet(server)), "--listen", f"127.0.0.1:{args.exporter_port}"),
-        *exporter_timing(args.phase_scale),
+        *("--config", str(write_fleet(procs.logs, llm, embeddings))),
+        *("--listen", f"127.0.0.1:{args.exporter_port}", *exporter_timing(args.phase_scale)),
     )
-    wait_http(f"{exporter}/health", 30, processes=procs.started)
+    wait_http(f"{exporter}/health", 30, procs.logs / "exporter.log", processes=procs.processes())
     print(f"demo: starting the dashboard on {dashboard}")
     procs.start(
+        "dashboard",
         sys.executable,
         *("-m", "batchscope.dashboard.cli", "--exporter", exporter),
         *("--port", str(args.dashboard_port)),
     )
-    wait_http(f"{dashboard}/_stcore/health", 60, processes=procs.started)
+    wait_http(
+        f"{dashboard}/_stcore/health", 60, procs.logs / "dashboard.log", processes=procs.processes()
+    )
     print(f"demo: dashboard ready at {dashboard}")
     print(f"demo: signals at {exporter}/api/v1/signals, Prometheus text at {exporter}/metrics")
     print("demo: Ctrl-C stops everything\n")
-    return server, exporter
+    return llm, embeddings, exporter
+
+
+@dataclass
+class Load:
+    """One load generator of a phase: what it loads, its process and its log."""
+
+    endpoint: str
+    proc: subprocess.Popen
+    log: Path
+    reported: bool = False
 
 
 def start_load(
-    procs: Processes, server: str, phase: tuple, seconds: float, seed: int
-) -> list[subprocess.Popen]:
-    """One phase's load generators: completions and embeddings at the phase's rates."""
-    name, _, rate, max_tokens, embed_rate = phase
+    procs: Services, urls: tuple[str, str], phase: Phase, seconds: float, seed: int
+) -> list[Load]:
+    """One phase's load generators: completions to the LLM, embeddings to the embeddings
+    server, at the phase's rates. Each runs its step to the end, over-saturated or not
+    (the overload phase is meant to be)."""
+    llm, embeddings = urls
+    bounded = f", at most {phase.in_flight} in flight" if phase.in_flight else ""
+    texts = phase.embedding_requests_per_s * phase.texts
     print(
-        f"demo: phase {name}: {rate} completions/s of {max_tokens} tokens, "
-        f"{embed_rate} embeddings/s, {seconds:g} s"
+        f"demo: phase {phase.name}: {phase.completions_per_s:g} completions/s of "
+        f"{phase.max_tokens} tokens{bounded}, {texts:g} embeddings/s "
+        f"({phase.texts} a request), {seconds:g} s"
     )
-    loadgen = (str(BIN / "batchscope-loadgen"), "--url", server)
-    every = ("--duration", f"{seconds:g}", "--seed", str(seed))
-    return [
-        procs.start(
-            *loadgen,
-            *("--endpoint", "completions", "--rates", str(rate), "--max-tokens", max_tokens),
-            *every,
+    every = ("--duration", f"{seconds:g}", "--seed", str(seed), "--keep-over-saturated")
+    limit = ("--concurrency-limit", str(phase.in_flight)) if phase.in_flight else ()
+    flags = {
+        "completions": (
+            *("--url", llm, "--endpoint", "completions"),
+            *("--rates", f"{phase.completions_per_s:g}", "--max-tokens", phase.max_tokens),
+            *limit,
         ),
-        procs.start(*loadgen, "--endpoint", "embeddings", "--rates", str(embed_rate), *every),
-    ]
+        "embeddings": (
+            *("--url", embeddings, "--endpoint", "embeddings"),
+            *("--rates", f"{phase.embedding_requests_per_s:g}"),
+            *("--inputs-per-request", str(phase.texts)),
+        ),
+    }
+    loads = []
+    for endpoint, endpoint_flags in flags.items():
+        name = f"{seed:02d}-{phase.name.replace(' ', '-')}-{endpoint}"
+        log = procs.logs / f"{name}.log"
+        loads.append(
+            Load(
+                endpoint, spawn(log, str(BIN / "batchscope-loadgen"), *endpoint_flags, *every), log
+            )
+        )
+    return loads
 
 
-def run_phases(args: argparse.Namespace, procs: Processes, server: str, exporter: str) -> None:
-    """The phases in a loop, the exporter's signals shown every 5 s, until --duration."""
+def log_tail(path: Path, lines: int = 4) -> str:
+    """The last lines of a log, indented, or a note that it is empty."""
+    text = path.read_text(errors="replace").strip().splitlines() if path.exists() else []
+    return "\n".join(f"    {line}" for line in text[-lines:]) or "    (its log is empty)"
+
+
+def report_stopped(loads: list[Load], phase: Phase, ran: float, total: float) -> None:
+    """Say which of the phase's load generators have exited before its end, with the end
+    of its log; each once."""
+    for load in loads:
+        if load.reported or load.proc.poll() is None:
+            continue
+        load.reported = True
+        print(
+            f"{LOAD_STOPPED}: the {load.endpoint} load of phase {phase.name} exited after "
+            f"{ran:.0f} s of {total:g} s (exit status {load.proc.returncode}), so the phase "
+            f"runs on without it; the end of {load.log}:\n{log_tail(load.log)}"
+        )
+
+
+def show_signals(exporter: str) -> None:
+    try:
+        with urllib.request.urlopen(f"{exporter}/api/v1/signals", timeout=5) as r:
+            show(json.load(r))
+    except (urllib.error.URLError, OSError) as err:
+        print(f"  exporter unreachable: {err}")
+
+
+def run_phase(
+    procs: Services, urls: tuple[str, str], exporter: str, phase: Phase, scale: float, seed: int
+) -> bool:
+    """One phase for its length (scaled), the exporter's signals shown every 5 s; its load
+    generators stopped at its end. False when a demo process exited meanwhile."""
+    seconds = phase.seconds * scale
+    loads = start_load(procs, urls, phase, seconds, seed)
     started = time.monotonic()
-    phase_index = 0
+    try:
+        while (left := started + seconds - time.monotonic()) > 0:
+            time.sleep(min(SHOW_EVERY_S, left))
+            ran = time.monotonic() - started
+            if ran < seconds:
+                report_stopped(loads, phase, ran, seconds)
+            if procs.exited():
+                return False
+            show_signals(exporter)
+    finally:
+        stop([load.proc for load in loads])
+    return True
+
+
+def run_phases(
+    args: argparse.Namespace, procs: Services, urls: tuple[str, str], exporter: str
+) -> None:
+    """The phases in a loop until --duration (0: until stopped); stops at a demo process
+    that exited, naming it and its log."""
+    started = time.monotonic()
+    index = 0
     while not args.duration or time.monotonic() - started < args.duration:
-        phase = PHASES[phase_index % len(PHASES)]
-        phase_index += 1
-        load = start_load(procs, server, phase, phase[1] * args.phase_scale, phase_index)
-        while any(p.poll() is None for p in load):
-            time.sleep(5)
-            try:
-                with urllib.request.urlopen(f"{exporter}/api/v1/signals", timeout=5) as r:
-                    show(json.load(r))
-            except (urllib.error.URLError, OSError) as err:
-                print(f"  exporter unreachable: {err}")
-            if args.duration and time.monotonic() - started >= args.duration:
-                break
+        phase = PHASES[index % len(PHASES)]
+        index += 1
+        if not run_phase(procs, urls, exporter, phase, args.phase_scale, index):
+            print("\n".join(procs.exited()))
+            raise SystemExit(1)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--device", default="cpu", help="demo server device: cpu or sim:h200")
+    parser.add_argument("--device", default="cpu", help="the LLM's device: cpu or sim:h200")
     parser.add_argument("--duration", type=float, default=0, help="stop after N s (0: Ctrl-C)")
     parser.add_argument("--exporter-port", type=int, default=9500)
     parser.add_argument("--dashboard-port", type=int, default=8501)
@@ -203,17 +374,17 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.phase_scale <= 0:
         parser.error(f"--phase-scale must be above 0 (got {args.phase_scale:g})")
-    procs = Processes()
+    procs = Services(Path(tempfile.mkdtemp(prefix="batchscope-demo-")))
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     try:
-        server, exporter = start_services(args, procs)
-        run_phases(args, procs, server, exporter)
+        llm, embeddings, exporter = start_services(args, procs)
+        run_phases(args, procs, (llm, embeddings), exporter)
     except KeyboardInterrupt:
         print("\ndemo: stopping")
     except NotReady as err:
         raise SystemExit(f"demo: {err}") from None
     finally:
-        procs.stop_all()
+        stop(procs.processes())
     return 0
 
 
