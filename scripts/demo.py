@@ -77,18 +77,18 @@ class Phase:
     texts: int
 
 
-# Light comes first and lasts a minute, the time a dashboard takes to open, and keeps a
-# few completions in flight, never enough to fill the batch or the KV cache however slow
-# the machine. Heavy and long answers offer more completions than the LLM serves, with a
-# bound on those in flight: its batch stays at its cap (or at what the KV cache holds)
-# with a few waiting, however fast or loaded this machine is. Overload has no bound: its
-# queue grows until its latency saturates the budget. Embeddings come 4 texts a request
-# when they come fast, so that the HTTP work of the requests leaves a loaded machine's
-# CPU to the batches.
+# Light comes first and lasts a minute and a half, the time a dashboard takes to open on
+# a loaded machine, and keeps a few completions in flight, never enough to fill the batch
+# or the KV cache however slow the machine. Heavy and long answers offer more
+# completions than the LLM serves, with a bound on those in flight: its batch stays at
+# its cap (or at what the KV cache holds) with a few waiting, however fast or loaded this
+# machine is. Overload has no bound: its queue grows until its latency saturates the
+# budget. Embeddings come 4 texts a request when they come fast, so that the HTTP work of
+# the requests leaves a loaded machine's CPU to the batches.
 PHASES = (
-    Phase("light", 60, 5, "128,256,384", 3, 0.5, 1),
+    Phase("light", 90, 5, "128,256,384", 3, 0.5, 1),
     Phase("heavy", 60, 40, "32,96,192", 12, 15, 4),
-    Phase("long answers", 45, 6, "128,768", 8, 2, 4),
+    Phase("long answers", 60, 6, "128,768", 8, 2, 4),
     Phase("overload", 90, 40, "64,256,400", None, 30, 4),
 )
 

@@ -23,7 +23,7 @@ from batchscope.dashboard.states import STATES
 from batchscope.demo_server.names import MODEL_NAME
 from tests.support import chromium
 from tests.support.demo_process import running_demo_server
-from tests.support.demo_walk import open_folded
+from tests.support.live_page import open_folded
 from tests.support.network import free_port, wait_http
 from tests.support.paths import REPO
 

@@ -21,7 +21,8 @@ import struct
 import pytest
 
 from tests.support.demo_phases import PHASE_NAMES
-from tests.support.demo_walk import FIRST_SCREEN, VIEWPORT, screenshot_name, walk
+from tests.support.demo_walk import screenshot_name, walk
+from tests.support.live_page import FIRST_SCREEN, VIEWPORT
 
 pytestmark = pytest.mark.slow
 

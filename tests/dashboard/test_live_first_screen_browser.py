@@ -15,7 +15,7 @@ import pytest
 
 from batchscope.dashboard.headline import HEADLINE_WORDS
 from tests.support import chromium
-from tests.support.demo_walk import (
+from tests.support.live_page import (
     FIRST_SCREEN,
     first_screen_problems,
     open_folded,

@@ -45,20 +45,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from batchscope.dashboard.client import get_json
-from batchscope.dashboard.next_steps import next_step
 from tests.support import chromium
 from tests.support.demo_phases import LLM, LOAD_STOPPED, SHOWS, Targets
+from tests.support.live_page import (
+    FIRST_SCREEN,
+    WholePageReader,
+    chip,
+    first_screen_problems,
+    open_live_page,
+    read_first_screen,
+    signals_problems,
+)
 from tests.support.network import free_port
 from tests.support.paths import REPO
 
-VIEWPORT = {"width": 1400, "height": 2400}
-FIRST_SCREEN = {"width": 1400, "height": 900}
-HEADLINE_WORDS = 12
-SCROLL_TO_TOP = """() => document.querySelectorAll('*').forEach(e => {
-  if (e.scrollTop) e.scrollTop = 0;
-})"""
-# The Live page's last folded box: drawn, the boxes above it are too.
-LAST_FOLDED = "All charts over the range"
 PHASE_LINE = re.compile(r"demo: phase (?P<name>[a-z ]+): .*, (?P<seconds>[0-9.]+) s$")
 READY_LINE = "demo: dashboard ready"
 # A phase is looked at from this share of its length (its load has started, the exporter
@@ -66,110 +66,6 @@ READY_LINE = "demo: dashboard ready"
 LOOK_FROM_SHARE = 1 / 3
 LOOK_UNTIL_SHARE = 0.9
 POLL_SECONDS = 1.0
-SELECT_TRIES = 5
-NOTHING_TO_FIX = "nothing to fix"
-CHIP = ".st-key-live_state .stMarkdownBadge"
-
-# The page's own numbers, read in the browser: each tile's value and whether it is cut
-# off, the budget used tile, the fleet table's width against its frame, and every cell
-# of the table as glide-data-grid lays it out for screen readers.
-READ_PAGE = """() => {
-  const tiles = [...document.querySelectorAll('[data-testid="stMetric"]')].map(m => {
-    const label = m.querySelector('[data-testid="stMetricLabel"]')?.innerText.trim() ?? '';
-    const value = m.querySelector('[data-testid="stMetricValue"]');
-    const inner = value?.querySelector('div') ?? value;
-    return {label, value: inner?.innerText ?? '',
-            cut: inner ? inner.scrollWidth > inner.clientWidth + 1 : false};
-  });
-  const grid = document.querySelector('[data-testid="stDataFrame"]');
-  const scroller = grid?.querySelector('.dvn-scroller');
-  const cells = grid ? [...grid.querySelectorAll('td, [role="gridcell"]')].map(c => c.innerText) : [];
-  return {tiles,
-          table: scroller ? {scroll: scroller.scrollWidth, frame: scroller.clientWidth} : null,
-          cells};
-}"""
-
-
-# The first screen as a user sees it without scrolling: the text fully inside the window,
-# the state chip and headline of the selected target, the overview chart's drawn traces,
-# and the lines each saturation banner takes.
-READ_FIRST_SCREEN = """() => {
-  const fold = window.innerHeight;
-  const inside = r => r.width > 1 && r.height > 1 && r.top >= 0 && r.bottom <= fold
-    && r.left >= 0 && r.right <= window.innerWidth;
-  const seen = el => el != null && inside(el.getBoundingClientRect());
-  const lines = el => {
-    const range = document.createRange();
-    range.selectNodeContents(el);
-    const rects = [...range.getClientRects()].filter(r => r.width > 0);
-    const middles = rects.map(r => (r.top + r.bottom) / 2).sort((a, b) => a - b);
-    const height = Math.min(...rects.map(r => r.height));
-    return middles.filter((m, i) => i === 0 || m - middles[i - 1] > height / 2).length;
-  };
-  const words = [];
-  const walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
-  for (let node = walker.nextNode(); node; node = walker.nextNode()) {
-    if (!node.textContent.trim()) continue;
-    const range = document.createRange();
-    range.selectNodeContents(node);
-    if (inside(range.getBoundingClientRect())) words.push(node.textContent.trim());
-  }
-  const state = sel => [...document.querySelectorAll(`.st-key-live_state ${sel}`)];
-  const chip = state('.stMarkdownBadge').find(seen);
-  const headline = state('[data-testid="stMarkdownContainer"]')
-    .find(m => !m.querySelector('.stMarkdownBadge') && seen(m));
-  // Streamlit keeps a replaced element, hidden, while it redraws: the one in sight counts.
-  const plot = [...document.querySelectorAll('.st-key-live_overview .js-plotly-plot')]
-    .find(seen);
-  const labels = [...document.querySelectorAll('[data-testid="stExpander"] summary')]
-    .filter(s => s.innerText.includes('Budget saturated'))
-    .map(s => s.querySelector('[data-testid="stMarkdownContainer"]'));
-  const more = [...document.querySelectorAll('[data-testid="stAlert"]')]
-    .filter(a => a.innerText.includes('more targets have a saturated budget'));
-  return {
-    text: words.join('\\n'),
-    chip: seen(chip) ? chip.innerText.trim() : '',
-    headline: seen(headline) ? headline.innerText.trim() : '',
-    chart: seen(plot) ? plot.querySelectorAll('.scatterlayer .trace').length : 0,
-    banners: [...labels, ...more].filter(Boolean)
-      .map(b => ({text: b.innerText.trim(), lines: lines(b)})),
-  };
-}"""
-
-
-def first_screen_problems(read: dict) -> list[str]:
-    """What the first screen (its READ_FIRST_SCREEN numbers) misses of one that answers
-    the question without scrolling."""
-    problems = []
-    if not read["chip"]:
-        problems.append("no state chip above the fold")
-    words = len(read["headline"].split())
-    if not words:
-        problems.append("no headline above the fold")
-    elif words > HEADLINE_WORDS:
-        problems.append(f"a headline of {words} words: {read['headline']!r}")
-    if not read["chart"]:
-        problems.append("no chart drawn above the fold")
-    for banner in read["banners"]:
-        if banner["lines"] > 1:
-            problems.append(f"a banner of {banner['lines']} lines: {banner['text']!r}")
-    if re.search(r"seed", read["text"], re.IGNORECASE):
-        problems.append("'seed' above the fold")
-    if re.search(r"\bNone\b", read["text"]):
-        problems.append("None above the fold")
-    return problems
-
-
-def open_folded(page) -> None:
-    """Open every folded box of the Live page, as a user reading on would (once the last
-    of them is drawn)."""
-    page.get_by_text(LAST_FOLDED).wait_for(timeout=120_000)
-    folded = page.locator('[data-testid="stExpander"] details:not([open]) > summary:visible')
-    deadline = time.monotonic() + 60
-    while folded.count() and time.monotonic() < deadline:
-        folded.first.click()
-    # Back to the top: the page scrolls itself, not the window, as the boxes open.
-    page.evaluate(SCROLL_TO_TOP)
 
 
 @dataclass
@@ -187,41 +83,6 @@ class PhaseView:
     # What each look found lacking, with the seconds into the phase it looked at.
     looks: list[tuple[float, list[str]]] = field(default_factory=list)
     headline: str = ""
-
-
-def page_problems(text: str, read: dict) -> list[str]:
-    """What a reader must never see, on one view of the page (its text and its READ_PAGE
-    numbers)."""
-    problems = []
-    if re.search(r"\bNone\b", text) or any(re.search(r"\bNone\b", c) for c in read["cells"]):
-        problems.append("the page shows None")
-    for tile in read["tiles"]:
-        if tile["cut"]:
-            problems.append(f"the tile {tile['label']!r} is cut off ({tile['value']!r})")
-    used = [t["value"] for t in read["tiles"] if t["label"] == "budget used"]
-    over = bool(used) and used[0].endswith("%") and float(used[0].rstrip("%")) > 100
-    next_line = next((line for line in text.splitlines() if line.startswith("Next:")), "")
-    if over and NOTHING_TO_FIX in next_line:
-        problems.append(f"'nothing to fix' beside a budget used of {used[0]}")
-    table = read["table"]
-    if table is None:
-        problems.append("no fleet table")
-    elif table["scroll"] > table["frame"] + 2:
-        problems.append(f"the fleet table is {table['scroll']} px wide in {table['frame']} px")
-    return problems
-
-
-def signals_problems(exporter: str) -> list[str]:
-    """ "Nothing to fix" beside a budget used above 100% for any target or model the
-    exporter judges now (what the page would show for it)."""
-    problems = []
-    for target in get_json(f"{exporter}/api/v1/signals")["targets"]:
-        for series in (target["total"], *target["series"]):
-            used = series.get("budget_utilization")
-            state = (series.get("diagnosis") or {}).get("state", "")
-            if used is not None and used > 1 and NOTHING_TO_FIX in next_step(state):
-                problems.append(f"{target['target']}: {state} beside a budget used of {used:.0%}")
-    return problems
 
 
 def targets(exporter: str) -> Targets:
@@ -279,61 +140,6 @@ def next_line(
             return found, at
 
 
-def open_live_page(page, dashboard: str) -> None:
-    """The Live page loaded at 1400x900, the LLM chosen in its target selector (the choice
-    survives the page's own refreshes). A refresh that redraws the selector while it is
-    open closes it: the choice is made again until the LLM's panel shows."""
-    from playwright.sync_api import TimeoutError as PlaywrightTimeout
-
-    page.set_viewport_size(FIRST_SCREEN)
-    page.goto(dashboard, wait_until="domcontentloaded", timeout=120_000)
-    page.get_by_text("Fleet, worst first").wait_for(timeout=120_000)
-    for _ in range(SELECT_TRIES):
-        try:
-            page.get_by_test_id("stSelectbox").filter(has_text="matching").click(timeout=20_000)
-            page.get_by_role("option", name=LLM, exact=True).click(timeout=5_000)
-            page.get_by_text(f"Target {LLM}", exact=True).wait_for(timeout=20_000)
-            page.evaluate("document.activeElement?.blur()")  # no focus ring in the pictures
-            return
-        except PlaywrightTimeout:
-            page.keyboard.press("Escape")
-    raise TimeoutError(f"the Live page's target selector never showed {LLM}")
-
-
-def read_first_screen(page, screenshot: Path) -> dict:
-    """The first screen of the Live page shown, once drawn: its READ_FIRST_SCREEN numbers;
-    that screen saved."""
-    page.locator(CHIP).first.wait_for(timeout=120_000)
-    page.locator(".st-key-live_overview .js-plotly-plot .scatterlayer .trace").first.wait_for(
-        state="attached", timeout=120_000
-    )
-    # The fleet table's grid mounts after its heading, later on a starved machine.
-    page.locator('[data-testid="stDataFrame"] .dvn-scroller').first.wait_for(timeout=120_000)
-    time.sleep(2)  # plotly's drawing settles
-    page.screenshot(path=str(screenshot))
-    return page.evaluate(READ_FIRST_SCREEN)
-
-
-def read_whole_page(page, screenshot: Path | None) -> tuple[str, dict]:
-    """With every folded box open: the page's text and its READ_PAGE numbers; a
-    full-page screenshot saved where asked."""
-    open_folded(page)
-    page.set_viewport_size(VIEWPORT)
-    page.locator(".js-plotly-plot:visible").nth(3).wait_for(timeout=120_000)
-    page.get_by_text("Over the last").first.wait_for(timeout=120_000)
-    page.evaluate(SCROLL_TO_TOP)
-    time.sleep(2)  # plotly's drawing settles
-    if screenshot is not None:
-        page.screenshot(path=str(screenshot), full_page=True)
-    return page.inner_text("body"), page.evaluate(READ_PAGE)
-
-
-def chip(page) -> str:
-    """The state chip of the selected target, as the page shows it now."""
-    badge = page.locator(CHIP)
-    return badge.first.inner_text(timeout=10_000) if badge.count() else ""
-
-
 def watch_phase(
     page, exporter: str, name: str, started: float, seconds: float
 ) -> list[tuple[float, list[str]]]:
@@ -345,6 +151,9 @@ def watch_phase(
     give_up = started + LOOK_UNTIL_SHARE * seconds
     looks = []
     while True:
+        if time.monotonic() > started + seconds:
+            late = time.monotonic() - started - seconds
+            return [*looks, (round(late + seconds, 1), [f"looked at {late:.0f} s after it ended"])]
         unmet = shows.check(targets(exporter))
         if not unmet:
             unmet = shows.page_unmet(chip(page), page.inner_text("body"))
@@ -364,21 +173,16 @@ class Phase:
     started: float
 
 
-def view(page, exporter: str, phase: Phase, shots: Path, full_pages: Path | None) -> PhaseView:
-    """One phase watched until it shows its name (or gives up), its first screen saved
-    and read, then the whole page and the exporter's signals looked over."""
+def view(page, exporter: str, phase: Phase, shot: Path) -> PhaseView:
+    """One phase watched until it shows its name (or gives up), its first screen saved to
+    `shot` and read, and the exporter's signals looked over."""
     looks = watch_phase(page, exporter, phase.name, phase.started, phase.seconds)
-    shot = shots / screenshot_name(phase.name)
     first = read_first_screen(page, shot)
     seen = PhaseView(phase.name, shot, shown_state=first["chip"], headline=first["headline"])
     seen.looks, seen.unmet = looks, looks[-1][1]
     if not seen.unmet:  # still shown once drawn: the picture is of the phase shown
         seen.unmet = SHOWS[phase.name].page_unmet(first["chip"], first["text"])
-    full = None if full_pages is None else full_pages / screenshot_name(phase.name)
-    text, read = read_whole_page(page, full)
-    seen.problems = (
-        first_screen_problems(first) + page_problems(text, read) + signals_problems(exporter)
-    )
+    seen.problems = first_screen_problems(first) + signals_problems(exporter)
     return seen
 
 
@@ -403,8 +207,8 @@ def walk(
 ) -> list[PhaseView]:
     """The first `phases` phases of `make demo` at `scale` (its four, by default), each
     phase's first screen saved to `screenshots` / `screenshot_name(phase)` once it shows
-    its name, and its whole page to `full_pages` where given. Between phases the page is
-    loaded afresh, its boxes folded again."""
+    its name; its whole page read over and over beside it (`WholePageReader`), the first
+    read of each phase saved to `full_pages` where given."""
     from playwright.sync_api import sync_playwright
 
     views = []
@@ -413,17 +217,20 @@ def walk(
         browser = p.chromium.launch(executable_path=chromium.EXECUTABLE, args=chromium.ARGS)
         page = browser.new_page(viewport=FIRST_SCREEN)
         next_line(lines, time.monotonic() + 300, log, re.compile(re.escape(READY_LINE)))
-        open_live_page(page, dashboard)
+        whole_pages = WholePageReader(dashboard, LLM)
+        open_live_page(page, dashboard, LLM)
         deadline = time.monotonic() + 120
-        for index in range(phases):
+        for _ in range(phases):
             found, started = next_line(lines, deadline, log, PHASE_LINE)
             phase = Phase(found["name"], float(found["seconds"]), started)
-            views.append(view(page, exporter, phase, screenshots, full_pages))
-            if index < phases - 1:
-                open_live_page(page, dashboard)
+            full = None if full_pages is None else full_pages / screenshot_name(phase.name)
+            whole_pages.begin(phase.name, started, phase.seconds, full)
+            views.append(view(page, exporter, phase, screenshots / screenshot_name(phase.name)))
             deadline = started + phase.seconds + 120
         next_line(lines, deadline, log, PHASE_LINE)  # the last phase ran to its end
+        read = whole_pages.finish()
         browser.close()
     for seen, stopped in zip(views, stopped_loads(log, len(views)), strict=True):
         seen.stopped_load = stopped
+        seen.problems += read[seen.phase]
     return views
