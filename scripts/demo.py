@@ -14,10 +14,11 @@ through four phases, each named for what the dashboard then shows:
 
 The LLM (vLLM's metric names, a 10 s budget) runs on this machine's CPU. The embeddings
 batcher runs on a simulated H200, 100 times slower than the real one, with its budget and
-traffic scaled to match (1 s, a real H200's 10 ms): on a CPU a batch of embeddings costs about
-in proportion to its size, so batching buys nothing there to show, while the simulated
-device's cost is nearly flat in the batch size, as a GPU's is. The printout and the
-target's name say so.
+traffic scaled to match (1 s, a real H200's 10 ms): on a CPU a batch of embeddings costs
+about in proportion to its size, so batching buys nothing there to show, while the
+simulated device's cost is nearly flat in the batch size, as a GPU's is. The printout
+and the target's name say so. Each runs in its own demo server, so neither waits on the
+other's Python.
 
 Each phase lasts its length; a load generator that stops before its phase ends is
 reported with the end of its log. Logs of every process are kept in a folder the demo
