@@ -184,7 +184,9 @@ def test_rules_and_monitors_carry_the_release_label_kube_prometheus_stack_select
     assert len(selected) == 7
     assert all(o["metadata"]["labels"]["release"] == "kube-prometheus-stack" for o in selected)
     # Another release: the same objects, labelled for it alone.
-    assert build.main(["--out", str(tmp_path), "--label", "release=prom", "--label", "team=ml"]) == 0
+    assert (
+        build.main(["--out", str(tmp_path), "--label", "release=prom", "--label", "team=ml"]) == 0
+    )
     relabelled = [o for _, o in objects(tmp_path) if o["kind"] in MONITORING_KINDS]
     assert len(relabelled) == 7
     for obj in relabelled:
