@@ -131,6 +131,11 @@ def _load(base_url: str, endpoint: str, rate: str, seconds: int) -> subprocess.P
     )
 
 
+# Panels of signals an engine shows only with a feature on (prefix caching, speculative
+# decoding); every other panel must fill from the demo server.
+NEEDS_ENGINE_FEATURE = {"Prefix cache hits", "Draft tokens accepted"}
+
+
 def _panel_queries() -> list[tuple[str, str, str]]:
     found = []
     for path in sorted((ROOT / "dashboards").glob("*.json")):
@@ -273,9 +278,12 @@ def test_every_panel_fills_and_saturation_and_slo_burn_reach_the_webhook_both_wa
                 for load in loads:
                     load.terminate()
                     load.wait()
-    assert empty == {}, f"panels with no data: {json.dumps(list(empty.items()), indent=1)}"
+    # The demo server has no prefix cache and no draft model, so those two panels stay
+    # empty here; test_cache_signals_e2e reads both signals from a real vLLM that has them.
+    unfilled = {key: exprs for key, exprs in empty.items() if key[1] not in NEEDS_ENGINE_FEATURE}
+    assert unfilled == {}, f"panels with no data: {json.dumps(list(unfilled.items()), indent=1)}"
     print(
         f"\nSLO burn at both webhooks {burning_after:.0f} s and saturation "
         f"{saturated_after:.0f} s after load began; "
-        f"{len(_panel_queries())} panel queries, all with data"
+        f"{len(_panel_queries())} panel queries, all with data but {sorted(empty)}"
     )
