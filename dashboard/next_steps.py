@@ -53,6 +53,9 @@ NEXT_STEP: dict[str, str] = {
     "read. For vLLM, configure the target's max_num_batched_tokens so the token budget can "
     "be judged; for an in-house batcher, look at its max wait and budget. Change one "
     "setting at a time.",
+    "routing": "One replica (or data-parallel rank) queues at its limit while another "
+    "idles: balance the requests (least-outstanding requests, or vLLM's data-parallel load "
+    "balancer) before adding replicas; the replica count recommends none for it.",
     "queueing": "Requests wait and no cap is configured: set the target's cap (vLLM's "
     "--max-num-seqs) so the exporter can tell a full batch from a limited one.",
     "underloaded": "Batches are small because there is little traffic now: nothing to fix at "

@@ -29,6 +29,7 @@ STATES: dict[str, StateLook] = {
     "work_too_slow": StateLook("too slow for the budget", "orange", "#b45309", 3),
     "over_budget": StateLook("over budget", "orange", "#f97316", 3),
     "preempting": StateLook("preempting", "yellow", "#ca8a04", 4),
+    "routing": StateLook("routed unevenly", "blue", "#4f46e5", 5),
     "batch_limited": StateLook("batch-limited", "blue", "#2563eb", 5),
     "queueing": StateLook("queueing", "blue", "#0891b2", 6),
     "underloaded": StateLook("underloaded", "gray", "#64748b", 8),

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field, make_dataclass
 from typing import Any
 
 from batchscope.exporter.core.advice import Advice
+from batchscope.exporter.core.demand import demand, replica_capacity
 from batchscope.exporter.core.diagnosis import Diagnosis
 from batchscope.exporter.core.families import (
     ADVICE,
@@ -526,6 +527,22 @@ SERIES: tuple[Signal, ...] = (
         "the sampled running gauge.",
         lambda w: batch_size_distribution(w.running_samples, w.increase("batch_size")),
         default=field(default_factory=list),
+    ),
+    Signal(
+        "demand",
+        "demand",
+        "demand",
+        "What the series was asked per second over the window: requests finished, refused "
+        "at admission, and the growth of those running and waiting (a batcher: items).",
+        demand,
+    ),
+    Signal(
+        "replica_capacity",
+        "replica capacity",
+        "capacity",
+        "What the series serves per second within the budget at its binding limit, with "
+        "its inputs and confidence (the model's replica count divides demand by it).",
+        replica_capacity,
     ),
     Signal(
         "diagnosis",

@@ -38,6 +38,7 @@ DIAGNOSIS_STATES = (
     "work_too_slow",
     "over_budget",
     "healthy",
+    "routing",
     "batch_limited",
     "queueing",
     "underloaded",

@@ -19,6 +19,7 @@ from batchscope.exporter.core.diagnosis import (
     unreadable_diagnosis,
 )
 from batchscope.exporter.core.reading import IncreaseOf, read_window
+from batchscope.exporter.core.replicas import routing_diagnosis
 from batchscope.exporter.core.signals import (
     SaturationState,
     SignalSettings,
@@ -34,6 +35,8 @@ from batchscope.exporter.core.window import Window
 __all__ = ["SeriesSignals", "TargetSignals", "TargetIdentity", "evaluate_window"]
 
 TOTAL: LabelKey = ()
+# A total in one of these states says something a routing problem does not explain.
+UNROUTED_STATES = ("down", "unreadable", "no_data", "idle", "stalled")
 
 
 # Not frozen: one or two built at every evaluation, and a frozen dataclass's __init__ costs
@@ -226,7 +229,9 @@ def evaluate_window(
     scrapes in a row continue them, however late the second. Series absent from the newest snapshot
     (a model
     that was unloaded) are dropped; the total is computed like any series, over the
-    merged series of each scrape, so its own saturation state is kept under key ().
+    merged series of each scrape, so its own saturation state is kept under key (). A
+    total whose series of one model (data-parallel engines) hold one queueing at its limit
+    while another idles is diagnosed `routing` (`replicas.routing_diagnosis`).
     A target whose every scrape held the same one series, with a total that is that
     series but its labels, in the same saturation state, has the series' signals as its
     total: computing them again would give the same.
@@ -276,6 +281,10 @@ def evaluate_window(
             window.total_slo_history(),
             total_track.counter_increases(),
         )
+    if len(series) > 1 and total.diagnosis.state not in UNROUTED_STATES:
+        routed = routing_diagnosis(target.name, series)
+        if routed is not None:
+            total = replace(total, diagnosis=routed)
     return (
         target.signals(latest.t, True, None, tuple(series), total, latest.scrape_seconds),
         next_states,

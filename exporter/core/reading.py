@@ -495,6 +495,9 @@ def read_window(
     def increase(name: str) -> Histogram | None:
         if increase_of is not None:
             return increase_of(name)
+        kind = name.removeprefix(latency_histogram(""))
+        if kind != name:
+            return histogram_increase([p.latency.get(kind) for p in snapshots])
         return histogram_increase([getattr(p, name) for p in snapshots])
 
     w.increase = increase

@@ -15,6 +15,7 @@ import functools
 from collections.abc import Sequence
 from types import ModuleType
 
+from batchscope.exporter.core.demand import QUEUED_KINDS
 from batchscope.exporter.core.snapshot import SeriesSnapshot, join_series
 from batchscope.exporter.engines import (
     inhouse,
@@ -68,11 +69,13 @@ def _registered(text: str, families: Sequence[str]) -> bool:
 
 def families_read(adapter: ModuleType, latency_kind: str | None) -> list[str]:
     """The families to parse for one adapter: all, or with `latency_kind` given, only that
-    latency histogram and e2e (adapters count finished requests from it) of the latency
-    ones. Parsing a histogram nobody reads is most of a payload's cost."""
+    latency histogram, its service part (the replica count's headroom reads it) and e2e
+    (adapters count finished requests from it) of the latency ones. Parsing a histogram
+    nobody reads is most of a payload's cost."""
     if latency_kind is None:
         return list(adapter.FAMILIES)
-    wanted = {adapter.LATENCY_FAMILIES.get(kind) for kind in ("e2e", latency_kind)}
+    kinds = ("e2e", latency_kind, QUEUED_KINDS.get(latency_kind))
+    wanted = {adapter.LATENCY_FAMILIES.get(kind) for kind in kinds if kind is not None}
     unread = set(adapter.LATENCY_FAMILIES.values()) - wanted
     return [f for f in adapter.FAMILIES if f not in unread]
 
