@@ -35,7 +35,9 @@ from batchscope.exporter.config.line_numbered import (
     sequence,
     wrong_type,
 )
+from batchscope.exporter.config.models import read_models
 from batchscope.exporter.config.reserved_labels import RESERVED_LABELS
+from batchscope.exporter.core.replicas import DEFAULT_SCALE_DOWN_SECONDS
 from batchscope.exporter.core.signals import DEFAULT_HOLD_SECONDS, DEFAULT_INTERVAL_SECONDS
 from batchscope.exporter.core.slo import DEFAULT_PERIOD_DAYS
 from batchscope.exporter.engines import engine_choices, latency_kinds
@@ -155,6 +157,14 @@ def _count(value: object) -> int:
         raise _wrong_type(value, "a whole number")
     if value < 1:
         raise _Invalid(f"must be >= 1 (got {value})")
+    return value
+
+
+def _whole(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _wrong_type(value, "a whole number")
+    if value < 0:
+        raise _Invalid(f"must be >= 0 (got {value})")
     return value
 
 
@@ -290,6 +300,7 @@ TARGET_GROUP = "target (one server; use --config for a fleet)"
 FLEET_GROUP = "fleet and exporter"
 ENDPOINTS_GROUP = "the exporter's own endpoints (off by default; advised beyond 127.0.0.1)"
 HISTORY_GROUP = "history and alerts"
+REPLICAS_GROUP = "replica count (per model)"
 
 
 @dataclass(frozen=True)
@@ -418,6 +429,16 @@ class Target:
         metavar="SHARE",
         help="share of requests promised within the latency budget, e.g. 0.99: burn rates, "
         "error budget and the SLO burn alerts (default: none, no SLO)",
+    )
+    # The model it serves, where the engine's labels do not say (or say it differently):
+    # the replica count groups targets by it.
+    model: str | None = _configured(
+        None,
+        parse=_name,
+        flag="--model",
+        metavar="NAME",
+        help="the model this target serves, for the replica count (default: the engine's "
+        "model_name label)",
     )
     auth: Auth | None = None
     labels: tuple[tuple[str, str], ...] = ()
@@ -594,6 +615,40 @@ class Settings:
         "hashmod): N exporters with 0/N .. N-1/N share one fleet file",
     )
 
+    min_replicas: int = _configured(
+        1,
+        parse=_whole,
+        flag="--min-replicas",
+        type=int,
+        metavar="N",
+        group=REPLICAS_GROUP,
+        help="fewest replicas recommended for a model, and the count while it is idle "
+        "(default: {default}; per model: models: in the fleet file)",
+    )
+    max_replicas: int | None = _configured(
+        None,
+        parse=_count,
+        flag="--max-replicas",
+        type=int,
+        metavar="N",
+        group=REPLICAS_GROUP,
+        help="most replicas recommended for a model (default: none; per model: models: in "
+        "the fleet file)",
+    )
+    scale_down_seconds: float = _configured(
+        DEFAULT_SCALE_DOWN_SECONDS,
+        parse=_non_negative,
+        flag="--scale-down-seconds",
+        type=float,
+        metavar="S",
+        group=REPLICAS_GROUP,
+        help="how long a lower replica count must hold before it is recommended (default: "
+        "{default:g}; a higher one holds for --hold-seconds)",
+    )
+    # Per model (the fleet file's `models:`): (model, min_replicas, max_replicas), each
+    # None where the model takes the setting above.
+    models: tuple[tuple[str, int | None, int | None], ...] = ()
+
     def in_shard(self, name: str) -> bool:
         """Whether this exporter monitors the target `name`: always without a shard, else
         when md5(name)'s last 8 bytes modulo N are K, as Prometheus's hashmod computes."""
@@ -659,12 +714,22 @@ def target_from_values(given: Mapping[str, Sourced]) -> Target:
 
 
 def settings_from_values(
-    raw: Mapping[str, Sourced], targets: tuple[Target, ...], file_sd: tuple[str, ...]
+    raw: Mapping[str, Sourced],
+    targets: tuple[Target, ...],
+    file_sd: tuple[str, ...],
+    models: tuple[tuple[str, int | None, int | None], ...] = (),
 ) -> Settings:
     """Settings from sourced values, checked one by one and against each other."""
     parsed = _parse(raw, _SETTINGS_FIELDS)
-    settings = Settings(targets=targets, file_sd=file_sd, **parsed)
+    settings = Settings(targets=targets, file_sd=file_sd, models=models, **parsed)
     origins = {key: origin for key, (_, origin) in raw.items()}
+    high = settings.max_replicas
+    if high is not None and high < settings.min_replicas:
+        given = "max_replicas" if "max_replicas" in origins else "min_replicas"
+        raise ConfigError(
+            f"{origins[given]}: max_replicas ({high}) must be >= min_replicas "
+            f"({settings.min_replicas})"
+        )
     interval = settings.interval_seconds
     if settings.window_seconds < interval:
         if "window_seconds" in origins:
@@ -703,7 +768,7 @@ def _reject_reserved_labels(labels: Mapping[str, Sourced]) -> None:
 # ---------------------------------------------------------------- the YAML file
 
 _TARGET_KEYS = (*_TARGET_FIELDS, "auth", "labels")
-_TOP_KEYS = ("targets", "file_sd", *_SETTINGS_FIELDS)
+_TOP_KEYS = ("targets", "file_sd", "models", *_SETTINGS_FIELDS)
 
 
 def _resolve(base: Path, path: str) -> str:
@@ -836,7 +901,8 @@ def _load_config(path: Path, overrides: Mapping[str, object]) -> Settings:
             )
         if value is not None:
             raw[key] = (value, SETTINGS_FLAGS[key])
-    return settings_from_values(raw, tuple(targets), tuple(file_sd))
+    models = read_models(entries["models"], source) if "models" in entries else ()
+    return settings_from_values(raw, tuple(targets), tuple(file_sd), models)
 
 
 def _claim_name(

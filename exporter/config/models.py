@@ -1,0 +1,57 @@
+"""The fleet file's `models:`: each model's bounds on the replica count.
+
+    models:
+      llama-3-8b: {min_replicas: 2, max_replicas: 12}
+      embedder: {max_replicas: 4}
+
+A key a model leaves out takes the setting for every model (`min_replicas`,
+`max_replicas`). Pure parsing: a problem raises DocumentError naming the file, the line
+and the key path.
+"""
+
+from __future__ import annotations
+
+from batchscope.exporter.config.line_numbered import (
+    DocumentError,
+    Node,
+    child_path,
+    location,
+    mapping,
+    wrong_type,
+)
+
+MODEL_KEYS = ("min_replicas", "max_replicas")
+# The least each key may be: a model may be scaled to zero, never given at most none.
+LEAST = {"min_replicas": 0, "max_replicas": 1}
+
+ModelBounds = tuple[str, int | None, int | None]
+
+
+def _whole(node: Node, source: str, path: str, key: str) -> int:
+    value = node.value
+    where = location(source, node.line, path)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise DocumentError(f"{where}: {wrong_type(value, 'a whole number')}")
+    if value < LEAST[key]:
+        raise DocumentError(f"{where}: must be >= {LEAST[key]} (got {value})")
+    return value
+
+
+def read_models(node: Node, source: str) -> tuple[ModelBounds, ...]:
+    """Each model's (name, min_replicas, max_replicas) under `models:`, in the file's order."""
+    if not isinstance(node.value, dict):
+        raise DocumentError(
+            f"{location(source, node.line, 'models')}: "
+            f"{wrong_type(node.value, 'a mapping of model names')}"
+        )
+    found = []
+    for name, entry in node.value.items():
+        path = child_path("models", str(name))
+        keys = mapping(entry, source, path, MODEL_KEYS)
+        given = {key: _whole(keys[key], source, child_path(path, key), key) for key in keys}
+        low, high = given.get("min_replicas"), given.get("max_replicas")
+        if low is not None and high is not None and high < low:
+            where = location(source, keys["max_replicas"].line, child_path(path, "max_replicas"))
+            raise DocumentError(f"{where}: must be >= min_replicas ({low}) (got {high})")
+        found.append((str(name), low, high))
+    return tuple(found)
