@@ -119,3 +119,49 @@ WINDOW_RESETS = Family(
 
 # The `bound` label of an estimate with bounds.
 BOUNDS = ("estimate", "lower", "upper")
+
+# A model's replica count (exporter/core/replicas.py): one sample a model, labelled
+# `model_name` alone (no `target`: a model's replicas span targets).
+DESIRED_REPLICAS = Family(
+    "batchscope_desired_replicas",
+    "Replicas the model needs, held against flapping (up after the saturation hold, down "
+    "after the scale-down window), within its min and max; absent while unknown or stale.",
+    labels=("model_name",),
+)
+NEEDED_REPLICAS = Family(
+    "batchscope_needed_replicas",
+    "Replicas the model needs now, before the hold: its demand over a replica's capacity "
+    "within the budget, rounded up and bounded (the recording rules' count).",
+    labels=("model_name",),
+)
+CURRENT_REPLICAS = Family(
+    "batchscope_replicas",
+    "Replicas serving the model now: its targets, or vLLM data-parallel engine series.",
+    labels=("model_name",),
+)
+MODEL_DEMAND = Family(
+    "batchscope_model_demand_per_second",
+    "The model's demand over the window: requests finished, refused at admission, and the "
+    "growth of those running and waiting, per second, over its replicas.",
+    labels=("model_name",),
+)
+REPLICA_CAPACITY = Family(
+    "batchscope_replica_capacity",
+    "Requests per second one replica of the model serves within the latency budget at its "
+    "binding limit (limit label, as batchscope_binding_limit names it).",
+    labels=("model_name", "limit"),
+)
+REPLICAS_STALE = Family(
+    "batchscope_desired_replicas_stale",
+    "1 while no replica of the model has been read for longer than the staleness: "
+    "batchscope_desired_replicas is absent then.",
+    labels=("model_name",),
+)
+MODEL_FAMILIES = (
+    DESIRED_REPLICAS,
+    NEEDED_REPLICAS,
+    CURRENT_REPLICAS,
+    MODEL_DEMAND,
+    REPLICA_CAPACITY,
+    REPLICAS_STALE,
+)

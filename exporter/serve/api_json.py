@@ -20,9 +20,11 @@ from typing import Any
 from batchscope.exporter.config.settings import Settings, Target, config_fields, redacted_url
 from batchscope.exporter.core.advice import Advice, AdviceItem
 from batchscope.exporter.core.catalog import HISTORY_COLUMNS, HISTORY_FLAGS, SUMMARY_FIELDS
+from batchscope.exporter.core.demand import Demand, ReplicaCapacity
 from batchscope.exporter.core.diagnosis import Diagnosis
 from batchscope.exporter.core.evaluate import SeriesSignals, TargetSignals
 from batchscope.exporter.core.limits import LimitReading, Limits
+from batchscope.exporter.core.replicas import ModelReplicas, Replica, ReplicaSettings
 from batchscope.exporter.core.slo import Attainment, Bounded, SloStatus
 
 API_VERSION = 1
@@ -89,7 +91,36 @@ def series_json(series: SeriesSignals) -> dict[str, Any]:
     out["slo_attainment"] = attainment_json(series.slo_attainment)
     out["goodput_per_second"] = bounded_json(series.goodput_per_second)
     out["slo"] = slo_json(series.slo)
+    out["demand"] = demand_json(series.demand)
+    out["replica_capacity"] = capacity_json(series.replica_capacity)
     return out
+
+
+def demand_json(demand: Demand | None) -> dict[str, Any] | None:
+    """A replica's demand over the window: per second, and its inputs."""
+    if demand is None:
+        return None
+    return {"per_second": demand.per_second, "unit": demand.unit, "inputs": demand.inputs()}
+
+
+def capacity_json(capacity: ReplicaCapacity | None) -> dict[str, Any] | None:
+    """What a replica serves within the budget at its binding limit, as the advice says a
+    number: its value, inputs, confidence, caveats and sentence."""
+    if capacity is None:
+        return None
+    return {
+        "per_second": capacity.per_second,
+        "unit": capacity.unit,
+        "limit": capacity.limit,
+        "at_limit_per_second": capacity.at_limit_per_second,
+        "concurrency": capacity.concurrency,
+        "slot_seconds": capacity.slot_seconds,
+        "headroom": capacity.headroom,
+        "inputs": dict(capacity.inputs),
+        "confidence": capacity.confidence,
+        "caveats": list(capacity.caveats),
+        "text": capacity.text,
+    }
 
 
 def bounded_json(value: Bounded | None) -> dict[str, float] | None:
@@ -242,6 +273,77 @@ def advice_response(generated_at: float, targets: Iterable[TargetSignals]) -> di
                 }
                 for t in targets
             ],
+        }
+    )
+
+
+# ---------------------------------------------------------------- /api/v1/replicas
+
+
+def replica_json(replica: Replica) -> dict[str, Any]:
+    """One replica of a model as this round read it: the spread across a model's replicas."""
+    return {
+        "target": replica.target,
+        "labels": dict(replica.labels),
+        "read": replica.read,
+        "running": replica.running,
+        "waiting": replica.waiting,
+        "cap": replica.cap,
+        "limit": replica.limit,
+        "role": replica.role,
+        "demand_per_second": None if replica.demand is None else replica.demand.per_second,
+        "capacity_per_second": (None if replica.capacity is None else replica.capacity.per_second),
+    }
+
+
+def model_replicas_json(model: ModelReplicas, settings: ReplicaSettings) -> dict[str, Any]:
+    """One model's replica count: held (`desired_replicas`) and now (`needed_replicas`),
+    the demand and a replica's capacity with their inputs, the change pending, the spread."""
+    count, held = model.count, model.held
+    wait = settings.scale_up_seconds
+    if held.pending is not None and held.desired is not None and held.pending < held.desired:
+        wait = settings.scale_down_seconds
+    return {
+        "model": count.model,
+        "desired_replicas": held.desired,
+        "stale": held.stale,
+        "needed_replicas": count.count,
+        "unbounded_replicas": count.needed,
+        "replicas": count.current,
+        "replicas_read": count.read,
+        "min_replicas": count.bounds.min_replicas,
+        "max_replicas": count.bounds.max_replicas,
+        "state": count.state,
+        "reason": count.reason,
+        "demand": None
+        if count.demand is None
+        else {"per_second": count.demand, "inputs": dict(count.demand_inputs)},
+        "capacity": None
+        if count.capacity is None
+        else {
+            "per_second": count.capacity,
+            "limit": count.limit,
+            "inputs": dict(count.capacity_inputs),
+            "confidence": count.confidence,
+            "caveats": list(count.caveats),
+        },
+        "pending": None
+        if held.pending is None or held.since is None
+        else {"replicas": held.pending, "since": held.since, "at": held.since + wait},
+        "spread": [replica_json(r) for r in count.replicas],
+    }
+
+
+def replicas_response(
+    generated_at: float, models: Iterable[ModelReplicas], settings: ReplicaSettings
+) -> dict[str, Any]:
+    """GET /api/v1/replicas: every model's replica count."""
+    return _versioned(
+        {
+            "generated_at": generated_at,
+            "scale_up_seconds": settings.scale_up_seconds,
+            "scale_down_seconds": settings.scale_down_seconds,
+            "models": [model_replicas_json(m, settings) for m in models],
         }
     )
 

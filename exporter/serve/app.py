@@ -23,8 +23,9 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from batchscope.exporter.core.evaluate import TargetSignals
 from batchscope.exporter.scrape.loop import Exporter
 from batchscope.exporter.serve import api_json as api
-from batchscope.exporter.serve.exposition import render_metrics
+from batchscope.exporter.serve.exposition import render_metrics, render_models
 from batchscope.exporter.serve.history import Histories
+from batchscope.exporter.serve.replica_plan import ReplicaPlanner
 
 Render = Callable[[list[TargetSignals]], bytes]
 # A JSON body of the targets' signals, rendered at a time.
@@ -41,6 +42,7 @@ INDEX = """<!doctype html><title>batchscope exporter</title>
 ?target=NAME)</li>
 <li><a href="/api/v1/history">/api/v1/history</a> (?target=NAME, bounded history, JSON)</li>
 <li><a href="/api/v1/advice">/api/v1/advice</a> (what to change, with the numbers, JSON)</li>
+<li><a href="/api/v1/replicas">/api/v1/replicas</a> (replicas each model needs, JSON)</li>
 <li><a href="/api/v1/targets">/api/v1/targets</a> (configured targets)</li></ul>
 """
 
@@ -107,10 +109,16 @@ class RoundCache:
     """
 
     def __init__(
-        self, exporter: Exporter, kinds: dict[str, BodyKind], expected: tuple[str, ...] = ()
+        self,
+        exporter: Exporter,
+        kinds: dict[str, BodyKind],
+        expected: tuple[str, ...] = (),
+        on_round: Callable[[], object] | None = None,
     ) -> None:
         self.exporter = exporter
         self.kinds = kinds
+        # Called after every round, before its renders (the replica count steps here).
+        self.on_round = on_round
         self._targets: tuple[int, list[TargetSignals]] | None = None
         # kind -> (round, (plain, gzip)) of its newest complete body
         self._bodies: dict[str, tuple[int, tuple[bytes, bytes]]] = {}
@@ -167,6 +175,11 @@ class RoundCache:
         seen = self.exporter.rounds
         while True:
             seen = await self.exporter.round_after(seen)
+            if self.on_round is not None:
+                try:
+                    self.on_round()
+                except Exception:  # a failed step must not end the rounds' renders
+                    log.exception("stepping the replica count failed")
             for kind in self.kinds:
                 if self.read_recently(kind):
                     try:
@@ -215,16 +228,30 @@ class _Handlers:
         self.exporter = exporter
         self.histories = histories
         self.evaluation = api.evaluation_json(exporter.settings)
+        self.replicas = ReplicaPlanner(exporter.settings)
         self.bodies = RoundCache(
             exporter,
             {
-                "metrics": BodyKind(render_metrics, METRICS_KEPT_FRESH_SECONDS),
+                "metrics": BodyKind(self._metrics_body, METRICS_KEPT_FRESH_SECONDS),
                 "signals": self._json_body(self._with_evaluation(api.signals_response)),
                 "summary": self._json_body(self._with_evaluation(api.summary_response)),
                 "advice": self._json_body(api.advice_response),
+                "replicas": self._json_body(self._replicas_body),
             },
             expected=("metrics",),
+            on_round=self.step_replicas,
         )
+
+    def step_replicas(self) -> None:
+        """The models' replica counts after the round just ended."""
+        exporter = self.exporter
+        self.replicas.step(exporter.current(), exporter.targets(), exporter.clock())
+
+    def _metrics_body(self, targets: list[TargetSignals]) -> bytes:
+        return render_metrics(targets) + render_models(self.replicas.latest)
+
+    def _replicas_body(self, generated_at: float, _: list[TargetSignals]) -> dict[str, Any]:
+        return api.replicas_response(generated_at, self.replicas.latest, self.replicas.settings)
 
     def _with_evaluation(self, response: Callable[..., dict[str, Any]]) -> JsonResponse:
         return lambda generated_at, targets: response(generated_at, targets, self.evaluation)
@@ -266,6 +293,9 @@ class _Handlers:
 
     async def advice(self, request: web.Request) -> web.Response:
         return await self._cached(request, "advice", "application/json")
+
+    async def replica_counts(self, request: web.Request) -> web.Response:
+        return await self._cached(request, "replicas", "application/json")
 
     async def history(self, request: web.Request) -> web.Response:
         name = request.query.get("target")
@@ -325,6 +355,7 @@ class _Handlers:
             web.get("/metrics", self.metrics),
             web.get("/api/v1/signals", self.signals),
             web.get("/api/v1/advice", self.advice),
+            web.get("/api/v1/replicas", self.replica_counts),
             web.get("/api/v1/history", self.history),
             web.get("/api/v1/targets", self.targets),
         ]

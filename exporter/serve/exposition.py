@@ -23,10 +23,17 @@ from batchscope.exporter.core.families import (
     BINDING_LIMIT,
     BOUNDS,
     CONTINUOUS_GAIN,
+    CURRENT_REPLICAS,
+    DESIRED_REPLICAS,
     DIAGNOSIS,
     GOODPUT,
     LATENCY,
     LIMIT_RATIO,
+    MODEL_DEMAND,
+    MODEL_FAMILIES,
+    NEEDED_REPLICAS,
+    REPLICA_CAPACITY,
+    REPLICAS_STALE,
     SCRAPE_DURATION,
     SLO_ATTAINMENT,
     SLO_BURN_RATE,
@@ -40,6 +47,7 @@ from batchscope.exporter.core.families import (
     WINDOW_RESETS,
 )
 from batchscope.exporter.core.limits import BINDING_CHOICES
+from batchscope.exporter.core.replicas import ModelReplicas
 from batchscope.exporter.core.slo import SPEEDS
 
 
@@ -297,3 +305,32 @@ def render_metrics(targets: Iterable[TargetSignals]) -> bytes:
         parts.append(family.header())
         parts.extend(lines[family.name])
     return "".join(parts).encode()
+
+
+def render_models(models: Iterable[ModelReplicas]) -> bytes:
+    """The /metrics exposition of the models' replica counts (MODEL_FAMILIES), as
+    generate_latest writes them for a Collector of those families: a count that is not
+    known is left out; the stale flag is written for every model."""
+    lines: dict[str, list[str]] = {family.name: [] for family in MODEL_FAMILIES}
+    for m in models:
+        count = m.count
+        label = f'model_name="{escape(count.model)}"'
+        values = (
+            (DESIRED_REPLICAS, m.desired),
+            (NEEDED_REPLICAS, count.count),
+            (CURRENT_REPLICAS, count.current),
+            (MODEL_DEMAND, count.demand),
+        )
+        for family, value in values:
+            if value is not None and math.isfinite(value):
+                lines[family.name].append(f"{family.name}{{{label}}} {number_text(value)}\n")
+        if count.capacity is not None and count.limit is not None:
+            lines[REPLICA_CAPACITY.name].append(
+                f'{REPLICA_CAPACITY.name}{{limit="{escape(count.limit)}",{label}}} '
+                f"{number_text(count.capacity)}\n"
+            )
+        stale = "1.0" if m.held.stale else "0.0"
+        lines[REPLICAS_STALE.name].append(f"{REPLICAS_STALE.name}{{{label}}} {stale}\n")
+    return "".join(
+        family.header() + "".join(lines[family.name]) for family in MODEL_FAMILIES
+    ).encode()
