@@ -12,6 +12,12 @@ from pathlib import Path
 
 from batchscope.exporter.core.catalog import SERIES, Signal
 from batchscope.exporter.core.families import (
+    CURRENT_REPLICAS,
+    DESIRED_REPLICAS,
+    MODEL_DEMAND,
+    NEEDED_REPLICAS,
+    REPLICA_CAPACITY,
+    REPLICAS_STALE,
     SCRAPE_DURATION,
     TARGET_ERRORS,
     TARGET_UP,
@@ -46,7 +52,20 @@ def families_table() -> str:
         gauges = (signal.gauge(),) if signal.metric else ()
         rows += [_family_row(f, f"`{signal.name}`") for f in (*gauges, *signal.families)]
     rows += [_family_row(TARGET_ERRORS, "—"), _family_row(WINDOW_RESETS, "—")]
+    rows += [_family_row(family, field) for family, field in MODEL_FIELDS]
     return "\n".join(rows)
+
+
+# The model families (no `target` label: a model's replicas span targets), each with its
+# field of /api/v1/replicas' `model_replicas` object.
+MODEL_FIELDS = (
+    (DESIRED_REPLICAS, "replicas: `desired_replicas`"),
+    (NEEDED_REPLICAS, "replicas: `needed_replicas`"),
+    (CURRENT_REPLICAS, "replicas: `replicas`"),
+    (MODEL_DEMAND, "replicas: `demand`"),
+    (REPLICA_CAPACITY, "replicas: `capacity`"),
+    (REPLICAS_STALE, "replicas: `stale`"),
+)
 
 
 def _shown(signal: Signal) -> str:

@@ -24,7 +24,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="batchscope-rules",
         description="Write each target's cap (--max-num-seqs), token and latency budgets and "
-        "SLO objective (with the latency histogram's bucket edges around the budget) from the "
+        "SLO objective (with the latency histogram's bucket edges around the budget), and the "
+        "replica count's bounds (min_replicas, max_replicas, models:), from the "
         "exporter's config file as Prometheus recording rules.",
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -47,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
         targets = list(settings.targets)
         for path in expand_file_sd(settings.file_sd):
             targets.extend(load_file_sd(path))
-        text = yaml.safe_dump(fleet_rule_groups(targets), sort_keys=False)
+        text = yaml.safe_dump(fleet_rule_groups(targets, settings), sort_keys=False)
     except (ConfigError, UnsupportedTarget) as err:
         parser.exit(2, f"batchscope-rules: error: {err}\n")
     if args.output:

@@ -54,7 +54,7 @@ def generated_files() -> dict[Path, str]:
         PROMETHEUS / "vllm-rules.yml": rule_yaml(vllm_recording_rules(CONFIG)),
         PROMETHEUS / "vllm-alerts.yml": rule_yaml(vllm_alerts(CONFIG)),
         PROMETHEUS / "exporter-alerts.yml": rule_yaml(exporter_alerts(CONFIG)),
-        PROMETHEUS / "targets.example.yml": rule_yaml(fleet_rule_groups(fleet.targets)),
+        PROMETHEUS / "targets.example.yml": rule_yaml(fleet_rule_groups(fleet.targets, fleet)),
     }
     files[ROOT / "provisioning" / "alerting" / "batchscope.yml"] = rule_yaml(
         managed_alert_rules(exporter_alerts(CONFIG), CONFIG)

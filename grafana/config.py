@@ -34,6 +34,8 @@ CONFIG = {
     # compliance period the error budget is counted over, as the exporter's settings.
     "slo_window_scale": _EXPORTER.slo_window_scale,
     "slo_period_days": _EXPORTER.slo_period_days,
+    # How long a lower replica count must hold before the held count falls to it.
+    "scale_down_seconds": _EXPORTER.scale_down_seconds,
     # Labels that tell one vLLM engine from another inside a target.
     "instance_labels": ("target", "model_name", "engine"),
     # The exporter's series labels (every engine adapter's keys); none of them: the total.

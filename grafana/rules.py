@@ -276,6 +276,8 @@ def _state_rules(config: Mapping) -> list[dict]:
 
 def vllm_recording_rules(config: Mapping) -> dict:
     """The rule file that turns vLLM's raw series into batchscope's signals."""
+    from batchscope.grafana.replica_rules import replica_recording_rules  # reads our names
+
     signals = [record(name, _signal(how, reads, config)) for name, how, reads in SIGNALS]
     return {
         "groups": [
@@ -287,6 +289,7 @@ def vllm_recording_rules(config: Mapping) -> dict:
                     *_budget_rules(config),
                     *_state_rules(config),
                     *binding_limit_rules(config),
+                    *replica_recording_rules(config),
                 ],
             },
             {"name": "batchscope-vllm-slo", "rules": slo_recording_rules(config)},

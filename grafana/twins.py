@@ -16,8 +16,16 @@ from dataclasses import dataclass, field
 from operator import attrgetter
 
 from batchscope.exporter.core.catalog import SERIES
+from batchscope.exporter.core.demand import Demand, ReplicaCapacity
 from batchscope.exporter.core.evaluate import SeriesSignals
-from batchscope.grafana import rules
+from batchscope.exporter.core.replicas import (
+    ModelCount,
+    ReplicaBounds,
+    count_model,
+    model_of,
+    series_replica,
+)
+from batchscope.grafana import replica_rules, rules
 
 # The labels the latency rules carry for a target judged by its default quantile and
 # histogram (p99 of end-to-end latency).
@@ -45,6 +53,9 @@ class Twin:
     labels: Mapping[str, str] = field(default_factory=dict)
     peak: bool = False
     rel_tol: float = 0.0
+    # Recorded per model (`model_name` alone), not per engine: `read` sees the model of
+    # the one engine series as its only replica (`_model`).
+    model_level: bool = False
 
 
 def _state(name: str) -> Callable[[SeriesSignals], float]:
@@ -58,6 +69,16 @@ def _binding(limit: str) -> Callable[[SeriesSignals], float]:
 def _known(value: object, read: Callable) -> float | None:
     """`read(value)`, or None where the exporter has no `value` (no request, no objective)."""
     return None if value is None else read(value)
+
+
+def _model(read: Callable[[ModelCount], float | None]) -> Callable[[SeriesSignals], float | None]:
+    """`read` of the count of the series' model, the series its one replica."""
+
+    def of(s: SeriesSignals) -> float | None:
+        model = model_of(None, s.labels, "")
+        return read(count_model(model, [series_replica("", s)], ReplicaBounds()))
+
+    return of
 
 
 TWINS = (
@@ -124,4 +145,44 @@ TWINS = (
         lambda s: _known(s.slo, lambda slo: slo.rate("5m")),
         SLO_5M,
     ),
+    # The replica count: each engine's demand and capacity (the JSON's), the model's.
+    Twin("series demand.per_second", replica_rules.DEMAND, lambda s: _known(s.demand, _per_second)),
+    Twin(
+        "series replica_capacity.per_second",
+        replica_rules.CAPACITY,
+        lambda s: _known(s.replica_capacity, _per_second),
+        peak=True,
+        rel_tol=INTERPOLATED,
+    ),
+    Twin(
+        "batchscope_model_demand_per_second",
+        replica_rules.MODEL_DEMAND,
+        _model(lambda c: c.demand),
+        model_level=True,
+    ),
+    Twin(
+        "batchscope_replica_capacity",
+        replica_rules.MODEL_CAPACITY_MEAN,
+        _model(lambda c: c.capacity),
+        peak=True,
+        rel_tol=INTERPOLATED,
+        model_level=True,
+    ),
+    Twin(
+        "batchscope_replicas",
+        replica_rules.MODEL_REPLICAS,
+        _model(lambda c: c.current),
+        model_level=True,
+    ),
+    Twin(
+        "batchscope_needed_replicas",
+        replica_rules.MODEL_COUNT,
+        _model(lambda c: c.count),
+        peak=True,
+        model_level=True,
+    ),
 )
+
+
+def _per_second(value: Demand | ReplicaCapacity) -> float:
+    return value.per_second

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from batchscope.exporter.config.settings import Target
+from batchscope.exporter.config.settings import Settings, Target
 from batchscope.exporter.core.slo import BudgetEdges, budget_edges
 from batchscope.exporter.engines.vllm import DEFAULT_LATENCY_BUCKETS
 
@@ -30,6 +30,11 @@ TOKEN_BUDGET_RULE = "target:vllm_max_num_batched_tokens:config"
 SLO_OBJECTIVE_RULE = "target:slo_objective:config"
 SLO_BUCKET_RULE = "target:slo_budget_bucket:config"
 SLO_EDGES_RULE = "target:slo_budget_edges:config"
+# The replica count's bounds: the fleet's, and a model's own (labelled model_name).
+MIN_REPLICAS_RULE = "fleet:replicas_min:config"
+MAX_REPLICAS_RULE = "fleet:replicas_max:config"
+MODEL_MIN_REPLICAS_RULE = "model_name:replicas_min:config"
+MODEL_MAX_REPLICAS_RULE = "model_name:replicas_max:config"
 # Quantiles the generic rules record; a target's own quantile must be one of them.
 RECORDED_QUANTILES = (0.5, 0.9, 0.95, 0.99)
 
@@ -136,11 +141,29 @@ def slo_rules(target: Target) -> list[dict]:
     return rules
 
 
-def fleet_rule_groups(targets: Iterable[Target]) -> dict:
-    """A Prometheus rule file (as a dict) with one group per target that sets a constant."""
+def model_rules(settings: Settings) -> list[dict]:
+    """The replica count's bounds: the fleet's (no labels) and each model's of `models:`
+    (labelled `model_name`), as grafana/replica_rules.py reads them."""
+    rules = [{"record": MIN_REPLICAS_RULE, "expr": f"vector({settings.min_replicas})"}]
+    if settings.max_replicas is not None:
+        rules.append({"record": MAX_REPLICAS_RULE, "expr": f"vector({settings.max_replicas})"})
+    for model, low, high in settings.models:
+        for record, value in ((MODEL_MIN_REPLICAS_RULE, low), (MODEL_MAX_REPLICAS_RULE, high)):
+            if value is not None:
+                rules.append(
+                    {"record": record, "expr": f"vector({value})", "labels": {"model_name": model}}
+                )
+    return rules
+
+
+def fleet_rule_groups(targets: Iterable[Target], settings: Settings | None = None) -> dict:
+    """A Prometheus rule file (as a dict) with one group per target that sets a constant,
+    and with `settings`, one of the replica count's bounds."""
     groups = []
     for target in targets:
         rules = target_rules(target)
         if rules:
             groups.append({"name": f"batchscope-target-{target.name}", "rules": rules})
+    if settings is not None:
+        groups.append({"name": "batchscope-replica-bounds", "rules": model_rules(settings)})
     return {"groups": groups}

@@ -132,7 +132,8 @@ def demand(w: Any) -> Demand | None:
     rejected = w.rates.rejections or 0.0  # already per second
     growth = (_in_flight(w.last) - _in_flight(w.first)) / span
     unit = "items/s" if batcher else "requests/s"
-    return Demand(max(0.0, done + rejected + growth), done, rejected, growth, span, unit)
+    # A queue that drains faster than requests come (growth below -done) asks nothing.
+    return Demand(max(0.0, done + growth) + rejected, done, rejected, growth, span, unit)
 
 
 def _in_flight(snapshot: Any) -> float:

@@ -241,6 +241,8 @@ class _Handlers:
             expected=("metrics",),
             on_round=self.step_replicas,
         )
+        # An exporter that evaluated before its app was made has counts to show at once.
+        self.step_replicas()
 
     def step_replicas(self) -> None:
         """The models' replica counts after the round just ended."""

@@ -103,7 +103,7 @@ PHASES = (
 
 def payloads() -> Iterator[tuple[float, str]]:
     """(time, payload) of every scrape, phase after phase; counters carry over."""
-    state = VllmState(prefix_queries=0.0, draft_tokens=0.0)
+    state = VllmState(prefix_queries=0.0, draft_tokens=0.0, inference_share=0.8)
     for index, phase in enumerate(PHASES):
         for step in range(SCRAPES_A_PHASE):
             t = (index * SCRAPES_A_PHASE + step) * SCRAPE
@@ -152,8 +152,9 @@ def exporter_signals(scrapes: list[tuple[float, str]]) -> dict[float, SeriesSign
 def expectation(twin: Twin, at: float, value: float) -> dict:
     """The promtool check that `twin`'s recorded series reads `value` at `at`: exactly, or
     (`rel_tol`) as a 1 where it is that close."""
-    selector = series_text(twin.record, {"target": TARGET.name, **twin.labels})
-    labels = {"model_name": "tiny", "engine": "0", "target": TARGET.name}
+    where = {} if twin.model_level else {"target": TARGET.name}
+    selector = series_text(twin.record, {**where, **twin.labels})
+    labels = {"model_name": "tiny", **({} if twin.model_level else {"engine": "0", **where})}
     labels |= {k: v for k, v in twin.labels.items() if v}
     if twin.rel_tol:
         expr = f"abs({selector} - {value!r}) <= bool {twin.rel_tol * abs(value)!r}"

@@ -13,6 +13,7 @@ import yaml
 from batchscope.exporter.alerts.fleet_rules import (
     BUDGET_RULE,
     CAP_RULE,
+    MIN_REPLICAS_RULE,
     SLO_BUCKET_RULE,
     SLO_EDGES_RULE,
     SLO_OBJECTIVE_RULE,
@@ -193,7 +194,13 @@ def test_rules_cli_writes_the_example_fleet_rules_that_promtool_accepts(tmp_path
     result = _rules_cli("--config", str(PROMETHEUS / "fleet.example.yaml"), "--output", str(out))
     assert result.returncode == 0, result.stderr
     groups = yaml.safe_load(out.read_text())["groups"]
-    assert [g["name"] for g in groups] == ["batchscope-target-llm-a", "batchscope-target-llm-b"]
+    assert [g["name"] for g in groups] == [
+        "batchscope-target-llm-a",
+        "batchscope-target-llm-b",
+        "batchscope-replica-bounds",
+    ]
+    # The fleet's bounds (min 1 by default, no max), then each of models:.
+    assert groups[2]["rules"][0] == {"record": MIN_REPLICAS_RULE, "expr": "vector(1)"}
     assert groups[1]["rules"][0] == {
         "record": CAP_RULE,
         "expr": "vector(64)",

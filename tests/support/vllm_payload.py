@@ -41,6 +41,11 @@ class VllmState:
     prefix_hits: float = 0.0
     draft_tokens: float | None = None
     accepted_tokens: float = 0.0
+    # The share of a request's e2e latency it ran (vLLM's request_inference_time_seconds,
+    # rendered when set): the rest it queued.
+    inference_share: float | None = None
+    inference: dict[float, float] = field(default_factory=dict)
+    inference_sum: float = 0.0
 
     @property
     def finished(self) -> float:
@@ -51,6 +56,11 @@ class VllmState:
         bound = next((b for b in E2E_BOUNDS if latency <= b), float("inf"))
         self.e2e[bound] = self.e2e.get(bound, 0.0) + n
         self.e2e_sum += n * latency
+        if self.inference_share is not None:
+            ran = latency * self.inference_share
+            ibound = next((b for b in E2E_BOUNDS if ran <= b), float("inf"))
+            self.inference[ibound] = self.inference.get(ibound, 0.0) + n
+            self.inference_sum += n * ran
         tbound = next((b for b in TOKEN_BOUNDS if output_tokens <= b), float("inf"))
         self.tokens[tbound] = self.tokens.get(tbound, 0.0) + n
         self.tokens_sum += n * output_tokens
@@ -134,6 +144,14 @@ def render(s: VllmState) -> str:
         s.e2e_sum,
         "Histogram of e2e request latency in seconds.",
     )
+    if s.inference_share is not None:
+        lines += _histogram(
+            "vllm:request_inference_time_seconds",
+            E2E_BOUNDS,
+            s.inference,
+            s.inference_sum,
+            "Histogram of time spent in RUNNING phase for request.",
+        )
     lines += _histogram(
         "vllm:iteration_tokens_total",
         STEP_BOUNDS,
