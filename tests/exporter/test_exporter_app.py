@@ -100,6 +100,10 @@ class Seen:
                         self.add("burn_rate", burn)
                 for size_bin in series["batch_size_distribution"]:
                     self.add("batch_size_bin", size_bin)
+                if series["demand"] is not None:
+                    self.add("demand", series["demand"])
+                if series["replica_capacity"] is not None:
+                    self.add("replica_capacity", series["replica_capacity"])
 
     def summary(self, body: dict) -> None:
         self.add("signals_summary", body)
@@ -123,6 +127,13 @@ class Seen:
             for series in target["series"]:
                 self.add("series_advice", series)
                 self.advice(series["advice"])
+
+    def replicas(self, body: dict) -> None:
+        self.add("replicas", body)
+        for model in body["models"]:
+            self.add("model_replicas", model)
+            for replica in model["spread"]:
+                self.add("replica", replica)
 
     def points(self, points: list[dict]) -> None:
         for point in points:
@@ -233,6 +244,9 @@ async def test_every_endpoint_returns_exactly_the_documented_fields(fed_exporter
         status, advice = await _get(session, f"{api}/api/v1/advice")
         assert status == 200
         seen.advice_body(advice)
+        status, replicas = await _get(session, f"{api}/api/v1/replicas")
+        assert status == 200
+        seen.replicas(replicas)
         status, history = await _get(session, f"{api}/api/v1/history?target=mixed")
         assert status == 200
         seen.add("history", history)
@@ -256,7 +270,7 @@ async def test_every_endpoint_returns_exactly_the_documented_fields(fed_exporter
             assert set(obj) == set(fields), (name, set(obj) ^ set(fields))
             for field, value in obj.items():
                 assert json_type(value) in fields[field], (name, field, value)
-    for body in (signals, summary, one, advice, history, histories, targets, error):
+    for body in (signals, summary, one, advice, replicas, history, histories, targets, error):
         assert body["api_version"] == 1
 
 
