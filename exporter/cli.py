@@ -30,7 +30,7 @@ EPILOG = """examples:
   batchscope-exporter --config fleet.yaml --listen 127.0.0.1:9500
 
 Serves /metrics (Prometheus) and the JSON API (/api/v1/signals, /api/v1/advice,
-/api/v1/history, /api/v1/targets; docs/api.md) on --listen, and /health."""
+/api/v1/replicas, /api/v1/history, /api/v1/targets; docs/api.md) on --listen, and /health."""
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -435,6 +435,7 @@ def test_the_help_names_every_path_the_app_serves() -> None:
         "/metrics",
         "/api/v1/signals",
         "/api/v1/advice",
+        "/api/v1/replicas",
         "/api/v1/history",
         "/api/v1/targets",
     }
