@@ -10,7 +10,9 @@ the rule files and dashboards (docs/kubernetes.md says how to install and read t
 - `sidecar/`: a vLLM Deployment per fleet entry with the exporter beside vLLM in its pod,
   both reading the caps from one ConfigMap;
 - `fleet/`: the exporter as a Deployment reading the fleet file from a ConfigMap, its
-  Service and ServiceMonitor.
+  Service and ServiceMonitor;
+- `autoscaling-keda/` and `autoscaling-hpa/`: the replica count's autoscalers, one a model
+  of the fleet file's `models:` (grafana/autoscaling.py).
 
 `manifests` is pure (the generated rule and dashboard texts and the fleet in, objects
 out); `manifest_files` reads the fleet file. A new object (an autoscaler's, say) is one
@@ -28,6 +30,7 @@ import yaml
 
 from batchscope.exporter.alerts.fleet_rules import target_rules
 from batchscope.exporter.config.settings import SETTINGS_FLAGS, TARGET_FLAGS, Target, load_config
+from batchscope.grafana.autoscaling import ModelBounds, autoscaling_folders, model_bounds
 
 GRAFANA = Path(__file__).resolve().parent
 REPO = GRAFANA.parent
@@ -426,10 +429,11 @@ def manifests(
     fleet_text: str,
     targets: Sequence[Target],
     labels: Mapping[str, str] = RELEASE_LABELS,
+    models: Sequence[ModelBounds] = (),
 ) -> dict[str, list[dict]]:
     """Every object by folder. `generated`: each generated rule file's text by file name and
     each dashboard's JSON by its name; `labels`: what Prometheus selects rules and monitors
-    by (kube-prometheus-stack: its release)."""
+    by (kube-prometheus-stack: its release); `models`: the models autoscaled."""
     dashboards = {name: text for name, text in generated.items() if not name.endswith(".yml")}
     vllm_groups = rule_groups(generated, VLLM_RULE_FILES)
     builders: dict[str, list[Callable[[], dict | list[dict]]]] = {
@@ -461,7 +465,7 @@ def manifests(
         folders[folder] = [
             o for item in built for o in (item if isinstance(item, list) else [item])
         ]
-    return folders
+    return folders | (dict(autoscaling_folders(models)) if models else {})
 
 
 def file_name(obj: dict) -> str:
@@ -481,9 +485,10 @@ def manifest_files(
         path.stem: text for path, text in generated.items() if path.parent.name == "dashboards"
     }
     fleet_text = fleet_path.read_text(encoding="utf-8")
-    targets = load_config(fleet_path).targets
+    fleet = load_config(fleet_path)
+    built = manifests(texts, fleet_text, fleet.targets, labels, model_bounds(fleet))
     return {
         out / folder / file_name(obj): manifest_yaml(obj)
-        for folder, objects in manifests(texts, fleet_text, targets, labels).items()
+        for folder, objects in built.items()
         for obj in objects
     }

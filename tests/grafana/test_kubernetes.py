@@ -20,6 +20,7 @@ from batchscope.grafana import build
 from batchscope.grafana import kubernetes as k8s
 from batchscope.grafana.build import PROMETHEUS, generated_files
 from batchscope.grafana.config import CONFIG
+from batchscope.grafana.replica_rules import MODEL_DESIRED
 from batchscope.grafana.rules import RUNNING_VS_CAP
 from tests.support.kubernetes_schemas import KUBERNETES_VERSIONS, Invalid, objects, validate
 from tests.support.system_tools import tool
@@ -57,7 +58,13 @@ def test_committed_manifests_are_what_the_code_generates():
     assert stale == [], f"run `make grafana`: {stale} differ from the code"
     # One file, one whole object, for `kubectl apply -f FOLDER`.
     assert all(len(list(yaml.safe_load_all(text))) == 1 for text in fresh.values())
-    assert sorted({p.parent.name for p in fresh}) == ["fleet", "monitoring", "sidecar"]
+    assert sorted({p.parent.name for p in fresh}) == [
+        "autoscaling-hpa",
+        "autoscaling-keda",
+        "fleet",
+        "monitoring",
+        "sidecar",
+    ]
 
 
 @pytest.mark.parametrize("version", KUBERNETES_VERSIONS)
@@ -66,14 +73,17 @@ def test_every_manifest_validates_against_its_kinds_schema(version):
     for obj in COMMITTED.values():
         validate(obj, version)
         kinds[obj["kind"]] = kinds.get(obj["kind"], 0) + 1
-    # 5 dashboards, 2 engine ConfigMaps and the fleet file; 2 vLLMs and the exporter; ...
+    # 5 dashboards, 2 engine ConfigMaps, the fleet file and prometheus-adapter's rules;
+    # 2 vLLMs and the exporter; one model's ScaledObject and HPA; ...
     assert kinds == {
-        "ConfigMap": 8,
+        "ConfigMap": 9,
         "Deployment": 3,
         "Service": 1,
         "PodMonitor": 2,
         "ServiceMonitor": 1,
         "PrometheusRule": 4,
+        "ScaledObject": 1,
+        "HorizontalPodAutoscaler": 1,
     }
 
 
@@ -114,6 +124,11 @@ BROKEN = [
     ("monitoring/PrometheusRule/batchscope-vllm", _set("spec.groups.0.rules", "none"), "rules: 'none' is not of type 'array'"),
     ("monitoring/PrometheusRule/batchscope-vllm", _set("metadata.labels.release", 1), "metadata.labels.release: 1 is not of type 'string'"),
     ("monitoring/PrometheusRule/batchscope-vllm", _set("metadata.label", {}), "'label' was unexpected"),
+    ("autoscaling-keda/ScaledObject/llama-3-8b", _set("spec.triggers.0.metadata.threshold", 1), "threshold: 1 is not of type 'string'"),
+    ("autoscaling-keda/ScaledObject/llama-3-8b", _set("spec.maxReplicaCountt", 8), "'maxReplicaCountt' was unexpected"),
+    ("autoscaling-hpa/HorizontalPodAutoscaler/llama-3-8b", _drop("spec.maxReplicas"), "'maxReplicas' is a required property"),
+    ("autoscaling-hpa/HorizontalPodAutoscaler/llama-3-8b", _set("spec.metrics.0.external.target.averageValue", [1]), "averageValue"),
+    ("autoscaling-hpa/HorizontalPodAutoscaler/llama-3-8b", _set("spec.metrics.0.externall", {}), "'externall' was unexpected"),
 ]  # fmt: skip
 
 
@@ -420,3 +435,40 @@ def test_each_vllm_pod_gets_its_fleet_entrys_cap_in_the_rules_path(tmp_path):
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "SUCCESS" in result.stdout
+
+
+def test_the_autoscalers_follow_the_held_count_the_rules_record_within_the_models_bounds():
+    """The ScaledObject and the HPA scale the model's Deployment to the count the recording
+    rules hold (`replica_rules.MODEL_DESIRED`), a replica a unit of it, with no window of
+    their own; prometheus-adapter serves that series as the HPA's external metric."""
+    (bounds,) = [(m, low, high) for m, low, high in FLEET.models]
+    model, low, high = bounds
+    records = {
+        r["record"]
+        for g in yaml.safe_load((PROMETHEUS / "vllm-rules.yml").read_text())["groups"]
+        for r in g["rules"]
+    }
+    assert MODEL_DESIRED in records
+    keda = COMMITTED[f"autoscaling-keda/ScaledObject/{model}"]["spec"]
+    (trigger,) = keda["triggers"]
+    assert trigger["metadata"]["query"] == f'max({MODEL_DESIRED}{{model_name="{model}"}})'
+    assert (trigger["metricType"], trigger["metadata"]["threshold"]) == ("AverageValue", "1")
+    assert (keda["minReplicaCount"], keda["maxReplicaCount"]) == (low, high)
+    assert keda["scaleTargetRef"]["name"] == model
+    hpa = COMMITTED[f"autoscaling-hpa/HorizontalPodAutoscaler/{model}"]["spec"]
+    (metric,) = hpa["metrics"]
+    assert metric["external"]["metric"] == {
+        "name": "batchscope_desired_replicas",
+        "selector": {"matchLabels": {"model_name": model}},
+    }
+    assert metric["external"]["target"] == {"type": "AverageValue", "averageValue": "1"}
+    assert (hpa["minReplicas"], hpa["maxReplicas"]) == (low, high)
+    for behavior in (
+        hpa["behavior"],
+        keda["advanced"]["horizontalPodAutoscalerConfig"]["behavior"],
+    ):
+        assert {w["stabilizationWindowSeconds"] for w in behavior.values()} == {0}
+    adapter = COMMITTED["autoscaling-hpa/ConfigMap/batchscope-prometheus-adapter-rules"]
+    (rule,) = yaml.safe_load(adapter["data"]["config.yaml"])["externalRules"]
+    assert rule["seriesQuery"].startswith(MODEL_DESIRED + "{")
+    assert rule["name"]["as"] == "batchscope_desired_replicas"
