@@ -15,6 +15,7 @@ from batchscope.exporter.config.settings import (
     ENDPOINTS_GROUP,
     FLEET_GROUP,
     HISTORY_GROUP,
+    REPLICAS_GROUP,
     SETTINGS_FLAGS,
     TARGET_FLAGS,
     TARGET_GROUP,
@@ -53,7 +54,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     `settings_from_args` applies."""
     groups = {
         name: parser.add_argument_group(name)
-        for name in (TARGET_GROUP, FLEET_GROUP, ENDPOINTS_GROUP, HISTORY_GROUP)
+        for name in (TARGET_GROUP, FLEET_GROUP, ENDPOINTS_GROUP, HISTORY_GROUP, REPLICAS_GROUP)
     }
     # --target first: it is the one a single-server run needs.
     add_target_arguments(groups[TARGET_GROUP], ("url", *(k for k in TARGET_FLAGS if k != "url")))
@@ -64,7 +65,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "flags given beside it override its values",
     )
     settings = config_fields(Settings)
-    for name in (FLEET_GROUP, ENDPOINTS_GROUP, HISTORY_GROUP):
+    for name in (FLEET_GROUP, ENDPOINTS_GROUP, HISTORY_GROUP, REPLICAS_GROUP):
         for key, spec in settings.items():
             if spec.group == name:
                 _add(groups[name], spec, field_defaults(Settings)[key])

@@ -55,3 +55,17 @@ def read_models(node: Node, source: str) -> tuple[ModelBounds, ...]:
             raise DocumentError(f"{where}: must be >= min_replicas ({low}) (got {high})")
         found.append((str(name), low, high))
     return tuple(found)
+
+
+def bounds_clash(low: int, high: int | None, models: tuple[ModelBounds, ...]) -> str | None:
+    """Why a model's most replicas is below its fewest, its own or the fleet's (`low`,
+    `high`) where it leaves a key out; None when none is."""
+    for model, own_low, own_high in models:
+        least = low if own_low is None else own_low
+        most = high if own_high is None else own_high
+        if most is not None and most < least:
+            return (
+                f"models.{model}: max_replicas {most} is below min_replicas {least} (a key "
+                "a model leaves out takes the fleet's)"
+            )
+    return None

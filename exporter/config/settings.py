@@ -35,7 +35,7 @@ from batchscope.exporter.config.line_numbered import (
     sequence,
     wrong_type,
 )
-from batchscope.exporter.config.models import read_models
+from batchscope.exporter.config.models import bounds_clash, read_models
 from batchscope.exporter.config.reserved_labels import RESERVED_LABELS
 from batchscope.exporter.core.replicas import DEFAULT_SCALE_DOWN_SECONDS
 from batchscope.exporter.core.signals import DEFAULT_HOLD_SECONDS, DEFAULT_INTERVAL_SECONDS
@@ -723,13 +723,13 @@ def settings_from_values(
     parsed = _parse(raw, _SETTINGS_FIELDS)
     settings = Settings(targets=targets, file_sd=file_sd, models=models, **parsed)
     origins = {key: origin for key, (_, origin) in raw.items()}
-    high = settings.max_replicas
-    if high is not None and high < settings.min_replicas:
+    low, high = settings.min_replicas, settings.max_replicas
+    if high is not None and high < low:
         given = "max_replicas" if "max_replicas" in origins else "min_replicas"
-        raise ConfigError(
-            f"{origins[given]}: max_replicas ({high}) must be >= min_replicas "
-            f"({settings.min_replicas})"
-        )
+        raise ConfigError(f"{origins[given]}: max_replicas {high} is below min_replicas {low}")
+    clash = bounds_clash(low, high, settings.models)
+    if clash is not None:
+        raise ConfigError(clash)
     interval = settings.interval_seconds
     if settings.window_seconds < interval:
         if "window_seconds" in origins:

@@ -136,9 +136,9 @@ def test_flags_default_to_none_so_not_given_is_visible():
     parser = argparse.ArgumentParser()
     add_arguments(parser)
     args = vars(parser.parse_args([]))
-    assert (
-        len(args) == 28
-    )  # 16, --alertmanager-url, --token-cap, 6 of the SLO and alert settings, --max-num-batched-tokens, 3 SLO
+    # 16, --alertmanager-url, --token-cap, 6 for the exporter's endpoints,
+    # --max-num-batched-tokens, 3 for the SLO, --model and 3 for the replica count
+    assert len(args) == 32
     assert set(args.values()) == {None}
 
 
@@ -932,6 +932,7 @@ _GIVEN = {
     "quantile": 0.9,
     "histogram": "ttft",
     "slo_objective": 0.99,
+    "model": "llama",
 }
 
 

@@ -283,3 +283,33 @@ def test_an_unread_target_stands_for_its_replicas_as_last_seen() -> None:
     (model,) = plan_round([down], {}, seen, {"m": HeldCount(2, read_at=60.0)}, 65.0, HOLD)
     assert model.count.current == 1 and model.count.read == 0
     assert model.desired == 2 and not model.held.stale
+
+
+def test_bounds_come_from_the_flags_and_each_models_entry_with_file_line_and_key(tmp_path):
+    from batchscope.exporter.config.settings import ConfigError, load_config
+    from batchscope.exporter.serve.replica_plan import replica_settings
+
+    path = tmp_path / "fleet.yaml"
+    path.write_text(
+        "targets:\n  - {url: 'http://a:8000', model: llama}\nmax_replicas: 6\n"
+        "models:\n  llama: {min_replicas: 2}\n  tiny: {max_replicas: 3}\n"
+    )
+    settings = load_config(path, {"scale_down_seconds": 120.0})
+    assert settings.targets[0].model == "llama"
+    made = replica_settings(settings)
+    assert made.bounds_of("llama") == ReplicaBounds(2, 6)
+    assert made.bounds_of("tiny") == ReplicaBounds(1, 3)
+    assert made.bounds_of("other") == ReplicaBounds(1, 6)
+    assert (made.scale_down_seconds, made.scale_up_seconds) == (120.0, settings.hold_seconds)
+    for text, said in (
+        ("models:\n  llama: {min_replicas: 3, max_replicas: 2}\n", "fleet.yaml:4: models.llama.max_replicas: must be >= min_replicas (3) (got 2)"),
+        ("models:\n  llama: {max_replica: 2}\n", "fleet.yaml:4: models.llama.max_replica: unknown key; did you mean 'max_replicas'?"),
+        ("models:\n  llama: {min_replicas: -1}\n", "fleet.yaml:4: models.llama.min_replicas: must be >= 0 (got -1)"),
+        ("models: [llama]\n", "fleet.yaml:3: models: must be a mapping of model names"),
+        ("min_replicas: 4\nmax_replicas: 2\n", "fleet.yaml:4: max_replicas: max_replicas 2 is below min_replicas 4"),
+        ("min_replicas: 4\nmodels:\n  tiny: {max_replicas: 3}\n", "models.tiny: max_replicas 3 is below min_replicas 4 (a key a model leaves out takes the fleet's)"),
+    ):  # fmt: skip
+        path.write_text("targets:\n  - {url: 'http://a:8000'}\n" + text)
+        with pytest.raises(ConfigError) as refused:
+            load_config(path)
+        assert said in str(refused.value), str(refused.value)
