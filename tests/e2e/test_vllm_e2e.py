@@ -393,6 +393,62 @@ def test_continuous_batching_at_cap(vllm: VllmManager, exporter: Exporter):
     assert t["total"]["running_vs_cap"] == 0.0
 
 
+def _replica_polls(load: vs.LoadHandle, exp: Exporter) -> list[dict]:
+    """The exporter's one model's replica count every POLL_S while the load runs."""
+    polls: list[dict] = []
+    while True:
+        finished = load.done()
+        with contextlib.suppress(OSError, RuntimeError, ValueError):
+            (model,) = vs.http_get_json(f"{exp.base_url}/api/v1/replicas", timeout=5)["models"]
+            polls.append(model)
+            capacity = model["capacity"] or {}
+            print(
+                f"   desired {model['desired_replicas']} needed {model['needed_replicas']} "
+                f"limit {capacity.get('limit')}: {model['reason'][:160]}"
+            )
+        if finished:
+            return polls
+        time.sleep(POLL_S)
+
+
+def test_one_overloaded_vllm_reads_two_replicas_or_more_with_its_limit(
+    vllm: VllmManager, workdir: Path
+):
+    """160 requests at once on one vLLM of 8 slots: the queue's growth is demand the
+    replica's completions do not show, and the count held after a 2 s hold says at least 2
+    replicas, at the request cap; the same count is on /metrics."""
+    srv = vllm.ensure(CAP_ARGS)
+    with run_exporter(
+        srv.metrics_url, workdir / "exporter-replicas.log", extra=["--hold-seconds", "2"]
+    ) as exp:
+        wait_for(lambda t: t["up"] and t["total"].get("running") is not None, 15, "up", exp)
+        seen: list[dict] = []
+        for attempt in range(3):
+            load = vs.drive_load(srv.base_url, n_requests=160, model=srv.model, seed=7 + attempt)
+            polls = _replica_polls(load, exp)
+            assert load.join().failed == 0
+            seen += polls
+            overloaded = [
+                p
+                for p in polls
+                if (p["desired_replicas"] or 0) >= 2
+                and p["capacity"] is not None
+                and p["capacity"]["limit"] == "requests"
+            ]
+            if overloaded:
+                break
+        assert overloaded, [(p["desired_replicas"], p["reason"]) for p in seen]
+        model = overloaded[-1]
+        assert model["replicas"] == 1 and model["model"] == srv.model
+        assert "at the request cap" in model["reason"]
+        assert model["demand"]["per_second"] > model["capacity"]["per_second"]
+        # Held on /metrics after the burst: a lower count waits the scale-down window.
+        held = re.search(
+            r'^batchscope_desired_replicas\{model_name="[^"]+"\} (\S+)$', exp.metrics_text(), re.M
+        )
+        assert held is not None and float(held[1]) >= 2
+
+
 # The advice needs 3 scrapes in its window. On CI's starved machine the exporter read
 # vLLM twice in a 21 s burst: a 60 s window gathers a burst's scrapes with the next ones'.
 MEMORY_WINDOW_S = 60.0
