@@ -34,7 +34,14 @@ from batchscope.exporter.alerts.fleet_rules import (
     TOKEN_BUDGET_RULE,
     quantile_label,
 )
-from batchscope.exporter.core.demand import MIN_HEADROOM, QUEUED_KINDS, TINY_SLACK_SECONDS
+from batchscope.exporter.core.demand import (
+    AT_CAP,
+    HELD_LIMITS,
+    MIN_HEADROOM,
+    QUEUED_KINDS,
+    SHOWN_LIMITS,
+    TINY_SLACK_SECONDS,
+)
 from batchscope.exporter.core.replicas import IDLE_SHARE, WHOLE
 from batchscope.grafana.promql import instance_by, record, seconds
 from batchscope.grafana.rules import (
@@ -74,9 +81,10 @@ MODEL_COUNT = f"{MODEL}:vllm_desired_replicas:bounded"
 MODEL_DESIRED = f"{MODEL}:vllm_desired_replicas:max_over_scale_down"
 
 # The limits at which an engine runs its cap, the mean it ran, or that mean scaled by the
-# token budget over the tokens a step carried (`demand.concurrency_at`).
-AT_CAP, HELD = ("requests", "arrivals"), ("kv_cache", "deferred", "unexplained")
-FULL = ("requests", "kv_cache", "token_budget")
+# token budget over the tokens a step carried (`demand.concurrency_at`); those the metrics
+# show it full at, which a model's capacity is read from where any engine is at one.
+SHOWN = tuple(limit for limit in SHOWN_LIMITS if limit != "batch_tokens")
+FULL = SHOWN
 REJECTIONS = "vllm:admission_rejections_total"
 
 
@@ -95,7 +103,7 @@ def _engine_rules(config: Mapping) -> list[dict]:
     running = f"sum by ({by}) (avg_over_time(vllm:num_requests_running{{{SCRAPED}}}[{window}]))"
     concurrency = (
         f"(({MEAN_RUNNING} * 0 + on (target) group_left () {CAP_RULE})\nand {_binds(AT_CAP, by)})"
-        f"\nor ({MEAN_RUNNING} and {_binds(HELD, by)})"
+        f"\nor ({MEAN_RUNNING} and {_binds(HELD_LIMITS, by)})"
         f"\nor ({MEAN_RUNNING} * on (target) group_left () {TOKEN_BUDGET_RULE} / {TOKENS_PER_STEP}"
         f"\nand {_binds(('token_budget',), by)})"
     )
@@ -187,8 +195,8 @@ def _model_rules(config: Mapping) -> list[dict]:
     by, window = instance_by(config), config["window"]
     on = f"on ({MODEL})"
     limited = {
-        kind: f'{CAPACITY} * on ({by}) group_left (limit) ({BINDING_LIMIT}{{limit{op}"arrivals"}} == 1)'
-        for kind, op in (("at_limit", "!="), ("arrivals", "="))
+        kind: f'{CAPACITY} * on ({by}) group_left (limit) ({BINDING_LIMIT}{{limit{op}"{"|".join(SHOWN)}"}} == 1)'
+        for kind, op in (("at_limit", "=~"), ("not_shown", "!~"))
     }
     demand = f"sum by ({MODEL}) ({DEMAND})"
     rejections = f"sum by ({MODEL}) (rate({REJECTIONS}{{{SCRAPED}}}[{window}]))"
@@ -204,12 +212,12 @@ def _model_rules(config: Mapping) -> list[dict]:
         record(
             MODEL_CAPACITY,
             f"avg by ({MODEL}, limit) ({limited['at_limit']})\n"
-            f"or {on} avg by ({MODEL}, limit) ({limited['arrivals']})",
+            f"or {on} avg by ({MODEL}, limit) ({limited['not_shown']})",
         ),
         record(
             MODEL_CAPACITY_MEAN,
             f"avg by ({MODEL}) ({limited['at_limit']})\n"
-            f"or {on} avg by ({MODEL}) ({limited['arrivals']})",
+            f"or {on} avg by ({MODEL}) ({limited['not_shown']})",
         ),
         record(MODEL_REPLICAS, f"count by ({MODEL}) ({RUNNING})"),
         record(

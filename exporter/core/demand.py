@@ -14,8 +14,10 @@ Capacity at the binding limit (`exporter.core.limits`), by Little's law: the req
 replica runs at once at that limit over the time a request holds its slot (the mean
 running over the requests finished per second). At the limit:
 
-- `requests`, and `arrivals` (nothing waits, so the batch has room): the request cap;
-- `kv_cache`, `deferred`, `unexplained`: the mean running, what the limit held;
+- `requests`; and where no limit the metrics show binds (`arrivals`: nothing waits;
+  `deferred`, `unexplained`: requests wait below the cap with room in the cache, often
+  for the next step): the request cap, which it has not reached;
+- `kv_cache`: the mean running, what the cache held;
 - `token_budget` (`batch_tokens`): the mean running scaled by the budget (token cap) over
   the tokens a step (the batch) carried.
 
@@ -53,8 +55,13 @@ MIN_HEADROOM = 0.5
 TINY_SLACK_SECONDS = 1e-9
 # A window shorter than this states its capacity with a caveat, as the advice does.
 SHORT_WINDOW_SECONDS = 60.0
-# The limits at which a replica runs the mean it ran: the one it ran at is what it holds.
-HELD_LIMITS = ("kv_cache", "deferred", "unexplained")
+# The limits at which a replica runs its cap, the mean it ran (what the cache held), or
+# that mean scaled by a token budget over what it carried.
+AT_CAP = ("requests", "arrivals", "deferred", "unexplained")
+HELD_LIMITS = ("kv_cache",)
+# The limits the metrics show a replica full at: a model's capacity is read from the
+# replicas at one of these where any is.
+SHOWN_LIMITS = ("requests", "kv_cache", "token_budget", "batch_tokens")
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,7 +156,7 @@ def mean_running(w: Any) -> float | None:
 def concurrency_at(limit: str | None, w: Any, running: float | None) -> float | None:
     """The requests a replica runs at once at `limit` (module docstring); None where it
     cannot be said (no cap at the request cap, no running gauge)."""
-    if limit in ("requests", "arrivals"):
+    if limit in AT_CAP:
         return w.cap
     if running is None:
         return None
@@ -218,8 +225,8 @@ def replica_capacity(w: Any) -> ReplicaCapacity | None:
     share, numbers, caveats = headroom(slot, concurrency, service_quantile(w), w)
     if w.span < SHORT_WINDOW_SECONDS:
         caveats = (f"short window ({w.span:.0f} s)", *caveats)
-    if limit == "arrivals":
-        caveats = ("nothing waits: counted at its cap, which it has not reached", *caveats)
+    if limit not in SHOWN_LIMITS:
+        caveats = ("no limit the metrics show binds: counted at its cap", *caveats)
     return ReplicaCapacity(
         at_limit * share,
         limit,

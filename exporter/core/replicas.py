@@ -8,9 +8,9 @@ has its own scheduler, so it is a replica as a target is. The model is the targe
 configured `model`, else the series' `model_name` (or `model`) label, else the target.
 The count is the model's demand (`exporter.core.demand`, summed over its replicas) over
 what one replica serves within the budget at its binding limit (the mean over the
-replicas at a limit; those waiting for arrivals only where none is), rounded up:
+replicas at a limit the metrics show; the others only where none is), rounded up:
 
-- where the binding limit is the arrivals (nothing waits anywhere), or one replica queues
+- where the binding limit is the arrivals (nothing waits on any replica measured), or one replica queues
   at its limit while another idles (a routing problem, not a capacity one), the count is
   what demand needs and never more than the replicas there are now;
 - idle (nothing ran on any replica): the model's minimum;
@@ -30,7 +30,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
-from batchscope.exporter.core.demand import Demand, ReplicaCapacity
+from batchscope.exporter.core.demand import SHOWN_LIMITS, Demand, ReplicaCapacity
 from batchscope.exporter.core.diagnosis import Diagnosis
 from batchscope.exporter.core.limits import LIMIT_NAMES, LIMITS
 
@@ -258,10 +258,10 @@ def _replica_capacity(
     read: Sequence[Replica],
 ) -> tuple[float | None, str | None, dict[str, float], str, tuple[str, ...]]:
     """The capacity a replica of the model serves: the mean over the replicas measured at
-    a limit other than arrivals, else over all measured; its limit the most common of
-    theirs (the first in LIMITS order on a tie) and its confidence the lowest."""
+    a limit the metrics show (`SHOWN_LIMITS`), else over all measured; its limit the most
+    common of theirs (the first in LIMITS order on a tie) and its confidence the lowest."""
     measured = [r.capacity for r in read if r.capacity is not None]
-    at_limit = [c for c in measured if c.limit != "arrivals"]
+    at_limit = [c for c in measured if c.limit in SHOWN_LIMITS]
     used = at_limit or measured
     if not used:
         return None, None, {}, "low", ()
@@ -318,12 +318,15 @@ def count_model(model: str, replicas: Sequence[Replica], bounds: ReplicaBounds) 
             reason=f"{missing} is not known yet: the window holds no finished request",
         )
     needed = needed_replicas(demand, capacity)
-    return _counted(replace(base, needed=needed), routing(read))
+    arrivals = {r.capacity.limit for r in read if r.capacity is not None} == {"arrivals"}
+    return _counted(replace(base, needed=needed), routing(read), arrivals)
 
 
-def _counted(base: ModelCount, routed: tuple[Replica, Replica] | None) -> ModelCount:
-    """The count from `needed`: ceilinged where arrivals bind or routing is the problem,
-    bounded, and the state and reason that say why."""
+def _counted(
+    base: ModelCount, routed: tuple[Replica, Replica] | None, arrivals: bool
+) -> ModelCount:
+    """The count from `needed`: ceilinged where arrivals bind every replica measured or
+    routing is the problem, bounded, and the state and reason that say why."""
     needed, current, bounds = base.needed or 1, base.current, base.bounds
     why = (
         f"{_rate(base.demand)} requests/s asked ({_demand_text(base.demand_inputs)}) over "
@@ -334,7 +337,7 @@ def _counted(base: ModelCount, routed: tuple[Replica, Replica] | None) -> ModelC
         count = bounds.clamp(min(needed, current))
         reason = f"{routing_reason(*routed)}; {why}"
         return replace(base, count=count, state="routing", reason=reason)
-    if base.limit == "arrivals":
+    if arrivals:
         needed = min(needed, current)
         why += " (nothing waits: never more than now)"
     count = bounds.clamp(needed)

@@ -313,3 +313,17 @@ def test_bounds_come_from_the_flags_and_each_models_entry_with_file_line_and_key
         with pytest.raises(ConfigError) as refused:
             load_config(path)
         assert said in str(refused.value), str(refused.value)
+
+
+def test_a_replica_waiting_below_its_cap_for_no_limit_shown_is_counted_at_its_cap() -> None:
+    # 7 of 16 running with 2 waiting and the cache empty: a wait until the next step, not
+    # a full replica. Counted at the mean running, it once read 6 replicas where 3 sufficed.
+    points = [(t, _snapshot(t, 7, 2, 2.5 * t, kv_usage=0.1)) for t in (0.0, 30.0, 60.0)]
+    c = signals_of(points).replica_capacity
+    assert c.limit == "unexplained" and c.concurrency == CAP
+    assert c.caveats[0] == "no limit the metrics show binds: counted at its cap"
+    full = _replica("requests", 6.0, 5.0, running=16, waiting=4, engine="0")
+    calm = _replica("unexplained", 2.0, 2.0, running=7, waiting=2, engine="1")
+    count = count_model("m", [full, calm], ReplicaBounds())
+    # The model's capacity is the full replica's: it is at a limit the metrics show.
+    assert (count.capacity, count.limit) == (5.0, "requests") and count.needed == 2
