@@ -61,7 +61,7 @@ test-e2e: install vllm-env
 demo: install
 	$(BIN)/python scripts/demo.py
 
-# Every benchmark (about 2 hours, the hour-long soak included), each section of
+# Every benchmark (about 3 hours, the hour-long soak included), each section of
 # docs/benchmarks.md rewritten; fails when a budget is missed. One: make bench ARGS="--only fleet".
 bench: install
 	$(BIN)/python scripts/bench.py $(ARGS)

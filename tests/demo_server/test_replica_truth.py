@@ -1,0 +1,43 @@
+"""The replica count holds on a fleet of demo servers: a smaller truth table than
+`make bench`'s (scripts/bench_replicas.py), one setting and two rates.
+
+Cap-bound demo servers (16 slots, 64-token answers, an 8 s budget) on the simulated
+H200 at 40x its step cost, so that four of them keep its pace on a loaded 2-core
+machine. One instance overloaded says what it finishes a second; at 1.45x and 2.4x
+that, the exporter watching one instance recommends k (2 and 3 where the count is
+right), and the same rate at k-1, k and k+1 instances: within the budget at k and k+1,
+saturated at k-1. The rates sit mid-way between the counts' edges: at k-1 the load is
+1.2x to 1.45x what the instances finish, at k at most 0.8x.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.support.replica_truth import Timing, cap_bound, fleet_run, truth_row
+
+pytestmark = pytest.mark.integration
+
+SLOWDOWN = 40.0
+TIMING = Timing(window_seconds=20.0, hold_seconds=8.0, run_seconds=45.0)
+NOMINAL = 4.5  # requests/s one instance finishes at this slowdown, overloaded
+
+
+def test_the_count_read_at_one_replica_holds_at_k_minus_1_k_and_k_plus_1(tmp_path: Path) -> None:
+    setting = cap_bound(SLOWDOWN)
+    calibration = fleet_run(setting, 2 * NOMINAL, 1, TIMING, tmp_path / "calibration")
+    one = calibration.throughput
+    assert one is not None and 0.7 * NOMINAL < one < 1.3 * NOMINAL, one
+    for multiple, expected in ((1.45, 2), (2.4, 3)):
+        row = truth_row(setting, round(multiple * one, 2), TIMING, tmp_path)
+        claims = row.holds()
+        described = {
+            n: (r.p99_seconds, r.saturated, r.desired, r.reasons[-1:] if r.reasons else None)
+            for n, r in row.runs.items()
+        }
+        assert all(claims.values()), (multiple, claims, described)
+        assert row.recommended == expected and row.limit == "requests", described
+        # The count reads the demand the generator offered, within Poisson's spread.
+        assert row.runs[1].demand == pytest.approx(row.rate, rel=0.2)
