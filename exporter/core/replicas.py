@@ -10,9 +10,9 @@ The count is the model's demand (`exporter.core.demand`, summed over its replica
 what one replica serves within the budget at its binding limit (the mean over the
 replicas at a limit the metrics show; the others only where none is), rounded up:
 
-- where the binding limit is the arrivals (nothing waits on any replica measured), or one replica queues
-  at its limit while another idles (a routing problem, not a capacity one), the count is
-  what demand needs and never more than the replicas there are now;
+- where the binding limit is the arrivals (nothing waits on any replica measured), or
+  one replica queues at its limit while another idles (a routing problem, not a capacity
+  one), the count is what demand needs and never more than the replicas there are now;
 - idle (nothing ran on any replica): the model's minimum;
 - always within the model's `min_replicas` and `max_replicas`.
 
@@ -40,8 +40,8 @@ if TYPE_CHECKING:
 
 # A count a hair above a whole number is that number (a ratio of sums: 2.0000000001).
 WHOLE = 1e-9
-# The limits at which a replica that has requests waiting is full: queueing at its limit.
-FULL_LIMITS = ("requests", "kv_cache", "token_budget", "batch_tokens")
+# A replica with requests waiting at one of the limits the metrics show is queueing at it.
+FULL_LIMITS = SHOWN_LIMITS
 # A replica idles with nothing waiting and at most this share of its cap running.
 IDLE_SHARE = 0.5
 DEFAULT_SCALE_DOWN_SECONDS = 300.0

@@ -3,11 +3,12 @@
 
 Cap-bound demo servers (16 slots, 64-token answers, an 8 s budget) on the simulated
 H200 at 40x its step cost, so that four of them keep its pace on a loaded 2-core
-machine. One instance overloaded says what it finishes a second; at 1.45x and 2.4x
-that, the exporter watching one instance recommends k (2 and 3 where the count is
-right), and the same rate at k-1, k and k+1 instances: within the budget at k and k+1,
-saturated at k-1. The rates sit mid-way between the counts' edges: at k-1 the load is
-1.2x to 1.45x what the instances finish, at k at most 0.8x.
+machine. At 1.45x what one instance finishes a second (4.3 requests/s, as it runs the
+simulated device), the exporter watching one instance recommends k (2 where the count is
+right), and the same rate runs at k-1, k and k+1 instances: within the budget at k and
+k+1, saturated at k-1. That first instance, overloaded, says what one finishes; at 2.4x
+that, the same (k is 3). The rates sit mid-way between the counts' edges: at k-1 the load
+is 1.2x to 1.45x what the instances finish, at k at most 0.8x. About 12 minutes.
 """
 
 from __future__ import annotations
@@ -16,28 +17,29 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.replica_truth import Timing, cap_bound, fleet_run, truth_row
+from tests.support.replica_truth import Timing, cap_bound, truth_row
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(1500)]
 
 SLOWDOWN = 40.0
 TIMING = Timing(window_seconds=20.0, hold_seconds=8.0, run_seconds=45.0)
-NOMINAL = 4.5  # requests/s one instance finishes at this slowdown, overloaded
+NOMINAL = 4.3  # requests/s one instance finishes at this slowdown, overloaded
 
 
 def test_the_count_read_at_one_replica_holds_at_k_minus_1_k_and_k_plus_1(tmp_path: Path) -> None:
     setting = cap_bound(SLOWDOWN)
-    calibration = fleet_run(setting, 2 * NOMINAL, 1, TIMING, tmp_path / "calibration")
-    one = calibration.throughput
-    assert one is not None and 0.7 * NOMINAL < one < 1.3 * NOMINAL, one
+    one = NOMINAL
     for multiple, expected in ((1.45, 2), (2.4, 3)):
         row = truth_row(setting, round(multiple * one, 2), TIMING, tmp_path)
         claims = row.holds()
         described = {
-            n: (r.p99_seconds, r.saturated, r.desired, r.reasons[-1:] if r.reasons else None)
+            n: (r.p99_seconds, r.saturated, r.desired, r.overruns, r.reasons[-1:])
             for n, r in row.runs.items()
         }
         assert all(claims.values()), (multiple, claims, described)
         assert row.recommended == expected and row.limit == "requests", described
         # The count reads the demand the generator offered, within Poisson's spread.
         assert row.runs[1].demand == pytest.approx(row.rate, rel=0.2)
+        # One instance overloaded finishes what the simulated device serves.
+        one = row.runs[1].throughput
+        assert one == pytest.approx(NOMINAL, rel=0.25), described

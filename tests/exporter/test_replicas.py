@@ -327,3 +327,23 @@ def test_a_replica_waiting_below_its_cap_for_no_limit_shown_is_counted_at_its_ca
     count = count_model("m", [full, calm], ReplicaBounds())
     # The model's capacity is the full replica's: it is at a limit the metrics show.
     assert (count.capacity, count.limit) == (5.0, "requests") and count.needed == 2
+
+
+def test_the_planner_holds_each_models_count_between_rounds_and_forgets_removed_targets():
+    from batchscope.exporter.config.settings import Settings, Target
+    from batchscope.exporter.serve.replica_plan import ReplicaPlanner
+
+    settings = Settings(targets=(Target("a", "http://a:1/metrics"),), hold_seconds=30.0)
+    planner = ReplicaPlanner(settings)
+    s = signals_of(overloaded())
+    up = TargetSignals("a", "u", 60.0, True, None, (s,), s)
+    (first,) = planner.step([up], settings.targets, 60.0)
+    assert (first.count.model, first.desired, first.count.needed) == ("m", 2, 2)
+    down = TargetSignals("a", "u", 65.0, False, "refused", (), s)
+    (held,) = planner.step([down], settings.targets, 65.0)
+    assert (held.count.current, held.count.read, held.desired) == (1, 0, 2)
+    # Unread past the staleness (hold 30 s and an interval): absent, flagged.
+    (stale,) = planner.step([down], settings.targets, 60.0 + 30.0 + 5.0 + 1.0)
+    assert stale.desired is None and stale.held.stale
+    # A target no longer configured takes its replicas with it.
+    assert planner.step([down], (), 100.0) == ()
