@@ -1,8 +1,9 @@
 """The replica count against a fleet of demo servers: the truth table.
 
 Two settings of the demo server on the simulated H200, slowed (`--slowdown`) so that
-five instances keep its pace on the machine: cap-bound (16 slots, 64-token answers) and
-KV-bound (32 slots, a 384-token KV cache, 64-token answers: preemptions). For each, one
+five instances keep its pace on the machine: cap-bound (16 slots, 64-token answers, a
+12 s budget) and KV-bound (32 slots, a 384-token KV cache, 64-token answers:
+preemptions; a 20 s budget). For each, one
 instance is first overloaded to measure what it finishes a second (the load generator's
 throughput); then at three rates, multiples of that, the exporter watching one instance
 recommends k, and the same rate runs against k-1, k and k+1 instances
@@ -41,12 +42,15 @@ from tests.support.replica_truth import (  # noqa: E402
 
 # Each setting's rates, as multiples of what one instance finishes a second overloaded,
 # and the rate that overloads it to measure that.
-MULTIPLES = {"cap-bound": (1.45, 2.4, 3.35), "kv-bound": (1.25, 1.5, 2.3)}
-QUICK_MULTIPLES = (1.45, 2.4)
+# Each mid-way between two counts' edges at the headroom these settings read (about 0.94
+# cap-bound, 0.89 KV-bound), and far enough past one instance's limit per instance at k-1
+# that the queue outgrows the budget within a run.
+MULTIPLES = {"cap-bound": (1.45, 2.5, 3.4), "kv-bound": (1.3, 1.6, 2.45)}
+QUICK_MULTIPLES = (1.45, 2.5)
 CALIBRATION_MULTIPLE = 2.0
 NOMINAL = {"cap-bound": 4.5, "kv-bound": 1.5}  # requests/s one instance finishes at --slowdown 40
 FULL = Timing(window_seconds=40.0, hold_seconds=10.0, run_seconds=100.0)
-QUICK = Timing(window_seconds=20.0, hold_seconds=8.0, run_seconds=45.0)
+QUICK = Timing(window_seconds=30.0, hold_seconds=8.0, run_seconds=60.0)
 MAX_OVERRUN_SHARE = 0.01
 
 

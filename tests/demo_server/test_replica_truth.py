@@ -1,14 +1,16 @@
 """The replica count holds on a fleet of demo servers: a smaller truth table than
 `make bench`'s (scripts/bench_replicas.py), one setting and two rates.
 
-Cap-bound demo servers (16 slots, 64-token answers, an 8 s budget) on the simulated
+Cap-bound demo servers (16 slots, 64-token answers, a 12 s budget) on the simulated
 H200 at 40x its step cost, so that four of them keep its pace on a loaded 2-core
 machine. At 1.45x what one instance finishes a second (4.3 requests/s, as it runs the
 simulated device), the exporter watching one instance recommends k (2 where the count is
 right), and the same rate runs at k-1, k and k+1 instances: within the budget at k and
-k+1, saturated at k-1. That first instance, overloaded, says what one finishes; at 2.4x
-that, the same (k is 3). The rates sit mid-way between the counts' edges: at k-1 the load
-is 1.2x to 1.45x what the instances finish, at k at most 0.8x. About 12 minutes.
+k+1, saturated at k-1. That first instance, overloaded, says what one finishes; at 2.5x
+that, the same (k is 3). At the headroom this budget leaves (about 0.94 of what a
+replica finishes), the rates sit 13% or more from the counts' edges (the window's
+Poisson spread is about 6%); at k-1 the load is 1.25x to 1.45x what the instances
+finish, at k at most 0.83x. About 15 minutes.
 """
 
 from __future__ import annotations
@@ -19,17 +21,17 @@ import pytest
 
 from tests.support.replica_truth import Timing, cap_bound, truth_row
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(1500)]
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(2400)]
 
 SLOWDOWN = 40.0
-TIMING = Timing(window_seconds=20.0, hold_seconds=8.0, run_seconds=45.0)
+TIMING = Timing(window_seconds=30.0, hold_seconds=8.0, run_seconds=60.0)
 NOMINAL = 4.3  # requests/s one instance finishes at this slowdown, overloaded
 
 
 def test_the_count_read_at_one_replica_holds_at_k_minus_1_k_and_k_plus_1(tmp_path: Path) -> None:
     setting = cap_bound(SLOWDOWN)
     one = NOMINAL
-    for multiple, expected in ((1.45, 2), (2.4, 3)):
+    for multiple, expected in ((1.45, 2), (2.5, 3)):
         row = truth_row(setting, round(multiple * one, 2), TIMING, tmp_path)
         claims = row.holds()
         described = {

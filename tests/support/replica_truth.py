@@ -10,8 +10,9 @@ Each run: n demo servers (continuous batching on the simulated H200, slowed so t
 of them keep the simulated pace on this machine: their overruns are counted), an
 exporter watching them (the real process, its fleet file naming each), and the load
 generator sending Poisson arrivals round robin over them for the run's length, an
-over-saturated run kept to its end. While it runs, the exporter's /api/v1/replicas and
-each replica's saturation are read every POLL_S. scripts/bench_replicas.py runs the
+over-saturated run kept to its end. The exporter's /api/v1/replicas is read every POLL_S
+while the load runs, each replica's saturation until the last answer (a backlog is
+served after the load, and its latencies are the run's). scripts/bench_replicas.py runs the
 whole table; tests/demo_server/test_replica_truth.py a smaller one.
 """
 
@@ -62,25 +63,26 @@ class Timing:
 
 
 def cap_bound(slowdown: float) -> Setting:
-    """16 slots, the KV cache ample: requests of 64 tokens wait at the request cap."""
+    """16 slots, the KV cache ample: requests of 64 tokens wait at the request cap; a
+    12 s budget, which a queue of a few seconds behind the 3.5 s service fits."""
     return Setting(
         "cap-bound",
         "requests",
         16,
-        8.0,
+        12.0,
         64,
         ("--max-num-seqs", "16", "--sim-slowdown", f"{slowdown:g}"),
     )
 
 
 def kv_bound(slowdown: float) -> Setting:
-    """32 slots and a KV cache of 384 tokens: answers of 64 tokens fill it near 11 running,
-    and preemptions push requests back to the queue."""
+    """32 slots and a KV cache of 384 tokens: answers of 64 tokens fill it a few running,
+    and preemptions push requests back to the queue; a 20 s budget."""
     return Setting(
         "kv-bound",
         "kv_cache",
         32,
-        12.0,
+        20.0,
         64,
         (
             "--max-num-seqs",
@@ -96,8 +98,8 @@ def kv_bound(slowdown: float) -> Setting:
 @dataclass
 class FleetRun:
     """What one rate did on n replicas: the load generator's p99 and completions, whether
-    the exporter flagged any replica's budget saturated while the load ran, its
-    recommendation at the end of the load, and the servers' overruns."""
+    the exporter flagged any replica's budget saturated while the load ran or its backlog
+    was served, its recommendation at the end of the load, and the servers' overruns."""
 
     replicas: int
     rate: float
@@ -187,15 +189,17 @@ def loadgen(
         return subprocess.Popen(args, stdout=stdout, stderr=subprocess.DEVNULL, env=python_env())
 
 
-def _watch(run: FleetRun, exp: Process, until: float) -> None:
-    """Read the exporter every POLL_S until `until`: any replica saturated, and its
-    recommendation (the last one read)."""
-    while time.time() < until:
+def _watch(run: FleetRun, exp: Process, until: float, load: subprocess.Popen) -> None:
+    """Read the exporter every POLL_S: whether any replica's budget saturated, until the
+    load generator has its last answer (a backlog at the end of the load is served, and
+    its latencies judged, after it), and the recommendation, the last read while the
+    load ran."""
+    while time.time() < until or (load.poll() is None and time.time() < until + TIMEOUT_S):
         time.sleep(POLL_S)
         summary = _get_json(f"{exp.url}/api/v1/signals?view=summary")
         run.saturated |= any(t["total"]["budget_saturated"] for t in summary["targets"])
         models = _get_json(f"{exp.url}/api/v1/replicas")["models"]
-        if models:
+        if models and time.time() < until:
             model = models[0]
             run.desired, run.needed = model["desired_replicas"], model["needed_replicas"]
             capacity, demand = model["capacity"], model["demand"]
@@ -230,7 +234,7 @@ def fleet_run(setting: Setting, rate: float, n: int, timing: Timing, workdir: Pa
             started = time.time()
             load = loadgen(setting, servers, rate, timing.run_seconds, out)
             try:
-                _watch(run, exp, started + timing.run_seconds)
+                _watch(run, exp, started + timing.run_seconds, load)
                 load.wait(TIMEOUT_S)
             finally:
                 if load.poll() is None:
