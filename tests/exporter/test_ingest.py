@@ -129,9 +129,10 @@ def test_a_payload_with_an_edited_head_reads_as_its_lines_one_by_one(
 
 def test_the_selective_parse_keeps_the_sample_limit(vllm_load: str) -> None:
     wanted = len(promtext.parse(vllm_load, VLLM_FAMILIES))
-    # 69, and iteration_tokens (17), waiting_by_reason (2), rejections (4), and the prefix
-    # cache's queries and hits (each _total and _created)
-    assert wanted == 96
+    # 69, and iteration_tokens (17), waiting_by_reason (2), rejections (4), the prefix
+    # cache's queries and hits (each _total and _created), and the inference histogram
+    # (25: the service part of e2e, whose quantile the replica count's headroom reads)
+    assert wanted == 121
     assert len(promtext.parse(vllm_load, VLLM_FAMILIES, limit=wanted)) == wanted
     with pytest.raises(SampleLimitExceeded):
         promtext.parse(vllm_load, VLLM_FAMILIES, limit=wanted - 1)
