@@ -87,6 +87,11 @@ def target_signals(base: str, target: str) -> dict | None:
     return targets[0] if targets else None
 
 
+def replicas(base: str) -> dict:
+    """Every model's replica count (`/api/v1/replicas`)."""
+    return get_json(api_url(base, "/api/v1/replicas"))
+
+
 # More points than any history keeps: the exporter answers each target's whole history.
 ALL_POINTS = 1_000_000
 

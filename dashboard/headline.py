@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from batchscope.dashboard.formatting import exposed, number, percent, plain_markdown, seconds
+from batchscope.exporter.core.limits import LIMIT_NAMES
 
 HEADLINE_WORDS = 12
 # A target name longer than this is cut in a banner's title, so that it stays one line.
@@ -118,6 +119,7 @@ HEADLINES: dict[str, Callable[[dict], str]] = {
     "over_budget": _over_budget,
     "healthy": _healthy,
     "batch_limited": _batch_limited,
+    "routing": lambda s: f"{batch_words(s)}, {_waiting(s)}: one rank queues, another idles",
     "queueing": lambda s: f"{_waiting(s)}, and no cap configured to judge the batch",
     "underloaded": lambda s: f"{batch_words(s)}, nothing waiting: little traffic to batch",
 }
@@ -148,9 +150,41 @@ def banner_title(target: dict) -> str:
     return f"**Budget saturated: {plain_markdown(name)}** for {lasted}, {over}"
 
 
-def replicas_line(target: dict) -> str | None:
-    """The replica recommendation for this target in one line ("replicas: 2 running, 3
-    recommended, kv_cache binds"), shown under its headline; None while the exporter
-    sends none, as it does today."""
-    del target
+def replicas_line(model: dict | None) -> str | None:
+    """The replica count of the model this target serves, in one line with its why:
+    "Replicas of llama: 1 now, 2 recommended: 27.9 requests/s asked, 14.2 a replica
+    serves at the request cap"; None where the exporter sends no count for it."""
+    if not model:
+        return None
+    now = model.get("replicas") or 0
+    head = f"Replicas of {model.get('model', '')}: {now} now"
+    desired = model.get("desired_replicas")
+    if desired is None:
+        why = "not read lately" if model.get("stale") else "not measured yet"
+        return f"{head}, no recommendation ({why})"
+    head += f", {desired} recommended"
+    pending = model.get("pending") or {}
+    if pending.get("replicas") not in (None, desired):
+        head += f" ({pending['replicas']} once it holds)"
+    state = model.get("state")
+    if state == "routing":
+        return f"{head}: routed unevenly, not short of capacity"
+    if state == "idle":
+        return f"{head}: idle, the minimum"
+    demand = (model.get("demand") or {}).get("per_second")
+    capacity = model.get("capacity") or {}
+    if demand is None or capacity.get("per_second") is None:
+        return head
+    limit = LIMIT_NAMES.get(capacity.get("limit") or "", capacity.get("limit") or "its limit")
+    return (
+        f"{head}: {_n(demand)} requests/s asked, {_n(capacity['per_second'])} a replica "
+        f"serves at {limit}"
+    )
+
+
+def model_of(target: str, replicas: dict | None) -> dict | None:
+    """The model (of /api/v1/replicas) that `target` serves: the one whose spread names it."""
+    for model in (replicas or {}).get("models") or ():
+        if any(r.get("target") == target for r in model.get("spread") or ()):
+            return model
     return None

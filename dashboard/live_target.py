@@ -110,15 +110,15 @@ def model_choice(target: dict) -> tuple[str, dict]:
 # ---------------------------------------------------------------- the first screen
 
 
-def state_line(target: dict, series: dict, frames: TimeFrames) -> None:
+def state_line(series: dict, model: dict | None, frames: TimeFrames) -> None:
     """The state as a coloured chip (its tooltip: what the diagnosis read) and the
-    headline; the replica recommendation under it where there is one."""
+    headline; the replica count of the target's `model` under it where there is one."""
     state = (series.get("diagnosis") or {}).get("state", "")
     with st.container(horizontal=True, vertical_alignment="center", gap="small", key="live_state"):
         shown = look(state)
         st.badge(shown.words, color=shown.badge, help=frames.diagnosis(series))  # type: ignore[arg-type]
         st.markdown(f"**{plain_markdown(headline(series))}**", width="content")
-    replicas = replicas_line(target)
+    replicas = replicas_line(model)
     if replicas is not None:
         st.caption(plain_markdown(replicas))
 
@@ -153,10 +153,16 @@ def overview(frame: pd.DataFrame, series: dict, name: str, now: float) -> None:
 
 
 def first_screen(
-    target: dict, series: dict, frame: pd.DataFrame, frames: TimeFrames, now: float
+    target: dict,
+    series: dict,
+    model: dict | None,
+    frame: pd.DataFrame,
+    frames: TimeFrames,
+    now: float,
 ) -> None:
-    """What answers the question for this target, at a glance."""
-    state_line(target, series, frames)
+    """What answers the question for this target, at a glance; `model`: the replica
+    count of the model it serves (/api/v1/replicas), None where there is none."""
+    state_line(series, model, frames)
     binding_bar(series)
     overview(frame, series, target.get("target", ""), now)
 

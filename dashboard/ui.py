@@ -51,6 +51,11 @@ def _target_signals(base: str, target: str) -> dict | None:
 
 
 @st.cache_data(ttl=FETCH_TTL_SECONDS, show_spinner=False)
+def _replicas(base: str) -> dict:
+    return client.replicas(base)
+
+
+@st.cache_data(ttl=FETCH_TTL_SECONDS, show_spinner=False)
 def _history(base: str, target: str | None) -> dict:
     return client.history(base, target)
 
@@ -95,6 +100,10 @@ def fleet_summary(base: str) -> Loaded:
 
 def target_signals(base: str, target: str) -> Loaded:
     return load(f"target {base} {target}", lambda: _target_signals(base, target))
+
+
+def replicas(base: str) -> Loaded:
+    return load(f"replicas {base}", lambda: _replicas(base))
 
 
 def history(base: str, target: str | None = None) -> Loaded:

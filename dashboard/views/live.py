@@ -29,7 +29,7 @@ from batchscope.dashboard.frames import (
     with_row,
     with_target,
 )
-from batchscope.dashboard.headline import banner_title
+from batchscope.dashboard.headline import banner_title, model_of
 from batchscope.dashboard.live_target import (
     first_screen,
     folded_details,
@@ -248,7 +248,10 @@ def target_panel(
     labels = None if choice == TOTAL_CHOICE else series.get("labels")
     name = target.get("target", "")
     frame, origin = history_for(page_sources, name, labels, RANGES[range_name], now)
-    first_screen(target, series, frame, frames, now)
+    # An exporter without the replica count (or a failed fetch) shows no replica line.
+    replicas = ui.replicas(page_sources.exporter).data
+    model = model_of(name, replicas if isinstance(replicas, dict) else None)
+    first_screen(target, series, model, frame, frames, now)
     return series, frame, origin
 
 

@@ -311,12 +311,13 @@ def count_model(model: str, replicas: Sequence[Replica], bounds: ReplicaBounds) 
             reason=f"no request ran on any replica: the minimum, {bounds.min_replicas}",
         )
     if demand is None or capacity is None or capacity <= 0:
-        missing = "demand" if demand is None else "what a replica serves"
-        return replace(
-            base,
-            state="measuring",
-            reason=f"{missing} is not known yet: the window holds no finished request",
+        reason = (
+            "demand is not known yet: the window holds no finished request"
+            if demand is None
+            else "what a replica serves is not known yet: no replica read finished "
+            "requests at its limit (a batcher's is its advised rate limit)"
         )
+        return replace(base, state="measuring", reason=reason)
     needed = needed_replicas(demand, capacity)
     arrivals = {r.capacity.limit for r in read if r.capacity is not None} == {"arrivals"}
     return _counted(replace(base, needed=needed), routing(read), arrivals)

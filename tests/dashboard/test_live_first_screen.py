@@ -13,7 +13,14 @@ import streamlit as st
 from streamlit.testing.v1 import AppTest
 
 from batchscope.dashboard.formatting import plain_markdown
-from batchscope.dashboard.headline import HEADLINE_WORDS, HEADLINES, banner_title, headline
+from batchscope.dashboard.headline import (
+    HEADLINE_WORDS,
+    HEADLINES,
+    banner_title,
+    headline,
+    model_of,
+    replicas_line,
+)
 from batchscope.dashboard.trends import KEPT_SECONDS, TREND_POINTS, BudgetTrends
 from batchscope.exporter.core.catalog import CACHES, SERIES
 from batchscope.exporter.core.diagnosis import DIAGNOSIS_STATES
@@ -61,6 +68,7 @@ NAMED = {
     "over_budget": ({}, ["p99", "497%", "3 of 8 running", "421 waiting"]),
     "healthy": ({"running_peak": 8.0, "waiting": 2.0}, ["8 of 8 running", "2 waiting"]),
     "batch_limited": ({}, ["3 of 8 running", "421 wait"]),
+    "routing": ({"cap": 16}, ["3 of 16 running", "421 waiting", "idles"]),
     "queueing": ({"cap": None}, ["421 waiting"]),
     "underloaded": ({"waiting": 0.0}, ["3 of 8 running"]),
 }
@@ -274,3 +282,56 @@ def test_the_trend_column_reads_the_summary_rows_kept(monkeypatch, exporter) -> 
     at.run()  # a later body: a second point
     trend = at.dataframe[0].value.set_index("target").loc["steady-llm", "budget_trend"]
     assert trend == pytest.approx([74.75, 74.75], rel=1e-6)
+
+
+def _model(**fields) -> dict:
+    """One model of /api/v1/replicas, as the exporter sends it, with `fields` changed."""
+    return {
+        "model": "llama",
+        "replicas": 1,
+        "desired_replicas": 2,
+        "stale": False,
+        "state": "scale_up",
+        "pending": None,
+        "demand": {"per_second": 27.9},
+        "capacity": {"per_second": 14.2, "limit": "requests"},
+        "spread": [{"target": "llm-a"}],
+        **fields,
+    }
+
+
+def test_the_replica_line_says_now_recommended_and_why_with_its_numbers() -> None:
+    assert replicas_line(_model()) == (
+        "Replicas of llama: 1 now, 2 recommended: 27.9 requests/s asked, 14.2 a replica "
+        "serves at the request cap"
+    )
+    kv = _model(replicas=3, desired_replicas=3, capacity={"per_second": 9, "limit": "kv_cache"})
+    assert replicas_line(kv).endswith(
+        "3 recommended: 27.9 requests/s asked, 9 a replica serves at the KV cache"
+    )
+    # A count waiting out its hold says where it is going.
+    rising = _model(desired_replicas=1, pending={"replicas": 2, "since": 0, "at": 60})
+    assert replicas_line(rising).startswith(
+        "Replicas of llama: 1 now, 1 recommended (2 once it holds): "
+    )
+    assert replicas_line(_model(state="routing")) == (
+        "Replicas of llama: 1 now, 2 recommended: routed unevenly, not short of capacity"
+    )
+    assert replicas_line(_model(desired_replicas=None, stale=True)) == (
+        "Replicas of llama: 1 now, no recommendation (not read lately)"
+    )
+    assert replicas_line(None) is None
+
+
+def test_a_target_reads_the_model_whose_replicas_name_it() -> None:
+    doc = {"models": [_model(), _model(model="mistral", spread=[{"target": "llm-b"}])]}
+    assert model_of("llm-b", doc)["model"] == "mistral"
+    assert model_of("llm-c", doc) is None and model_of("llm-a", None) is None
+
+
+def test_the_first_screen_shows_the_replica_count_under_the_headline(monkeypatch, exporter) -> None:
+    at = live(monkeypatch, exporter, "saturated-llm")
+    # The stories' six LLM targets serve one model; one queues at its cap beside an idle one.
+    assert plain_markdown(
+        "Replicas of tiny: 6 now, 6 recommended: routed unevenly, not short of capacity"
+    ) in [c.value for c in at.caption]

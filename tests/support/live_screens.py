@@ -29,6 +29,7 @@ from batchscope.exporter.config.settings import Target
 from batchscope.exporter.scrape.loop import Exporter
 from batchscope.exporter.serve import api_json as api
 from batchscope.exporter.serve.history import Histories
+from batchscope.exporter.serve.replica_plan import ReplicaPlanner
 from tests.support.live_stories import (
     LONG,
     STORIES,
@@ -118,10 +119,17 @@ def in_process_api(built: tuple[Exporter, Histories]) -> dict[str, Callable]:
         assert target is not None, "the Live page reads one target's history"
         return _json(api.history_response(target, histories.rows(target) or []))
 
+    def replicas(_base: str) -> dict:
+        # One round's count, as the app's planner steps it after a round.
+        planner = ReplicaPlanner(exporter.settings)
+        models = planner.step(exporter.current(), exporter.targets(), exporter.clock())
+        return _json(api.replicas_response(exporter.clock(), models, planner.settings))
+
     return {
         "fleet_summary": fleet_summary,
         "target_signals": target_signals,
         "history": history,
+        "replicas": replicas,
     }
 
 
