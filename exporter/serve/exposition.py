@@ -226,85 +226,111 @@ def render_metrics(targets: Iterable[TargetSignals]) -> bytes:
     or Sample objects; each series' labels are sorted and escaped once for all its lines,
     and a family that adds a label (`state`, `bound`, `kind`, `reason`) only slots it in."""
     lines: dict[str, list[str]] = {family.name: [] for family in FAMILIES}
-    up, duration, latency, static, gain, diagnosis, limit_ratio, binding, advice = (
-        lines[family.name]
-        for family in (
-            TARGET_UP,
-            SCRAPE_DURATION,
-            LATENCY,
-            STATIC_UTILIZATION,
-            CONTINUOUS_GAIN,
-            DIAGNOSIS,
-            LIMIT_RATIO,
-            BINDING_LIMIT,
-            ADVICE,
-        )
-    )
-    counters = (TARGET_ERRORS, "errors_total"), (WINDOW_RESETS, "window_resets_total")
     gauges = tuple((lines[family.name], family.name, attribute) for family, attribute in GAUGES)
     text_of = _NumberTexts().__getitem__
-    kind_label = functools.cache(lambda kind: f'kind="{escape(kind)}"')
     for t in targets:
         target_labels = {"target": t.target, **t.extra_labels}
-        target_texts = _label_texts(tuple(target_labels.items()))
-        target_text = target_texts.text
-        up.append(f"{TARGET_UP.name}{target_text} {text_of(t.up)}\n")
-        for family, attribute in counters:
-            counts = getattr(t, attribute)
-            if counts:
-                before, after = target_texts.at("reason")
-                lines[family.name] += [
-                    f'{family.name}_total{before}reason="{escape(reason)}"{after} '
-                    f"{text_of(count)}\n"
-                    for reason, count in sorted(counts.items())
-                ]
-        if t.scrape_seconds is not None:
-            duration.append(f"{SCRAPE_DURATION.name}{target_text} {text_of(t.scrape_seconds)}\n")
+        _target_lines(lines, t, _label_texts(tuple(target_labels.items())), text_of)
         for s in (*t.series, t.total) if t.up else (t.total,):
             labels = {**target_labels, **s.labels}
             texts = _label_texts(tuple(labels.items()))
-            text = texts.text
-            for out, name, attribute in gauges:
-                value = getattr(s, attribute)
-                if value is not None and math.isfinite(value):
-                    out.append(f"{name}{text} {text_of(value)}\n")
-            if s.latency_seconds is not None and math.isfinite(s.latency_seconds):
-                quantile = {"quantile": statistic_label(s), "histogram": s.latency_histogram}
-                latency_text = _label_texts(tuple({**labels, **quantile}.items())).text
-                latency.append(f"{LATENCY.name}{latency_text} {text_of(s.latency_seconds)}\n")
-            if s.static_utilization is not None:
-                u = s.static_utilization
-                before, after = texts.at("bound")
-                for bound, value in zip(BOUNDS, (u.estimate, u.lower, u.upper), strict=True):
-                    static.append(
-                        f'{STATIC_UTILIZATION.name}{before}bound="{bound}"{after} '
-                        f"{text_of(value)}\n"
-                    )
-                gain.append(f"{CONTINUOUS_GAIN.name}{text} {text_of(u.continuous_batching_gain)}\n")
-            _slo_lines(lines, s, texts, text_of)
-            if s.advice.items:
-                before, after = texts.at("kind")
-                advice += [
-                    f"{ADVICE.name}{before}{kind_label(item.kind)}{after} {text_of(item.value)}\n"
-                    for item in s.advice.items
-                    if math.isfinite(item.value)
-                ]
+            _series_lines(lines, gauges, s, labels, texts, text_of)
             choice = (s.diagnosis.state, t.read)
-            diagnosis.append(texts.block(DIAGNOSIS.name, choice, _diagnosis_lines))
-            if not t.read:
-                continue
-            before, after = texts.at("limit")
-            limit_ratio += [
-                f"{LIMIT_RATIO.name}{before}{_limit_label(r.limit)}{after} {text_of(r.ratio)}\n"
-                for r in s.limits.readings
-                if r.ratio is not None and math.isfinite(r.ratio)
-            ]
-            binding.append(texts.block(BINDING_LIMIT.name, s.limits.binding, _binding_lines))
+            lines[DIAGNOSIS.name].append(texts.block(DIAGNOSIS.name, choice, _diagnosis_lines))
+            if t.read:
+                _limit_lines(lines, s, texts, text_of)
     parts: list[str] = []
     for family in FAMILIES:
         parts.append(family.header())
         parts.extend(lines[family.name])
     return "".join(parts).encode()
+
+
+def _target_lines(
+    lines: dict[str, list[str]],
+    t: TargetSignals,
+    target_texts: _LabelTexts,
+    text_of: Callable[[float], str],
+) -> None:
+    """A target's own lines: up, its error and reset counters, its scrape's duration."""
+    target_text = target_texts.text
+    lines[TARGET_UP.name].append(f"{TARGET_UP.name}{target_text} {text_of(t.up)}\n")
+    for family, attribute in (
+        (TARGET_ERRORS, "errors_total"),
+        (WINDOW_RESETS, "window_resets_total"),
+    ):
+        counts = getattr(t, attribute)
+        if counts:
+            before, after = target_texts.at("reason")
+            lines[family.name] += [
+                f'{family.name}_total{before}reason="{escape(reason)}"{after} {text_of(count)}\n'
+                for reason, count in sorted(counts.items())
+            ]
+    if t.scrape_seconds is not None:
+        lines[SCRAPE_DURATION.name].append(
+            f"{SCRAPE_DURATION.name}{target_text} {text_of(t.scrape_seconds)}\n"
+        )
+
+
+def _series_lines(
+    lines: dict[str, list[str]],
+    gauges: tuple[tuple[list[str], str, str], ...],
+    s: SeriesSignals,
+    labels: dict[str, str],
+    texts: _LabelTexts,
+    text_of: Callable[[float], str],
+) -> None:
+    """A series' gauges, latency, static utilisation and gain, SLO and advice lines."""
+    text = texts.text
+    for out, name, attribute in gauges:
+        value = getattr(s, attribute)
+        if value is not None and math.isfinite(value):
+            out.append(f"{name}{text} {text_of(value)}\n")
+    if s.latency_seconds is not None and math.isfinite(s.latency_seconds):
+        quantile = {"quantile": statistic_label(s), "histogram": s.latency_histogram}
+        latency_text = _label_texts(tuple({**labels, **quantile}.items())).text
+        lines[LATENCY.name].append(f"{LATENCY.name}{latency_text} {text_of(s.latency_seconds)}\n")
+    if s.static_utilization is not None:
+        u = s.static_utilization
+        before, after = texts.at("bound")
+        for bound, value in zip(BOUNDS, (u.estimate, u.lower, u.upper), strict=True):
+            lines[STATIC_UTILIZATION.name].append(
+                f'{STATIC_UTILIZATION.name}{before}bound="{bound}"{after} {text_of(value)}\n'
+            )
+        lines[CONTINUOUS_GAIN.name].append(
+            f"{CONTINUOUS_GAIN.name}{text} {text_of(u.continuous_batching_gain)}\n"
+        )
+    _slo_lines(lines, s, texts, text_of)
+    if s.advice.items:
+        before, after = texts.at("kind")
+        lines[ADVICE.name] += [
+            f"{ADVICE.name}{before}{_kind_label(item.kind)}{after} {text_of(item.value)}\n"
+            for item in s.advice.items
+            if math.isfinite(item.value)
+        ]
+
+
+def _limit_lines(
+    lines: dict[str, list[str]],
+    s: SeriesSignals,
+    texts: _LabelTexts,
+    text_of: Callable[[float], str],
+) -> None:
+    """A read series' limit ratios and its binding limit."""
+    before, after = texts.at("limit")
+    lines[LIMIT_RATIO.name] += [
+        f"{LIMIT_RATIO.name}{before}{_limit_label(r.limit)}{after} {text_of(r.ratio)}\n"
+        for r in s.limits.readings
+        if r.ratio is not None and math.isfinite(r.ratio)
+    ]
+    lines[BINDING_LIMIT.name].append(
+        texts.block(BINDING_LIMIT.name, s.limits.binding, _binding_lines)
+    )
+
+
+@functools.cache
+def _kind_label(kind: str) -> str:
+    return f'kind="{escape(kind)}"'
 
 
 def render_models(models: Iterable[ModelReplicas]) -> bytes:
