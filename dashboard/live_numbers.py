@@ -24,7 +24,8 @@ from batchscope.dashboard.formatting import (
 )
 from batchscope.dashboard.headline import statistic
 from batchscope.dashboard.time_frames import TimeFrames
-from batchscope.exporter.core.catalog import CACHES, NOW, SERIES, WINDOW, Signal
+from batchscope.exporter.core.catalog import CACHES, NOW, SERIES, WINDOW
+from batchscope.exporter.core.declare import Signal
 
 # Tiles in one row at most: a 1400 px page keeps every value whole.
 TILES_A_ROW = 6

@@ -10,7 +10,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from batchscope.exporter.core.catalog import SERIES, Signal
+from batchscope.exporter.core.catalog import SERIES
+from batchscope.exporter.core.declare import Signal
 from batchscope.exporter.core.families import (
     CURRENT_REPLICAS,
     DESIRED_REPLICAS,

@@ -18,10 +18,19 @@ recording rule in grafana/rules.py.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field, make_dataclass
+from dataclasses import field, make_dataclass
 from typing import Any
 
 from batchscope.exporter.core.advice import Advice
+from batchscope.exporter.core.declare import (
+    Signal,
+    burning,
+    counter,
+    estimate,
+    has_latency,
+    keep,
+    share,
+)
 from batchscope.exporter.core.demand import demand, replica_capacity
 from batchscope.exporter.core.diagnosis import Diagnosis
 from batchscope.exporter.core.families import (
@@ -52,76 +61,6 @@ from batchscope.exporter.core.signals import (
     running_vs_cap,
     throughput_gain,
 )
-from batchscope.exporter.core.slo import SloStatus
-from batchscope.exporter.core.snapshot import SeriesSnapshot
-
-# A history column: its name, and the number it keeps of the signal's value.
-Column = tuple[str, Callable[[Any], float | bool | None]]
-
-
-@dataclass(frozen=True)
-class Signal:
-    """One field of a series' signals and where it shows.
-
-    `compute`: its value from one evaluation's reading of the window (None: not known).
-    `metric`: the gauge /metrics writes one sample of per series (None: not one gauge;
-    `families` then names any labelled families a writer in exposition.py makes of it).
-    `summary`: a field of the fleet's summary rows. `history`: the columns a history
-    point keeps of it (`keep()` for its own value). `live`: the Live page's group of
-    numbers it shows in. `published`: whether an engine publishes what it needs, where
-    that can be absent (the API lists the signal under `not_exposed` then). `rule`: the
-    series grafana/rules.py records with the same number for each vLLM engine series, on
-    the fleet path (grafana/twins.py holds the two equal); where the twin needs labels or a
-    tolerance, twins.py pairs them itself.
-    """
-
-    name: str
-    title: str
-    unit: str
-    help: str
-    compute: Callable[[Any], Any]
-    default: Any = None
-    metric: str | None = None
-    families: tuple[Family, ...] = ()
-    summary: bool = False
-    history: tuple[Column, ...] = ()
-    live: str | None = None
-    published: Callable[[SeriesSnapshot, Any], bool] | None = None
-    rule: str | None = None
-
-    def gauge(self) -> Family:
-        """The one-gauge family of `metric`."""
-        return Family(self.metric or "", self.help)
-
-
-def keep(name: str) -> tuple[Column, ...]:
-    """A history column holding the signal's own value."""
-    return ((name, lambda value: value),)
-
-
-def _estimate(value: Any) -> float | None:
-    return None if value is None else value.estimate
-
-
-def _burning(speed: str) -> Callable[[SloStatus | None], bool]:
-    return lambda slo: slo is not None and speed in slo.burning
-
-
-def _has_latency(last: SeriesSnapshot, settings: Any) -> bool:
-    kind = settings.histogram
-    return kind in last.latency or kind in last.latency_quantiles or kind in last.latency_means
-
-
-def _share(w: Any, part: str, whole: str) -> float | None:
-    """One counter's increase over the window as a share of another's; None while the
-    whole did not increase."""
-    p, q = w.increases[part], w.increases[whole]
-    return None if p is None or not q or q <= 0 else p / q
-
-
-def _counter(name: str) -> Callable[[SeriesSnapshot, Any], bool]:
-    return lambda last, _settings: getattr(last, name) is not None
-
 
 # The Live page's groups of numbers (`live`): the last scrape's, the window's, the
 # caches' (the vLLM board shows that group in a row of its own).
@@ -155,7 +94,7 @@ SERIES: tuple[Signal, ...] = (
         summary=True,
         history=keep("running"),
         live=NOW,
-        published=_counter("running"),
+        published=counter("running"),
         rule="target_model_engine:vllm_num_requests_running:sum",
     ),
     Signal(
@@ -177,7 +116,7 @@ SERIES: tuple[Signal, ...] = (
         summary=True,
         history=keep("waiting"),
         live=NOW,
-        published=_counter("waiting"),
+        published=counter("waiting"),
         rule="target_model_engine:vllm_num_requests_waiting:sum",
     ),
     Signal(
@@ -208,7 +147,7 @@ SERIES: tuple[Signal, ...] = (
         lambda w: w.last.batch_tokens,
         metric="batchscope_batch_tokens",
         live=NOW,
-        published=_counter("batch_tokens"),
+        published=counter("batch_tokens"),
     ),
     Signal(
         "token_cap",
@@ -247,7 +186,7 @@ SERIES: tuple[Signal, ...] = (
         summary=True,
         history=keep("preemptions_per_second"),
         live=WINDOW,
-        published=_counter("preemptions_total"),
+        published=counter("preemptions_total"),
         rule="target_model_engine:vllm_num_preemptions:rate",
     ),
     Signal(
@@ -260,7 +199,7 @@ SERIES: tuple[Signal, ...] = (
         summary=True,
         history=keep("kv_cache_usage"),
         live=NOW,
-        published=_counter("kv_usage"),
+        published=counter("kv_usage"),
         rule="target_model_engine:vllm_kv_cache_usage:ratio",
     ),
     Signal(
@@ -272,7 +211,7 @@ SERIES: tuple[Signal, ...] = (
         metric="batchscope_requests_per_second",
         history=keep("requests_per_second"),
         live=WINDOW,
-        published=_counter("requests_total"),
+        published=counter("requests_total"),
         rule="target_model_engine:vllm_request_success:rate",
     ),
     Signal(
@@ -284,7 +223,7 @@ SERIES: tuple[Signal, ...] = (
         metric="batchscope_generation_tokens_per_second",
         history=keep("generation_tokens_per_second"),
         live=WINDOW,
-        published=_counter("generation_tokens_total"),
+        published=counter("generation_tokens_total"),
         rule="target_model_engine:vllm_generation_tokens:rate",
     ),
     Signal(
@@ -322,7 +261,7 @@ SERIES: tuple[Signal, ...] = (
         summary=True,
         history=keep("latency_seconds"),
         live=WINDOW,
-        published=_has_latency,
+        published=has_latency,
     ),
     Signal(
         "latency_statistic",
@@ -349,7 +288,7 @@ SERIES: tuple[Signal, ...] = (
         metric="batchscope_budget_utilization_ratio",
         summary=True,
         history=keep("budget_utilization"),
-        published=_has_latency,
+        published=has_latency,
     ),
     Signal(
         "budget_saturated",
@@ -425,8 +364,8 @@ SERIES: tuple[Signal, ...] = (
         lambda w: w.slo,
         families=(SLO_OBJECTIVE, SLO_BURN_RATE, SLO_BURNING, SLO_ERROR_BUDGET, SLO_HISTORY),
         history=(
-            ("slo_burning_fast", _burning("fast")),
-            ("slo_burning_slow", _burning("slow")),
+            ("slo_burning_fast", burning("fast")),
+            ("slo_burning_slow", burning("slow")),
         ),
     ),
     Signal(
@@ -479,11 +418,11 @@ SERIES: tuple[Signal, ...] = (
         "ratio",
         "Share of the prompt tokens looked up in the prefix cache that it held, over the "
         "window (vLLM prefix_cache_hits / prefix_cache_queries).",
-        lambda w: _share(w, "prefix_cache_hits_total", "prefix_cache_queries_total"),
+        lambda w: share(w, "prefix_cache_hits_total", "prefix_cache_queries_total"),
         metric="batchscope_prefix_cache_hit_ratio",
         history=keep("prefix_cache_hit_rate"),
         live=CACHES,
-        published=_counter("prefix_cache_queries_total"),
+        published=counter("prefix_cache_queries_total"),
         rule="target_model_engine:vllm_prefix_cache_hit:ratio",
     ),
     Signal(
@@ -492,11 +431,11 @@ SERIES: tuple[Signal, ...] = (
         "ratio",
         "Share of the speculative decoder's draft tokens the target model accepted, over "
         "the window (vLLM spec_decode_num_accepted_tokens / spec_decode_num_draft_tokens).",
-        lambda w: _share(w, "spec_accepted_tokens_total", "spec_draft_tokens_total"),
+        lambda w: share(w, "spec_accepted_tokens_total", "spec_draft_tokens_total"),
         metric="batchscope_spec_decode_acceptance_ratio",
         history=keep("spec_decode_acceptance_rate"),
         live=CACHES,
-        published=_counter("spec_draft_tokens_total"),
+        published=counter("spec_draft_tokens_total"),
         rule="target_model_engine:vllm_spec_decode_acceptance:ratio",
     ),
     Signal(
@@ -516,7 +455,7 @@ SERIES: tuple[Signal, ...] = (
         "statically at the cap (estimate and bounds).",
         lambda w: w.static,
         families=(STATIC_UTILIZATION, CONTINUOUS_GAIN),
-        history=(("static_utilization", _estimate),),
+        history=(("static_utilization", estimate),),
         published=lambda last, _: last.output_tokens is not None,
     ),
     Signal(

@@ -53,8 +53,6 @@ class Diagnosis:
     reason: str
 
 
-# Not frozen: built at every evaluation and read once, and a frozen dataclass's __init__
-# costs several times a plain one's (an object.__setattr__ a field).
 @dataclass(slots=True)
 class DiagnosisInputs:
     """What the diagnosis reads about one series (or a target's total) that answered.
@@ -211,8 +209,6 @@ def progress_stopped(
     return all(r < settings.stall_rate for r in known)
 
 
-# Not frozen: built at every evaluation and read once, and a frozen dataclass's __init__
-# costs several times a plain one's (an object.__setattr__ a field).
 @dataclass(slots=True)
 class _Reading:
     """The inputs with what every state's rule derives from them, worked out once."""
