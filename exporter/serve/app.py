@@ -117,8 +117,9 @@ class RoundCache:
     ) -> None:
         self.exporter = exporter
         self.kinds = kinds
-        # Called after every round, before its renders (the replica count steps here).
+        # Called once a round, before its renders (the replica count steps here).
         self.on_round = on_round
+        self._stepped: int | None = None
         self._targets: tuple[int, list[TargetSignals]] | None = None
         # kind -> (round, (plain, gzip)) of its newest complete body
         self._bodies: dict[str, tuple[int, tuple[bytes, bytes]]] = {}
@@ -135,6 +136,7 @@ class RoundCache:
             return started[1]
         if self._targets is None or self._targets[0] != rounds:
             self._targets = (rounds, self.exporter.current())
+        self.step_round()
         task = asyncio.create_task(self._render(kind, rounds, self._targets[1]))
         self._renders[kind] = (rounds, task)
         return task
@@ -162,6 +164,18 @@ class RoundCache:
         # Shielded: a client that goes away must not cancel the render others wait for.
         return (await asyncio.shield(task))[compressed]
 
+    def step_round(self) -> None:
+        """`on_round`, once a round, before any of that round's renders (whether a
+        request or `keep_fresh` starts the first)."""
+        rounds = self.exporter.rounds
+        if self.on_round is None or self._stepped == rounds:
+            return
+        self._stepped = rounds
+        try:
+            self.on_round()
+        except Exception:  # a failed step must not end the rounds' renders
+            log.exception("stepping the replica count failed")
+
     def read_recently(self, kind: str) -> bool:
         """Whether `kind` was requested (or expected) in its last `kept_fresh_seconds`."""
         read = self._read.get(kind)
@@ -175,11 +189,7 @@ class RoundCache:
         seen = self.exporter.rounds
         while True:
             seen = await self.exporter.round_after(seen)
-            if self.on_round is not None:
-                try:
-                    self.on_round()
-                except Exception:  # a failed step must not end the rounds' renders
-                    log.exception("stepping the replica count failed")
+            self.step_round()
             for kind in self.kinds:
                 if self.read_recently(kind):
                     try:
@@ -242,7 +252,7 @@ class _Handlers:
             on_round=self.step_replicas,
         )
         # An exporter that evaluated before its app was made has counts to show at once.
-        self.step_replicas()
+        self.bodies.step_round()
 
     def step_replicas(self) -> None:
         """The models' replica counts after the round just ended."""

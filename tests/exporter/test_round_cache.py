@@ -151,3 +151,22 @@ async def test_after_a_round_only_the_kinds_someone_reads_are_rendered() -> None
         assert cache._bodies["signals"][0] == 2
     finally:
         keeper.cancel()
+
+
+async def test_a_request_before_keep_fresh_renders_the_round_stepped_for_it() -> None:
+    """The replica count steps once a round, before that round's first render, whoever
+    starts it: a request that comes as the round ends reads this round's count, not the
+    last round's."""
+    exporter = exporter_without_targets()
+    stepped: list[int] = []
+    cache = RoundCache(
+        exporter,
+        {"metrics": BodyKind(lambda _: f"count of round {stepped[-1]}".encode(), 60.0)},
+        on_round=lambda: stepped.append(exporter.rounds),
+    )
+    assert await cache.body("metrics", False) == b"count of round 0"
+    await next_round(exporter)
+    await next_round(exporter)  # two rounds on: the request waits for this round's render
+    assert await cache.body("metrics", False) == b"count of round 2"
+    await cache.body("metrics", True)
+    assert stepped == [0, 2]  # once a round, and only rounds something was rendered for
