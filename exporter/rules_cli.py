@@ -9,7 +9,8 @@ import yaml
 
 from batchscope.exporter.alerts.fleet_rules import UnsupportedTarget, fleet_rule_groups
 from batchscope.exporter.config.file_sd import expand_file_sd
-from batchscope.exporter.config.settings import ConfigError, load_config, load_file_sd
+from batchscope.exporter.config.fleet_file import load_config, load_file_sd
+from batchscope.exporter.config.settings import ConfigError
 
 EPILOG = """examples:
   batchscope-rules --config fleet.yaml > /etc/prometheus/rules/batchscope-targets.yml

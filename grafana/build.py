@@ -14,7 +14,7 @@ from pathlib import Path
 import yaml
 
 from batchscope.exporter.alerts.fleet_rules import fleet_rule_groups
-from batchscope.exporter.config.settings import load_config
+from batchscope.exporter.config.fleet_file import load_config
 from batchscope.grafana.boards import DASHBOARDS
 from batchscope.grafana.config import CONFIG
 from batchscope.grafana.kubernetes import FLEET_EXAMPLE, RELEASE_LABELS, manifest_files

@@ -29,7 +29,8 @@ from pathlib import Path
 import yaml
 
 from batchscope.exporter.alerts.fleet_rules import target_rules
-from batchscope.exporter.config.settings import SETTINGS_FLAGS, TARGET_FLAGS, Target, load_config
+from batchscope.exporter.config.fleet_file import load_config
+from batchscope.exporter.config.settings import SETTINGS_FLAGS, TARGET_FLAGS, Target
 from batchscope.grafana.autoscaling import ModelBounds, autoscaling_folders, model_bounds
 
 GRAFANA = Path(__file__).resolve().parent

@@ -1,8 +1,9 @@
 """The exporter's command line: its configuration flags, and Settings from them.
 
 One `--target` with its flags, or `--config FILE` with the settings flags overriding
-the file's values. Every check is the configuration's (`batchscope.exporter.config.settings`), so a value
-is refused with the same words whether it came from a flag or a file.
+the file's values. Every check is the configuration's (`batchscope.exporter.config.values`,
+declared per field in `settings`), so a value is refused with the same words whether it
+came from a flag or a file.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Iterable, Sequence
 
+from batchscope.exporter.config.fleet_file import load_config
 from batchscope.exporter.config.line_numbered import Sourced
 from batchscope.exporter.config.settings import (
     ENDPOINTS_GROUP,
@@ -25,7 +27,6 @@ from batchscope.exporter.config.settings import (
     Target,
     config_fields,
     field_defaults,
-    load_config,
     settings_from_values,
     target_from_values,
 )

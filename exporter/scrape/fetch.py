@@ -21,7 +21,8 @@ from pathlib import Path
 import aiohttp
 from isal import isal_zlib
 
-from batchscope.exporter.config.settings import Auth, ConfigError, Target, redact_url_in
+from batchscope.exporter.config.settings import Auth, ConfigError, Target
+from batchscope.exporter.config.values import redact_url_in
 
 # Sent with every scrape, as Prometheus does (the text format first; gzip accepted).
 SCRAPE_HEADERS = {

@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 import aiohttp
 
 from batchscope.exporter.config.file_sd import expand_file_sd
-from batchscope.exporter.config.settings import ConfigError, Settings, Target, load_file_sd
+from batchscope.exporter.config.fleet_file import load_file_sd
+from batchscope.exporter.config.settings import ConfigError, Settings, Target
 from batchscope.exporter.core.evaluate import (
     TOTAL,
     TargetIdentity,

@@ -17,7 +17,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import fields
 from typing import Any
 
-from batchscope.exporter.config.settings import Settings, Target, config_fields, redacted_url
+from batchscope.exporter.config.settings import Settings, Target, config_fields
+from batchscope.exporter.config.values import redacted_url
 from batchscope.exporter.core.advice import Advice, AdviceItem
 from batchscope.exporter.core.catalog import HISTORY_COLUMNS, HISTORY_FLAGS, SUMMARY_FIELDS
 from batchscope.exporter.core.demand import Demand, ReplicaCapacity

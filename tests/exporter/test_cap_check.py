@@ -44,7 +44,7 @@ async def test_a_cap_that_is_not_a_whole_number_of_at_least_one_is_refused(tmp_p
 
 
 async def test_a_whole_cap_written_as_a_float_is_accepted(tmp_path) -> None:
-    from batchscope.exporter.config.settings import load_config
+    from batchscope.exporter.config.fleet_file import load_config
 
     config = tmp_path / "fleet.yaml"
     config.write_text(

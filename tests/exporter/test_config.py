@@ -1,4 +1,5 @@
-"""batchscope.exporter.config.settings: every accepted form, every rejected one with its exact message."""
+"""batchscope.exporter.config (settings, values, fleet_file): every accepted form, every rejected
+one with its exact message."""
 
 from __future__ import annotations
 
@@ -12,14 +13,8 @@ import pytest
 
 from batchscope.exporter.config.file_sd import expand_file_sd
 from batchscope.exporter.config.flags import add_arguments, settings_from_args
-from batchscope.exporter.config.settings import (
-    Auth,
-    ConfigError,
-    Settings,
-    Target,
-    load_config,
-    load_file_sd,
-)
+from batchscope.exporter.config.fleet_file import load_config, load_file_sd
+from batchscope.exporter.config.settings import Auth, ConfigError, Settings, Target
 from batchscope.exporter.scrape.fetch import authorization_header
 from tests.support.paths import REPO
 

@@ -10,7 +10,8 @@ import pytest
 
 from batchscope.exporter import engines
 from batchscope.exporter.config.flags import add_arguments, settings_from_args
-from batchscope.exporter.config.settings import ConfigError, load_config
+from batchscope.exporter.config.fleet_file import load_config
+from batchscope.exporter.config.settings import ConfigError
 from batchscope.exporter.core.snapshot import SeriesSnapshot
 from batchscope.exporter.engines import detect, engine_choices, latency_kinds, read_series
 from batchscope.exporter.engines.grouping import SamplesByName, histograms_by_key, values_by_key

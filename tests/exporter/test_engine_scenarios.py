@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from batchscope.exporter.config.settings import Settings, Target, load_config
+from batchscope.exporter.config.fleet_file import load_config
+from batchscope.exporter.config.settings import Settings, Target
 from batchscope.exporter.core.evaluate import SeriesSignals, TargetSignals
 from batchscope.exporter.core.signals import SignalSettings
 from batchscope.exporter.core.snapshot import Snapshot

@@ -19,8 +19,9 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from batchscope.exporter.config.fleet_file import load_config
 from batchscope.exporter.config.reserved_labels import RESERVED_LABELS
-from batchscope.exporter.config.settings import ConfigError, Settings, Target, load_config
+from batchscope.exporter.config.settings import ConfigError, Settings, Target
 from batchscope.exporter.instrumentation import BatcherMetrics
 from batchscope.exporter.scrape.fetch import client_session
 from batchscope.exporter.scrape.loop import Exporter

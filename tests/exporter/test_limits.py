@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, generate_latest
 
 from batchscope.exporter.config.flags import add_arguments, settings_from_args
-from batchscope.exporter.config.settings import ConfigError, load_config, load_file_sd
+from batchscope.exporter.config.fleet_file import load_config, load_file_sd
+from batchscope.exporter.config.settings import ConfigError
 from batchscope.exporter.core.diagnosis import DiagnosisInputs, diagnose
 from batchscope.exporter.core.evaluate import TargetSignals
 from batchscope.exporter.core.limits import LIMITS, LimitInputs, limits

@@ -286,7 +286,8 @@ def test_an_unread_target_stands_for_its_replicas_as_last_seen() -> None:
 
 
 def test_bounds_come_from_the_flags_and_each_models_entry_with_file_line_and_key(tmp_path):
-    from batchscope.exporter.config.settings import ConfigError, load_config
+    from batchscope.exporter.config.fleet_file import load_config
+    from batchscope.exporter.config.settings import ConfigError
     from batchscope.exporter.serve.replica_plan import replica_settings
 
     path = tmp_path / "fleet.yaml"

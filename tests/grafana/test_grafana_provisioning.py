@@ -9,7 +9,8 @@ import pytest
 import yaml
 
 from batchscope.exporter.alerts.specs import ALERTS, EXPORTER_DOWN
-from batchscope.exporter.config.settings import DEFAULT_TIMEOUT_SECONDS, load_config
+from batchscope.exporter.config.fleet_file import load_config
+from batchscope.exporter.config.settings import DEFAULT_TIMEOUT_SECONDS
 from batchscope.grafana.build import PROMETHEUS, ROOT
 from tests.support.system_tools import tool
 

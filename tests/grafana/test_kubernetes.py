@@ -15,7 +15,7 @@ import yaml
 
 from batchscope.exporter.cli import build_parser
 from batchscope.exporter.config.flags import settings_from_args
-from batchscope.exporter.config.settings import load_config
+from batchscope.exporter.config.fleet_file import load_config
 from batchscope.grafana import build
 from batchscope.grafana import kubernetes as k8s
 from batchscope.grafana.build import PROMETHEUS, generated_files

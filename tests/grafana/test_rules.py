@@ -22,7 +22,8 @@ from batchscope.exporter.alerts.fleet_rules import (
     target_rules,
 )
 from batchscope.exporter.alerts.specs import ALERTS, SLO_BURN_FAST, SLO_BURN_SLOW
-from batchscope.exporter.config.settings import Target, load_config
+from batchscope.exporter.config.fleet_file import load_config
+from batchscope.exporter.config.settings import Target
 from batchscope.exporter.engines.vllm import TOKEN_LATENCY_KINDS
 from batchscope.grafana import rules as rule_names
 from batchscope.grafana.build import PROMETHEUS, generated_files
