@@ -67,6 +67,9 @@ def test_the_first_screen_answers_for_each_state_without_scrolling(
             "Budget saturated: costly-embeddings for 69 s, p99 at 996% of the 50 ms budget",
         ]
         assert f"Target {target}" in read["text"]
+        # the replica count of the target's model, on the first screen too
+        model = "tiny" if target.endswith("-llm") else target
+        assert f"Replicas of {model}: " in read["text"], read["text"]
         assert read["chart"] >= 3  # the batch, the queue, budget used (and the cap)
     page.close()
 
