@@ -76,6 +76,9 @@ def scaled_object(bounds: ModelBounds) -> dict:
             "serverAddress": PROMETHEUS_URL,
             "query": count_query(bounds.model),
             "threshold": "1",
+            # An empty result (a stale count, nothing finished) is an error, so the HPA
+            # keeps today's scale, not KEDA's default of 0 that scales to the minimum.
+            "ignoreNullValues": "false",
         },
     }
     spec = {

@@ -453,6 +453,9 @@ def test_the_autoscalers_follow_the_held_count_the_rules_record_within_the_model
     (trigger,) = keda["triggers"]
     assert trigger["metadata"]["query"] == f'max({MODEL_DESIRED}{{model_name="{model}"}})'
     assert (trigger["metricType"], trigger["metadata"]["threshold"]) == ("AverageValue", "1")
+    # KEDA reads an empty result as 0 unless told not to: an absent (stale) count would
+    # scale the model to its minimum; with "false" KEDA errors and the HPA holds.
+    assert trigger["metadata"]["ignoreNullValues"] == "false"
     assert (keda["minReplicaCount"], keda["maxReplicaCount"]) == (low, high)
     assert keda["scaleTargetRef"]["name"] == model
     hpa = COMMITTED[f"autoscaling-hpa/HorizontalPodAutoscaler/{model}"]["spec"]
