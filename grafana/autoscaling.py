@@ -135,7 +135,7 @@ def horizontal_pod_autoscaler(bounds: ModelBounds) -> dict:
     }
     spec = {
         "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": bounds.model},
-        "minReplicas": max(1, bounds.min_replicas),
+        "minReplicas": bounds.min_replicas,
         "maxReplicas": bounds.max_replicas or KEDA_DEFAULT_MAX,
         "metrics": [metric],
         "behavior": IMMEDIATE,

@@ -35,7 +35,7 @@ from batchscope.exporter.config.line_numbered import (
     sequence,
     wrong_type,
 )
-from batchscope.exporter.config.models import bounds_clash, read_models
+from batchscope.exporter.config.models import NO_ZERO, bounds_clash, read_models
 from batchscope.exporter.config.reserved_labels import RESERVED_LABELS
 from batchscope.exporter.core.replicas import DEFAULT_SCALE_DOWN_SECONDS
 from batchscope.exporter.core.signals import DEFAULT_HOLD_SECONDS, DEFAULT_INTERVAL_SECONDS
@@ -160,11 +160,11 @@ def _count(value: object) -> int:
     return value
 
 
-def _whole(value: object) -> int:
+def _min_replicas(value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise _wrong_type(value, "a whole number")
-    if value < 0:
-        raise _Invalid(f"must be >= 0 (got {value})")
+    if value < 1:
+        raise _Invalid(f"must be >= 1: {NO_ZERO} (got {value})")
     return value
 
 
@@ -617,7 +617,7 @@ class Settings:
 
     min_replicas: int = _configured(
         1,
-        parse=_whole,
+        parse=_min_replicas,
         flag="--min-replicas",
         type=int,
         metavar="N",

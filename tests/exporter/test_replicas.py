@@ -304,7 +304,9 @@ def test_bounds_come_from_the_flags_and_each_models_entry_with_file_line_and_key
     for text, said in (
         ("models:\n  llama: {min_replicas: 3, max_replicas: 2}\n", "fleet.yaml:4: models.llama.max_replicas: must be >= min_replicas (3) (got 2)"),
         ("models:\n  llama: {max_replica: 2}\n", "fleet.yaml:4: models.llama.max_replica: unknown key; did you mean 'max_replicas'?"),
-        ("models:\n  llama: {min_replicas: -1}\n", "fleet.yaml:4: models.llama.min_replicas: must be >= 0 (got -1)"),
+        ("models:\n  llama: {min_replicas: -1}\n", "fleet.yaml:4: models.llama.min_replicas: must be >= 1"),
+        ("models:\n  llama: {min_replicas: 0}\n", "fleet.yaml:4: models.llama.min_replicas: must be >= 1: a model scaled to zero has no pods, so no series to scale it back up (got 0)"),
+        ("min_replicas: 0\n", "fleet.yaml:3: min_replicas: must be >= 1: a model scaled to zero has no pods, so no series to scale it back up (got 0)"),
         ("models: [llama]\n", "fleet.yaml:3: models: must be a mapping of model names"),
         ("min_replicas: 4\nmax_replicas: 2\n", "fleet.yaml:4: max_replicas: max_replicas 2 is below min_replicas 4"),
         ("min_replicas: 4\nmodels:\n  tiny: {max_replicas: 3}\n", "models.tiny: max_replicas 3 is below min_replicas 4 (a key a model leaves out takes the fleet's)"),
