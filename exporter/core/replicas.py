@@ -16,8 +16,9 @@ replicas at a limit the metrics show; the others only where none is), rounded up
 - idle (nothing ran on any replica): the model's minimum;
 - always within the model's `min_replicas` and `max_replicas`.
 
-The count an autoscaler reads is held (`hold_count`): it rises once a higher count has
-held for the saturation hold, falls once a lower one has held for the scale-down window
+The count an autoscaler reads is held (`hold_count`): it starts at today's replicas (within
+the bounds) when the first count is made, so a first count that differs waits its hold
+like any other; it rises once a higher count has held for the saturation hold, falls once a lower one has held for the scale-down window
 (5 minutes by default), holds through rounds that read nothing, and is absent, flagged
 stale, once no replica has been read for the staleness.
 """
@@ -382,10 +383,16 @@ class HeldCount:
 
 
 def hold_count(
-    held: HeldCount, count: int | None, read: bool, now: float, settings: ReplicaSettings
+    held: HeldCount,
+    count: int | None,
+    read: bool,
+    now: float,
+    settings: ReplicaSettings,
+    start: int,
 ) -> HeldCount:
     """The held count after this round's `count` (None: not known), with `read` whether
-    any replica of the model was read (module docstring)."""
+    any replica of the model was read and `start` the count held before the first (today's
+    replicas within the bounds): a restarted exporter moves no replica before the hold."""
     if not read:
         unread_for = math.inf if held.read_at is None else now - held.read_at
         if unread_for > settings.stale_seconds:
@@ -395,7 +402,7 @@ def hold_count(
     if count is None:
         return held
     if held.desired is None:
-        return HeldCount(count, read_at=now)
+        held = HeldCount(start, read_at=now)
     if count == held.desired:
         return replace(held, pending=None, since=None)
     rising = count > held.desired
@@ -438,9 +445,9 @@ def plan_round(
     for model in sorted(models):
         count = count_model(model, models[model], settings.bounds_of(model))
         before = held.get(model, HeldCount())
-        out.append(
-            ModelReplicas(count, hold_count(before, count.count, count.read > 0, now, settings))
-        )
+        start = count.bounds.clamp(count.current)
+        after = hold_count(before, count.count, count.read > 0, now, settings, start)
+        out.append(ModelReplicas(count, after))
     return tuple(out)
 
 
