@@ -10,7 +10,7 @@ The count is the model's demand (`exporter.core.demand`, summed over its replica
 what one replica serves within the budget at its binding limit (the mean over the
 replicas at a limit the metrics show; the others only where none is), rounded up:
 
-- where the binding limit is the arrivals (nothing waits on any replica measured), or
+- where the binding limit is the arrivals (nothing waits on any replica read), or
   one replica queues at its limit while another idles (a routing problem, not a capacity
   one), the count is what demand needs and never more than the replicas there are now;
 - idle (nothing ran on any replica): the model's minimum;
@@ -320,14 +320,16 @@ def count_model(model: str, replicas: Sequence[Replica], bounds: ReplicaBounds) 
         )
         return replace(base, state="measuring", reason=reason)
     needed = needed_replicas(demand, capacity)
-    arrivals = {r.capacity.limit for r in read if r.capacity is not None} == {"arrivals"}
+    # Every read replica with a limit, measured or not: one queued at its cap that has
+    # finished nothing yet has no capacity, and still binds at its cap.
+    arrivals = {r.limit for r in read if r.limit is not None} == {"arrivals"}
     return _counted(replace(base, needed=needed), routing(read), arrivals)
 
 
 def _counted(
     base: ModelCount, routed: tuple[Replica, Replica] | None, arrivals: bool
 ) -> ModelCount:
-    """The count from `needed`: ceilinged where arrivals bind every replica measured or
+    """The count from `needed`: ceilinged where arrivals bind every replica read or
     routing is the problem, bounded, and the state and reason that say why."""
     needed, current, bounds = base.needed or 1, base.current, base.bounds
     why = (

@@ -175,6 +175,17 @@ def test_arrivals_or_routing_never_count_more_than_today() -> None:
     )
 
 
+def test_a_replica_queued_at_its_cap_that_finished_nothing_keeps_arrivals_from_binding():
+    """Arrivals bind only where every read replica with a limit is at the arrivals: one
+    queued at its cap with no capacity measured yet (nothing finished) still binds."""
+    calm = _replica("arrivals", 30.0, 10.0, engine="0")
+    stuck = _replica("requests", 6.0, None, running=16, waiting=40, engine="1")
+    count = count_model("m", [calm, stuck], ReplicaBounds())
+    # 36 asked over 10 a replica: 4 needed, not ceilinged at today's 2.
+    assert (count.needed, count.count, count.state) == (4, 4, "scale_up")
+    assert "never more than now" not in count.reason
+
+
 def test_idle_is_the_minimum_bounds_hold_and_unread_is_no_count() -> None:
     idle = Replica("t", {}, True, 0.0, 0.0, 16.0, None, None, None, "idle")
     assert count_model("m", [idle], ReplicaBounds(2, 5)).count == 2
