@@ -311,13 +311,18 @@ def count_model(model: str, replicas: Sequence[Replica], bounds: ReplicaBounds) 
             state="idle",
             reason=f"no request ran on any replica: the minimum, {bounds.min_replicas}",
         )
-    if demand is None or capacity is None or capacity <= 0:
+    if demand is None or not math.isfinite(demand):
+        reason = "demand is not known yet: the window holds no finished request"
+        if demand is not None:
+            reason = f"demand is not a finite number ({demand}): no count from it"
+        return replace(base, state="measuring", reason=reason)
+    if capacity is None or not 0 < capacity < math.inf:
         reason = (
-            "demand is not known yet: the window holds no finished request"
-            if demand is None
-            else "what a replica serves is not known yet: no replica read finished "
-            "requests at its limit (a batcher's is its advised rate limit)"
+            "what a replica serves is not known yet: no replica read finished requests at "
+            "its limit (a batcher's is its advised rate limit)"
         )
+        if capacity is not None:
+            reason = f"what a replica serves is not a finite number > 0 ({capacity}): no count"
         return replace(base, state="measuring", reason=reason)
     needed = needed_replicas(demand, capacity)
     # Every read replica with a limit, measured or not: one queued at its cap that has

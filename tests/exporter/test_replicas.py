@@ -265,10 +265,10 @@ def test_unread_rounds_hold_the_count_until_the_staleness_then_it_is_absent() ->
     assert (again.desired, again.pending, again.since) == (3, 1, 34 * 5.0)
 
 
-def test_never_nan_and_unknown_counts_keep_what_was_held() -> None:
+def test_unknown_counts_keep_what_was_held() -> None:
+    # Never NaN: tests/exporter/test_replica_metrics.py feeds infinite and NaN inputs.
     held = run([3, None, None, 3])
     assert [h.desired for h in held] == [3, 3, 3, 3]
-    assert all(h.desired is None or not math.isnan(h.desired) for h in held)
 
 
 def _dp_snapshot(t: float, engine0: tuple, engine1: tuple) -> Snapshot:
