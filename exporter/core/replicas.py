@@ -242,6 +242,12 @@ class ModelCount:
     def read(self) -> int:
         return sum(r.read for r in self.replicas)
 
+    @property
+    def unit(self) -> str:
+        """What demand and capacity count: a batcher's items/s, an engine's requests/s."""
+        measured = (r.capacity or r.demand for r in self.replicas)
+        return next((m.unit for m in measured if m is not None), "requests/s")
+
 
 def _model_demand(read: Sequence[Replica]) -> tuple[float | None, dict[str, float]]:
     known = [r.demand for r in read if r.demand is not None]
@@ -338,7 +344,7 @@ def _counted(
     routing is the problem, bounded, and the state and reason that say why."""
     needed, current, bounds = base.needed or 1, base.current, base.bounds
     why = (
-        f"{_rate(base.demand)} requests/s asked ({_demand_text(base.demand_inputs)}) over "
+        f"{_rate(base.demand)} {base.unit} asked ({_demand_text(base.demand_inputs)}) over "
         f"{_rate(base.capacity)} a replica serves within the budget at "
         f"{LIMIT_NAMES.get(base.limit or '', base.limit)}: {needed} needed, {current} now"
     )

@@ -186,6 +186,15 @@ def test_a_replica_queued_at_its_cap_that_finished_nothing_keeps_arrivals_from_b
     assert "never more than now" not in count.reason
 
 
+def test_a_batchers_count_says_items_per_second() -> None:
+    d = Demand(30.0, 30.0, 0.0, 0.0, 60.0, unit="items/s")
+    c = ReplicaCapacity(10.0, "requests", 10.0, 16.0, 1.0, 1.0, unit="items/s")
+    batcher = Replica("b", {}, True, None, 4.0, 16.0, "requests", d, c)
+    count = count_model("m", [batcher], ReplicaBounds())
+    assert count.needed == 3
+    assert count.reason.startswith("30 items/s asked (30 finished, in flight +0) over 10 a")
+
+
 def test_idle_is_the_minimum_bounds_hold_and_unread_is_no_count() -> None:
     idle = Replica("t", {}, True, 0.0, 0.0, 16.0, None, None, None, "idle")
     assert count_model("m", [idle], ReplicaBounds(2, 5)).count == 2
