@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING
 from batchscope.exporter.core.demand import SHOWN_LIMITS, Demand, ReplicaCapacity
 from batchscope.exporter.core.diagnosis import Diagnosis
 from batchscope.exporter.core.limits import LIMIT_NAMES, LIMITS
+from batchscope.exporter.core.units import count_text, rate_text
 
 if TYPE_CHECKING:
     from batchscope.exporter.core.catalog import SeriesSignals
@@ -46,16 +47,6 @@ FULL_LIMITS = SHOWN_LIMITS
 # A replica idles with nothing waiting and at most this share of its cap running.
 IDLE_SHARE = 0.5
 DEFAULT_SCALE_DOWN_SECONDS = 300.0
-# The states of a model's count, in the order `count_model` tries them.
-MODEL_STATES = (
-    "unread",
-    "measuring",
-    "idle",
-    "routing",
-    "scale_up",
-    "scale_down",
-    "steady",
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,7 +72,6 @@ class ReplicaSettings:
     scale_up_seconds: float = 60.0
     scale_down_seconds: float = DEFAULT_SCALE_DOWN_SECONDS
     stale_seconds: float = 120.0
-    near_cap: float = 0.9
 
     def bounds_of(self, model: str) -> ReplicaBounds:
         return self.bounds.get(model, self.default)
@@ -196,20 +186,15 @@ def replica_name(replica: Replica) -> str:
 def routing_reason(queued: Replica, idle: Replica) -> str:
     """Why a queue beside an idle replica is routing, not capacity."""
     return (
-        f"{replica_name(queued)} runs {_count(queued.running)}"
-        + (f" of {_count(queued.cap)}" if queued.cap else "")
-        + f" with {_count(queued.waiting)} waiting at {LIMIT_NAMES[queued.limit or 'requests']}"
-        f" while {replica_name(idle)} runs {_count(idle.running)}"
-        + (f" of {_count(idle.cap)}" if idle.cap else "")
+        f"{replica_name(queued)} runs {count_text(queued.running)}"
+        + (f" of {count_text(queued.cap)}" if queued.cap else "")
+        + f" with {count_text(queued.waiting)} waiting at {LIMIT_NAMES[queued.limit or 'requests']}"
+        f" while {replica_name(idle)} runs {count_text(idle.running)}"
+        + (f" of {count_text(idle.cap)}" if idle.cap else "")
         + " with nothing waiting: requests are routed unevenly, not short of capacity; "
         "balance them (least-outstanding requests, or the data-parallel load balancer) "
         "before adding replicas"
     )
-
-
-def _count(x: float | None) -> str:
-    x = x or 0.0
-    return f"{x:.0f}" if float(x).is_integer() else f"{x:.1f}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -344,8 +329,8 @@ def _counted(
     routing is the problem, bounded, and the state and reason that say why."""
     needed, current, bounds = base.needed or 1, base.current, base.bounds
     why = (
-        f"{_rate(base.demand)} {base.unit} asked ({_demand_text(base.demand_inputs)}) over "
-        f"{_rate(base.capacity)} a replica serves within the budget at "
+        f"{rate_text(base.demand)} {base.unit} asked ({_demand_text(base.demand_inputs)}) over "
+        f"{rate_text(base.capacity)} a replica serves within the budget at "
         f"{LIMIT_NAMES.get(base.limit or '', base.limit)}: {needed} needed, {current} now"
     )
     if routed is not None:
@@ -362,17 +347,12 @@ def _counted(
     return replace(base, count=count, state=state, reason=why)
 
 
-def _rate(x: float | None) -> str:
-    x = x or 0.0
-    return f"{x:.3g}" if x < 100 else f"{x:,.0f}"
-
-
 def _demand_text(inputs: Mapping[str, float]) -> str:
-    parts = [f"{_rate(inputs.get('completions_per_second'))} finished"]
+    parts = [f"{rate_text(inputs.get('completions_per_second'))} finished"]
     if inputs.get("rejections_per_second"):
-        parts.append(f"{_rate(inputs['rejections_per_second'])} refused")
+        parts.append(f"{rate_text(inputs['rejections_per_second'])} refused")
     growth = inputs.get("growth_per_second") or 0.0
-    parts.append(f"in flight {'+' if growth >= 0 else '-'}{_rate(abs(growth))}")
+    parts.append(f"in flight {'+' if growth >= 0 else '-'}{rate_text(abs(growth))}")
     return ", ".join(parts)
 
 
