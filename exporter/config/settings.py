@@ -161,11 +161,10 @@ def _count(value: object) -> int:
 
 
 def _min_replicas(value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise _wrong_type(value, "a whole number")
-    if value < 1:
+    """A count, whose 0 is refused saying why."""
+    if isinstance(value, int) and not isinstance(value, bool) and value < 1:
         raise _Invalid(f"must be >= 1: {NO_ZERO} (got {value})")
-    return value
+    return _count(value)
 
 
 def _shard(value: object) -> str:
