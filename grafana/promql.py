@@ -59,3 +59,10 @@ def record(name: str, expr: str, labels: Mapping[str, str] | None = None) -> dic
     if labels:
         rule["labels"] = dict(labels)
     return rule
+
+
+def string(text: str) -> str:
+    """`text` as a PromQL double-quoted string: a label value from a user's configuration
+    (a model id) may hold a quote or a backslash."""
+    escaped = text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+    return f'"{escaped}"'

@@ -201,7 +201,9 @@ def _model_rules(config: Mapping) -> list[dict]:
     demand = f"sum by ({MODEL}) ({DEMAND})"
     rejections = f"sum by ({MODEL}) (rate({REJECTIONS}{{{SCRAPED}}}[{window}]))"
     routing = f"(sum by ({MODEL}) ({QUEUED}) > 0)\nand {on} (sum by ({MODEL}) ({IDLE}) > 0)"
-    arrivals_only = f'{MODEL_NEEDED} unless {on} {MODEL_CAPACITY}{{limit!="arrivals"}}'
+    # Every engine at a limit, measured or not (`replicas.count_model`).
+    bound = f'count by ({MODEL}) ({BINDING_LIMIT}{{limit!="arrivals"}} == 1)'
+    arrivals_only = f"{MODEL_NEEDED} unless {on} {bound}"
     fewer = (
         f"({MODEL_NEEDED} < {on} {MODEL_REPLICAS})\n"
         f"or {on} ({MODEL_REPLICAS} and {on} {MODEL_NEEDED})"

@@ -21,8 +21,11 @@ from batchscope.exporter.config.line_numbered import (
 )
 
 MODEL_KEYS = ("min_replicas", "max_replicas")
-# The least each key may be: a model may be scaled to zero, never given at most none.
-LEAST = {"min_replicas": 0, "max_replicas": 1}
+# The least each key may be, and why: never zero replicas, since a model scaled to zero
+# has no series left that could ever scale it back up.
+NO_ZERO = "a model scaled to zero has no pods, so no series to scale it back up"
+LEAST = {"min_replicas": 1, "max_replicas": 1}
+WHY = {"min_replicas": f": {NO_ZERO}", "max_replicas": ""}
 
 ModelBounds = tuple[str, int | None, int | None]
 
@@ -33,7 +36,7 @@ def _whole(node: Node, source: str, path: str, key: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise DocumentError(f"{where}: {wrong_type(value, 'a whole number')}")
     if value < LEAST[key]:
-        raise DocumentError(f"{where}: must be >= {LEAST[key]} (got {value})")
+        raise DocumentError(f"{where}: must be >= {LEAST[key]}{WHY[key]} (got {value})")
     return value
 
 

@@ -384,7 +384,7 @@ class Settings:
 
     min_replicas: int = _configured(
         1,
-        parse=values.whole,
+        parse=values.min_replicas,
         flag="--min-replicas",
         type=int,
         metavar="N",

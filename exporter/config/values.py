@@ -15,6 +15,7 @@ import re
 from urllib.parse import urlsplit, urlunsplit
 
 from batchscope.exporter.config.line_numbered import as_written, wrong_type
+from batchscope.exporter.config.models import NO_ZERO
 from batchscope.exporter.engines import engine_choices, latency_kinds
 
 DEFAULT_LISTEN_HOST = "127.0.0.1"
@@ -89,6 +90,13 @@ def count(value: object) -> int:
     if value < 1:
         raise Invalid(f"must be >= 1 (got {value})")
     return value
+
+
+def min_replicas(value: object) -> int:
+    """A count, whose 0 is refused saying why."""
+    if isinstance(value, int) and not isinstance(value, bool) and value < 1:
+        raise Invalid(f"must be >= 1: {NO_ZERO} (got {value})")
+    return count(value)
 
 
 def whole(value: object) -> int:

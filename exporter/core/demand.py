@@ -41,8 +41,8 @@ from batchscope.exporter.core.capacity import MAX_DEVICE_LOAD
 from batchscope.exporter.core.histogram import histogram_quantile
 from batchscope.exporter.core.limits import LIMIT_NAMES
 from batchscope.exporter.core.signals import per_second
-from batchscope.exporter.core.snapshot import latency_histogram
-from batchscope.exporter.core.units import percent_text, seconds_text
+from batchscope.exporter.core.snapshot import SeriesSnapshot, latency_histogram
+from batchscope.exporter.core.units import count_text, percent_text, rate_text, seconds_text
 
 # The latency kinds a queue delays: the headroom is kept for them alone. Each with the
 # latency kind whose quantile is its service part (None: none, the whole is queueing or a
@@ -108,31 +108,25 @@ class ReplicaCapacity:
     def text(self) -> str:
         share = "" if self.headroom >= 1 else f" x {percent_text(self.headroom)} headroom"
         return (
-            f"one replica serves {_rate(self.per_second)} {self.unit} within the budget at "
-            f"{LIMIT_NAMES.get(self.limit, self.limit)}: {_count(self.concurrency)} at once / "
-            f"{seconds_text(self.slot_seconds)} a slot = {_rate(self.at_limit_per_second)}"
+            f"one replica serves {rate_text(self.per_second)} {self.unit} within the budget at "
+            f"{LIMIT_NAMES.get(self.limit, self.limit)}: {count_text(self.concurrency)} at once / "
+            f"{seconds_text(self.slot_seconds)} a slot = {rate_text(self.at_limit_per_second)}"
             f"{share}"
         )
 
 
-def _rate(x: float) -> str:
-    return f"{x:.3g}" if x < 100 else f"{x:,.0f}"
-
-
-def _count(x: float) -> str:
-    return f"{x:.0f}" if float(x).is_integer() else f"{x:.1f}"
-
-
-def fires_batches(w: Any) -> bool:
-    """A batcher without a running gauge that fills and fires batches (it counts items)."""
-    return w.last.running is None and w.rates.mean_batch is not None
+def fires_batches(last: SeriesSnapshot, rates: Any) -> bool:
+    """A batcher without a running gauge fills batches and fires them (its window's
+    `rates` have a mean batch): its progress is items and batches executed, where an LLM
+    engine's is tokens and finished requests."""
+    return last.running is None and rates.mean_batch is not None
 
 
 def demand(w: Any) -> Demand | None:
     """The window's demand (module docstring); None over an empty window or where the
     engine counts no finished requests (a batcher: no executed items)."""
     span = w.span
-    batcher = fires_batches(w)
+    batcher = fires_batches(w.last, w.rates)
     done = per_second(w.rates.items, span) if batcher else w.rates.requests
     if done is None:
         return None
@@ -214,7 +208,7 @@ def replica_capacity(w: Any) -> ReplicaCapacity | None:
     limit = w.limits.binding
     if limit is None:
         return None
-    if fires_batches(w):
+    if fires_batches(w.last, w.rates):
         return _batcher_capacity(w, limit)
     done, running = w.rates.requests, mean_running(w)
     concurrency = concurrency_at(limit, w, running)

@@ -18,6 +18,7 @@ from batchscope.exporter.core.advice import AdviceInputs
 from batchscope.exporter.core.advise import advise
 from batchscope.exporter.core.capacity import KvScrape, cost_per_batch
 from batchscope.exporter.core.catalog import SERIES
+from batchscope.exporter.core.demand import fires_batches
 from batchscope.exporter.core.diagnosis import (
     Diagnosis,
     DiagnosisInputs,
@@ -316,7 +317,7 @@ def _diagnosis(
     (`judged_batch`); the exported ratio stays the instant's. A mean latency is said in
     the reason."""
     last = snapshots[-1]
-    fired_batches = _fires_batches(last, rates)
+    fired_batches = fires_batches(last, rates)
     breakdown = limits(
         LimitInputs(
             running=peak,
@@ -375,12 +376,6 @@ def judged_batch(snapshots: Sequence[SeriesSnapshot], rates: _Rates) -> float | 
     batcher without a running gauge: its mean fired batch over the window."""
     recent = [p.running for p in snapshots[-RECENT_SCRAPES:] if p.running is not None]
     return max(recent) if recent else _batch(snapshots[-1], rates)
-
-
-def _fires_batches(last: SeriesSnapshot, rates: _Rates) -> bool:
-    """A batcher without a running gauge fills batches and fires them: its progress is
-    items and batches executed, where an LLM engine's is tokens and finished requests."""
-    return last.running is None and rates.mean_batch is not None
 
 
 def _batch(last: SeriesSnapshot, rates: _Rates) -> float | None:
@@ -575,7 +570,7 @@ def _judge(w: WindowReading) -> None:
         _Latency(w.latency, w.statistic, w.budget, w.utilization),
         w.settings,
     )
-    fired_batches = _fires_batches(w.last, w.rates)
+    fired_batches = fires_batches(w.last, w.rates)
     w.advice = advise(
         advice_inputs(
             w.snapshots,

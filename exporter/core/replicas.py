@@ -10,14 +10,15 @@ The count is the model's demand (`exporter.core.demand`, summed over its replica
 what one replica serves within the budget at its binding limit (the mean over the
 replicas at a limit the metrics show; the others only where none is), rounded up:
 
-- where the binding limit is the arrivals (nothing waits on any replica measured), or
+- where the binding limit is the arrivals (nothing waits on any replica read), or
   one replica queues at its limit while another idles (a routing problem, not a capacity
   one), the count is what demand needs and never more than the replicas there are now;
 - idle (nothing ran on any replica): the model's minimum;
 - always within the model's `min_replicas` and `max_replicas`.
 
-The count an autoscaler reads is held (`hold_count`): it rises once a higher count has
-held for the saturation hold, falls once a lower one has held for the scale-down window
+The count an autoscaler reads is held (`hold_count`): it starts at today's replicas (within
+the bounds) when the first count is made, so a first count that differs waits its hold
+like any other; it rises once a higher count has held for the saturation hold, falls once a lower one has held for the scale-down window
 (5 minutes by default), holds through rounds that read nothing, and is absent, flagged
 stale, once no replica has been read for the staleness.
 """
@@ -33,6 +34,7 @@ from typing import TYPE_CHECKING
 from batchscope.exporter.core.demand import SHOWN_LIMITS, Demand, ReplicaCapacity
 from batchscope.exporter.core.diagnosis import Diagnosis
 from batchscope.exporter.core.limits import LIMIT_NAMES, LIMITS
+from batchscope.exporter.core.units import count_text, rate_text
 
 if TYPE_CHECKING:
     from batchscope.exporter.core.catalog import SeriesSignals
@@ -45,16 +47,6 @@ FULL_LIMITS = SHOWN_LIMITS
 # A replica idles with nothing waiting and at most this share of its cap running.
 IDLE_SHARE = 0.5
 DEFAULT_SCALE_DOWN_SECONDS = 300.0
-# The states of a model's count, in the order `count_model` tries them.
-MODEL_STATES = (
-    "unread",
-    "measuring",
-    "idle",
-    "routing",
-    "scale_up",
-    "scale_down",
-    "steady",
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,7 +72,6 @@ class ReplicaSettings:
     scale_up_seconds: float = 60.0
     scale_down_seconds: float = DEFAULT_SCALE_DOWN_SECONDS
     stale_seconds: float = 120.0
-    near_cap: float = 0.9
 
     def bounds_of(self, model: str) -> ReplicaBounds:
         return self.bounds.get(model, self.default)
@@ -195,20 +186,15 @@ def replica_name(replica: Replica) -> str:
 def routing_reason(queued: Replica, idle: Replica) -> str:
     """Why a queue beside an idle replica is routing, not capacity."""
     return (
-        f"{replica_name(queued)} runs {_count(queued.running)}"
-        + (f" of {_count(queued.cap)}" if queued.cap else "")
-        + f" with {_count(queued.waiting)} waiting at {LIMIT_NAMES[queued.limit or 'requests']}"
-        f" while {replica_name(idle)} runs {_count(idle.running)}"
-        + (f" of {_count(idle.cap)}" if idle.cap else "")
+        f"{replica_name(queued)} runs {count_text(queued.running)}"
+        + (f" of {count_text(queued.cap)}" if queued.cap else "")
+        + f" with {count_text(queued.waiting)} waiting at {LIMIT_NAMES[queued.limit or 'requests']}"
+        f" while {replica_name(idle)} runs {count_text(idle.running)}"
+        + (f" of {count_text(idle.cap)}" if idle.cap else "")
         + " with nothing waiting: requests are routed unevenly, not short of capacity; "
         "balance them (least-outstanding requests, or the data-parallel load balancer) "
         "before adding replicas"
     )
-
-
-def _count(x: float | None) -> str:
-    x = x or 0.0
-    return f"{x:.0f}" if float(x).is_integer() else f"{x:.1f}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -240,6 +226,12 @@ class ModelCount:
     @property
     def read(self) -> int:
         return sum(r.read for r in self.replicas)
+
+    @property
+    def unit(self) -> str:
+        """What demand and capacity count: a batcher's items/s, an engine's requests/s."""
+        measured = (r.capacity or r.demand for r in self.replicas)
+        return next((m.unit for m in measured if m is not None), "requests/s")
 
 
 def _model_demand(read: Sequence[Replica]) -> tuple[float | None, dict[str, float]]:
@@ -310,28 +302,35 @@ def count_model(model: str, replicas: Sequence[Replica], bounds: ReplicaBounds) 
             state="idle",
             reason=f"no request ran on any replica: the minimum, {bounds.min_replicas}",
         )
-    if demand is None or capacity is None or capacity <= 0:
+    if demand is None or not math.isfinite(demand):
+        reason = "demand is not known yet: the window holds no finished request"
+        if demand is not None:
+            reason = f"demand is not a finite number ({demand}): no count from it"
+        return replace(base, state="measuring", reason=reason)
+    if capacity is None or not 0 < capacity < math.inf:
         reason = (
-            "demand is not known yet: the window holds no finished request"
-            if demand is None
-            else "what a replica serves is not known yet: no replica read finished "
-            "requests at its limit (a batcher's is its advised rate limit)"
+            "what a replica serves is not known yet: no replica read finished requests at "
+            "its limit (a batcher's is its advised rate limit)"
         )
+        if capacity is not None:
+            reason = f"what a replica serves is not a finite number > 0 ({capacity}): no count"
         return replace(base, state="measuring", reason=reason)
     needed = needed_replicas(demand, capacity)
-    arrivals = {r.capacity.limit for r in read if r.capacity is not None} == {"arrivals"}
+    # Every read replica with a limit, measured or not: one queued at its cap that has
+    # finished nothing yet has no capacity, and still binds at its cap.
+    arrivals = {r.limit for r in read if r.limit is not None} == {"arrivals"}
     return _counted(replace(base, needed=needed), routing(read), arrivals)
 
 
 def _counted(
     base: ModelCount, routed: tuple[Replica, Replica] | None, arrivals: bool
 ) -> ModelCount:
-    """The count from `needed`: ceilinged where arrivals bind every replica measured or
+    """The count from `needed`: ceilinged where arrivals bind every replica read or
     routing is the problem, bounded, and the state and reason that say why."""
     needed, current, bounds = base.needed or 1, base.current, base.bounds
     why = (
-        f"{_rate(base.demand)} requests/s asked ({_demand_text(base.demand_inputs)}) over "
-        f"{_rate(base.capacity)} a replica serves within the budget at "
+        f"{rate_text(base.demand)} {base.unit} asked ({_demand_text(base.demand_inputs)}) over "
+        f"{rate_text(base.capacity)} a replica serves within the budget at "
         f"{LIMIT_NAMES.get(base.limit or '', base.limit)}: {needed} needed, {current} now"
     )
     if routed is not None:
@@ -348,17 +347,12 @@ def _counted(
     return replace(base, count=count, state=state, reason=why)
 
 
-def _rate(x: float | None) -> str:
-    x = x or 0.0
-    return f"{x:.3g}" if x < 100 else f"{x:,.0f}"
-
-
 def _demand_text(inputs: Mapping[str, float]) -> str:
-    parts = [f"{_rate(inputs.get('completions_per_second'))} finished"]
+    parts = [f"{rate_text(inputs.get('completions_per_second'))} finished"]
     if inputs.get("rejections_per_second"):
-        parts.append(f"{_rate(inputs['rejections_per_second'])} refused")
+        parts.append(f"{rate_text(inputs['rejections_per_second'])} refused")
     growth = inputs.get("growth_per_second") or 0.0
-    parts.append(f"in flight {'+' if growth >= 0 else '-'}{_rate(abs(growth))}")
+    parts.append(f"in flight {'+' if growth >= 0 else '-'}{rate_text(abs(growth))}")
     return ", ".join(parts)
 
 
@@ -382,10 +376,16 @@ class HeldCount:
 
 
 def hold_count(
-    held: HeldCount, count: int | None, read: bool, now: float, settings: ReplicaSettings
+    held: HeldCount,
+    count: int | None,
+    read: bool,
+    now: float,
+    settings: ReplicaSettings,
+    start: int,
 ) -> HeldCount:
     """The held count after this round's `count` (None: not known), with `read` whether
-    any replica of the model was read (module docstring)."""
+    any replica of the model was read and `start` the count held before the first (today's
+    replicas within the bounds): a restarted exporter moves no replica before the hold."""
     if not read:
         unread_for = math.inf if held.read_at is None else now - held.read_at
         if unread_for > settings.stale_seconds:
@@ -395,7 +395,7 @@ def hold_count(
     if count is None:
         return held
     if held.desired is None:
-        return HeldCount(count, read_at=now)
+        held = HeldCount(start, read_at=now)
     if count == held.desired:
         return replace(held, pending=None, since=None)
     rising = count > held.desired
@@ -438,9 +438,9 @@ def plan_round(
     for model in sorted(models):
         count = count_model(model, models[model], settings.bounds_of(model))
         before = held.get(model, HeldCount())
-        out.append(
-            ModelReplicas(count, hold_count(before, count.count, count.read > 0, now, settings))
-        )
+        start = count.bounds.clamp(count.current)
+        after = hold_count(before, count.count, count.read > 0, now, settings, start)
+        out.append(ModelReplicas(count, after))
     return tuple(out)
 
 

@@ -1,5 +1,5 @@
-"""How a share and a duration read in the words a person sees: the diagnosis' reasons and
-the dashboard's pages write them the same way.
+"""How a share, a duration, a rate and a count read in the words a person sees: the
+diagnosis' reasons, the replica count's and the dashboard's pages write them the same way.
 
 Pure: numbers in, text out. A share is a whole percentage, with one decimal under 10%
 (where a whole number would hide the difference between 0.4% and 4%); a duration is in
@@ -36,3 +36,16 @@ def seconds_text(seconds: float) -> str:
         return f"{hours:.1f} h"
     days = hours / 24
     return f"{days:.0f} d" if days >= 10 else f"{days:.1f} d"
+
+
+def rate_text(x: float | None) -> str:
+    """A rate in a sentence: three significant digits, whole with thousands' commas from
+    100 on (None: 0)."""
+    x = x or 0.0
+    return f"{x:.3g}" if x < 100 else f"{x:,.0f}"
+
+
+def count_text(x: float | None) -> str:
+    """A count in a sentence: whole where it is, else one decimal (None: 0)."""
+    x = x or 0.0
+    return f"{x:.0f}" if float(x).is_integer() else f"{x:.1f}"

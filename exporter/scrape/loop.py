@@ -256,7 +256,8 @@ class Exporter:
         """Add a snapshot to a target's window and re-evaluate its signals.
 
         Another engine on the same URL (a port taken over) starts the window again: two
-        engines' counters in one window would read as a false rate.
+        engines' counters in one window would read as a false rate. The listeners are
+        told by the caller (`notify`), outside the evaluation's error handling.
         """
         engines = frozenset(s.engine for s in snapshot.series)
         if engines and state.engines and engines != state.engines:
@@ -276,12 +277,16 @@ class Exporter:
             state.identity, state.window, state.saturation, now
         )
         state.signals = signals
-        self._evaluated(state, signals)
         return signals
 
-    def _evaluated(self, state: TargetState, signals: TargetSignals) -> None:
+    def notify(self, state: TargetState, signals: TargetSignals) -> None:
+        """Tell each listener (the history, ...) of an evaluation. A listener that raises is
+        logged and the others still run: its bug never makes a good evaluation a failed one."""
         for listener in self.listeners:
-            listener(state, signals)
+            try:
+                listener(state, signals)
+            except Exception:  # noqa: BLE001 - one listener must not end the round
+                log.exception("target %s: listener %r failed", state.target.name, listener)
 
     async def _scrape_one(
         self,
@@ -340,7 +345,7 @@ class Exporter:
                 held,
                 held_slo(state.window, held, now),
             )
-            self._evaluated(state, signals)
+        self.notify(state, signals)
         if reason is not None:
             state.errors[reason] += 1
         if signals.error != state.logged_error:

@@ -350,10 +350,11 @@ def render_models(models: Iterable[ModelReplicas]) -> bytes:
         for family, value in values:
             if value is not None and math.isfinite(value):
                 lines[family.name].append(f"{family.name}{{{label}}} {number_text(value)}\n")
-        if count.capacity is not None and count.limit is not None:
+        capacity = count.capacity
+        if capacity is not None and math.isfinite(capacity) and count.limit is not None:
             lines[REPLICA_CAPACITY.name].append(
                 f'{REPLICA_CAPACITY.name}{{limit="{escape(count.limit)}",{label}}} '
-                f"{number_text(count.capacity)}\n"
+                f"{number_text(capacity)}\n"
             )
         stale = "1.0" if m.held.stale else "0.0"
         lines[REPLICAS_STALE.name].append(f"{REPLICAS_STALE.name}{{{label}}} {stale}\n")

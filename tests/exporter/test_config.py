@@ -216,6 +216,11 @@ def test_listen_forms(listen, stored, bound):
             "--history-points: must be >= 1 (got 0)",
         ),
         (
+            ("--target", "http://h:1", "--min-replicas", "0"),
+            "--min-replicas: must be >= 1: a model scaled to zero has no pods, so no series "
+            "to scale it back up (got 0)",
+        ),
+        (
             ("--target", "http://h:1", "--listen", "9500"),
             "--listen: must be HOST:PORT, e.g. 127.0.0.1:9500 (got '9500')",
         ),

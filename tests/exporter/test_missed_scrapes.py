@@ -633,3 +633,25 @@ def test_an_evaluation_that_fails_carries_the_slo_burn_as_last_read(monkeypatch)
     monkeypatch.setattr(exporter, "ingest", fails)
     unread = exporter.evaluate(state, ScrapeResult(render(server), None, 0.01), 1060.0)
     assert unread.error.startswith("evaluation failed") and unread.total.slo == read.total.slo
+
+
+def test_a_listener_that_raises_leaves_a_good_evaluation_good(caplog):
+    # A listener's bug (the history, ...) is logged; the evaluation stays readable, no
+    # "evaluation" error is counted, and the listeners after it still hear of it.
+    exporter = Exporter(Settings(targets=(TARGET,)))
+    exporter._sync_targets()
+    heard: list[float] = []
+
+    def broken(_state, _signals):
+        raise RuntimeError("a listener bug")
+
+    exporter.listeners += [broken, lambda _state, signals: heard.append(signals.t)]
+    server = VllmState(running=8, waiting=20, kv_usage=0.5)
+    server.finish(10, 1.2, 100)
+    read = exporter.evaluate(
+        exporter.states["llm"], ScrapeResult(render(server), None, 0.01), 1000.0
+    )
+    assert read.up and read.error is None and read.errors_total == {}
+    assert read.total.running == 8.0
+    assert heard == [1000.0]
+    assert "listener" in caplog.text and "a listener bug" in caplog.text

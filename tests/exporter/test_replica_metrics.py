@@ -4,6 +4,9 @@ not known is left out, never NaN; the JSON says the same numbers."""
 
 from __future__ import annotations
 
+import json
+import math
+
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import Metric
 from prometheus_client.parser import text_string_to_metric_families
@@ -26,7 +29,7 @@ from batchscope.exporter.core.replicas import (
     ReplicaSettings,
     count_model,
 )
-from batchscope.exporter.serve.api_json import replicas_response
+from batchscope.exporter.serve.api_json import encode, replicas_response
 from batchscope.exporter.serve.exposition import render_models
 
 
@@ -113,3 +116,56 @@ def test_the_json_says_the_same_counts_and_the_change_pending() -> None:
     assert llama["capacity"]["limit"] == "requests" and llama["capacity"]["per_second"] == 8.54
     assert llama["spread"][0]["role"] == "" and llama["spread"][0]["running"] == 16.0
     assert (gone["desired_replicas"], gone["stale"], gone["state"]) == (None, True, "unread")
+
+
+def _odd(target: str, demand: float, capacity: float) -> Replica:
+    """A replica at its cap whose demand and capacity are the numbers given."""
+    return Replica(
+        target,
+        {"engine": "0", "model_name": target},
+        True,
+        16.0,
+        40.0,
+        16.0,
+        "requests",
+        Demand(demand, demand, 0.0, 0.0, 60.0),
+        ReplicaCapacity(capacity, "requests", capacity, 16.0, 0.0, 1.0),
+    )
+
+
+def test_infinite_or_nan_inputs_reach_neither_metrics_nor_json_as_numbers() -> None:
+    """A replica whose window gave an infinite capacity (a slot of 0 s) or demand, or NaN,
+    counts nothing, and neither /metrics nor the JSON carries a NaN or an infinity."""
+    cases = {
+        "inf-capacity": (14.5, math.inf),
+        "inf-demand": (math.inf, 8.54),
+        "nan-demand": (math.nan, 8.54),
+    }
+    models = [
+        ModelReplicas(count_model(name, [_odd(name, d, c)], ReplicaBounds()), HeldCount(3))
+        for name, (d, c) in cases.items()
+    ]
+    for m in models:
+        assert (m.count.count, m.count.needed, m.count.state) == (None, None, "measuring")
+    text = render_models(models).decode()
+    samples = [
+        (s.name, s.labels.get("model_name"), s.value)
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    ]
+    assert all(math.isfinite(value) for _, _, value in samples), samples
+    assert "batchscope_replica_capacity" not in {
+        n for n, model, _ in samples if model == "inf-capacity"
+    }
+    assert {n for n, model, _ in samples if model == "inf-demand"} == {
+        "batchscope_desired_replicas",
+        "batchscope_replicas",
+        "batchscope_replica_capacity",
+        "batchscope_desired_replicas_stale",
+    }
+    body = json.loads(encode(replicas_response(0.0, models, ReplicaSettings())))
+    by_name = {m["model"]: m for m in body["models"]}
+    assert by_name["inf-capacity"]["capacity"]["per_second"] is None
+    assert by_name["inf-demand"]["demand"]["per_second"] is None
+    assert by_name["nan-demand"]["demand"]["per_second"] is None
+    assert [m["desired_replicas"] for m in body["models"]] == [3, 3, 3]

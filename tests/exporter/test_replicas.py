@@ -175,6 +175,26 @@ def test_arrivals_or_routing_never_count_more_than_today() -> None:
     )
 
 
+def test_a_replica_queued_at_its_cap_that_finished_nothing_keeps_arrivals_from_binding():
+    """Arrivals bind only where every read replica with a limit is at the arrivals: one
+    queued at its cap with no capacity measured yet (nothing finished) still binds."""
+    calm = _replica("arrivals", 30.0, 10.0, engine="0")
+    stuck = _replica("requests", 6.0, None, running=16, waiting=40, engine="1")
+    count = count_model("m", [calm, stuck], ReplicaBounds())
+    # 36 asked over 10 a replica: 4 needed, not ceilinged at today's 2.
+    assert (count.needed, count.count, count.state) == (4, 4, "scale_up")
+    assert "never more than now" not in count.reason
+
+
+def test_a_batchers_count_says_items_per_second() -> None:
+    d = Demand(30.0, 30.0, 0.0, 0.0, 60.0, unit="items/s")
+    c = ReplicaCapacity(10.0, "requests", 10.0, 16.0, 1.0, 1.0, unit="items/s")
+    batcher = Replica("b", {}, True, None, 4.0, 16.0, "requests", d, c)
+    count = count_model("m", [batcher], ReplicaBounds())
+    assert count.needed == 3
+    assert count.reason.startswith("30 items/s asked (30 finished, in flight +0) over 10 a")
+
+
 def test_idle_is_the_minimum_bounds_hold_and_unread_is_no_count() -> None:
     idle = Replica("t", {}, True, 0.0, 0.0, 16.0, None, None, None, "idle")
     assert count_model("m", [idle], ReplicaBounds(2, 5)).count == 2
@@ -195,15 +215,28 @@ def test_the_model_is_the_configured_one_else_its_label_else_the_target() -> Non
 HOLD = ReplicaSettings(scale_up_seconds=60.0, scale_down_seconds=300.0, stale_seconds=120.0)
 
 
-def run(counts, step=5.0, settings=HOLD):
+def run(counts, step=5.0, settings=HOLD, start=None):
     """The held count after each of `counts` ("unread": a round that read nothing), one a
-    `step` of virtual time."""
+    `step` of virtual time, with `start` replicas today (default: the first count)."""
     held, out = HeldCount(), []
+    start = counts[0] if start is None else start
     for i, count in enumerate(counts):
         read = count != "unread"
-        held = hold_count(held, count if read else None, read, i * step, settings)
+        held = hold_count(held, count if read else None, read, i * step, settings, start)
         out.append(held)
     return out
+
+
+def test_the_first_count_starts_from_todays_replicas_and_waits_its_hold() -> None:
+    """A restarted exporter publishes today's replicas at first, not a count that has held
+    for no time: up after the saturation hold (60 s), down after the window (300 s)."""
+    up = [h.desired for h in run([5] * 20, start=2)]
+    assert up[:12] == [2] * 12 and up[12:] == [5] * 8  # t=60 s: held for the hold
+    assert run([5], start=2)[0].pending == 2 + 3
+    down = [h.desired for h in run([1] * 70, start=4)]
+    assert down[:60] == [4] * 60 and down[60:] == [1] * 10  # t=300 s
+    # Measuring (no count yet) publishes nothing, as before.
+    assert run([None, None], start=4)[-1].desired is None
 
 
 def test_a_drop_for_two_minutes_that_comes_back_does_not_scale_down() -> None:
@@ -236,14 +269,15 @@ def test_unread_rounds_hold_the_count_until_the_staleness_then_it_is_absent() ->
     assert held[27].stale is False
     after = run([3] * 4 + ["unread"] * 30)
     assert after[-1].desired is None and after[-1].stale
-    # Read again: the count is what it reads, at once.
-    assert run([3] * 4 + ["unread"] * 30 + [1])[-1].desired == 1
+    # Read again: it starts from today's replicas (3), the lower count pending its window.
+    again = run([3] * 4 + ["unread"] * 30 + [1])[-1]
+    assert (again.desired, again.pending, again.since) == (3, 1, 34 * 5.0)
 
 
-def test_never_nan_and_unknown_counts_keep_what_was_held() -> None:
+def test_unknown_counts_keep_what_was_held() -> None:
+    # Never NaN: tests/exporter/test_replica_metrics.py feeds infinite and NaN inputs.
     held = run([3, None, None, 3])
     assert [h.desired for h in held] == [3, 3, 3, 3]
-    assert all(h.desired is None or not math.isnan(h.desired) for h in held)
 
 
 def _dp_snapshot(t: float, engine0: tuple, engine1: tuple) -> Snapshot:
@@ -271,7 +305,8 @@ def test_a_rank_queueing_at_its_cap_beside_an_idle_one_is_routing_not_batch_limi
     # The model counts two replicas and recommends none for the queue.
     (model,) = plan_round([signals], {}, {}, {}, 60.0, ReplicaSettings())
     assert model.count.current == 2 and model.count.state == "routing"
-    assert model.desired == model.count.count <= 2
+    # At most today's 2, and the held count starts at today's.
+    assert model.count.count <= 2 and model.desired == 2
 
 
 def test_an_unread_target_stands_for_its_replicas_as_last_seen() -> None:
@@ -305,7 +340,9 @@ def test_bounds_come_from_the_flags_and_each_models_entry_with_file_line_and_key
     for text, said in (
         ("models:\n  llama: {min_replicas: 3, max_replicas: 2}\n", "fleet.yaml:4: models.llama.max_replicas: must be >= min_replicas (3) (got 2)"),
         ("models:\n  llama: {max_replica: 2}\n", "fleet.yaml:4: models.llama.max_replica: unknown key; did you mean 'max_replicas'?"),
-        ("models:\n  llama: {min_replicas: -1}\n", "fleet.yaml:4: models.llama.min_replicas: must be >= 0 (got -1)"),
+        ("models:\n  llama: {min_replicas: -1}\n", "fleet.yaml:4: models.llama.min_replicas: must be >= 1"),
+        ("models:\n  llama: {min_replicas: 0}\n", "fleet.yaml:4: models.llama.min_replicas: must be >= 1: a model scaled to zero has no pods, so no series to scale it back up (got 0)"),
+        ("min_replicas: 0\n", "fleet.yaml:3: min_replicas: must be >= 1: a model scaled to zero has no pods, so no series to scale it back up (got 0)"),
         ("models: [llama]\n", "fleet.yaml:3: models: must be a mapping of model names"),
         ("min_replicas: 4\nmax_replicas: 2\n", "fleet.yaml:4: max_replicas: max_replicas 2 is below min_replicas 4"),
         ("min_replicas: 4\nmodels:\n  tiny: {max_replicas: 3}\n", "models.tiny: max_replicas 3 is below min_replicas 4 (a key a model leaves out takes the fleet's)"),
@@ -338,13 +375,17 @@ def test_the_planner_holds_each_models_count_between_rounds_and_forgets_removed_
     planner = ReplicaPlanner(settings)
     s = signals_of(overloaded())
     up = TargetSignals("a", "u", 60.0, True, None, (s,), s)
+    # The first count (2) starts from today's 1 replica and waits the 30 s hold.
     (first,) = planner.step([up], settings.targets, 60.0)
-    assert (first.count.model, first.desired, first.count.needed) == ("m", 2, 2)
-    down = TargetSignals("a", "u", 65.0, False, "refused", (), s)
-    (held,) = planner.step([down], settings.targets, 65.0)
+    assert (first.count.model, first.desired, first.count.needed) == ("m", 1, 2)
+    assert (first.held.pending, first.held.since) == (2, 60.0)
+    (risen,) = planner.step([up], settings.targets, 90.0)
+    assert risen.desired == 2
+    down = TargetSignals("a", "u", 95.0, False, "refused", (), s)
+    (held,) = planner.step([down], settings.targets, 95.0)
     assert (held.count.current, held.count.read, held.desired) == (1, 0, 2)
     # Unread past the staleness (hold 30 s and an interval): absent, flagged.
-    (stale,) = planner.step([down], settings.targets, 60.0 + 30.0 + 5.0 + 1.0)
+    (stale,) = planner.step([down], settings.targets, 90.0 + 30.0 + 5.0 + 1.0)
     assert stale.desired is None and stale.held.stale
     # A target no longer configured takes its replicas with it.
     assert planner.step([down], (), 100.0) == ()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from batchscope.exporter.core.units import percent_text, seconds_text
+from batchscope.exporter.core.units import count_text, percent_text, rate_text, seconds_text
 
 
 @pytest.mark.parametrize(
@@ -31,3 +31,15 @@ def test_a_share_is_a_whole_percentage_with_one_decimal_under_ten(ratio: float, 
 )
 def test_a_duration_reads_in_the_unit_that_reads_best(seconds: float, text: str):
     assert seconds_text(seconds) == text
+
+
+def test_rates_and_counts_read_as_the_replica_reasons_write_them():
+    assert [rate_text(x) for x in (None, 0.0123, 9.5, 14.53, 99.94, 1234.6)] == [
+        "0",
+        "0.0123",
+        "9.5",
+        "14.5",
+        "99.9",
+        "1,235",
+    ]
+    assert [count_text(x) for x in (None, 16.0, 2.25, 7)] == ["0", "16", "2.2", "7"]

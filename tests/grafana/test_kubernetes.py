@@ -18,6 +18,7 @@ from batchscope.exporter.config.flags import settings_from_args
 from batchscope.exporter.config.fleet_file import load_config
 from batchscope.grafana import build
 from batchscope.grafana import kubernetes as k8s
+from batchscope.grafana.autoscaling import ModelBounds, autoscaling_folders
 from batchscope.grafana.build import PROMETHEUS, generated_files
 from batchscope.grafana.config import CONFIG
 from batchscope.grafana.replica_rules import MODEL_DESIRED
@@ -453,6 +454,9 @@ def test_the_autoscalers_follow_the_held_count_the_rules_record_within_the_model
     (trigger,) = keda["triggers"]
     assert trigger["metadata"]["query"] == f'max({MODEL_DESIRED}{{model_name="{model}"}})'
     assert (trigger["metricType"], trigger["metadata"]["threshold"]) == ("AverageValue", "1")
+    # KEDA reads an empty result as 0 unless told not to: an absent (stale) count would
+    # scale the model to its minimum; with "false" KEDA errors and the HPA holds.
+    assert trigger["metadata"]["ignoreNullValues"] == "false"
     assert (keda["minReplicaCount"], keda["maxReplicaCount"]) == (low, high)
     assert keda["scaleTargetRef"]["name"] == model
     hpa = COMMITTED[f"autoscaling-hpa/HorizontalPodAutoscaler/{model}"]["spec"]
@@ -472,3 +476,55 @@ def test_the_autoscalers_follow_the_held_count_the_rules_record_within_the_model
     (rule,) = yaml.safe_load(adapter["data"]["config.yaml"])["externalRules"]
     assert rule["seriesQuery"].startswith(MODEL_DESIRED + "{")
     assert rule["name"]["as"] == "batchscope_desired_replicas"
+
+
+# A Kubernetes object name (a DNS-1123 label) and a label value a selector may match.
+DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9])?")
+
+
+def test_a_hugging_face_model_id_gets_dns_names_and_an_escaped_promql_label():
+    """`meta-llama/Llama-3-8B` is no object name: the objects and the Deployment they
+    scale take `meta-llama-llama-3-8b`, while PromQL selects the id itself, quoted."""
+    hf, odd = "meta-llama/Llama-3-8B", 'Org/"Quoted"\\Model-' + "x" * 80
+    folders = autoscaling_folders([ModelBounds(hf, 1, 4), ModelBounds(odd, 2, None)])
+    (so_hf, so_odd) = folders["autoscaling-keda"]
+    (adapter, hpa_hf, hpa_odd) = folders["autoscaling-hpa"]
+    assert so_hf["metadata"]["name"] == "meta-llama-llama-3-8b"
+    assert so_hf["spec"]["scaleTargetRef"]["name"] == "meta-llama-llama-3-8b"
+    assert hpa_hf["metadata"]["name"] == "meta-llama-llama-3-8b"
+    # Trimmed to 63, alphanumeric at both ends.
+    assert so_odd["metadata"]["name"] == ("org-quoted-model-" + "x" * 80)[:63]
+    for obj in (so_hf, so_odd, hpa_hf, hpa_odd):
+        for version in KUBERNETES_VERSIONS:
+            validate(obj, version)
+        assert DNS_LABEL.fullmatch(obj["metadata"]["name"]), obj["metadata"]["name"]
+        assert DNS_LABEL.fullmatch(obj["spec"]["scaleTargetRef"]["name"])
+    query = so_hf["spec"]["triggers"][0]["metadata"]["query"]
+    assert query == f'max({MODEL_DESIRED}{{model_name="meta-llama/Llama-3-8B"}})'
+    odd_query = so_odd["spec"]["triggers"][0]["metadata"]["query"]
+    # The quote and the backslash escaped as a PromQL string escapes them.
+    assert odd_query.startswith(
+        MODEL_DESIRED.join(("max(", r'{model_name="Org/\"Quoted\"\\Model-x'))
+    )
+    # The HPA may not select "meta-llama/Llama-3-8B" by label (a '/' is no label value):
+    # it reads a metric of the model's own, which the adapter selects in PromQL.
+    metric = hpa_hf["spec"]["metrics"][0]["external"]["metric"]
+    assert metric == {"name": "batchscope_desired_replicas_meta_llama_llama_3_8b"}
+    rules = yaml.safe_load(adapter["data"]["config.yaml"])["externalRules"]
+    own = {r["name"]["as"]: r for r in rules}[metric["name"]]
+    assert own["metricsQuery"] == 'max(<<.Series>>{model_name="meta-llama/Llama-3-8B"})'
+    assert len(rules) == 3
+    # A name a selector may hold keeps the shared metric, selected by model_name.
+    plain = autoscaling_folders([ModelBounds("Llama-3.1_8B", 1, 2)])["autoscaling-hpa"]
+    assert LABEL_VALUE.fullmatch("Llama-3.1_8B")
+    assert plain[1]["spec"]["metrics"][0]["external"]["metric"] == {
+        "name": "batchscope_desired_replicas",
+        "selector": {"matchLabels": {"model_name": "Llama-3.1_8B"}},
+    }
+    assert plain[1]["metadata"]["name"] == "llama-3-1-8b"
+
+
+def test_two_models_that_give_one_object_name_are_refused():
+    with pytest.raises(ValueError, match="'Llama_3' and 'llama-3' both name"):
+        autoscaling_folders([ModelBounds("Llama_3", 1, 2), ModelBounds("llama-3", 1, 2)])

@@ -150,7 +150,7 @@ def story_exporter(
         for k, text in enumerate(texts):
             t = now - (len(texts) - 1 - k) * INTERVAL
             series = read_series(text, target.engine)
-            exporter.ingest(state, Snapshot(name, t, True, series), t)
+            exporter.notify(state, exporter.ingest(state, Snapshot(name, t, True, series), t))
     exporter.rounds += 1  # a finished round: the app renders its bodies from these
     return exporter, histories
 
