@@ -268,20 +268,29 @@ class TruthRow:
         claims = {
             f"the count names {self.setting.limit}": self.limit == self.setting.limit,
             f"within the budget at k={k}": self.runs[k].within_budget,
-            f"within the budget at k+1={k + 1}": self.runs[k + 1].within_budget,
         }
+        if k + 1 in self.runs:
+            claims[f"within the budget at k+1={k + 1}"] = self.runs[k + 1].within_budget
         if k > 1:
             claims[f"saturated at k-1={k - 1}"] = self.runs[k - 1].saturated
         claims["no run failed a request"] = all(r.failed == 0 for r in self.runs.values())
         return claims
 
 
-def truth_row(setting: Setting, rate: float, timing: Timing, workdir: Path) -> TruthRow:
-    """Read k at one replica, then run k-1, k and k+1 (module docstring)."""
-    first = fleet_run(setting, rate, 1, timing, workdir / f"{setting.name}-{rate:g}-1")
+def truth_row(
+    setting: Setting,
+    rate: float,
+    timing: Timing,
+    workdir: Path,
+    watch: int = 1,
+    around: tuple[int, ...] = (-1, 0, 1),
+) -> TruthRow:
+    """Read k from the exporter watching `watch` replicas, then run k plus each of
+    `around` (k-1, k and k+1), reusing the first run where it is one of them."""
+    first = fleet_run(setting, rate, watch, timing, workdir / f"{setting.name}-{rate:g}-{watch}")
     k = first.desired
-    runs = {1: first}
-    for n in () if k is None else (k - 1, k, k + 1):
+    runs = {watch: first}
+    for n in () if k is None else (k + step for step in around):
         if n >= 1 and n not in runs:
             runs[n] = fleet_run(setting, rate, n, timing, workdir / f"{setting.name}-{rate:g}-{n}")
     return TruthRow(setting, rate, k, first.limit, runs)
