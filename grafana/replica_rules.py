@@ -5,11 +5,12 @@ Per engine (target, model_name, engine): its demand, the requests it runs at onc
 binding limit, the time a request holds its slot, the headroom the queue needs within
 the budget, and its capacity within the budget (labelled `limit`). Per model
 (`model_name`): demand (with admission rejections, which vLLM counts per model), a
-replica's capacity (the mean over the engines at a limit other than arrivals, else over
-all), the engines serving it, and the count now: demand over capacity rounded up, never
+replica's capacity (the mean over the engines at a limit the metrics show, else over
+all measured), the engines serving it, and the count now: demand over capacity rounded up, never
 above today's where arrivals bind or one engine queues at its limit while another idles,
 the minimum while idle, within the bounds `batchscope-rules` writes from the fleet file.
-tests/grafana/test_rule_twins.py holds each equal to the exporter's on the same series.
+tests/grafana/test_rule_twins.py holds each equal to the exporter's on the same series;
+test_replica_twins.py for a model of two data-parallel engines: routed, idle, bounded.
 
 Two differences, documented: the held count is a `max_over_time` of the count over the
 scale-down window (down once the lower count has held for it; up at once, where the

@@ -3,10 +3,13 @@
 The recording rules (grafana/rules.py) compute the exporter's signals a second time, on
 purpose: Prometheus evaluates them at fleet scale. `TWINS` says, one line a signal, which
 recorded series (picked by its own labels) equals which reading of the exporter's
-`SeriesSignals` for the same engine series. tests/grafana/test_rule_twins.py holds every
-line equal on fixed series through `promtool test rules`; tests/e2e holds the rules equal
-to the exporter through a real Prometheus. A signal whose catalog entry names its `rule` is paired from the catalog; the
-others (labels, tolerances, states) are paired here, one line each.
+`SeriesSignals` for the same engine series; `MODEL_TWINS`, which recorded series by
+`model_name` equals which reading of the exporter's count of the model. A signal whose
+catalog entry names its `rule` is paired from the catalog; the others (labels, tolerances,
+states) are paired here, one line each. tests/grafana/test_rule_twins.py holds every line
+equal on fixed series through `promtool test rules` (test_replica_twins.py holds the model
+lines for a model of two data-parallel engines); tests/e2e holds the rules equal to the
+exporter through a real Prometheus.
 """
 
 from __future__ import annotations
@@ -81,6 +84,35 @@ def _model(read: Callable[[ModelCount], float | None]) -> Callable[[SeriesSignal
     return of
 
 
+@dataclass(frozen=True, slots=True)
+class ModelTwin:
+    """`record` (by `model_name` alone) equals `read` of the exporter's count of the model
+    (`ModelCount`, before it is held), as `Twin`'s fields say; `peak`: where every replica's
+    batch held still."""
+
+    exported: str
+    record: str
+    read: Callable[[ModelCount], float | None]
+    peak: bool = False
+    rel_tol: float = 0.0
+
+
+# The replica count of a model: its demand, a replica's capacity, its replicas, its count.
+MODEL_TWINS = (
+    ModelTwin("batchscope_model_demand_per_second", replica_rules.MODEL_DEMAND, lambda c: c.demand),
+    ModelTwin(
+        "batchscope_replica_capacity",
+        replica_rules.MODEL_CAPACITY_MEAN,
+        lambda c: c.capacity,
+        peak=True,
+        rel_tol=INTERPOLATED,
+    ),
+    ModelTwin("batchscope_replicas", replica_rules.MODEL_REPLICAS, lambda c: c.current),
+    ModelTwin(
+        "batchscope_needed_replicas", replica_rules.MODEL_COUNT, lambda c: c.count, peak=True
+    ),
+)
+
 TWINS = (
     # Each signal the catalog pairs with a recorded series one for one.
     *(Twin(s.metric, s.rule, attrgetter(s.name)) for s in SERIES if s.rule and s.metric),
@@ -154,32 +186,9 @@ TWINS = (
         peak=True,
         rel_tol=INTERPOLATED,
     ),
-    Twin(
-        "batchscope_model_demand_per_second",
-        replica_rules.MODEL_DEMAND,
-        _model(lambda c: c.demand),
-        model_level=True,
-    ),
-    Twin(
-        "batchscope_replica_capacity",
-        replica_rules.MODEL_CAPACITY_MEAN,
-        _model(lambda c: c.capacity),
-        peak=True,
-        rel_tol=INTERPOLATED,
-        model_level=True,
-    ),
-    Twin(
-        "batchscope_replicas",
-        replica_rules.MODEL_REPLICAS,
-        _model(lambda c: c.current),
-        model_level=True,
-    ),
-    Twin(
-        "batchscope_needed_replicas",
-        replica_rules.MODEL_COUNT,
-        _model(lambda c: c.count),
-        peak=True,
-        model_level=True,
+    *(
+        Twin(t.exported, t.record, _model(t.read), peak=t.peak, rel_tol=t.rel_tol, model_level=True)
+        for t in MODEL_TWINS
     ),
 )
 

@@ -46,6 +46,8 @@ class VllmState:
     inference_share: float | None = None
     inference: dict[float, float] = field(default_factory=dict)
     inference_sum: float = 0.0
+    # vLLM's data-parallel engine index, which each of the engine's series carries.
+    engine: str = "0"
 
     @property
     def finished(self) -> float:
@@ -66,49 +68,60 @@ class VllmState:
         self.tokens_sum += n * output_tokens
 
 
+def _labels(engine: str) -> str:
+    return LABELS.replace('engine="0"', f'engine="{engine}"')
+
+
 def _histogram(
-    name: str, bounds: tuple[float, ...], counts: dict[float, float], total: float, help_text: str
+    name: str,
+    bounds: tuple[float, ...],
+    counts: dict[float, float],
+    total: float,
+    help_text: str,
+    engine: str,
 ) -> list[str]:
     lines = [f"# HELP {name} {help_text}", f"# TYPE {name} histogram"]
     cumulative = 0.0
     for b in (*bounds, float("inf")):
         cumulative += counts.get(b, 0.0)
         le = "+Inf" if b == float("inf") else repr(b)
-        lines.append(f'{name}_bucket{{engine="0",le="{le}",model_name="tiny"}} {cumulative}')
-    lines.append(f"{name}_count{{{LABELS}}} {cumulative}")
-    lines.append(f"{name}_sum{{{LABELS}}} {total}")
+        bucket = f'engine="{engine}",le="{le}",model_name="tiny"'
+        lines.append(f"{name}_bucket{{{bucket}}} {cumulative}")
+    lines.append(f"{name}_count{{{_labels(engine)}}} {cumulative}")
+    lines.append(f"{name}_sum{{{_labels(engine)}}} {total}")
     return lines
 
 
 def render(s: VllmState) -> str:
     """The payload a vLLM 0.32 server in this state would serve."""
+    labels = _labels(s.engine)
     lines = [
         "# HELP vllm:num_requests_running Number of requests in model execution batches.",
         "# TYPE vllm:num_requests_running gauge",
-        f"vllm:num_requests_running{{{LABELS}}} {s.running}",
+        f"vllm:num_requests_running{{{labels}}} {s.running}",
         "# HELP vllm:num_requests_waiting Number of requests waiting to be processed.",
         "# TYPE vllm:num_requests_waiting gauge",
-        f"vllm:num_requests_waiting{{{LABELS}}} {s.waiting}",
+        f"vllm:num_requests_waiting{{{labels}}} {s.waiting}",
         "# HELP vllm:kv_cache_usage_perc KV-cache usage. 1 means 100 percent usage.",
         "# TYPE vllm:kv_cache_usage_perc gauge",
-        f"vllm:kv_cache_usage_perc{{{LABELS}}} {s.kv_usage}",
+        f"vllm:kv_cache_usage_perc{{{labels}}} {s.kv_usage}",
         "# HELP vllm:num_preemptions_total Cumulative number of preemption from the engine.",
         "# TYPE vllm:num_preemptions_total counter",
-        f"vllm:num_preemptions_total{{{LABELS}}} {s.preemptions}",
+        f"vllm:num_preemptions_total{{{labels}}} {s.preemptions}",
         "# HELP vllm:request_success_total Count of successfully processed requests.",
         "# TYPE vllm:request_success_total counter",
-        f'vllm:request_success_total{{engine="0",finished_reason="length",model_name="tiny"}} '
-        f"{s.finished}",
+        f'vllm:request_success_total{{engine="{s.engine}",finished_reason="length",'
+        f'model_name="tiny"}} {s.finished}',
         "# HELP vllm:generation_tokens_total Number of generation tokens processed.",
         "# TYPE vllm:generation_tokens_total counter",
-        f"vllm:generation_tokens_total{{{LABELS}}} {s.tokens_sum}",
+        f"vllm:generation_tokens_total{{{labels}}} {s.tokens_sum}",
     ]
     if s.deferred is not None:
         lines += [
             "# HELP vllm:num_requests_waiting_by_reason Number of waiting requests by reason.",
             "# TYPE vllm:num_requests_waiting_by_reason gauge",
             *(
-                f'vllm:num_requests_waiting_by_reason{{{LABELS},reason="{reason}"}} {value}'
+                f'vllm:num_requests_waiting_by_reason{{{labels},reason="{reason}"}} {value}'
                 for reason, value in (
                     ("capacity", s.waiting - s.deferred),
                     ("deferred", s.deferred),
@@ -128,13 +141,13 @@ def render(s: VllmState) -> str:
             lines += [
                 f"# HELP {name} {help_text}",
                 f"# TYPE {name} counter",
-                f"{name}{{{LABELS}}} {value}",
+                f"{name}{{{labels}}} {value}",
             ]
     if s.kv_cache_tokens is not None:
         lines += [
             "# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig",
             "# TYPE vllm:cache_config_info gauge",
-            f'vllm:cache_config_info{{block_size="16",engine="0",'
+            f'vllm:cache_config_info{{block_size="16",engine="{s.engine}",'
             f'kv_cache_size_tokens="{s.kv_cache_tokens:.0f}"}} 1.0',
         ]
     lines += _histogram(
@@ -143,6 +156,7 @@ def render(s: VllmState) -> str:
         s.e2e,
         s.e2e_sum,
         "Histogram of e2e request latency in seconds.",
+        s.engine,
     )
     if s.inference_share is not None:
         lines += _histogram(
@@ -151,6 +165,7 @@ def render(s: VllmState) -> str:
             s.inference,
             s.inference_sum,
             "Histogram of time spent in RUNNING phase for request.",
+            s.engine,
         )
     lines += _histogram(
         "vllm:iteration_tokens_total",
@@ -158,6 +173,7 @@ def render(s: VllmState) -> str:
         {2048.0: s.steps},
         s.step_tokens,
         "Histogram of number of tokens per engine_step.",
+        s.engine,
     )
     lines += _histogram(
         "vllm:request_generation_tokens",
@@ -165,5 +181,24 @@ def render(s: VllmState) -> str:
         s.tokens,
         s.tokens_sum,
         "Number of generation tokens processed.",
+        s.engine,
     )
     return "\n".join(lines) + "\n"
+
+
+def render_engines(states: list[VllmState]) -> str:
+    """The payload of one vLLM server running data-parallel engines (one state each, its
+    `engine` set): each family's HELP and TYPE once, then every engine's samples."""
+    headers: dict[str, list[str]] = {}
+    samples: dict[str, list[str]] = {}
+    for state in states:
+        name = ""
+        for line in render(state).splitlines():
+            if line.startswith("# "):
+                name = line.split()[2]
+                header = headers.setdefault(name, [])
+                if line not in header:
+                    header.append(line)
+            else:
+                samples.setdefault(name, []).append(line)
+    return "".join(f"{line}\n" for name in headers for line in (*headers[name], *samples[name]))
