@@ -213,6 +213,8 @@ def read_whole_page(page, screenshot: Path | None) -> tuple[str, dict]:
     time.sleep(2)  # plotly's drawing settles
     if screenshot is not None:
         page.screenshot(path=str(screenshot), full_page=True)
+    # The fleet table's grid remounts as the page reruns, later on a starved machine.
+    page.locator('[data-testid="stDataFrame"] .dvn-scroller').first.wait_for(timeout=120_000)
     return page.inner_text("body"), page.evaluate(READ_PAGE)
 
 
