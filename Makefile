@@ -39,14 +39,15 @@ system-packages:
 vllm-env:
 	bash scripts/install_vllm.sh
 
-# The two installs side by side (one is mostly waiting on the network, the other on
-# unpacking): a fresh machine starts testing about two minutes sooner. Then the unit tier
-# on both cores, and the tests that start servers one at a time (they share the cores
-# with what they start); the slowest are listed at the end, so a run that grows says where.
+# The vLLM venv installs (mostly waiting on the network and unpacking) while the unit
+# tier runs on both cores; then the integration tier on both cores (each test starts its
+# own servers on free ports), then the end-to-end tests one at a time (they share the
+# cores with the real servers they start). The slowest are listed, so a run that grows
+# says where.
 test:
-	$(MAKE) -j2 --no-print-directory install vllm-env
-	$(MAKE) --no-print-directory test-fast
-	$(BIN)/pytest -ra --durations=25 -m "integration or slow"
+	$(MAKE) -j2 --no-print-directory test-fast vllm-env
+	$(BIN)/pytest -ra -n 2 --durations=15 -m "integration and not slow"
+	$(BIN)/pytest -ra --durations=25 -m slow
 
 # The unit tier, the loop a developer runs: no server, network socket, subprocess (but
 # promtool's rule tests) or model (tests/conftest.py fails a test that opens one), on
