@@ -1,1 +1,1 @@
-"""Reading /metrics payloads: the text-format parser and the compiled reads that make it fast."""
+"""Reading /metrics payloads: the Prometheus text-format parser, one plain path."""

@@ -1,1 +1,1 @@
-"""Scraping targets: the HTTP client, one scrape, the loop over the fleet, the GC policy."""
+"""Scraping targets: one scrape over aiohttp (fetch.py) and the loop over the fleet (loop.py)."""

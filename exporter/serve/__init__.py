@@ -1,1 +1,1 @@
-"""The exporter's HTTP edge: /metrics, the JSON API and the app that serves them."""
+"""The exporter's HTTP edge: /metrics, the JSON API, the histories and the replica count kept between rounds."""
