@@ -264,7 +264,7 @@ def engine_config_map(target: Target) -> dict:
 
 def sidecar_args(target: Target) -> list[str]:
     """The exporter's flags in the pod: vLLM on localhost, named after the pod, its caps
-    the pod's own ConfigMap values (`$(KEY)`, expanded by the kubelet)."""
+    the pod's own ConfigMap values (`$(KEY)`, expanded by the kubelet), no replica count."""
     args = [
         _flag("url", f"http://127.0.0.1:{VLLM_PORT}/metrics"),
         _flag("name", "$(POD_NAME)"),
@@ -280,7 +280,8 @@ def sidecar_args(target: Target) -> list[str]:
         value = getattr(target, field)
         if value is not None and value != getattr(defaults, field):
             args.append(_flag(field, value))
-    return args
+    # One pod of the model: its replica count comes from the fleet exporter or the rules.
+    return [*args, _flag("replica_count", "off")]
 
 
 def vllm_container(target: Target) -> dict:

@@ -412,9 +412,26 @@ class Settings:
         help="how long a lower replica count must hold before it is recommended (default: "
         "{default:g}; a higher one holds for --hold-seconds)",
     )
+    replica_count: str = _configured(
+        "auto",
+        parse=values.replica_count,
+        flag="--replica-count",
+        choices=lambda: values.REPLICA_COUNTS,
+        group=REPLICAS_GROUP,
+        help="publish each model's replica count: off where this exporter sees part of a "
+        "model's replicas (a sidecar, one pod; a shard), so N exporters never publish one "
+        "model's count N times (default: {default}: on, off with --shard)",
+    )
     # Per model (the fleet file's `models:`): (model, min_replicas, max_replicas), each
     # None where the model takes the setting above.
     models: tuple[tuple[str, int | None, int | None], ...] = ()
+
+    @property
+    def counts_replicas(self) -> bool:
+        """Whether this exporter publishes replica counts (`replica_count`)."""
+        if self.replica_count == "auto":
+            return self.shard is None
+        return self.replica_count == "on"
 
     def in_shard(self, name: str) -> bool:
         """Whether this exporter monitors the target `name`: always without a shard, else

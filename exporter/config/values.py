@@ -130,6 +130,14 @@ def name(value: object) -> str:
     return given
 
 
+# --replica-count: auto counts unless the exporter sees a shard of the fleet.
+REPLICA_COUNTS = ("auto", "on", "off")
+
+
+def replica_count(value: object) -> str:
+    return one_of(value, REPLICA_COUNTS)
+
+
 def one_of(value: object, options: tuple[str, ...]) -> str:
     given = text(value)
     if given not in options:

@@ -336,12 +336,17 @@ def model_replicas_json(model: ModelReplicas, settings: ReplicaSettings) -> dict
 
 
 def replicas_response(
-    generated_at: float, models: Iterable[ModelReplicas], settings: ReplicaSettings
+    generated_at: float,
+    models: Iterable[ModelReplicas],
+    settings: ReplicaSettings,
+    counting: bool = True,
 ) -> dict[str, Any]:
-    """GET /api/v1/replicas: every model's replica count."""
+    """GET /api/v1/replicas: every model's replica count (none, `counting` false, where
+    --replica-count is off)."""
     return _versioned(
         {
             "generated_at": generated_at,
+            "counting": counting,
             "scale_up_seconds": settings.scale_up_seconds,
             "scale_down_seconds": settings.scale_down_seconds,
             "models": [model_replicas_json(m, settings) for m in models],

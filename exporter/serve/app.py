@@ -249,7 +249,8 @@ class _Handlers:
                 "replicas": self._json_body(self._replicas_body),
             },
             expected=("metrics",),
-            on_round=self.step_replicas,
+            # Off, as a sidecar or a shard: no count, so N exporters never publish N.
+            on_round=self.step_replicas if exporter.settings.counts_replicas else None,
         )
         # An exporter that evaluated before its app was made has counts to show at once.
         self.bodies.step_round()
@@ -260,10 +261,14 @@ class _Handlers:
         self.replicas.step(exporter.current(), exporter.targets(), exporter.clock())
 
     def _metrics_body(self, targets: list[TargetSignals]) -> bytes:
-        return render_metrics(targets) + render_models(self.replicas.latest)
+        models = render_models(self.replicas.latest) if self.bodies.on_round else b""
+        return render_metrics(targets) + models
 
     def _replicas_body(self, generated_at: float, _: list[TargetSignals]) -> dict[str, Any]:
-        return api.replicas_response(generated_at, self.replicas.latest, self.replicas.settings)
+        counting = self.bodies.on_round is not None
+        return api.replicas_response(
+            generated_at, self.replicas.latest, self.replicas.settings, counting
+        )
 
     def _with_evaluation(self, response: Callable[..., dict[str, Any]]) -> JsonResponse:
         return lambda generated_at, targets: response(generated_at, targets, self.evaluation)

@@ -133,7 +133,7 @@ def test_flags_default_to_none_so_not_given_is_visible():
     args = vars(parser.parse_args([]))
     # 16, --alertmanager-url, --token-cap, 6 for the exporter's endpoints,
     # --max-num-batched-tokens, 3 for the SLO, --model and 3 for the replica count
-    assert len(args) == 32
+    assert len(args) == 33  # and --replica-count
     assert set(args.values()) == {None}
 
 

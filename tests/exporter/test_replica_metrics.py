@@ -4,6 +4,7 @@ not known is left out, never NaN; the JSON says the same numbers."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
@@ -11,6 +12,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
+from batchscope.exporter.config.settings import Settings, Target
 from batchscope.exporter.core.demand import Demand, ReplicaCapacity
 from batchscope.exporter.core.families import (
     CURRENT_REPLICAS,
@@ -30,7 +32,10 @@ from batchscope.exporter.core.replicas import (
     count_model,
 )
 from batchscope.exporter.serve.api_json import encode, replicas_response
+from batchscope.exporter.serve.app import _Handlers
 from batchscope.exporter.serve.exposition import render_models
+from tests.support.live_screens import SCREENS
+from tests.support.live_stories import START, story_exporter
 
 
 class ModelCollector:
@@ -169,3 +174,25 @@ def test_infinite_or_nan_inputs_reach_neither_metrics_nor_json_as_numbers() -> N
     assert by_name["inf-demand"]["demand"]["per_second"] is None
     assert by_name["nan-demand"]["demand"]["per_second"] is None
     assert [m["desired_replicas"] for m in body["models"]] == [3, 3, 3]
+
+
+def test_replica_count_is_on_by_default_off_with_a_shard_or_when_asked() -> None:
+    target = (Target("llm", "http://127.0.0.1:8000/metrics"),)
+    assert Settings(targets=target).counts_replicas
+    assert not Settings(targets=target, shard="0/2").counts_replicas
+    assert Settings(targets=target, shard="0/2", replica_count="on").counts_replicas
+    assert not Settings(targets=target, replica_count="off").counts_replicas
+
+
+async def test_an_exporter_with_the_count_off_publishes_no_model_family() -> None:
+    """A sidecar sees one pod of a model: N sidecars must not publish its count N times."""
+    exporter, histories = story_exporter(SCREENS, START)
+    on = _Handlers(exporter, histories)
+    body = (await on.bodies.body("metrics", False)).decode()
+    assert 'batchscope_desired_replicas{model_name="tiny"} 6' in body
+    exporter.settings = dataclasses.replace(exporter.settings, replica_count="off")
+    off = _Handlers(exporter, histories)
+    body = (await off.bodies.body("metrics", False)).decode()
+    assert "batchscope_desired_replicas" not in body and "batchscope_target_up" in body
+    replicas = json.loads(await off.bodies.body("replicas", False))
+    assert (replicas["counting"], replicas["models"]) == (False, [])

@@ -268,6 +268,8 @@ def test_sidecar_exporter_takes_its_caps_from_the_values_that_start_vllm(target)
     for field in ("budget_seconds", "quantile", "histogram", "slo_objective"):
         assert getattr(judged, field) == getattr(target, field), field
     assert settings.web_token_file == f"{k8s.TOKEN_DIR}/{k8s.TOKEN_KEY}"
+    # One pod of the model: N sidecars never publish its replica count N times.
+    assert not settings.counts_replicas
 
 
 def test_fleet_exporter_reads_the_fleet_file_from_its_config_map(tmp_path):
