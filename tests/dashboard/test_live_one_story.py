@@ -255,17 +255,19 @@ def test_a_fleet_is_paged_worst_first_with_the_rest_counted(fleet) -> None:
     assert list(at.dataframe[0].value["target"])[:3] == ["gpu-00", "gpu-01", "gpu-02"]
 
 
-def test_a_refresh_fetches_the_fleets_rows_and_only_the_shown_targets_signals_and_history(
+def test_a_refresh_fetches_the_fleets_rows_the_shown_targets_signals_and_the_replica_counts(
     fleet,
 ) -> None:
     url, seen = fleet
     seen.clear()
     at = live(url)
     shown = at.selectbox(key="live_target").value
+    # and the models' replica counts, for the line under the shown target's headline
     assert sorted(set(seen)) == sorted(
         {
             "/api/v1/signals?view=summary",
             f"/api/v1/signals?target={shown}",
             f"/api/v1/history?target={shown}",
+            "/api/v1/replicas",
         }
     )
