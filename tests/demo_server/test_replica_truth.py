@@ -29,7 +29,7 @@ TIMING = Timing(window_seconds=30.0, hold_seconds=8.0, run_seconds=60.0)
 NOMINAL = 4.3  # requests/s one instance finishes at this slowdown, overloaded
 
 
-def test_the_count_read_at_one_replica_holds_at_k_minus_1_k_and_k_plus_1(tmp_path: Path) -> None:
+def test_the_count_read_at_k_minus_1_replicas_holds_there_and_at_k(tmp_path: Path) -> None:
     setting = cap_bound(SLOWDOWN)
     one = NOMINAL
     for multiple, expected in ((1.45, 2), (2.5, 3)):
