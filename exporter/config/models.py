@@ -11,6 +11,7 @@ and the key path.
 
 from __future__ import annotations
 
+from batchscope.exporter.config import values
 from batchscope.exporter.config.line_numbered import (
     DocumentError,
     Node,
@@ -20,24 +21,17 @@ from batchscope.exporter.config.line_numbered import (
     wrong_type,
 )
 
-MODEL_KEYS = ("min_replicas", "max_replicas")
-# The least each key may be, and why: never zero replicas, since a model scaled to zero
-# has no series left that could ever scale it back up.
-NO_ZERO = "a model scaled to zero has no pods, so no series to scale it back up"
-LEAST = {"min_replicas": 1, "max_replicas": 1}
-WHY = {"min_replicas": f": {NO_ZERO}", "max_replicas": ""}
+# Each key's check: the flags' own, so a model's entry reads as the flag would.
+MODEL_KEYS = {"min_replicas": values.min_replicas, "max_replicas": values.count}
 
 ModelBounds = tuple[str, int | None, int | None]
 
 
 def _whole(node: Node, source: str, path: str, key: str) -> int:
-    value = node.value
-    where = location(source, node.line, path)
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise DocumentError(f"{where}: {wrong_type(value, 'a whole number')}")
-    if value < LEAST[key]:
-        raise DocumentError(f"{where}: must be >= {LEAST[key]}{WHY[key]} (got {value})")
-    return value
+    try:
+        return MODEL_KEYS[key](node.value)
+    except values.Invalid as err:
+        raise DocumentError(f"{location(source, node.line, path)}: {err}") from None
 
 
 def read_models(node: Node, source: str) -> tuple[ModelBounds, ...]:
@@ -50,7 +44,7 @@ def read_models(node: Node, source: str) -> tuple[ModelBounds, ...]:
     found = []
     for name, entry in node.value.items():
         path = child_path("models", str(name))
-        keys = mapping(entry, source, path, MODEL_KEYS)
+        keys = mapping(entry, source, path, tuple(MODEL_KEYS))
         given = {key: _whole(keys[key], source, child_path(path, key), key) for key in keys}
         low, high = given.get("min_replicas"), given.get("max_replicas")
         if low is not None and high is not None and high < low:

@@ -15,7 +15,6 @@ import re
 from urllib.parse import urlsplit, urlunsplit
 
 from batchscope.exporter.config.line_numbered import as_written, wrong_type
-from batchscope.exporter.config.models import NO_ZERO
 from batchscope.exporter.engines import engine_choices, latency_kinds
 
 DEFAULT_LISTEN_HOST = "127.0.0.1"
@@ -90,6 +89,10 @@ def count(value: object) -> int:
     if value < 1:
         raise Invalid(f"must be >= 1 (got {value})")
     return value
+
+
+# Never zero replicas: a model scaled to zero has no series left to scale it back up.
+NO_ZERO = "a model scaled to zero has no pods, so no series to scale it back up"
 
 
 def min_replicas(value: object) -> int:
