@@ -239,6 +239,8 @@ class _Handlers:
         self.histories = histories
         self.evaluation = api.evaluation_json(exporter.settings)
         self.replicas = ReplicaPlanner(exporter.settings)
+        # Off, as a sidecar or a shard: no count, so N exporters never publish N.
+        self.counting = exporter.settings.counts_replicas
         self.bodies = RoundCache(
             exporter,
             {
@@ -249,8 +251,7 @@ class _Handlers:
                 "replicas": self._json_body(self._replicas_body),
             },
             expected=("metrics",),
-            # Off, as a sidecar or a shard: no count, so N exporters never publish N.
-            on_round=self.step_replicas if exporter.settings.counts_replicas else None,
+            on_round=self.step_replicas if self.counting else None,
         )
         # An exporter that evaluated before its app was made has counts to show at once.
         self.bodies.step_round()
@@ -261,13 +262,12 @@ class _Handlers:
         self.replicas.step(exporter.current(), exporter.targets(), exporter.clock())
 
     def _metrics_body(self, targets: list[TargetSignals]) -> bytes:
-        models = render_models(self.replicas.latest) if self.bodies.on_round else b""
+        models = render_models(self.replicas.latest) if self.counting else b""
         return render_metrics(targets) + models
 
     def _replicas_body(self, generated_at: float, _: list[TargetSignals]) -> dict[str, Any]:
-        counting = self.bodies.on_round is not None
         return api.replicas_response(
-            generated_at, self.replicas.latest, self.replicas.settings, counting
+            generated_at, self.replicas.latest, self.replicas.settings, self.counting
         )
 
     def _with_evaluation(self, response: Callable[..., dict[str, Any]]) -> JsonResponse:
